@@ -1,0 +1,66 @@
+# tfos: top-level build. `make demo` and `make test` are the two commands a
+# fresh machine needs (see README.md).
+PY        ?= python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+BUILD     := build
+ASAN      := build-asan
+JOBS      ?= 2
+CMAKE     := cmake
+SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
+PYSOURCES := $(shell find python -name '*.py') pyproject.toml
+
+.PHONY: all deps venv build install test test-c test-asan test-py demo bench bench-start clean
+
+all: install
+
+deps:
+	@scripts/install-deps.sh
+
+$(VENV)/.deps: requirements.txt | deps
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.deps
+
+$(BUILD)/build.ninja $(BUILD)/Makefile: CMakeLists.txt | deps
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: $(BUILD)/Makefile
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# The Python package with its C extension, built by scikit-build-core from the
+# same CMakeLists.txt, installed into the project's virtual environment.
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES) $(PYSOURCES)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps --force-reinstall .
+	touch $@
+
+install: build $(VENV)/.installed
+
+test-c: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: | deps
+	$(CMAKE) -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DTFOS_SANITIZE=address,undefined >/dev/null
+	$(CMAKE) --build $(ASAN) -j $(JOBS)
+	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+test-py: install
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q tests/python
+
+test: install test-c test-asan test-py
+
+demo: install
+	$(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
+	    $(VPY) examples/digits/train.py --epochs 8 --model-dir $(BUILD)/digits-model
+	$(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
+
+bench: bench-start
+
+bench-start: install
+	$(VPY) bench/start_overhead.py --tfos $(BUILD)/tfos
+
+clean:
+	rm -rf $(BUILD) $(ASAN) tfos-logs

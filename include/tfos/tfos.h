@@ -1,0 +1,190 @@
+/*
+ * tfos.h: the public C API of libtfos.
+ *
+ * libtfos is the native runtime of tfos: a coordinator that forms training
+ * clusters, a node agent that reserves ports and supervises user programs, the
+ * wire protocol between them, and the launcher behind `tfos run`. Everything
+ * here is C11 on POSIX/Linux; nothing here includes Python.
+ *
+ * Conventions: functions return 0 on success or a negative TFOS_E* code;
+ * objects are opaque and come in _open/_close pairs; the library never prints,
+ * it hands messages to the logger set with tfos_set_logger().
+ */
+#ifndef TFOS_TFOS_H
+#define TFOS_TFOS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TFOS_VERSION "0.1.0"
+/* Version of the wire protocol spoken between coordinator and agents. */
+#define TFOS_PROTOCOL_VERSION 1
+
+/* ---- errors ------------------------------------------------------------ */
+enum {
+    TFOS_OK = 0,
+    TFOS_EINVAL = -1,    /* bad argument or option */
+    TFOS_ENOMEM = -2,    /* out of memory */
+    TFOS_ESYS = -3,      /* a system call failed; errno holds why */
+    TFOS_EPROTO = -4,    /* malformed or unexpected frame from a peer */
+    TFOS_ETOOBIG = -5,   /* frame or record over the size limit */
+    TFOS_EAUTH = -6,     /* peer does not know the cluster secret */
+    TFOS_ETIMEDOUT = -7, /* a bounded wait ran out */
+    TFOS_ECLOSED = -8,   /* the peer went away */
+    TFOS_EAGAIN = -9,    /* nothing ready yet, try again */
+    TFOS_EFAILED = -10,  /* a node of the cluster failed */
+    TFOS_ESTOPPED = -11, /* stopped by a signal or a shutdown request */
+    TFOS_EFULL = -12,    /* no room (ring full, too many nodes) */
+    TFOS_EEND = -13,     /* end of feed reached */
+};
+
+/* Short English text for a TFOS_E* code (static storage, never NULL). */
+const char *tfos_strerror(int err);
+
+/* ---- logging ----------------------------------------------------------- */
+enum { TFOS_LOG_DEBUG = 0, TFOS_LOG_INFO = 1, TFOS_LOG_WARN = 2, TFOS_LOG_ERROR = 3 };
+
+/* The library's log sink. `msg` is one line without a trailing newline and is
+ * only valid during the call. Called from whichever thread logs. */
+typedef void (*tfos_log_fn)(int level, const char *msg, void *user);
+
+/* Set the process-wide logger (NULL: the default, which writes
+ * "tfos: <msg>\n" to stderr for level >= the threshold). */
+void tfos_set_logger(tfos_log_fn fn, void *user);
+/* Messages below `level` are dropped before formatting. Default INFO;
+ * the environment variable TFOS_LOG_LEVEL=debug|info|warn|error overrides. */
+void tfos_set_log_level(int level);
+
+/* ---- cluster layout ---------------------------------------------------- */
+
+/* How many nodes of each job a cluster has. Nodes are identified by their
+ * executor id 0..total-1 and get roles in this order: ps 0..num_ps-1, then
+ * the chief, then the evaluator, then workers (TensorFlowOnSpark's order). */
+typedef struct tfos_layout {
+    int num_ps;
+    int num_workers; /* workers besides the chief */
+    bool chief;      /* one "chief" node in addition to the workers */
+    bool evaluator;  /* one "evaluator" node */
+} tfos_layout;
+
+/* Total nodes of a layout. */
+int tfos_layout_total(const tfos_layout *l);
+/* Role of executor `id`: writes the job name ("ps", "chief", "evaluator",
+ * "worker") and its task index. Returns TFOS_EINVAL when id is out of range. */
+int tfos_layout_role(const tfos_layout *l, int id, const char **job, int *index);
+
+/* ---- coordinator --------------------------------------------------------- */
+
+typedef struct tfos_coord tfos_coord;
+
+typedef struct tfos_coord_opts {
+    tfos_layout layout;
+    const char *bind_host;       /* default "127.0.0.1" */
+    int port;                    /* 0: any free port */
+    const char *secret;          /* per-cluster secret (hex); required */
+    double reservation_timeout;  /* seconds for all nodes to register; default 600 */
+    double stop_grace;           /* seconds an agent waits after SIGTERM before SIGKILL; default 5 */
+    double heartbeat_timeout;    /* a running node silent this long has failed; default 30, <0: never */
+    int attempt;                 /* attempt number handed to nodes; default 1 */
+} tfos_coord_opts;
+
+/* Cluster state as the coordinator sees it. */
+enum {
+    TFOS_COORD_RESERVING = 0, /* waiting for registrations */
+    TFOS_COORD_RUNNING = 1,   /* spec published, programs running */
+    TFOS_COORD_STOPPING = 2,  /* asked every agent to stop, waiting for them */
+    TFOS_COORD_DONE = 3,      /* all tracked nodes exited 0 */
+    TFOS_COORD_FAILED = 4,    /* a node failed, reservation timed out, or stopped */
+};
+
+/* Start a coordinator listening on bind_host:port. */
+int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts);
+/* Run the event loop for at most timeout_ms (0: no wait). Returns the state. */
+int tfos_coord_step(tfos_coord *c, int timeout_ms);
+/* Current state (TFOS_COORD_*). */
+int tfos_coord_state(const tfos_coord *c);
+/* "host:port" the coordinator listens on (owned by c). */
+const char *tfos_coord_address(const tfos_coord *c);
+/* Ask every node to stop (clean shutdown or abort). `reason` is logged and,
+ * when not NULL, recorded as the failure reason if none is recorded yet. */
+void tfos_coord_stop(tfos_coord *c, const char *reason);
+/* A human summary of why the cluster failed (node, exit code or signal, last
+ * log lines), or "" when it has not failed. Owned by c. */
+const char *tfos_coord_failure(const tfos_coord *c);
+/* Why the cluster failed, as a code: 0 (not failed), TFOS_ETIMEDOUT
+ * (reservation timed out), TFOS_ESTOPPED (tfos_coord_stop with a reason),
+ * TFOS_EFAILED (a node failed or was lost). */
+int tfos_coord_failure_code(const tfos_coord *c);
+/* JSON object describing every node (job, index, host, port, state, pid,
+ * exit). The caller frees the returned string with free(). */
+char *tfos_coord_status_json(const tfos_coord *c);
+void tfos_coord_close(tfos_coord *c);
+
+/* ---- node agent ------------------------------------------------------ */
+
+typedef struct tfos_agent_opts {
+    const char *coord_addr;  /* "host:port" of the coordinator */
+    const char *secret;      /* cluster secret (hex) */
+    int executor_id;         /* this node's id within the cluster */
+    const char *host;        /* address other nodes reach this one at; default 127.0.0.1 */
+    const char *log_dir;     /* per-node log files go here; NULL: no files */
+    char *const *argv;       /* user program and its arguments */
+    char *const *ps_argv;    /* program run instead of argv on ps nodes; NULL: argv */
+    double connect_timeout;  /* seconds to reach the coordinator; default 30 */
+    bool quiet;              /* do not echo the program's output to our stdout/stderr */
+} tfos_agent_opts;
+
+/* Reserve a port, register, run the program with its cluster environment,
+ * supervise it and report its exit. Blocks until the program ends or the
+ * coordinator stops it. Writes the exit code the agent process should end
+ * with (the program's, or 128+signal) to *exit_code. */
+int tfos_agent_run(const tfos_agent_opts *opts, int *exit_code);
+
+/* ---- local launcher (`tfos run`) ----------------------------------- */
+
+typedef struct tfos_run_opts {
+    tfos_layout layout;
+    char *const *argv;          /* the user program */
+    const char *agent_path;     /* path of the tfos binary used as the agent */
+    const char *log_dir;        /* NULL: ./tfos-logs/run-<time>-<pid> */
+    double reservation_timeout; /* default 60 */
+    double stop_grace;          /* default 5 */
+    double heartbeat_timeout;   /* default 30 */
+    bool ps_runs_program;       /* run argv on ps nodes too (default: built-in TF server) */
+    const char *python;         /* interpreter for the built-in ps server; NULL: guess */
+} tfos_run_opts;
+
+typedef struct tfos_local tfos_local;
+
+/* Start a coordinator and one agent process per node on this machine. */
+int tfos_local_open(tfos_local **out, const tfos_run_opts *opts);
+/* Drive the cluster for at most timeout_ms. Returns 1 once it has ended
+ * (succeeded, failed or stopped, and every agent is gone), else 0. */
+int tfos_local_step(tfos_local *l, int timeout_ms);
+/* Stop the cluster (e.g. on SIGINT). signo, when non-zero, sets the exit
+ * code to 128+signo. */
+void tfos_local_stop(tfos_local *l, const char *reason, int signo);
+/* The coordinator, for status and failure queries (owned by l). */
+tfos_coord *tfos_local_coord(tfos_local *l);
+/* Directory holding the per-node logs (owned by l). */
+const char *tfos_local_log_dir(const tfos_local *l);
+/* Exit code of the run: 0 when every chief/worker/evaluator exited 0; 1 for a
+ * failed node; 124 for a reservation timeout; 128+sig when stopped by a
+ * signal. Valid once tfos_local_step returned 1. */
+int tfos_local_exit_code(const tfos_local *l);
+/* Stop whatever still runs (bounded), reap every agent, free. */
+void tfos_local_close(tfos_local *l);
+
+/* The whole `tfos run`: open, step until done or until *stop_signal becomes
+ * non-zero (then stop with that signal), close. */
+int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *exit_code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

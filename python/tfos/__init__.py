@@ -1,0 +1,16 @@
+"""tfos: distributed TensorFlow, PyTorch and JAX on Spark and on one machine.
+
+The native runtime (coordinator, node agent, launcher) is C, in the extension
+module ``tfos._tfos``; this package is the thin Python over it:
+
+* :func:`tfos.run` forms a cluster of local nodes, like ``tfos run`` on the
+  command line;
+* :mod:`tfos.TFNode` gives a program started by tfos its context, with the
+  fields TensorFlowOnSpark programs use (``job_name``, ``task_index``,
+  ``cluster_spec``, ...).
+"""
+from ._launch import ClusterError, agent_path, run
+from . import TFNode
+from ._tfos import VERSION as __version__
+
+__all__ = ["run", "ClusterError", "agent_path", "TFNode", "__version__"]

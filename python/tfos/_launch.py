@@ -1,0 +1,75 @@
+"""The local launcher from Python: what ``tfos run`` does, as a function."""
+import os
+import shutil
+import signal
+
+from . import _tfos
+
+
+class ClusterError(RuntimeError):
+    """A cluster failed: a node's program failed, the reservation timed out, or
+    it was stopped. ``exit_code`` is what ``tfos run`` would have exited with,
+    ``log_dir`` holds every node's log, and the message names the node, its
+    exit status and its last lines."""
+
+    def __init__(self, message, exit_code, log_dir):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.log_dir = log_dir
+
+
+def agent_path():
+    """Path of the ``tfos`` binary that runs node agents: $TFOS_AGENT, else
+    the one installed inside this package, else ``tfos`` on PATH."""
+    env = os.environ.get("TFOS_AGENT")
+    if env:
+        return env
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "tfos")
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("tfos")
+    if found:
+        return found
+    raise FileNotFoundError("the tfos agent binary is missing: expected %s (reinstall tfos) "
+                            "or set TFOS_AGENT" % here)
+
+
+def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
+        reservation_timeout=60.0, grace=5.0, heartbeat_timeout=30.0,
+        ps_runs_program=False, python=None, check=True):
+    """Run ``argv`` on a cluster of local nodes and wait for it to end.
+
+    Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
+    -- argv...``: every node runs ``argv`` with TF_CONFIG and friends set; ps
+    nodes run a built-in TensorFlow server unless ``ps_runs_program``. Returns
+    the exit code (0 on success). With ``check`` (the default), a failed
+    cluster raises :class:`ClusterError` instead. Ctrl-C stops every node
+    cleanly and then raises KeyboardInterrupt.
+
+    Must be called from a thread that outlives the run: agents are tied to the
+    launching thread and end with it (they get a parent-death signal).
+    """
+    cluster = _tfos.LocalCluster([str(a) for a in argv], agent_path(), workers, ps, chief, evaluator,
+                                 log_dir=None if log_dir is None else str(log_dir),
+                                 reservation_timeout=float(reservation_timeout), grace=float(grace),
+                                 heartbeat_timeout=float(heartbeat_timeout),
+                                 ps_runs_program=ps_runs_program, python=python)
+    interrupted = None
+    try:
+        while True:
+            try:
+                if cluster.step(200):
+                    break
+            except KeyboardInterrupt as exc:
+                if interrupted is None:
+                    interrupted = exc
+                    cluster.stop("interrupted by Ctrl-C (KeyboardInterrupt)", signal.SIGINT)
+        code, failure, logs = cluster.exit_code, cluster.failure, cluster.log_dir
+    finally:
+        cluster.close()
+    if interrupted is not None:
+        raise interrupted
+    if code != 0 and check:
+        raise ClusterError("the cluster failed (exit code %d):\n%s\nlogs: %s" % (code, failure, logs),
+                           code, logs)
+    return code

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the system packages tfos builds and tests with (Debian/Ubuntu), when
+# they are missing. Needs root (or sudo) only if something must be installed.
+set -euo pipefail
+need=()
+[ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)
+command -v cmake >/dev/null || need+=(cmake)
+command -v gcc >/dev/null || need+=(gcc)
+command -v make >/dev/null || need+=(make)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${need[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"

@@ -1,0 +1,312 @@
+/* main.c: the tfos command.
+ *
+ *   tfos run [options] -- CMD ARGS...     a whole cluster on this machine
+ *   tfos node [options] -- CMD ARGS...    one node agent (used by launchers)
+ *   tfos coordinator [options]            a coordinator alone, for agents
+ *                                         started by hand or by other tools
+ *   tfos version
+ */
+#include "core/auth.h"
+#include "platform/clock.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: tfos run [options] -- CMD [ARGS...]\n"
+    "       tfos node --coord HOST:PORT --executor-id N [options] -- CMD [ARGS...]\n"
+    "       tfos coordinator --workers N [options]\n"
+    "       tfos version\n"
+    "\n"
+    "tfos run forms a cluster of local nodes and runs CMD on each with TF_CONFIG,\n"
+    "torchrun's and JAX's variables, and TFOS_* context variables set.\n"
+    "\n"
+    "cluster options (run, coordinator):\n"
+    "  --workers N              worker nodes (besides the chief)\n"
+    "  --ps M                   parameter-server nodes (default 0)\n"
+    "  --chief                  add one chief node\n"
+    "  --evaluator              add one evaluator node\n"
+    "  --reservation-timeout S  seconds for every node to register (run: 60, coordinator: 600)\n"
+    "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
+    "  --heartbeat-timeout S    a node silent this long has failed (default 30)\n"
+    "run options:\n"
+    "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
+    "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
+    "  --python PY              interpreter for the built-in ps server\n"
+    "coordinator options:\n"
+    "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
+    "node options:\n"
+    "  --coord HOST:PORT        the coordinator; the secret comes from $TFOS_SECRET\n"
+    "  --executor-id N          this node's id (decides its role)\n"
+    "  --host H                 address other nodes reach this one at (default 127.0.0.1)\n"
+    "  --log-dir D              write the program's output to D/<job>-<index>.log\n"
+    "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
+    "  --quiet                  do not echo the program's output\n";
+
+static volatile int got_signal;
+
+static void on_signal(int sig)
+{
+    if (!got_signal)
+        got_signal = sig;
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tfos: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(tfos --help for usage)\n");
+    return 2;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "tfos: %s needs an integer between %d and %d, got '%s'\n", opt, lo, hi, s ? s : "");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_secs(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || errno || end == s || *end || v <= 0 || v > 1e7) {
+        fprintf(stderr, "tfos: %s needs a positive number of seconds, got '%s'\n", opt, s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+typedef struct cli {
+    tfos_layout layout;
+    int have_workers;
+    double reservation_timeout, grace, heartbeat_timeout;
+    const char *log_dir, *python, *listen, *coord, *host, *ps_python;
+    int ps_runs_program, executor_id, quiet;
+    char **argv; /* after -- */
+} cli;
+
+/* Parse options of every subcommand; each subcommand checks which it needs. */
+static int parse(int argc, char **argv, cli *c)
+{
+    memset(c, 0, sizeof *c);
+    c->executor_id = -1;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            c->argv = argv + i + 1;
+            return 0;
+        }
+        char *val = NULL;
+        char *eq = NULL;
+        if (!strncmp(a, "--", 2) && (eq = strchr(a, '=')))
+            *eq = '\0', val = eq + 1;
+#define NEXT() (val ? val : (i + 1 < argc ? argv[++i] : NULL))
+        if (!strcmp(a, "--workers")) {
+            if (parse_int(a, NEXT(), 0, 1000, &c->layout.num_workers))
+                return 2;
+            c->have_workers = 1;
+        } else if (!strcmp(a, "--ps")) {
+            if (parse_int(a, NEXT(), 0, 1000, &c->layout.num_ps))
+                return 2;
+        } else if (!strcmp(a, "--chief")) {
+            c->layout.chief = true;
+        } else if (!strcmp(a, "--evaluator")) {
+            c->layout.evaluator = true;
+        } else if (!strcmp(a, "--reservation-timeout")) {
+            if (parse_secs(a, NEXT(), &c->reservation_timeout))
+                return 2;
+        } else if (!strcmp(a, "--grace")) {
+            if (parse_secs(a, NEXT(), &c->grace))
+                return 2;
+        } else if (!strcmp(a, "--heartbeat-timeout")) {
+            if (parse_secs(a, NEXT(), &c->heartbeat_timeout))
+                return 2;
+        } else if (!strcmp(a, "--log-dir")) {
+            if (!(c->log_dir = NEXT()))
+                return usage_error("%s needs a directory", a);
+        } else if (!strcmp(a, "--python")) {
+            if (!(c->python = NEXT()))
+                return usage_error("%s needs an interpreter", a);
+        } else if (!strcmp(a, "--ps-runs-program")) {
+            c->ps_runs_program = 1;
+        } else if (!strcmp(a, "--listen")) {
+            if (!(c->listen = NEXT()))
+                return usage_error("%s needs HOST:PORT", a);
+        } else if (!strcmp(a, "--coord")) {
+            if (!(c->coord = NEXT()))
+                return usage_error("%s needs HOST:PORT", a);
+        } else if (!strcmp(a, "--host")) {
+            if (!(c->host = NEXT()))
+                return usage_error("%s needs an address", a);
+        } else if (!strcmp(a, "--ps-python")) {
+            if (!(c->ps_python = NEXT()))
+                return usage_error("%s needs an interpreter", a);
+        } else if (!strcmp(a, "--executor-id")) {
+            if (parse_int(a, NEXT(), 0, 1 << 20, &c->executor_id))
+                return 2;
+        } else if (!strcmp(a, "--quiet")) {
+            c->quiet = 1;
+        } else {
+            return usage_error("unknown option '%s'", a);
+        }
+#undef NEXT
+    }
+    return 0;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static int self_path(char *buf, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return 0;
+}
+
+static int cmd_run(cli *c)
+{
+    if (!c->argv || !c->argv[0])
+        return usage_error("%s", "run needs a program after --");
+    if (!c->have_workers && !c->layout.chief)
+        return usage_error("%s", "run needs --workers N (or --chief)");
+    char exe[PATH_MAX];
+    if (self_path(exe, sizeof exe)) {
+        fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    tfos_run_opts o = {.layout = c->layout, .argv = c->argv, .agent_path = exe, .log_dir = c->log_dir,
+                       .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
+                       .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
+                       .python = c->python};
+    install_signals();
+    int code = 1;
+    int rc = tfos_run_local(&o, &got_signal, &code);
+    if (rc) {
+        fprintf(stderr, "tfos: could not start the cluster: %s\n", tfos_strerror(rc));
+        return 1;
+    }
+    return code;
+}
+
+static int cmd_node(cli *c)
+{
+    if (!c->argv || !c->argv[0])
+        return usage_error("%s", "node needs a program after --");
+    if (!c->coord || c->executor_id < 0)
+        return usage_error("%s", "node needs --coord HOST:PORT and --executor-id N");
+    const char *secret = getenv("TFOS_SECRET");
+    if (!secret || !*secret) {
+        fprintf(stderr, "tfos: node: $TFOS_SECRET is not set (the cluster's secret, from its launcher)\n");
+        return 2;
+    }
+    char *ps_argv[2] = {(char *)c->ps_python, NULL};
+    tfos_agent_opts o = {.coord_addr = c->coord, .secret = secret, .executor_id = c->executor_id,
+                         .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
+                         .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet};
+    signal(SIGPIPE, SIG_IGN);
+    int code = 1;
+    int rc = tfos_agent_run(&o, &code);
+    return rc ? 1 : code;
+}
+
+static int cmd_coordinator(cli *c)
+{
+    if (!c->have_workers && !c->layout.chief)
+        return usage_error("%s", "coordinator needs --workers N (or --chief)");
+    char host[256] = "127.0.0.1";
+    int port = 0;
+    if (c->listen) {
+        const char *colon = strrchr(c->listen, ':');
+        if (!colon || (size_t)(colon - c->listen) >= sizeof host ||
+            parse_int("--listen port", colon + 1, 0, 65535, &port))
+            return usage_error("--listen needs HOST:PORT, got '%s'", c->listen);
+        memcpy(host, c->listen, (size_t)(colon - c->listen));
+        host[colon - c->listen] = '\0';
+    }
+    char fresh[TFOS_HEX_SECRET_LEN + 1];
+    const char *secret = getenv("TFOS_SECRET");
+    if (!secret || !*secret) {
+        if (tfos__random_hex(fresh, 32))
+            return 1;
+        secret = fresh;
+        printf("TFOS_SECRET=%s\n", secret);
+    }
+    tfos_coord_opts o = {.layout = c->layout, .bind_host = host, .port = port, .secret = secret,
+                         .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
+                         .heartbeat_timeout = c->heartbeat_timeout};
+    tfos_coord *co;
+    int rc = tfos_coord_open(&co, &o);
+    if (rc) {
+        fprintf(stderr, "tfos: cannot start the coordinator on %s:%d: %s\n", host, port,
+                rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+        return 1;
+    }
+    printf("TFOS_COORD_ADDR=%s\n", tfos_coord_address(co));
+    fflush(stdout);
+    install_signals();
+    int stopped = 0;
+    while (tfos_coord_step(co, 100) < TFOS_COORD_DONE) {
+        if (got_signal && !stopped) {
+            char reason[96];
+            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", got_signal, strsignal(got_signal));
+            tfos_coord_stop(co, reason);
+            stopped = 1;
+        }
+    }
+    int code = 0;
+    if (tfos_coord_state(co) == TFOS_COORD_FAILED) {
+        fprintf(stderr, "tfos: the cluster failed:\n%s\n", tfos_coord_failure(co));
+        code = stopped ? 128 + got_signal : tfos_coord_failure_code(co) == TFOS_ETIMEDOUT ? 124 : 1;
+    }
+    tfos_coord_close(co);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("tfos %s (protocol %d)\n", TFOS_VERSION, TFOS_PROTOCOL_VERSION);
+        return 0;
+    }
+    cli c;
+    int rc = parse(argc - 2, argv + 2, &c);
+    if (rc)
+        return rc;
+    if (!strcmp(argv[1], "run"))
+        return cmd_run(&c);
+    if (!strcmp(argv[1], "node"))
+        return cmd_node(&c);
+    if (!strcmp(argv[1], "coordinator"))
+        return cmd_coordinator(&c);
+    return usage_error("unknown command '%s'", argv[1]);
+}

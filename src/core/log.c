@@ -1,0 +1,78 @@
+/* log.c: process-wide logger with a level threshold. */
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static tfos_log_fn log_fn;
+static void *log_user;
+static int log_level = -1; /* -1: not yet read from the environment */
+
+static void default_sink(int level, const char *msg, void *user)
+{
+    (void)user;
+    static const char *names[] = {"debug: ", "", "warning: ", "error: "};
+    char line[4200];
+    int n = snprintf(line, sizeof line, "tfos: %s%s\n", names[level & 3], msg);
+    if (n > (int)sizeof line - 1) {
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
+    ssize_t w = write(2, line, (size_t)n); /* one write: lines from many processes don't mix */
+    (void)w;
+}
+
+static int level_from_env(void)
+{
+    const char *e = getenv("TFOS_LOG_LEVEL");
+    if (!e)
+        return TFOS_LOG_INFO;
+    if (!strcasecmp(e, "debug"))
+        return TFOS_LOG_DEBUG;
+    if (!strcasecmp(e, "warn") || !strcasecmp(e, "warning"))
+        return TFOS_LOG_WARN;
+    if (!strcasecmp(e, "error"))
+        return TFOS_LOG_ERROR;
+    return TFOS_LOG_INFO;
+}
+
+void tfos_set_logger(tfos_log_fn fn, void *user)
+{
+    pthread_mutex_lock(&log_lock);
+    log_fn = fn;
+    log_user = user;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void tfos_set_log_level(int level)
+{
+    pthread_mutex_lock(&log_lock);
+    log_level = level;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void tfos__log(int level, const char *fmt, ...)
+{
+    pthread_mutex_lock(&log_lock);
+    if (log_level < 0)
+        log_level = level_from_env();
+    if (level < log_level) {
+        pthread_mutex_unlock(&log_lock);
+        return;
+    }
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tfos_log_fn fn = log_fn ? log_fn : default_sink;
+    void *user = log_fn ? log_user : NULL;
+    fn(level, msg, user);
+    pthread_mutex_unlock(&log_lock);
+}

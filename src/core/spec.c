@@ -1,0 +1,321 @@
+/* spec.c: layouts, TF_CONFIG, torchrun/JAX variables, the TFOS_* context. */
+#include "core/spec.h"
+
+#include "tfos/tfos.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tfos_layout_total(const tfos_layout *l)
+{
+    return l->num_ps + l->num_workers + (l->chief ? 1 : 0) + (l->evaluator ? 1 : 0);
+}
+
+int tfos_layout_role(const tfos_layout *l, int id, const char **job, int *index)
+{
+    if (id < 0 || id >= tfos_layout_total(l))
+        return TFOS_EINVAL;
+    if (id < l->num_ps) {
+        *job = "ps";
+        *index = id;
+        return 0;
+    }
+    id -= l->num_ps;
+    if (l->chief) {
+        if (id == 0) {
+            *job = "chief";
+            *index = 0;
+            return 0;
+        }
+        id--;
+    }
+    if (l->evaluator) {
+        if (id == 0) {
+            *job = "evaluator";
+            *index = 0;
+            return 0;
+        }
+        id--;
+    }
+    *job = "worker";
+    *index = id;
+    return 0;
+}
+
+static const char *const job_order[] = {"chief", "worker", "ps", "evaluator"};
+
+int tfos__job_valid(const char *job)
+{
+    for (size_t i = 0; i < 4; i++)
+        if (!strcmp(job, job_order[i]))
+            return 1;
+    return 0;
+}
+
+int tfos__job_is_trainer(const char *job)
+{
+    return !strcmp(job, "chief") || !strcmp(job, "worker");
+}
+
+/* A growable string; on allocation failure it becomes NULL and stays so. */
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            free(b->s);
+            b->s = NULL;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* JSON string body: hosts come from peers, so escape what JSON requires. */
+static void sb_json_str(sbuf *b, const char *s)
+{
+    sb_add(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            sb_add(b, "\\%c", ch);
+        else if (ch < 0x20)
+            sb_add(b, "\\u%04x", ch);
+        else
+            sb_add(b, "%c", ch);
+    }
+    sb_add(b, "\"");
+}
+
+static void cluster_json(sbuf *b, const tfos__node_addr *nodes, int n)
+{
+    int first_job = 1;
+    sb_add(b, "{");
+    for (size_t j = 0; j < 4; j++) {
+        const char *job = job_order[j];
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(nodes[i].job, job))
+                count++;
+        if (!count)
+            continue;
+        sb_add(b, "%s\"%s\": [", first_job ? "" : ", ", job);
+        first_job = 0;
+        /* by task index; indexes are dense 0..count-1 */
+        for (int idx = 0; idx < count; idx++) {
+            for (int i = 0; i < n; i++) {
+                if (strcmp(nodes[i].job, job) || nodes[i].index != idx)
+                    continue;
+                char addr[TFOS_HOST_MAX + 16];
+                if (strchr(nodes[i].host, ':'))
+                    snprintf(addr, sizeof addr, "[%s]:%d", nodes[i].host, nodes[i].port);
+                else
+                    snprintf(addr, sizeof addr, "%s:%d", nodes[i].host, nodes[i].port);
+                sb_add(b, "%s", idx ? ", " : "");
+                sb_json_str(b, addr);
+            }
+        }
+        sb_add(b, "]");
+    }
+    sb_add(b, "}");
+}
+
+char *tfos__cluster_json(const tfos__node_addr *nodes, int n)
+{
+    sbuf b = {0};
+    cluster_json(&b, nodes, n);
+    return b.s;
+}
+
+char *tfos__tf_config(const tfos__node_addr *nodes, int n, int self)
+{
+    sbuf b = {0};
+    sb_add(&b, "{\"cluster\": ");
+    cluster_json(&b, nodes, n);
+    sb_add(&b, ", \"task\": {\"type\": \"%s\", \"index\": %d}}", nodes[self].job, nodes[self].index);
+    return b.s;
+}
+
+void tfos__env_free(char **env)
+{
+    if (!env)
+        return;
+    for (char **e = env; *e; e++)
+        free(*e);
+    free(env);
+}
+
+/* Variables tfos owns: dropped from the inherited environment. */
+static int owned_var(const char *kv)
+{
+    static const char *const names[] = {"TF_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                                        "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
+                                        "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"};
+    if (!strncmp(kv, "TFOS_", 5))
+        return 1;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        size_t l = strlen(names[i]);
+        if (!strncmp(kv, names[i], l) && kv[l] == '=')
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct envv {
+    char **v;
+    size_t n, cap;
+    int oom;
+} envv;
+
+static void env_push(envv *e, char *s)
+{
+    if (!s)
+        e->oom = 1;
+    if (e->oom) {
+        free(s);
+        return;
+    }
+    if (e->n + 2 > e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 64;
+        char **v = realloc(e->v, cap * sizeof *v);
+        if (!v) {
+            e->oom = 1;
+            free(s);
+            return;
+        }
+        e->v = v;
+        e->cap = cap;
+    }
+    e->v[e->n++] = s;
+    e->v[e->n] = NULL;
+}
+
+static void env_set(envv *e, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void env_set(envv *e, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int vl = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    size_t nl = strlen(name);
+    char *s = malloc(nl + (size_t)vl + 2);
+    if (s) {
+        memcpy(s, name, nl);
+        s[nl] = '=';
+        va_start(ap, fmt);
+        vsnprintf(s + nl + 1, (size_t)vl + 1, fmt, ap);
+        va_end(ap);
+    }
+    env_push(e, s);
+}
+
+/* Rank of a trainer: chief first, then workers by index. -1 for others. */
+static int trainer_rank(const tfos__node_addr *nodes, int n, int self)
+{
+    if (!tfos__job_is_trainer(nodes[self].job))
+        return -1;
+    int has_chief = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(nodes[i].job, "chief"))
+            has_chief = 1;
+    if (!strcmp(nodes[self].job, "chief"))
+        return 0;
+    return nodes[self].index + has_chief;
+}
+
+char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx)
+{
+    envv e = {0};
+    for (char *const *b = base; b && *b; b++)
+        if (!owned_var(*b))
+            env_push(&e, strdup(*b));
+
+    const tfos__node_addr *me = &nodes[self];
+    int world = 0, rank0 = -1, rank = trainer_rank(nodes, n, self);
+    int local_rank = 0, local_world = 0;
+    for (int i = 0; i < n; i++) {
+        int r = trainer_rank(nodes, n, i);
+        if (r < 0)
+            continue;
+        world++;
+        if (r == 0)
+            rank0 = i;
+        if (!strcmp(nodes[i].host, me->host)) {
+            local_world++;
+            if (rank >= 0 && r < rank)
+                local_rank++;
+        }
+    }
+
+    char *tfc = tfos__tf_config(nodes, n, self);
+    char *cluster = tfos__cluster_json(nodes, n);
+    if (!tfc || !cluster)
+        e.oom = 1;
+    else {
+        env_set(&e, "TF_CONFIG", "%s", tfc);
+        env_set(&e, "TFOS_CLUSTER_SPEC", "%s", cluster);
+    }
+    free(tfc);
+    free(cluster);
+
+    env_set(&e, "TFOS_JOB_NAME", "%s", me->job);
+    env_set(&e, "TFOS_TASK_INDEX", "%d", me->index);
+    env_set(&e, "TFOS_EXECUTOR_ID", "%d", me->executor_id);
+    env_set(&e, "TFOS_WORKER_NUM", "%d", me->executor_id);
+    env_set(&e, "TFOS_NUM_WORKERS", "%d", world);
+    env_set(&e, "TFOS_NUM_NODES", "%d", n);
+    env_set(&e, "TFOS_HOST", "%s", me->host);
+    env_set(&e, "TFOS_PORT", "%d", me->port);
+    env_set(&e, "TFOS_ATTEMPT", "%d", ctx->attempt);
+    if (ctx->coord_addr)
+        env_set(&e, "TFOS_COORD_ADDR", "%s", ctx->coord_addr);
+    if (ctx->log_dir)
+        env_set(&e, "TFOS_LOG_DIR", "%s", ctx->log_dir);
+    if (ctx->secret)
+        env_set(&e, "TFOS_SECRET", "%s", ctx->secret);
+
+    if (rank0 >= 0) {
+        env_set(&e, "MASTER_ADDR", "%s", nodes[rank0].host);
+        env_set(&e, "MASTER_PORT", "%d", nodes[rank0].port);
+        env_set(&e, "WORLD_SIZE", "%d", world);
+        env_set(&e, "JAX_COORDINATOR_ADDRESS", "%s:%d", nodes[rank0].host, nodes[rank0].port);
+        env_set(&e, "JAX_NUM_PROCESSES", "%d", world);
+        if (rank >= 0) {
+            env_set(&e, "RANK", "%d", rank);
+            env_set(&e, "LOCAL_RANK", "%d", local_rank);
+            env_set(&e, "LOCAL_WORLD_SIZE", "%d", local_world);
+            env_set(&e, "JAX_PROCESS_ID", "%d", rank);
+        }
+    }
+    if (e.oom) {
+        tfos__env_free(e.v);
+        return NULL;
+    }
+    if (!e.v) /* empty base and nothing set cannot happen, but stay total */
+        env_push(&e, strdup("TFOS_EMPTY=1"));
+    return e.v;
+}

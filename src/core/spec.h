@@ -1,0 +1,55 @@
+/* spec.h: the cluster description handed to every user program.
+ *
+ * From the list of registered nodes (job, index, host, port) this builds the
+ * environment a node's program runs with:
+ *   TF_CONFIG     exactly as TensorFlow documents it;
+ *   MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+ *                 as torchrun sets them (trainers = chief + workers, rank 0
+ *                 is the chief, or worker 0 without a chief);
+ *   JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
+ *                 the arguments of jax.distributed.initialize;
+ *   TFOS_*        tfos's context (job, index, executor id, coordinator, ...).
+ * ps and evaluator nodes are not trainers: they get no RANK. */
+#ifndef TFOS_CORE_SPEC_H
+#define TFOS_CORE_SPEC_H
+#include <stddef.h>
+
+#define TFOS_JOB_MAX 16
+#define TFOS_HOST_MAX 256
+
+typedef struct tfos__node_addr {
+    char job[TFOS_JOB_MAX];
+    int index;
+    int executor_id;
+    char host[TFOS_HOST_MAX];
+    int port;
+} tfos__node_addr;
+
+/* Is `job` one of chief, worker, ps, evaluator? */
+int tfos__job_valid(const char *job);
+/* Trainers (chief, worker) take part in all-reduce and get a torch rank. */
+int tfos__job_is_trainer(const char *job);
+
+/* TF_CONFIG JSON for node `self` of nodes[0..n-1]. Cluster lists in the order
+ * chief, worker, ps, evaluator, each sorted by task index. The caller frees
+ * the returned string. NULL on out of memory. */
+char *tfos__tf_config(const tfos__node_addr *nodes, int n, int self);
+/* The "cluster" object alone (TFoS's ctx.cluster_spec). Caller frees. */
+char *tfos__cluster_json(const tfos__node_addr *nodes, int n);
+
+/* Context the agent adds to the program's environment. */
+typedef struct tfos__ctx_env {
+    const char *coord_addr;
+    int attempt;
+    const char *log_dir;   /* may be NULL */
+    const char *secret;    /* passed on so the program's own tfos calls authenticate */
+} tfos__ctx_env;
+
+/* Build the program's environment: a copy of `base` (NULL-terminated, e.g.
+ * environ) minus any variables tfos sets, plus the cluster variables for node
+ * `self`. Returns a NULL-terminated array of malloc'd strings (free with
+ * tfos__env_free) or NULL on out of memory. */
+char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx);
+void tfos__env_free(char **env);
+
+#endif

@@ -1,0 +1,370 @@
+/* wire.c: frame headers, key=value payloads, buffered connections. */
+#include "core/wire.h"
+
+#include "platform/clock.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const uint8_t magic[4] = {'T', 'F', 'O', 'S'};
+
+int tfos__wire_header(const uint8_t *b, size_t n, uint32_t max, tfos__frame *f, const char **why)
+{
+    const char *w = NULL;
+    int rc = 0;
+    if (n < TFOS_WIRE_HEADER)
+        return TFOS_EAGAIN;
+    uint32_t len = (uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11];
+    if (memcmp(b, magic, 4) != 0) {
+        w = "bad magic (not a tfos peer)";
+        rc = TFOS_EPROTO;
+    } else if (b[4] != TFOS_PROTOCOL_VERSION) {
+        w = "unsupported protocol version";
+        rc = TFOS_EPROTO;
+    } else if (b[5] < 1 || b[5] > TFOS_MSG_MAX_) {
+        w = "unknown message type";
+        rc = TFOS_EPROTO;
+    } else if (b[6] || b[7]) {
+        w = "reserved header bits set";
+        rc = TFOS_EPROTO;
+    } else if (len > max) {
+        w = "frame larger than the limit";
+        rc = TFOS_ETOOBIG;
+    }
+    if (rc) {
+        if (why)
+            *why = w;
+        return rc;
+    }
+    f->type = b[5];
+    f->len = len;
+    f->payload = (const char *)b + TFOS_WIRE_HEADER;
+    return 0;
+}
+
+static int key_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.';
+}
+
+int tfos__kv_validate(const char *p, size_t n, const char **why)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t k = i;
+        while (k < n && key_char(p[k]))
+            k++;
+        if (k == i || k >= n || p[k] != '=') {
+            if (why)
+                *why = "payload line without key=value";
+            return TFOS_EPROTO;
+        }
+        size_t v = k + 1;
+        while (v < n && p[v] != '\n' && p[v] != '\0')
+            v++;
+        if (v >= n || p[v] != '\n') {
+            if (why)
+                *why = v >= n ? "payload line not terminated" : "NUL byte in payload";
+            return TFOS_EPROTO;
+        }
+        i = v + 1;
+    }
+    return 0;
+}
+
+int tfos__kv_next(const char *p, size_t n, size_t *pos, const char **key, size_t *klen,
+                  const char **val, size_t *vlen)
+{
+    size_t i = *pos;
+    if (i >= n)
+        return TFOS_EEND;
+    const char *eq = memchr(p + i, '=', n - i);
+    const char *nl = eq ? memchr(eq, '\n', n - (size_t)(eq - p)) : NULL;
+    if (!eq || !nl)
+        return TFOS_EEND;
+    *key = p + i;
+    *klen = (size_t)(eq - (p + i));
+    *val = eq + 1;
+    *vlen = (size_t)(nl - eq - 1);
+    *pos = (size_t)(nl - p) + 1;
+    return 0;
+}
+
+static int kv_find(const char *p, size_t n, const char *key, const char **val, size_t *vlen)
+{
+    size_t pos = 0, klen, kl = strlen(key);
+    const char *k;
+    while (tfos__kv_next(p, n, &pos, &k, &klen, val, vlen) == 0)
+        if (klen == kl && memcmp(k, key, kl) == 0)
+            return 0;
+    return TFOS_EINVAL;
+}
+
+int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t outlen)
+{
+    const char *v;
+    size_t vl;
+    if (kv_find(p, n, key, &v, &vl))
+        return TFOS_EINVAL;
+    if (vl >= outlen)
+        return TFOS_ETOOBIG;
+    memcpy(out, v, vl);
+    out[vl] = '\0';
+    return 0;
+}
+
+int tfos__kv_int(const char *p, size_t n, const char *key, long long lo, long long hi, long long *out)
+{
+    char buf[32], *end;
+    if (tfos__kv_str(p, n, key, buf, sizeof buf))
+        return TFOS_EINVAL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno || end == buf || *end || v < lo || v > hi)
+        return TFOS_EINVAL;
+    *out = v;
+    return 0;
+}
+
+static void msg_reserve(tfos__msg *m, size_t extra)
+{
+    if (m->err)
+        return;
+    if (m->len + extra <= m->cap)
+        return;
+    size_t cap = m->cap ? m->cap : 256;
+    while (cap < m->len + extra)
+        cap *= 2;
+    char *b = realloc(m->buf, cap);
+    if (!b) {
+        m->err = TFOS_ENOMEM;
+        return;
+    }
+    m->buf = b;
+    m->cap = cap;
+}
+
+void tfos__msg_begin(tfos__msg *m, int type)
+{
+    memset(m, 0, sizeof *m);
+    msg_reserve(m, TFOS_WIRE_HEADER);
+    if (m->err)
+        return;
+    memcpy(m->buf, magic, 4);
+    m->buf[4] = TFOS_PROTOCOL_VERSION;
+    m->buf[5] = (char)type;
+    m->buf[6] = m->buf[7] = 0;
+    m->len = TFOS_WIRE_HEADER;
+}
+
+void tfos__msg_add(tfos__msg *m, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    size_t kl = strlen(key);
+    va_start(ap, fmt);
+    int vl = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (vl < 0) {
+        m->err = TFOS_EINVAL;
+        return;
+    }
+    msg_reserve(m, kl + (size_t)vl + 3);
+    if (m->err)
+        return;
+    memcpy(m->buf + m->len, key, kl);
+    m->len += kl;
+    m->buf[m->len++] = '=';
+    va_start(ap, fmt);
+    vsnprintf(m->buf + m->len, (size_t)vl + 1, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < vl; i++)
+        if (m->buf[m->len + i] == '\n' || m->buf[m->len + i] == '\0')
+            m->buf[m->len + i] = ' ';
+    m->len += (size_t)vl;
+    m->buf[m->len++] = '\n';
+}
+
+int tfos__msg_end(tfos__msg *m)
+{
+    if (m->err)
+        return m->err;
+    size_t pl = m->len - TFOS_WIRE_HEADER;
+    if (pl > TFOS_WIRE_MAX_PAYLOAD)
+        return m->err = TFOS_ETOOBIG;
+    m->buf[8] = (char)(pl >> 24);
+    m->buf[9] = (char)(pl >> 16);
+    m->buf[10] = (char)(pl >> 8);
+    m->buf[11] = (char)pl;
+    return 0;
+}
+
+void tfos__msg_fini(tfos__msg *m)
+{
+    free(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+void tfos__conn_init(tfos__conn *c, int fd, uint32_t max_payload)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->max_payload = max_payload;
+}
+
+void tfos__conn_fini(tfos__conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->in);
+    free(c->out);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}
+
+int tfos__conn_read(tfos__conn *c)
+{
+    size_t limit = TFOS_WIRE_HEADER + (size_t)c->max_payload;
+    for (;;) {
+        if (c->in_len == c->in_cap) {
+            if (c->in_cap >= 2 * limit)
+                return 0; /* a full frame is already buffered; parse it first */
+            size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
+            uint8_t *b = realloc(c->in, cap);
+            if (!b)
+                return TFOS_ENOMEM;
+            c->in = b;
+            c->in_cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (r > 0) {
+            c->in_len += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return TFOS_ECLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        if (errno == ECONNRESET || errno == EPIPE)
+            return TFOS_ECLOSED;
+        return TFOS_ESYS;
+    }
+}
+
+int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why)
+{
+    if (c->have_frame)
+        tfos__conn_consume(c);
+    int rc = tfos__wire_header(c->in, c->in_len, c->max_payload, f, why);
+    if (rc)
+        return rc;
+    if (c->in_len < TFOS_WIRE_HEADER + (size_t)f->len)
+        return TFOS_EAGAIN;
+    rc = tfos__kv_validate(f->payload, f->len, why);
+    if (rc)
+        return rc;
+    c->have_frame = 1;
+    return 0;
+}
+
+void tfos__conn_consume(tfos__conn *c)
+{
+    if (!c->have_frame)
+        return;
+    uint32_t len = (uint32_t)c->in[8] << 24 | (uint32_t)c->in[9] << 16 | (uint32_t)c->in[10] << 8 | c->in[11];
+    size_t used = TFOS_WIRE_HEADER + len;
+    memmove(c->in, c->in + used, c->in_len - used);
+    c->in_len -= used;
+    c->have_frame = 0;
+}
+
+int tfos__conn_flush(tfos__conn *c)
+{
+    size_t off = 0;
+    while (off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + off, c->out_len - off, MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        memmove(c->out, c->out + off, c->out_len - off);
+        c->out_len -= off;
+        return (errno == EPIPE || errno == ECONNRESET) ? TFOS_ECLOSED : TFOS_ESYS;
+    }
+    memmove(c->out, c->out + off, c->out_len - off);
+    c->out_len -= off;
+    return 0;
+}
+
+int tfos__conn_send(tfos__conn *c, const tfos__msg *m)
+{
+    if (m->err)
+        return m->err;
+    if (c->out_len + m->len > c->out_cap) {
+        size_t cap = c->out_cap ? c->out_cap : 4096;
+        while (cap < c->out_len + m->len)
+            cap *= 2;
+        uint8_t *b = realloc(c->out, cap);
+        if (!b)
+            return TFOS_ENOMEM;
+        c->out = b;
+        c->out_cap = cap;
+    }
+    memcpy(c->out + c->out_len, m->buf, m->len);
+    c->out_len += m->len;
+    return tfos__conn_flush(c);
+}
+
+int tfos__conn_flush_wait(tfos__conn *c, int timeout_ms)
+{
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    for (;;) {
+        int rc = tfos__conn_flush(c);
+        if (rc || c->out_len == 0)
+            return rc;
+        int left = tfos__ms_left(deadline, -1);
+        if (left == 0)
+            return TFOS_ETIMEDOUT;
+        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+        poll(&p, 1, left);
+    }
+}
+
+int tfos__conn_wait_frame(tfos__conn *c, int timeout_ms, tfos__frame *f, const char **why)
+{
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    for (;;) {
+        int rc = tfos__conn_frame(c, f, why);
+        if (rc != TFOS_EAGAIN)
+            return rc;
+        int left = tfos__ms_left(deadline, -1);
+        if (left == 0)
+            return TFOS_ETIMEDOUT;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, left);
+        if (n < 0 && errno != EINTR)
+            return TFOS_ESYS;
+        if (n > 0) {
+            rc = tfos__conn_read(c);
+            if (rc == TFOS_ECLOSED) {
+                /* a last frame may have arrived together with the close */
+                rc = tfos__conn_frame(c, f, why);
+                return rc == TFOS_EAGAIN ? TFOS_ECLOSED : rc;
+            }
+            if (rc)
+                return rc;
+        }
+    }
+}

@@ -1,0 +1,103 @@
+/* wire.h: the frames coordinator and agents exchange.
+ *
+ * A frame is a 12-byte header followed by a payload:
+ *   bytes 0-3  magic "TFOS"
+ *   byte  4    protocol version (TFOS_PROTOCOL_VERSION)
+ *   byte  5    message type (TFOS_MSG_*)
+ *   bytes 6-7  reserved, must be 0
+ *   bytes 8-11 payload length, big-endian, at most the receiver's limit
+ * The payload is text: lines "key=value\n", key in [a-z0-9_.], value any
+ * bytes but NUL and newline. A key may repeat (e.g. one "node=" per node).
+ * Nothing on the wire is ever executed or unpickled. */
+#ifndef TFOS_CORE_WIRE_H
+#define TFOS_CORE_WIRE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define TFOS_WIRE_HEADER 12
+/* Control frames are small; a peer sending more is broken or hostile. */
+#define TFOS_WIRE_MAX_PAYLOAD (64 * 1024)
+
+enum {
+    TFOS_MSG_HELLO = 1,     /* coord -> peer: nonce, protocol */
+    TFOS_MSG_REGISTER = 2,  /* agent -> coord: mac, executor_id, host, port, pid */
+    TFOS_MSG_SPEC = 3,      /* coord -> agent: role and the whole cluster */
+    TFOS_MSG_STARTED = 4,   /* agent -> coord: program pid */
+    TFOS_MSG_EXITED = 5,    /* agent -> coord: status, exit code/signal, tail lines */
+    TFOS_MSG_HEARTBEAT = 6, /* agent -> coord */
+    TFOS_MSG_STOP = 7,      /* coord -> agent: stop the program (grace, reason) */
+    TFOS_MSG_ERROR = 8,     /* either way: message, then the sender closes */
+    TFOS_MSG_QUERY = 9,     /* client -> coord: mac; asks for STATUS */
+    TFOS_MSG_STATUS = 10,   /* coord -> client: json */
+    TFOS_MSG_MAX_ = 10,
+};
+
+typedef struct tfos__frame {
+    int type;
+    uint32_t len;
+    const char *payload; /* points into the connection's buffer */
+} tfos__frame;
+
+/* Check a header. Returns 0, TFOS_EAGAIN when fewer than 12 bytes are given,
+ * TFOS_EPROTO (bad magic, version, type or reserved bits), TFOS_ETOOBIG. `why`
+ * (may be NULL) gets a static description of the problem. */
+int tfos__wire_header(const uint8_t *buf, size_t n, uint32_t max, tfos__frame *f, const char **why);
+
+/* Check that a payload is well-formed key=value lines. 0 or TFOS_EPROTO. */
+int tfos__kv_validate(const char *p, size_t n, const char **why);
+/* Iterate over lines: start with *pos = 0; returns 0 and the key/value spans,
+ * or TFOS_EEND after the last one. The payload must have been validated. */
+int tfos__kv_next(const char *p, size_t n, size_t *pos, const char **key, size_t *klen,
+                  const char **val, size_t *vlen);
+/* First value of `key` copied NUL-terminated into out. TFOS_EINVAL if absent,
+ * TFOS_ETOOBIG if it does not fit. */
+int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t outlen);
+/* First value of `key` as a decimal integer within [lo, hi]. */
+int tfos__kv_int(const char *p, size_t n, const char *key, long long lo, long long hi, long long *out);
+
+/* A frame under construction: header and payload in one heap buffer. */
+typedef struct tfos__msg {
+    char *buf;
+    size_t len, cap;
+    int err; /* first error while building; reported by tfos__msg_end */
+} tfos__msg;
+
+void tfos__msg_begin(tfos__msg *m, int type);
+/* Append "key=value\n"; value is printf-formatted. Newlines and NULs in the
+ * formatted value are replaced by spaces so a frame is always well-formed. */
+void tfos__msg_add(tfos__msg *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Finish the header. Returns 0 or the first error (TFOS_ENOMEM, TFOS_ETOOBIG). */
+int tfos__msg_end(tfos__msg *m);
+void tfos__msg_fini(tfos__msg *m);
+
+/* A buffered non-blocking connection carrying frames. */
+typedef struct tfos__conn {
+    int fd;
+    uint32_t max_payload;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out;
+    size_t out_len, out_cap;
+    int have_frame; /* a frame was handed out and not yet consumed */
+} tfos__conn;
+
+void tfos__conn_init(tfos__conn *c, int fd, uint32_t max_payload);
+/* Close the fd and free buffers. */
+void tfos__conn_fini(tfos__conn *c);
+/* Read what is available. 0, TFOS_ECLOSED on EOF, TFOS_ESYS. */
+int tfos__conn_read(tfos__conn *c);
+/* Next complete frame from the input buffer: 0, TFOS_EAGAIN (incomplete),
+ * TFOS_EPROTO / TFOS_ETOOBIG (the connection should be dropped; *why says
+ * what was wrong). The frame stays valid until tfos__conn_consume. */
+int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why);
+void tfos__conn_consume(tfos__conn *c);
+/* Queue a finished message and write as much as the socket takes. */
+int tfos__conn_send(tfos__conn *c, const tfos__msg *m);
+/* Write queued bytes. 0 (maybe with bytes left), TFOS_ECLOSED, TFOS_ESYS. */
+int tfos__conn_flush(tfos__conn *c);
+/* Flush, waiting up to timeout_ms for the socket to take everything. */
+int tfos__conn_flush_wait(tfos__conn *c, int timeout_ms);
+/* Wait up to timeout_ms for one frame (blocking helper for simple clients). */
+int tfos__conn_wait_frame(tfos__conn *c, int timeout_ms, tfos__frame *f, const char **why);
+
+#endif

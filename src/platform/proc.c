@@ -1,0 +1,125 @@
+/* proc.c: fork/exec with an exec-error pipe, process groups, parent-death
+ * signal, status decoding. */
+#include "platform/proc.h"
+
+#include "platform/clock.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Child side: only async-signal-safe calls from here to exec. */
+static void child_exec(const tfos__spawn_opts *o, int errpipe, pid_t parent)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int s = 1; s < NSIG; s++) {
+        if (s == SIGKILL || s == SIGSTOP)
+            continue;
+        signal(s, SIG_DFL);
+    }
+    if (o->new_pgroup)
+        setpgid(0, 0);
+    if (o->pdeathsig) {
+        prctl(PR_SET_PDEATHSIG, o->pdeathsig);
+        if (getppid() != parent) /* parent died before prctl took effect */
+            _exit(127);
+    }
+    int in = o->stdin_fd;
+    if (in < 0)
+        in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in >= 0 && dup2(in, 0) < 0)
+        goto fail;
+    if (o->stdout_fd >= 0 && dup2(o->stdout_fd, 1) < 0)
+        goto fail;
+    if (o->stderr_fd >= 0 && dup2(o->stderr_fd, 2) < 0)
+        goto fail;
+    execvpe(o->argv[0], o->argv, o->envp ? o->envp : environ);
+fail:;
+    int e = errno;
+    ssize_t w = write(errpipe, &e, sizeof e);
+    (void)w;
+    _exit(127);
+}
+
+int tfos__spawn(const tfos__spawn_opts *o, pid_t *pid_out)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return TFOS_ESYS;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(p[0]);
+        close(p[1]);
+        errno = e;
+        return TFOS_ESYS;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        child_exec(o, p[1], parent);
+    }
+    close(p[1]);
+    if (o->new_pgroup)
+        setpgid(pid, pid); /* also in the parent: no race with a kill(-pid) */
+    int child_errno = 0;
+    ssize_t n;
+    do
+        n = read(p[0], &child_errno, sizeof child_errno);
+    while (n < 0 && errno == EINTR);
+    close(p[0]);
+    if (n == (ssize_t)sizeof child_errno) {
+        int st;
+        waitpid(pid, &st, 0);
+        errno = child_errno;
+        return TFOS_ESYS;
+    }
+    *pid_out = pid;
+    return 0;
+}
+
+void tfos__describe_status(int status, char *buf, size_t len)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, len, "exit code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, len, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, len, "status 0x%x", status);
+}
+
+int tfos__exit_code(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return 1;
+}
+
+int tfos__wait_pid(pid_t pid, int timeout_ms, int *status)
+{
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return TFOS_ESYS;
+        if (tfos__now_ms() >= deadline)
+            return TFOS_ETIMEDOUT;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}

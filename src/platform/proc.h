@@ -1,0 +1,35 @@
+/* proc.h: starting, signalling and reaping child processes.
+ *
+ * Everything a child needs (argv, envp, fds) is prepared by the caller before
+ * fork; the child runs only async-signal-safe calls, then execs. An exec
+ * failure is reported to the parent over a close-on-exec pipe, so the parent
+ * learns "no such program" as an error code, not as a mysterious exit 127. */
+#ifndef TFOS_PLATFORM_PROC_H
+#define TFOS_PLATFORM_PROC_H
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct tfos__spawn_opts {
+    char *const *argv;  /* argv[0] is looked up on PATH (execvpe) */
+    char *const *envp;  /* full environment; NULL: inherit */
+    int stdin_fd;       /* -1: /dev/null */
+    int stdout_fd;      /* -1: inherit */
+    int stderr_fd;      /* -1: inherit */
+    int new_pgroup;     /* child leads a new process group (pgid == pid) */
+    int pdeathsig;      /* signal the child gets when this thread dies; 0: none */
+} tfos__spawn_opts;
+
+/* Start a child. On exec failure returns TFOS_ESYS with errno set to the
+ * child's exec errno (and the child is already reaped). */
+int tfos__spawn(const tfos__spawn_opts *o, pid_t *pid);
+
+/* Describe a waitpid status: "exit code 3", "signal 9 (Killed)". */
+void tfos__describe_status(int status, char *buf, size_t len);
+/* Shell-style exit code of a status: the code, or 128+signal. */
+int tfos__exit_code(int status);
+
+/* waitpid(pid) for at most timeout_ms (polling in short slices).
+ * Returns 0 with *status set, or TFOS_ETIMEDOUT. */
+int tfos__wait_pid(pid_t pid, int timeout_ms, int *status);
+
+#endif

@@ -1,0 +1,629 @@
+/* agent.c: the node agent: one per node, supervising one user program.
+ *
+ * Lifecycle: reserve a port (held, close-on-exec, until the program execs) ->
+ * connect and authenticate to the coordinator -> register -> wait for the
+ * cluster spec -> start the program in its own process group with the cluster
+ * environment -> relay its output (prefixed, to the console and the node's
+ * log file) -> report its exit status with its last lines -> exit.
+ *
+ * No orphans: the program gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the
+ * agent; the agent stops the program's whole process group when the
+ * coordinator asks, when the coordinator goes away, when the agent gets
+ * SIGTERM/SIGINT/SIGHUP (its launcher's death signal), and after the program
+ * itself exits (stray grandchildren). Signals arrive on a signalfd so the
+ * single poll loop sees them in order with everything else.
+ */
+#include "core/auth.h"
+#include "core/log.h"
+#include "core/spec.h"
+#include "core/wire.h"
+#include "platform/clock.h"
+#include "platform/net.h"
+#include "platform/proc.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define HEARTBEAT_MS 1000
+#define TAIL_LINES 20
+#define TAIL_WIDTH 300
+#define LINE_MAX_ 8192
+
+/* Program run on ps nodes when the user program does not serve them itself:
+ * a TensorFlow gRPC server for this task that runs until stopped. */
+static const char builtin_ps_server[] =
+    "import json, os, sys\n"
+    "import tensorflow as tf\n"
+    "c = json.loads(os.environ['TF_CONFIG'])\n"
+    "print('tfos: serving ps task %d at %s' % (c['task']['index'], c['cluster']['ps'][c['task']['index']]),"
+    " flush=True)\n"
+    "s = tf.distribute.Server(tf.train.ClusterSpec(c['cluster']), job_name='ps',"
+    " task_index=c['task']['index'], protocol='grpc', start=True)\n"
+    "s.join()\n";
+
+typedef struct linebuf {
+    int fd; /* read end of the program's pipe, -1 at EOF */
+    int out; /* our fd the lines go to (1 or 2) */
+    char buf[LINE_MAX_];
+    size_t len;
+} linebuf;
+
+typedef struct agent {
+    const tfos_agent_opts *o;
+    tfos__conn conn;
+    int connected;
+    int sfd;
+    int resv_fd;
+    int port;
+    tfos__node_addr *nodes;
+    int n, self, attempt;
+    char coord[TFOS_HOST_MAX + 16];
+    char label[48];
+    char prefix[64];
+    pid_t child;
+    int child_done;
+    int child_status;
+    linebuf lb[2];
+    int logfd;
+    char tail[TAIL_LINES][TAIL_WIDTH];
+    int tail_next, tail_count;
+    int64_t next_heartbeat;
+    int64_t kill_deadline; /* 0: no stop under way */
+    int killed_hard;
+    int error_exit;        /* exit code to use when no program ran */
+} agent;
+
+static void tail_push(agent *a, const char *line, size_t len)
+{
+    if (len >= TAIL_WIDTH)
+        len = TAIL_WIDTH - 1;
+    memcpy(a->tail[a->tail_next], line, len);
+    a->tail[a->tail_next][len] = '\0';
+    a->tail_next = (a->tail_next + 1) % TAIL_LINES;
+    if (a->tail_count < TAIL_LINES)
+        a->tail_count++;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void emit_line(agent *a, int out, const char *line, size_t len)
+{
+    tail_push(a, line, len);
+    if (a->logfd >= 0) {
+        char buf[LINE_MAX_ + 2];
+        memcpy(buf, line, len);
+        buf[len] = '\n';
+        write_all(a->logfd, buf, len + 1);
+    }
+    if (!a->o->quiet) {
+        /* one write per line so lines of different nodes do not interleave */
+        char buf[LINE_MAX_ + 80];
+        size_t pl = strlen(a->prefix);
+        memcpy(buf, a->prefix, pl);
+        memcpy(buf + pl, line, len);
+        buf[pl + len] = '\n';
+        write_all(out, buf, pl + len + 1);
+    }
+}
+
+/* Read what the pipe has; emit complete lines. Returns 0, or 1 at EOF. */
+static int pump(agent *a, linebuf *lb)
+{
+    for (;;) {
+        if (lb->len == sizeof lb->buf) { /* a line longer than the buffer: cut it */
+            emit_line(a, lb->out, lb->buf, lb->len);
+            lb->len = 0;
+        }
+        ssize_t r = read(lb->fd, lb->buf + lb->len, sizeof lb->buf - lb->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (r <= 0) {
+            if (lb->len)
+                emit_line(a, lb->out, lb->buf, lb->len);
+            lb->len = 0;
+            close(lb->fd);
+            lb->fd = -1;
+            return 1;
+        }
+        lb->len += (size_t)r;
+        char *start = lb->buf, *nl;
+        while ((nl = memchr(start, '\n', lb->len - (size_t)(start - lb->buf)))) {
+            emit_line(a, lb->out, start, (size_t)(nl - start));
+            start = nl + 1;
+        }
+        size_t rest = lb->len - (size_t)(start - lb->buf);
+        memmove(lb->buf, start, rest);
+        lb->len = rest;
+    }
+}
+
+static int send_msg(agent *a, tfos__msg *m)
+{
+    int rc = tfos__msg_end(m);
+    if (rc == 0 && a->connected)
+        rc = tfos__conn_send(&a->conn, m);
+    tfos__msg_fini(m);
+    return rc;
+}
+
+static void begin_stop(agent *a, int grace_ms, const char *why)
+{
+    if (a->kill_deadline)
+        return;
+    a->kill_deadline = tfos__now_ms() + grace_ms;
+    if (a->child > 0 && !a->child_done) {
+        TFOS_DEBUG("agent %s: stopping program (pid %d): %s", a->label, (int)a->child, why);
+        kill(-a->child, SIGTERM);
+    }
+}
+
+static int parse_node(const char *v, size_t vl, tfos__node_addr *nd)
+{
+    char buf[TFOS_HOST_MAX + 64];
+    if (vl >= sizeof buf)
+        return TFOS_EPROTO;
+    memcpy(buf, v, vl);
+    buf[vl] = '\0';
+    char job[TFOS_JOB_MAX];
+    int idx, eid, port, used = 0;
+    char host[TFOS_HOST_MAX];
+    if (sscanf(buf, "%15s %d %d %255s %d%n", job, &idx, &eid, host, &port, &used) != 5 || buf[used] ||
+        !tfos__job_valid(job) || idx < 0 || eid < 0 || port <= 0 || port > 65535)
+        return TFOS_EPROTO;
+    snprintf(nd->job, sizeof nd->job, "%s", job);
+    snprintf(nd->host, sizeof nd->host, "%s", host);
+    nd->index = idx;
+    nd->executor_id = eid;
+    nd->port = port;
+    return 0;
+}
+
+static int open_log(agent *a)
+{
+    if (!a->o->log_dir)
+        return 0;
+    if (mkdir(a->o->log_dir, 0777) < 0 && errno != EEXIST) {
+        TFOS_ERROR("agent %s: cannot create log dir %s: %s", a->label, a->o->log_dir, strerror(errno));
+        return TFOS_ESYS;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s-%d.log", a->o->log_dir, a->nodes[a->self].job, a->nodes[a->self].index);
+    a->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+    if (a->logfd < 0) {
+        TFOS_ERROR("agent %s: cannot open log file %s: %s", a->label, path, strerror(errno));
+        return TFOS_ESYS;
+    }
+    return 0;
+}
+
+static void report_exit(agent *a, int code, const char *desc)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_EXITED);
+    tfos__msg_add(&m, "code", "%d", code);
+    tfos__msg_add(&m, "desc", "%s", desc);
+    int first = a->tail_count < TAIL_LINES ? 0 : a->tail_next;
+    for (int i = 0; i < a->tail_count; i++)
+        tfos__msg_add(&m, "tail", "%s", a->tail[(first + i) % TAIL_LINES]);
+    if (send_msg(a, &m) == 0 && a->connected)
+        tfos__conn_flush_wait(&a->conn, 2000);
+}
+
+static void start_program(agent *a)
+{
+    const tfos__node_addr *me = &a->nodes[a->self];
+    snprintf(a->label, sizeof a->label, "%s:%d", me->job, me->index);
+    snprintf(a->prefix, sizeof a->prefix, "[%s] ", a->label);
+    if (open_log(a)) {
+        report_exit(a, 1, "could not open the node's log file");
+        a->child_done = 1;
+        a->child_status = 1 << 8;
+        return;
+    }
+    char *const *argv = a->o->argv;
+    char *ps_argv[4];
+    if (!strcmp(me->job, "ps") && a->o->ps_argv) {
+        /* a ps_argv of just {python} means: the built-in TF server */
+        if (a->o->ps_argv[0] && !a->o->ps_argv[1]) {
+            ps_argv[0] = a->o->ps_argv[0];
+            ps_argv[1] = "-c";
+            ps_argv[2] = (char *)builtin_ps_server;
+            ps_argv[3] = NULL;
+            argv = ps_argv;
+        } else {
+            argv = a->o->ps_argv;
+        }
+    }
+    tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
+                         .secret = a->o->secret};
+    char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+    int rc = TFOS_ENOMEM;
+    if (!env)
+        goto fail;
+    rc = TFOS_ESYS;
+    if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
+        goto fail;
+    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = outp[1], .stderr_fd = errp[1],
+                           .new_pgroup = 1, .pdeathsig = SIGKILL};
+    rc = tfos__spawn(&so, &a->child);
+    if (rc)
+        goto fail;
+    /* the program has exec'd: the port is now its to bind */
+    close(a->resv_fd);
+    a->resv_fd = -1;
+    close(outp[1]);
+    close(errp[1]);
+    tfos__env_free(env);
+    a->lb[0].fd = outp[0];
+    a->lb[0].out = 1;
+    a->lb[1].fd = errp[0];
+    a->lb[1].out = 2;
+    tfos__set_nonblock(outp[0]);
+    tfos__set_nonblock(errp[0]);
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_STARTED);
+    tfos__msg_add(&m, "pid", "%d", (int)a->child);
+    send_msg(a, &m);
+    TFOS_DEBUG("agent %s: started %s (pid %d)", a->label, argv[0], (int)a->child);
+    return;
+fail:;
+    int e = errno;
+    char desc[300];
+    if (rc == TFOS_ESYS)
+        snprintf(desc, sizeof desc, "could not start '%s': %s", argv[0], strerror(e));
+    else
+        snprintf(desc, sizeof desc, "could not start '%s': %s", argv[0], tfos_strerror(rc));
+    TFOS_ERROR("agent %s: %s", a->label, desc);
+    for (int i = 0; i < 2; i++) {
+        if (outp[i] >= 0)
+            close(outp[i]);
+        if (errp[i] >= 0)
+            close(errp[i]);
+    }
+    tfos__env_free(env);
+    tail_push(a, desc, strlen(desc));
+    a->child_done = 1;
+    a->child_status = 127 << 8;
+}
+
+/* Returns 1 when the agent should end. */
+static int handle_frame(agent *a, const tfos__frame *f)
+{
+    switch (f->type) {
+    case TFOS_MSG_SPEC: {
+        if (a->nodes)
+            return 0; /* one spec per attempt */
+        long long self, attempt = 1;
+        if (tfos__kv_int(f->payload, f->len, "self", 0, 4095, &self)) {
+            TFOS_ERROR("agent %d: cluster spec without a valid 'self'", a->o->executor_id);
+            return 1;
+        }
+        tfos__kv_int(f->payload, f->len, "attempt", 1, 1 << 20, &attempt);
+        tfos__kv_str(f->payload, f->len, "coord", a->coord, sizeof a->coord);
+        size_t pos = 0, kl, vl;
+        const char *k, *v;
+        int count = 0;
+        while (tfos__kv_next(f->payload, f->len, &pos, &k, &kl, &v, &vl) == 0)
+            if (kl == 4 && !memcmp(k, "node", 4))
+                count++;
+        if (count == 0 || self >= count) {
+            TFOS_ERROR("agent %d: cluster spec lists %d nodes but says this is node %lld", a->o->executor_id,
+                       count, self);
+            return 1;
+        }
+        a->nodes = calloc((size_t)count, sizeof *a->nodes);
+        if (!a->nodes)
+            return 1;
+        pos = 0;
+        int i = 0;
+        while (tfos__kv_next(f->payload, f->len, &pos, &k, &kl, &v, &vl) == 0) {
+            if (kl != 4 || memcmp(k, "node", 4))
+                continue;
+            if (parse_node(v, vl, &a->nodes[i++])) {
+                TFOS_ERROR("agent %d: malformed node line in the cluster spec", a->o->executor_id);
+                return 1;
+            }
+        }
+        a->n = count;
+        a->self = (int)self;
+        a->attempt = (int)attempt;
+        if (a->nodes[self].executor_id != a->o->executor_id) {
+            TFOS_ERROR("agent %d: the cluster spec is for executor %d", a->o->executor_id,
+                       a->nodes[self].executor_id);
+            return 1;
+        }
+        start_program(a);
+        return 0;
+    }
+    case TFOS_MSG_STOP: {
+        long long grace = 5000;
+        tfos__kv_int(f->payload, f->len, "grace_ms", 0, 3600 * 1000, &grace);
+        char reason[256] = "asked by the coordinator";
+        tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
+        if (!a->child || a->child_done)
+            return a->child_done ? 0 : 1;
+        begin_stop(a, (int)grace, reason);
+        return 0;
+    }
+    case TFOS_MSG_ERROR: {
+        char text[4096] = "(no message)";
+        tfos__kv_str(f->payload, f->len, "message", text, sizeof text);
+        TFOS_ERROR("agent %d: coordinator: %s", a->o->executor_id, text);
+        a->error_exit = 1;
+        if (!a->child || a->child_done)
+            return 1;
+        begin_stop(a, 2000, text);
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static int connect_and_register(agent *a)
+{
+    const tfos_agent_opts *o = a->o;
+    char host[TFOS_HOST_MAX];
+    int port, fd = -1, rc;
+    if (tfos__parse_hostport(o->coord_addr, host, sizeof host, &port)) {
+        TFOS_ERROR("agent %d: bad coordinator address '%s' (want host:port)", o->executor_id, o->coord_addr);
+        return TFOS_EINVAL;
+    }
+    int64_t deadline = tfos__now_ms() + (int64_t)(o->connect_timeout > 0 ? o->connect_timeout * 1000 : 30000);
+    for (;;) {
+        rc = tfos__tcp_connect(host, port, tfos__ms_left(deadline, 5000), &fd);
+        if (rc == 0)
+            break;
+        if (tfos__now_ms() >= deadline) {
+            TFOS_ERROR("agent %d: cannot reach the coordinator at %s: %s", o->executor_id, o->coord_addr,
+                       rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+            return rc;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    tfos__conn_init(&a->conn, fd, TFOS_WIRE_MAX_PAYLOAD);
+    a->connected = 1;
+    tfos__frame f;
+    const char *why = NULL;
+    rc = tfos__conn_wait_frame(&a->conn, tfos__ms_left(deadline, 10000) + 1000, &f, &why);
+    if (rc || f.type != TFOS_MSG_HELLO) {
+        TFOS_ERROR("agent %d: no greeting from the coordinator at %s: %s", o->executor_id, o->coord_addr,
+                   rc ? (why ? why : tfos_strerror(rc)) : "unexpected message");
+        return rc ? rc : TFOS_EPROTO;
+    }
+    char nonce[80], mac[TFOS_MAC_HEX_LEN + 1];
+    if (tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce) || tfos__auth_mac(o->secret, nonce, mac)) {
+        TFOS_ERROR("agent %d: bad greeting from the coordinator", o->executor_id);
+        return TFOS_EPROTO;
+    }
+    tfos__conn_consume(&a->conn);
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_REGISTER);
+    tfos__msg_add(&m, "mac", "%s", mac);
+    tfos__msg_add(&m, "executor_id", "%d", o->executor_id);
+    tfos__msg_add(&m, "host", "%s", o->host ? o->host : "127.0.0.1");
+    tfos__msg_add(&m, "port", "%d", a->port);
+    tfos__msg_add(&m, "pid", "%d", (int)getpid());
+    return send_msg(a, &m);
+}
+
+static void agent_loop(agent *a)
+{
+    a->next_heartbeat = tfos__now_ms() + HEARTBEAT_MS;
+    for (;;) {
+        struct pollfd p[4];
+        int np = 0, ic = -1, is = -1, il[2] = {-1, -1};
+        if (a->connected) {
+            ic = np;
+            p[np].fd = a->conn.fd;
+            p[np++].events = POLLIN | (a->conn.out_len ? POLLOUT : 0);
+        }
+        is = np;
+        p[np].fd = a->sfd;
+        p[np++].events = POLLIN;
+        for (int i = 0; i < 2; i++) {
+            if (a->lb[i].fd >= 0) {
+                il[i] = np;
+                p[np].fd = a->lb[i].fd;
+                p[np++].events = POLLIN;
+            }
+        }
+        int64_t now = tfos__now_ms();
+        int64_t wake = a->next_heartbeat;
+        if (a->kill_deadline && !a->killed_hard && a->kill_deadline < wake)
+            wake = a->kill_deadline;
+        int timeout = wake > now ? (int)(wake - now) : 0;
+        int n = poll(p, (nfds_t)np, timeout);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (is >= 0 && (p[is].revents & POLLIN)) {
+            struct signalfd_siginfo si;
+            while (read(a->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD) {
+                    int st;
+                    if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
+                        a->child_done = 1;
+                        a->child_status = st;
+                    }
+                } else {
+                    TFOS_DEBUG("agent %d: got signal %d", a->o->executor_id, (int)si.ssi_signo);
+                    if (!a->child || a->child_done) {
+                        a->error_exit = 128 + (int)si.ssi_signo;
+                        return;
+                    }
+                    begin_stop(a, 2000, "the agent was signalled");
+                }
+            }
+        }
+        for (int i = 0; i < 2; i++)
+            if (il[i] >= 0 && p[il[i]].revents)
+                pump(a, &a->lb[i]);
+        if (ic >= 0 && p[ic].revents) {
+            if (p[ic].revents & POLLOUT)
+                tfos__conn_flush(&a->conn);
+            int rc = (p[ic].revents & (POLLIN | POLLHUP | POLLERR)) ? tfos__conn_read(&a->conn) : 0;
+            int done = 0;
+            for (;;) {
+                tfos__frame f;
+                const char *why = NULL;
+                int fr = tfos__conn_frame(&a->conn, &f, &why);
+                if (fr == TFOS_EAGAIN)
+                    break;
+                if (fr) {
+                    TFOS_ERROR("agent %d: bad frame from the coordinator: %s", a->o->executor_id,
+                               why ? why : tfos_strerror(fr));
+                    rc = TFOS_EPROTO;
+                    break;
+                }
+                done = handle_frame(a, &f);
+                tfos__conn_consume(&a->conn);
+                if (done)
+                    break;
+            }
+            if (done) {
+                if (!a->error_exit)
+                    a->error_exit = 1;
+                return;
+            }
+            if (rc) {
+                a->connected = 0;
+                if (!a->child || a->child_done) {
+                    if (!a->child) {
+                        TFOS_ERROR("agent %d: lost the coordinator before the cluster formed",
+                                   a->o->executor_id);
+                        a->error_exit = 1;
+                        return;
+                    }
+                } else {
+                    TFOS_ERROR("agent %s: lost the coordinator; stopping the program", a->label);
+                    begin_stop(a, 2000, "coordinator lost");
+                }
+            }
+        }
+        now = tfos__now_ms();
+        if (a->kill_deadline && !a->killed_hard && now >= a->kill_deadline && a->child > 0 && !a->child_done) {
+            TFOS_WARN("agent %s: program did not stop after SIGTERM; sending SIGKILL", a->label);
+            kill(-a->child, SIGKILL);
+            a->killed_hard = 1;
+        }
+        if (a->connected && now >= a->next_heartbeat) {
+            tfos__msg m;
+            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+            send_msg(a, &m);
+            a->next_heartbeat = now + HEARTBEAT_MS;
+        } else if (now >= a->next_heartbeat) {
+            a->next_heartbeat = now + HEARTBEAT_MS;
+        }
+        if (a->child_done)
+            return;
+    }
+}
+
+int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
+{
+    if (!o || !o->coord_addr || !o->secret || !o->argv || !o->argv[0] || o->executor_id < 0)
+        return TFOS_EINVAL;
+    agent a;
+    memset(&a, 0, sizeof a);
+    a.o = o;
+    a.sfd = a.resv_fd = a.logfd = -1;
+    a.lb[0].fd = a.lb[1].fd = -1;
+    a.conn.fd = -1;
+    snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
+    *exit_code = 1;
+
+    sigset_t mask, old;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &old);
+    int rc = TFOS_ESYS;
+    a.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (a.sfd < 0)
+        goto out;
+    rc = tfos__reserve_port(&a.resv_fd, &a.port);
+    if (rc) {
+        TFOS_ERROR("agent %d: cannot reserve a port: %s", o->executor_id, strerror(errno));
+        goto out;
+    }
+    rc = connect_and_register(&a);
+    if (rc)
+        goto out;
+    agent_loop(&a);
+    if (a.child > 0) {
+        if (!a.child_done) {
+            /* leaving early (signal, coordinator lost): make sure it is gone */
+            kill(-a.child, SIGKILL);
+            if (tfos__wait_pid(a.child, 5000, &a.child_status) == 0)
+                a.child_done = 1;
+        }
+        /* stray members of the program's group must not outlive it; then
+         * drain the pipes they may have held open */
+        kill(-a.child, SIGKILL);
+        int64_t drain_until = tfos__now_ms() + 2000;
+        for (int i = 0; i < 2; i++)
+            while (a.lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
+                struct pollfd p = {.fd = a.lb[i].fd, .events = POLLIN};
+                if (poll(&p, 1, tfos__ms_left(drain_until, -1)) > 0)
+                    pump(&a, &a.lb[i]);
+            }
+    }
+    if (a.child_done) {
+        char desc[96];
+        if (a.child_status == (127 << 8) && a.tail_count && !strncmp(a.tail[(a.tail_next + TAIL_LINES - 1) % TAIL_LINES], "could not start", 15))
+            snprintf(desc, sizeof desc, "could not start the program (exit code 127)");
+        else
+            tfos__describe_status(a.child_status, desc, sizeof desc);
+        *exit_code = tfos__exit_code(a.child_status);
+        report_exit(&a, *exit_code, desc);
+        TFOS_DEBUG("agent %s: program ended: %s", a.label, desc);
+    } else {
+        *exit_code = a.error_exit ? a.error_exit : 1;
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 2; i++)
+        if (a.lb[i].fd >= 0)
+            close(a.lb[i].fd);
+    if (a.connected || a.conn.fd >= 0)
+        tfos__conn_fini(&a.conn);
+    if (a.resv_fd >= 0)
+        close(a.resv_fd);
+    if (a.logfd >= 0)
+        close(a.logfd);
+    if (a.sfd >= 0)
+        close(a.sfd);
+    free(a.nodes);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

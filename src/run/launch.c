@@ -1,0 +1,342 @@
+/* launch.c: `tfos run`: a whole cluster on this machine, no Spark.
+ *
+ * The launcher hosts the coordinator in-process and starts one agent process
+ * (`tfos node …`) per node. Agents get PR_SET_PDEATHSIG(SIGTERM): if the
+ * launcher dies, even by SIGKILL, every agent stops its program and exits.
+ * The secret travels to agents in their environment, never on a command line.
+ */
+#include "core/auth.h"
+#include "core/log.h"
+#include "platform/clock.h"
+#include "platform/proc.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct agent_proc {
+    pid_t pid;
+    int done;
+    int status;
+} agent_proc;
+
+struct tfos_local {
+    tfos_run_opts opts;
+    tfos_coord *coord;
+    char secret[TFOS_HEX_SECRET_LEN + 1];
+    char log_dir[4096];
+    int n;
+    agent_proc *agents;
+    int stop_signo;
+    int64_t agents_deadline; /* after the coordinator ended: reap agents by then */
+    int finished;
+    int exit_code;
+};
+
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+            return TFOS_ESYS;
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+        return TFOS_ESYS;
+    return 0;
+}
+
+/* The interpreter for the built-in ps server: the user's own when the
+ * program is a Python one, else $TFOS_PYTHON, else python3. */
+static const char *guess_python(const tfos_run_opts *o)
+{
+    if (o->python)
+        return o->python;
+    const char *base = strrchr(o->argv[0], '/');
+    base = base ? base + 1 : o->argv[0];
+    if (!strncmp(base, "python", 6))
+        return o->argv[0];
+    const char *env = getenv("TFOS_PYTHON");
+    return env && *env ? env : "python3";
+}
+
+static char **agent_env(const char *secret)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "TFOS_SECRET=", 12))
+            env[j++] = environ[i];
+    static char buf[TFOS_HEX_SECRET_LEN + 16];
+    snprintf(buf, sizeof buf, "TFOS_SECRET=%s", secret);
+    env[j] = buf;
+    return env;
+}
+
+static int spawn_agent(tfos_local *l, int id, char **env)
+{
+    const tfos_run_opts *o = &l->opts;
+    size_t argc = 0;
+    while (o->argv[argc])
+        argc++;
+    char **argv = calloc(argc + 20, sizeof *argv);
+    if (!argv)
+        return TFOS_ENOMEM;
+    char idbuf[16];
+    snprintf(idbuf, sizeof idbuf, "%d", id);
+    size_t k = 0;
+    argv[k++] = (char *)o->agent_path;
+    argv[k++] = "node";
+    argv[k++] = "--coord";
+    argv[k++] = (char *)tfos_coord_address(l->coord);
+    argv[k++] = "--executor-id";
+    argv[k++] = idbuf;
+    argv[k++] = "--host";
+    argv[k++] = "127.0.0.1";
+    argv[k++] = "--log-dir";
+    argv[k++] = l->log_dir;
+    if (!o->ps_runs_program && o->layout.num_ps > 0) {
+        argv[k++] = "--ps-python";
+        argv[k++] = (char *)guess_python(o);
+    }
+    argv[k++] = "--";
+    for (size_t i = 0; i < argc; i++)
+        argv[k++] = o->argv[i];
+    argv[k] = NULL;
+    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
+                           .new_pgroup = 0, .pdeathsig = SIGTERM};
+    int rc = tfos__spawn(&so, &l->agents[id].pid);
+    if (rc)
+        TFOS_ERROR("cannot start the agent %s: %s", o->agent_path, strerror(errno));
+    free(argv);
+    return rc;
+}
+
+int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
+{
+    if (!out || !opts || !opts->argv || !opts->argv[0] || !opts->agent_path)
+        return TFOS_EINVAL;
+    int n = tfos_layout_total(&opts->layout);
+    if (opts->layout.num_workers + (opts->layout.chief ? 1 : 0) < 1 || opts->layout.num_ps < 0 || n > 1024) {
+        TFOS_ERROR("a cluster needs at least one worker or a chief");
+        return TFOS_EINVAL;
+    }
+    tfos_local *l = calloc(1, sizeof *l);
+    if (!l)
+        return TFOS_ENOMEM;
+    l->opts = *opts;
+    if (l->opts.reservation_timeout <= 0)
+        l->opts.reservation_timeout = 60;
+    if (l->opts.stop_grace <= 0)
+        l->opts.stop_grace = 5;
+    l->n = n;
+    int rc = TFOS_ENOMEM;
+    char **env = NULL;
+    l->agents = calloc((size_t)n, sizeof *l->agents);
+    if (!l->agents)
+        goto fail;
+    if (opts->log_dir) {
+        snprintf(l->log_dir, sizeof l->log_dir, "%s", opts->log_dir);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+        snprintf(l->log_dir, sizeof l->log_dir, "tfos-logs/run-%s-%d", stamp, (int)getpid());
+    }
+    rc = mkdir_p(l->log_dir);
+    if (rc) {
+        TFOS_ERROR("cannot create the log dir %s: %s", l->log_dir, strerror(errno));
+        goto fail;
+    }
+    rc = tfos__random_hex(l->secret, 32);
+    if (rc)
+        goto fail;
+    tfos_coord_opts co = {.layout = opts->layout, .bind_host = "127.0.0.1", .port = 0, .secret = l->secret,
+                          .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
+                          .heartbeat_timeout = l->opts.heartbeat_timeout, .attempt = 1};
+    rc = tfos_coord_open(&l->coord, &co);
+    if (rc) {
+        TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+        goto fail;
+    }
+    rc = TFOS_ENOMEM;
+    env = agent_env(l->secret);
+    if (!env)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        rc = spawn_agent(l, i, env);
+        if (rc)
+            goto fail;
+    }
+    free(env);
+    TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", n, tfos_coord_address(l->coord),
+              l->log_dir);
+    *out = l;
+    return 0;
+fail:
+    free(env);
+    if (l->agents) /* agents already started die with their coordinator */
+        for (int i = 0; i < n; i++)
+            if (l->agents[i].pid > 0) {
+                kill(l->agents[i].pid, SIGKILL);
+                waitpid(l->agents[i].pid, NULL, 0);
+            }
+    if (l->coord)
+        tfos_coord_close(l->coord);
+    free(l->agents);
+    free(l);
+    return rc;
+}
+
+static void reap_agents(tfos_local *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        agent_proc *a = &l->agents[i];
+        if (a->done || a->pid <= 0)
+            continue;
+        if (waitpid(a->pid, &a->status, WNOHANG) != a->pid)
+            continue;
+        a->done = 1;
+        if (tfos_coord_state(l->coord) == TFOS_COORD_RESERVING) {
+            /* an agent that dies before registering would otherwise only
+             * show up as a reservation timeout */
+            char desc[96], reason[256];
+            tfos__describe_status(a->status, desc, sizeof desc);
+            const char *job;
+            int idx;
+            tfos_layout_role(&l->opts.layout, i, &job, &idx);
+            snprintf(reason, sizeof reason, "the agent of executor %d (%s:%d) ended before the cluster formed (%s)",
+                     i, job, idx, desc);
+            tfos_coord_stop(l->coord, reason);
+        }
+    }
+}
+
+static int all_agents_done(const tfos_local *l)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->agents[i].pid > 0 && !l->agents[i].done)
+            return 0;
+    return 1;
+}
+
+static void finish(tfos_local *l)
+{
+    tfos_coord *c = l->coord;
+    if (tfos_coord_state(c) == TFOS_COORD_DONE) {
+        l->exit_code = 0;
+        TFOS_INFO("all nodes finished successfully; logs in %s", l->log_dir);
+    } else {
+        int code = tfos_coord_failure_code(c);
+        l->exit_code = l->stop_signo ? 128 + l->stop_signo : code == TFOS_ETIMEDOUT ? 124 : 1;
+        TFOS_ERROR("the cluster failed:\n%s\nlogs of every node are in %s", tfos_coord_failure(c), l->log_dir);
+    }
+    l->finished = 1;
+}
+
+int tfos_local_step(tfos_local *l, int timeout_ms)
+{
+    if (l->finished)
+        return 1;
+    int st = tfos_coord_step(l->coord, timeout_ms);
+    reap_agents(l);
+    if (st < TFOS_COORD_DONE)
+        return 0;
+    if (!l->agents_deadline)
+        l->agents_deadline = tfos__now_ms() + 5000;
+    if (!all_agents_done(l)) {
+        if (tfos__now_ms() < l->agents_deadline)
+            return 0;
+        for (int i = 0; i < l->n; i++)
+            if (l->agents[i].pid > 0 && !l->agents[i].done) {
+                TFOS_WARN("agent of executor %d (pid %d) did not exit; killing it", i, (int)l->agents[i].pid);
+                kill(l->agents[i].pid, SIGKILL);
+                if (tfos__wait_pid(l->agents[i].pid, 5000, &l->agents[i].status) == 0)
+                    l->agents[i].done = 1;
+            }
+    }
+    finish(l);
+    return 1;
+}
+
+void tfos_local_stop(tfos_local *l, const char *reason, int signo)
+{
+    if (signo && !l->stop_signo)
+        l->stop_signo = signo;
+    tfos_coord_stop(l->coord, reason);
+}
+
+tfos_coord *tfos_local_coord(tfos_local *l)
+{
+    return l->coord;
+}
+
+const char *tfos_local_log_dir(const tfos_local *l)
+{
+    return l->log_dir;
+}
+
+int tfos_local_exit_code(const tfos_local *l)
+{
+    return l->exit_code;
+}
+
+void tfos_local_close(tfos_local *l)
+{
+    if (!l)
+        return;
+    if (!l->finished) {
+        tfos_local_stop(l, "the launcher is closing", 0);
+        int64_t deadline = tfos__now_ms() + (int64_t)(l->opts.stop_grace * 1000) + 10000;
+        while (!tfos_local_step(l, 100) && tfos__now_ms() < deadline)
+            ;
+    }
+    for (int i = 0; i < l->n; i++)
+        if (l->agents[i].pid > 0 && !l->agents[i].done) {
+            kill(l->agents[i].pid, SIGKILL);
+            waitpid(l->agents[i].pid, NULL, 0);
+        }
+    tfos_coord_close(l->coord);
+    free(l->agents);
+    free(l);
+}
+
+int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *exit_code)
+{
+    tfos_local *l;
+    int rc = tfos_local_open(&l, opts);
+    if (rc)
+        return rc;
+    int stopped = 0;
+    while (!tfos_local_step(l, 100)) {
+        if (stop_signal && *stop_signal && !stopped) {
+            char reason[96];
+            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", *stop_signal, strsignal(*stop_signal));
+            tfos_local_stop(l, reason, *stop_signal);
+            stopped = 1;
+        }
+    }
+    *exit_code = tfos_local_exit_code(l);
+    tfos_local_close(l);
+    return 0;
+}
