@@ -3,7 +3,6 @@
 # they are missing. Needs root (or sudo) only if something must be installed.
 set -euo pipefail
 need=()
-[ -f /usr/include/openssl/hmac.h ] || need+=(libssl-dev)
 command -v cmake >/dev/null || need+=(cmake)
 command -v gcc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)

@@ -1,13 +1,12 @@
-/* auth.c: HMAC-SHA256 challenge/response with OpenSSL's libcrypto. */
+/* auth.c: HMAC-SHA256 challenge/response and secrets from the kernel's CSPRNG. */
 #include "core/auth.h"
 
+#include "core/sha256.h"
 #include "tfos/tfos.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/random.h>
 
 static void to_hex(const unsigned char *b, size_t n, char *out)
 {
@@ -24,22 +23,26 @@ int tfos__random_hex(char *out, size_t nbytes)
     unsigned char buf[64];
     if (nbytes > sizeof buf)
         return TFOS_EINVAL;
-    if (RAND_bytes(buf, (int)nbytes) != 1)
-        return TFOS_ESYS;
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t r = getrandom(buf + got, nbytes - got, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return TFOS_ESYS;
+        got += (size_t)r;
+    }
     to_hex(buf, nbytes, out);
     return 0;
 }
 
 int tfos__auth_mac(const char *secret, const char *nonce, char out[TFOS_MAC_HEX_LEN + 1])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
+    unsigned char md[32];
     if (!secret || !*secret || !nonce)
         return TFOS_EINVAL;
-    if (!HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)nonce, strlen(nonce), md, &mdlen) ||
-        mdlen != 32)
-        return TFOS_ESYS;
-    to_hex(md, mdlen, out);
+    tfos__hmac_sha256(secret, strlen(secret), nonce, strlen(nonce), md);
+    to_hex(md, sizeof md, out);
     return 0;
 }
 
@@ -50,5 +53,9 @@ int tfos__auth_check(const char *secret, const char *nonce, const char *mac)
         return TFOS_EAUTH;
     if (tfos__auth_mac(secret, nonce, want))
         return TFOS_EAUTH;
-    return CRYPTO_memcmp(want, mac, TFOS_MAC_HEX_LEN) == 0 ? 0 : TFOS_EAUTH;
+    /* constant time in the contents: no early exit on the first difference */
+    unsigned char diff = 0;
+    for (size_t i = 0; i < TFOS_MAC_HEX_LEN; i++)
+        diff |= (unsigned char)(want[i] ^ mac[i]);
+    return diff == 0 ? 0 : TFOS_EAUTH;
 }

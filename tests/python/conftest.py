@@ -1,0 +1,84 @@
+"""Shared helpers for the integration tests: real tfos processes, real
+signals, bounded waits, and a check that nothing is left running."""
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
+PY = sys.executable
+
+
+def tfos_cli():
+    path = os.environ.get("TFOS_CLI") or os.path.join(ROOT, "build", "tfos")
+    if not os.access(path, os.X_OK):
+        pytest.fail("tfos binary not found at %s: run `make` first" % path)
+    return path
+
+
+def wait_for(cond, timeout, interval=0.05):
+    """Poll cond() until it is truthy or timeout seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        val = cond()
+        if val or time.monotonic() >= deadline:
+            return val
+        time.sleep(interval)
+
+
+def pids_with(marker):
+    """Pids of live (non-zombie) processes whose command line contains marker."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open("/proc/%s/stat" % d) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state not in ("Z", "X"):
+            found.append(int(d))
+    return found
+
+
+@pytest.fixture
+def marker():
+    """A token put on the command lines of a test's processes; at teardown
+    no process carrying it may remain (bounded wait), else the test fails."""
+    token = "tfos-test-" + uuid.uuid4().hex[:12]
+    yield token
+    left = wait_for(lambda: not pids_with(token), 15)
+    stray = pids_with(token)
+    for pid in stray:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    assert left and not stray, "processes left running after the test: %s" % stray
+
+
+def run_tfos(args, timeout=120, env=None, **kw):
+    """Run the tfos CLI to completion (bounded); return CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    if env:
+        full_env.update(env)
+    return subprocess.run([tfos_cli()] + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=full_env, **kw)
+
+
+def prog(name):
+    return os.path.join(PROGS, name)
+
+
+def registered_port(stderr_text, executor_id):
+    m = re.search(r"registered executor %d as \S+ at [\d.]+:(\d+)" % executor_id, stderr_text)
+    return int(m.group(1)) if m else None

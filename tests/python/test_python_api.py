@@ -1,0 +1,62 @@
+"""The Python package: tfos.run, tfos.TFNode's context and path helpers."""
+import os
+
+import pytest
+
+import tfos
+from tfos import TFNode
+from conftest import PY, pids_with, prog, wait_for
+
+
+def test_run_returns_zero_and_raises_on_failure(tmp_path, marker):
+    assert tfos.run([PY, "-c", "print('hi')", marker], workers=2, log_dir=tmp_path / "ok") == 0
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    with pytest.raises(tfos.ClusterError) as info:
+        tfos.run([PY, prog("behave.py"), marker, str(pids), "worker:0=exit3"], workers=1,
+                 log_dir=tmp_path / "bad")
+    err = info.value
+    assert err.exit_code == 1
+    assert err.log_dir == str(tmp_path / "bad")
+    assert "worker:0" in str(err) and "exit code 3" in str(err) and "ValueError: bad batch" in str(err)
+    assert tfos.run([PY, prog("behave.py"), marker, str(pids), "worker:0=exit3"], workers=1,
+                    log_dir=tmp_path / "bad2", check=False) == 1
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_native_coordinator_object():
+    c = tfos._tfos.Coordinator(2, tfos._tfos.random_secret(), ps=1, reservation_timeout=0.3)
+    assert c.address.startswith("127.0.0.1:")
+    assert c.state == tfos._tfos.STATE_RESERVING
+    assert wait_for(lambda: c.step(50) >= tfos._tfos.STATE_DONE, 10)
+    assert c.state == tfos._tfos.STATE_FAILED
+    assert c.failure_code == tfos._tfos.ETIMEDOUT
+    assert "missing: executor 0 (ps:0), executor 1 (worker:0), executor 2 (worker:1)" in c.failure
+    assert '"state": "failed"' in c.status()
+    c.close()
+    with pytest.raises(RuntimeError):
+        c.step()
+    with pytest.raises(ValueError):
+        tfos._tfos.Coordinator(0, "s")  # no nodes
+
+
+def test_get_context_outside_tfos(monkeypatch):
+    monkeypatch.delenv("TFOS_JOB_NAME", raising=False)
+    with pytest.raises(RuntimeError, match="not started by tfos"):
+        TFNode.get_context()
+
+
+def test_hdfs_path_resolution():
+    ctx = TFNode.NodeContext("worker", 0, 0, {}, 1, defaultFS="hdfs://nn:8020", working_dir="/home/u/job")
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    assert TFNode.hdfs_path(ctx, "hdfs://other/x") == "hdfs://other/x"
+    assert TFNode.hdfs_path(ctx, "viewfs://cluster/x") == "viewfs://cluster/x"
+    assert TFNode.hdfs_path(ctx, "file:///tmp/x") == "file:///tmp/x"
+    assert TFNode.hdfs_path(ctx, "/data/x") == "hdfs://nn:8020/data/x"
+    assert TFNode.hdfs_path(ctx, "models/m1") == "hdfs://nn:8020/user/%s/models/m1" % user
+    local = TFNode.NodeContext("worker", 0, 0, {}, 1, defaultFS="file://", working_dir="/home/u/job")
+    assert TFNode.hdfs_path(local, "/data/x") == "file:///data/x"
+    assert TFNode.hdfs_path(local, "models/m1") == "file:///home/u/job/models/m1"
+    assert local.absolute_path("m") == "file:///home/u/job/m"
+    assert local.release_port() is None
+    assert local.worker_num == 0 and local.mgr is None

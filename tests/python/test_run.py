@@ -1,0 +1,307 @@
+"""`tfos run` end to end with real processes: the environment contract, output
+relaying, failure detection and reporting, signals, and no orphans."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import PY, pids_with, prog, run_tfos, tfos_cli, wait_for
+
+
+def test_env_contract_every_role(tmp_path, marker):
+    out = tmp_path / "ctx"
+    out.mkdir()
+    r = run_tfos(["run", "--workers", "2", "--ps", "1", "--chief", "--evaluator", "--ps-runs-program",
+                  "--log-dir", str(tmp_path / "logs"), "--", PY, prog("dump_env.py"), str(out), marker])
+    assert r.returncode == 0, r.stderr
+    recs = {p.stem: json.loads(p.read_text()) for p in out.iterdir()}
+    assert sorted(recs) == ["chief-0", "evaluator-0", "ps-0", "worker-0", "worker-1"]
+    cluster = json.loads(recs["worker-1"]["env"]["TF_CONFIG"])["cluster"]
+    assert list(cluster) == ["chief", "worker", "ps", "evaluator"]
+    assert [len(cluster[j]) for j in cluster] == [1, 2, 1, 1]
+    addrs = [a for j in cluster for a in cluster[j]]
+    assert len(set(addrs)) == 5, "every node has its own port"
+    for name, rec in recs.items():
+        job, index = name.rsplit("-", 1)
+        env, ctx = rec["env"], rec["ctx"]
+        tfc = json.loads(env["TF_CONFIG"])
+        assert tfc == {"cluster": cluster, "task": {"type": job, "index": int(index)}}
+        assert ctx["job_name"] == job and ctx["task_index"] == int(index)
+        assert ctx["cluster_spec"] == cluster
+        assert ctx["num_workers"] == 3
+        assert ctx["attempt"] == 1
+        assert "%s:%d" % ("127.0.0.1", ctx["port"]) == cluster[job][int(index)]
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert int(env["MASTER_PORT"]) == int(cluster["chief"][0].split(":")[1])
+        assert env["WORLD_SIZE"] == "3" and env["JAX_NUM_PROCESSES"] == "3"
+        assert env["JAX_COORDINATOR_ADDRESS"] == cluster["chief"][0]
+    # executor ids follow TFoS's order: ps, chief, evaluator, workers
+    assert [recs[n]["ctx"]["executor_id"] for n in ("ps-0", "chief-0", "evaluator-0", "worker-0", "worker-1")] \
+        == [0, 1, 2, 3, 4]
+    assert [recs[n]["env"].get("RANK") for n in ("chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0")] \
+        == ["0", "1", "2", None, None]
+    assert recs["worker-1"]["env"]["LOCAL_RANK"] == "2"
+
+
+def test_tf_config_without_chief(tmp_path, marker):
+    out = tmp_path / "ctx"
+    out.mkdir()
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, prog("dump_env.py"), str(out), marker])
+    assert r.returncode == 0, r.stderr
+    for i in range(2):
+        rec = json.loads((out / ("worker-%d.json" % i)).read_text())
+        tfc = json.loads(rec["env"]["TF_CONFIG"])
+        assert list(tfc["cluster"]) == ["worker"] and len(tfc["cluster"]["worker"]) == 2
+        assert tfc["task"] == {"type": "worker", "index": i}
+        assert rec["env"]["RANK"] == str(i)
+
+
+def test_output_is_prefixed_and_logged(tmp_path, marker):
+    logs = tmp_path / "logs"
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(logs), "--", "sh", "-c",
+                  'echo "out of $TFOS_JOB_NAME $TFOS_TASK_INDEX"; echo "err of $TFOS_TASK_INDEX" >&2; printf "no newline"',
+                  marker])
+    assert r.returncode == 0, r.stderr
+    for i in range(2):
+        assert "[worker:%d] out of worker %d\n" % (i, i) in r.stdout
+        assert "[worker:%d] no newline\n" % i in r.stdout
+        assert "[worker:%d] err of %d\n" % (i, i) in r.stderr
+        text = (logs / ("worker-%d.log" % i)).read_text()
+        assert "out of worker %d\n" % i in text and "err of %d\n" % i in text
+    assert "all nodes finished successfully" in r.stderr
+
+
+def test_failing_node_stops_the_cluster_with_a_summary(tmp_path, marker):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    t0 = time.monotonic()
+    r = run_tfos(["run", "--workers", "3", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, prog("behave.py"), marker, str(pids), "worker:1=exit3", "default=sleep"])
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    # the other workers sleep for 300 s: the run ended because worker:1's exit was seen
+    assert elapsed < 60
+    assert "worker:1 (executor 1, host 127.0.0.1, pid " in r.stderr
+    assert "failed: exit code 3" in r.stderr
+    assert "last lines of worker:1" in r.stderr
+    assert "ValueError: bad batch" in r.stderr  # its last lines are in the summary
+    assert "worker:0 stopped: signal 15 (Terminated)" in r.stderr
+    assert "logs of every node are in %s" % (tmp_path / "logs") in r.stderr
+
+
+def test_detection_latency_under_2s(tmp_path, marker):
+    """Time from the program's death to the coordinator knowing, read live from
+    the launcher's stderr while the surviving workers are still running."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
+                             PY, prog("behave.py"), marker, str(pids), "worker:1=kill9", "default=sleep"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    seen_at = None
+    try:
+        for line in proc.stderr:
+            if "worker:1" in line and "failed: signal 9 (Killed)" in line:
+                seen_at = time.time()
+                break
+        proc.wait(timeout=60)
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert seen_at is not None
+    killed_at = float(re.search(r"about to be killed at ([\d.]+)", out).group(1))
+    assert seen_at - killed_at < 2.0, "detected %.3f s after the kill" % (seen_at - killed_at)
+    assert proc.returncode == 1
+
+
+def test_program_not_found(tmp_path):
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--", "/nonexistent/program"])
+    assert r.returncode == 1
+    assert "could not start '/nonexistent/program': No such file or directory" in r.stderr
+
+
+def _start_and_wait_for_pids(tmp_path, marker, n, extra=()):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", str(n), "--grace", "2", "--log-dir",
+                             str(tmp_path / "logs"), "--", PY, prog("behave.py"), marker, str(pids)] + list(extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: len(list(pids.iterdir())) == n, 30), "programs did not start"
+    prog_pids = [int(p.read_text()) for p in pids.iterdir()]
+    return proc, prog_pids
+
+
+def test_sigkill_of_launcher_leaves_no_process(tmp_path, marker):
+    proc, prog_pids = _start_and_wait_for_pids(tmp_path, marker, 3, ["default=sleep"])
+    assert all(pid in pids_with(marker) for pid in prog_pids)
+    proc.kill()  # SIGKILL: no chance to clean up in the launcher itself
+    proc.communicate(timeout=30)
+    assert wait_for(lambda: not pids_with(marker), 10), "left running: %s" % pids_with(marker)
+    assert wait_for(lambda: not pids_with(tfos_cli() + " node"), 10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_everything_cleanly(tmp_path, marker, sig):
+    proc, _ = _start_and_wait_for_pids(tmp_path, marker, 2, ["default=sleep"])
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig
+    assert "interrupted by signal %d" % sig in err
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_program_ignoring_sigterm_is_killed_after_grace(tmp_path, marker):
+    proc, _ = _start_and_wait_for_pids(tmp_path, marker, 2, ["worker:0=hang", "worker:1=exit3"])
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "program did not stop after SIGTERM; sending SIGKILL" in err
+    assert "worker:0 stopped: signal 9 (Killed)" in err
+
+
+def test_reserved_port_is_free_for_the_program(tmp_path, marker):
+    r = run_tfos(["run", "--workers", "3", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, prog("bind_port.py"), marker])
+    assert r.returncode == 0, r.stderr
+    assert len(re.findall(r"\] bound \d+", r.stdout)) == 3
+
+
+def _coordinator(args, env=None):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.Popen([tfos_cli(), "coordinator"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=full)
+
+
+def _read_coordinator_address(coord):
+    first = coord.stdout.readline()
+    if first.startswith("TFOS_SECRET="):
+        first = coord.stdout.readline()
+    assert first.startswith("TFOS_COORD_ADDR="), first
+    return first.strip().split("=", 1)[1]
+
+
+def test_port_held_until_program_starts(tmp_path, marker):
+    secret = "ab" * 32
+    coord = _coordinator(["--workers", "2", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
+    addr = _read_coordinator_address(coord)
+    env = dict(os.environ, TFOS_SECRET=secret)
+    node0 = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "0", "--", PY,
+                              prog("bind_port.py"), marker], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        port = None
+        while port is None:
+            line = coord.stderr.readline()
+            assert line, "coordinator ended early: %s" % "".join(lines)
+            lines.append(line)
+            m = re.search(r"registered executor 0 as worker:0 at 127.0.0.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        # registered, cluster not yet formed: nobody else may take that port
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with pytest.raises(OSError):
+            s.bind(("0.0.0.0", port))
+        s.close()
+        node1 = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "1", "--", PY,
+                                  prog("bind_port.py"), marker], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        out0, _ = node0.communicate(timeout=60)
+        node1.communicate(timeout=60)
+        assert "bound %d" % port in out0  # ...and the program itself could bind it at once
+        assert node0.returncode == 0 and node1.returncode == 0
+        assert coord.wait(timeout=30) == 0
+    finally:
+        for p in (coord, node0):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_reservation_timeout_names_missing_nodes(tmp_path, marker):
+    secret = "cd" * 32
+    coord = _coordinator(["--workers", "3", "--ps", "1", "--reservation-timeout", "2"], {"TFOS_SECRET": secret})
+    addr = _read_coordinator_address(coord)
+    node = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "1", "--", "sleep", "60",
+                             marker], env=dict(os.environ, TFOS_SECRET=secret), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        _, err = coord.communicate(timeout=30)
+        waited = time.monotonic() - t0
+        _, nerr = node.communicate(timeout=30)
+    finally:
+        for p in (coord, node):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert coord.returncode == 124
+    assert "reservation timed out after 2 s: 1 of 4 nodes registered" in err
+    assert "missing: executor 0 (ps:0), executor 2 (worker:1), executor 3 (worker:2)" in err
+    assert waited < 20
+    assert node.returncode != 0
+    assert "reservation timed out" in nerr  # the waiting node is told why, and leaves
+
+
+def test_wrong_secret_is_rejected(tmp_path, marker):
+    coord = _coordinator(["--workers", "1", "--reservation-timeout", "5"], {"TFOS_SECRET": "ef" * 32})
+    addr = _read_coordinator_address(coord)
+    node = subprocess.run([tfos_cli(), "node", "--coord", addr, "--executor-id", "0", "--", "true", marker],
+                          env=dict(os.environ, TFOS_SECRET="00" * 32), capture_output=True, text=True, timeout=30)
+    _, err = coord.communicate(timeout=30)
+    assert node.returncode != 0
+    assert "authentication failed: wrong cluster secret" in node.stderr
+    assert "does not know the cluster secret" in err
+    assert coord.returncode == 124  # the impostor never took the slot
+
+
+def _frame(mtype, payload=b"", version=1, length=None):
+    n = len(payload) if length is None else length
+    return b"TFOS" + bytes([version, mtype, 0, 0]) + n.to_bytes(4, "big") + payload
+
+
+def test_coordinator_survives_hostile_peers(tmp_path, marker):
+    secret = "12" * 32
+    coord = _coordinator(["--workers", "1", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
+    addr = _read_coordinator_address(coord)
+    host, port = addr.rsplit(":", 1)
+    attacks = [
+        b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n",            # not our protocol
+        _frame(2, length=0x7FFFFFFF),                            # oversized
+        _frame(2, b"mac=00\nexecutor_id=0\n", length=500),       # truncated, then closed
+        _frame(2, b"\xff\xfe\x00garbage"),                       # malformed payload
+        _frame(2, b"mac=" + b"0" * 64 + b"\nexecutor_id=0\nhost=127.0.0.1\nport=1\npid=1\n"),  # bad mac
+        _frame(6, b"x=1\n"),                                     # heartbeat before auth
+        b"",                                                     # connect and say nothing, then close
+    ]
+    for data in attacks:
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.recv(4096)  # the greeting
+            if data:
+                s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+    # still alive and able to form the cluster
+    node = subprocess.run([tfos_cli(), "node", "--coord", addr, "--executor-id", "0", "--", "sh", "-c",
+                           "echo formed", marker], env=dict(os.environ, TFOS_SECRET=secret),
+                          capture_output=True, text=True, timeout=60)
+    _, err = coord.communicate(timeout=30)
+    assert node.returncode == 0, node.stderr
+    assert "[worker:0] formed" in node.stdout
+    assert coord.returncode == 0, err
+    for expected in ("bad magic", "oversized frame", "truncated", "malformed frame",
+                     "does not know the cluster secret", "not an authenticated REGISTER",
+                     "closed before authenticating"):
+        assert expected in err, "no log line for %r in:\n%s" % (expected, err)
