@@ -5,12 +5,13 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 BUILD     := build
 ASAN      := build-asan
+TSAN      := build-tsan
 JOBS      ?= 2
 CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-py demo bench bench-start clean
+.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan demo bench bench-start clean
 
 all: install
 
@@ -47,10 +48,21 @@ test-asan: | deps
 	$(CMAKE) --build $(ASAN) -j $(JOBS)
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer: the rings are shared-memory concurrency, the rest single-threaded.
+test-tsan: | deps
+	$(CMAKE) -S . -B $(TSAN) -DCMAKE_BUILD_TYPE=Debug -DTFOS_SANITIZE=thread >/dev/null
+	$(CMAKE) --build $(TSAN) -j $(JOBS)
+	cd $(TSAN) && ctest --output-on-failure -j $(JOBS)
+
 test-py: install
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q tests/python
 
-test: install test-c test-asan test-py
+# The process-level tests again, with the agent and coordinator built with
+# AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero).
+test-py-asan: install test-asan
+	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py
+
+test: install test-c test-asan test-tsan test-py test-py-asan
 
 demo: install
 	$(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
@@ -63,4 +75,4 @@ bench-start: install
 	$(VPY) bench/start_overhead.py --tfos $(BUILD)/tfos
 
 clean:
-	rm -rf $(BUILD) $(ASAN) tfos-logs
+	rm -rf $(BUILD) $(ASAN) $(TSAN) tfos-logs

@@ -158,7 +158,7 @@ def test_signal_stops_everything_cleanly(tmp_path, marker, sig):
 
 
 def test_program_ignoring_sigterm_is_killed_after_grace(tmp_path, marker):
-    proc, _ = _start_and_wait_for_pids(tmp_path, marker, 2, ["worker:0=hang", "worker:1=exit3"])
+    proc, _ = _start_and_wait_for_pids(tmp_path, marker, 2, ["worker:0=hang", "worker:1=exit3_when_all_up"])
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "program did not stop after SIGTERM; sending SIGKILL" in err

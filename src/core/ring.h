@@ -1,0 +1,213 @@
+/* ring.h: the shared-memory feed ring.
+ *
+ * A bounded ring of framed records in a sealed memfd, between producers
+ * (Spark feed tasks, the CLI reader, Python code) and one consumer (the
+ * user's training program). The node agent creates a ring and hands its fd to
+ * the producers and to the consumer (fork/exec inheritance, or SCM_RIGHTS with
+ * tfos__ring_send_fd/tfos__ring_recv_fd); each of them attaches its own handle.
+ *
+ * Layout: one 4096-byte header page (magic, version, capacity, head and tail,
+ * futex words, pids, flags, counters) followed by `capacity` bytes of data
+ * (a power of two). Records are 8-byte aligned: an 8-byte header (payload
+ * length, tag) and the payload padded to 8. A record never wraps: when it does
+ * not fit before the end of the buffer, an internal padding record fills the
+ * rest and the record starts at offset 0. Hence the size bound: a record
+ * (header + padded payload) takes at most capacity/2, so an empty ring always
+ * has room for it; tfos__ring_max_record() gives the largest payload.
+ *
+ * Producers. Many processes may produce into one ring. They share one
+ * producer lock that lives in the header (a futex whose word holds the owner's
+ * pid). A plain reserve/commit or write takes the lock for that one record; a
+ * partition (tfos__ring_partition_begin .. _end) keeps the lock from its BEGIN
+ * record to its END record, so a partition's records are contiguous in the
+ * ring and never interleave with another producer's. A producer that dies
+ * holding the lock is detected by whoever waits for the lock next (its pid is
+ * gone, checked every ~25 ms), or by the consumer when it runs dry; that
+ * process takes the lock over, drops the dead producer's uncommitted
+ * reservation (it was never visible), and, when the dead producer was inside a
+ * partition, writes a PARTITION_ABORT record for it: "partition P was not
+ * delivered whole, feed it again". Delivery is thus whole or re-delivered.
+ *
+ * Dead peers. Waits are futex waits on shared (not private) futex words, in
+ * slices of ~25 ms; between slices the waiter checks its peers with kill(pid,0)
+ * and /proc/<pid>/stat (so an unreaped zombie counts as dead). A producer
+ * waiting for room whose consumer died gets TFOS_ECLOSED; a consumer waiting on
+ * an empty ring gets TFOS_ECLOSED when no producer is attached any more and at
+ * least one went away without closing (reported once per such event; waiting
+ * again waits for a new producer). The pid checks assume one pid namespace
+ * and no pid reuse within the ~25 ms window.
+ *
+ * Errors: TFOS_EINVAL (wrong role or state, bad argument), TFOS_ETOOBIG,
+ * TFOS_EAGAIN / TFOS_EFULL (timeout 0 and not ready), TFOS_ETIMEDOUT,
+ * TFOS_ECLOSED (peer gone or closed), TFOS_EEND (end of feed), TFOS_EPROTO
+ * (corrupt or hostile shared memory: never a crash), TFOS_ESYS (errno kept),
+ * TFOS_ENOMEM.
+ *
+ * Timeouts are in milliseconds: 0 never waits, a negative value waits without
+ * bound (still checking peers every slice).
+ *
+ * Threads: a handle is used by one thread at a time. Several handles on the
+ * same ring may live in one process (each attach maps the ring anew). After
+ * fork, a child must not use handles inherited from its parent; it attaches
+ * its own (tfos__ring_close of an inherited handle only unmaps it). */
+#ifndef TFOS_CORE_RING_H
+#define TFOS_CORE_RING_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tfos/tfos.h"
+
+#define TFOS_RING_MIN_CAPACITY ((size_t)4096)
+#define TFOS_RING_MAX_CAPACITY ((size_t)1 << 30)
+/* Producer handles attached at the same time to one ring. */
+#define TFOS_RING_MAX_PRODUCERS 64
+
+/* What a handle does with the ring. */
+enum {
+    TFOS_RING_OBSERVER = 0, /* reads counters only (e.g. the agent) */
+    TFOS_RING_PRODUCER = 1, /* writes records; any number at once */
+    TFOS_RING_CONSUMER = 2, /* reads records; one per ring, ever */
+};
+
+/* Record tags. DATA and tags >= TFOS_RING_TAG_USER are free for producers;
+ * the others are written only through the functions named beside them. */
+enum {
+    TFOS_RING_DATA = 1,
+    TFOS_RING_PARTITION_BEGIN = 2, /* tfos__ring_partition_begin */
+    TFOS_RING_PARTITION_END = 3,   /* tfos__ring_partition_end */
+    TFOS_RING_PARTITION_ABORT = 4, /* written by the ring: partition incomplete */
+    TFOS_RING_END_OF_FEED = 5,     /* tfos__ring_end_feed; seen as TFOS_EEND */
+    TFOS_RING_TAG_USER = 256,      /* first user tag; any value up to UINT32_MAX */
+};
+
+typedef struct tfos__ring tfos__ring;
+
+/* A record seen by the consumer. `data` points into the shared mapping and
+ * stays valid until tfos__ring_release or tfos__ring_close; a hostile producer
+ * could still change the bytes under it, but never `len`, which was checked. */
+typedef struct tfos__ring_rec {
+    uint32_t tag;
+    uint32_t len;          /* payload bytes */
+    const void *data;      /* payload */
+    uint64_t partition;    /* PARTITION_BEGIN/END/ABORT: the partition id; else 0 */
+} tfos__ring_rec;
+
+/* Counters, readable by any handle. Producers update them under the producer
+ * lock; a reader may see them a record behind. */
+typedef struct tfos__ring_stats {
+    uint64_t capacity;
+    uint64_t used;                 /* bytes written and not yet released */
+    uint64_t records;              /* DATA and user-tagged records committed */
+    uint64_t bytes;                /* their payload bytes */
+    uint64_t partitions_begun;
+    uint64_t partitions_completed; /* PARTITION_END committed */
+    uint64_t partitions_aborted;   /* PARTITION_ABORT committed */
+    uint32_t producers;            /* producer handles attached now */
+    uint32_t unclean_exits;        /* producers that died attached */
+    int32_t consumer_pid;          /* 0 before a consumer attached */
+    bool feed_ended;               /* END_OF_FEED committed */
+    bool consumer_closed;          /* consumer closed or found dead */
+} tfos__ring_stats;
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/* Create a ring of `capacity` data bytes (a power of two within
+ * [TFOS_RING_MIN_CAPACITY, TFOS_RING_MAX_CAPACITY], else TFOS_EINVAL) in a new
+ * memfd, sealed against resizing, and attach to it with `role`.
+ * *fd_out gets the memfd (close-on-exec), owned by the caller: hand it to the
+ * peers, then close it; the ring does not keep it. The caller owns *out and
+ * frees it with tfos__ring_close. */
+int tfos__ring_create(tfos__ring **out, int *fd_out, size_t capacity, int role);
+
+/* Attach to the ring in `fd` (received from elsewhere) with `role`. The
+ * header is validated against fstat and the seals: a file that is not a sealed
+ * ring of this version gives TFOS_EPROTO, never a crash. A second consumer
+ * gives TFOS_EINVAL; a 65th producer TFOS_EFULL. `fd` stays the caller's and
+ * may be closed right after. The caller owns *out (tfos__ring_close). */
+int tfos__ring_attach(tfos__ring **out, int fd, int role);
+
+/* Detach and free. A consumer marks the ring closed by the consumer (waiting
+ * producers get TFOS_ECLOSED). A producer cancels its reservation; inside a
+ * partition it tries to write PARTITION_ABORT at once, or leaves that to the
+ * next lock holder or the consumer. Closing a producer does not end the feed
+ * (see tfos__ring_end_feed). NULL is a no-op. */
+void tfos__ring_close(tfos__ring *r);
+
+/* Largest payload one record may carry: capacity/2 - 8 bytes. */
+size_t tfos__ring_max_record(const tfos__ring *r);
+
+/* Snapshot of the counters. */
+void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st);
+
+/* ---- producer ---------------------------------------------------------- */
+
+/* Reserve room for one record of `len` payload bytes tagged `tag` (DATA or a
+ * user tag) and point *buf at it: the caller writes the payload there, then
+ * commits or cancels. Takes the producer lock unless inside a partition (it
+ * is held until commit/cancel), then waits for room. Returns TFOS_ETOOBIG when
+ * len > tfos__ring_max_record, TFOS_EAGAIN when the lock is busy and
+ * timeout_ms is 0, TFOS_EFULL when there is no room and timeout_ms is 0,
+ * TFOS_ETIMEDOUT, TFOS_ECLOSED (consumer closed or dead), TFOS_EEND (feed
+ * already ended), TFOS_EINVAL (not a producer, reservation pending, bad tag). */
+int tfos__ring_reserve(tfos__ring *r, uint32_t tag, size_t len, void **buf, int timeout_ms);
+
+/* Publish the reserved record with its first `len` bytes (len <= the reserved
+ * length, else TFOS_EINVAL). Wakes the consumer only if it sleeps. */
+int tfos__ring_commit(tfos__ring *r, size_t len);
+
+/* Drop the reservation; nothing becomes visible. */
+void tfos__ring_cancel(tfos__ring *r);
+
+/* reserve + memcpy + commit. */
+int tfos__ring_write(tfos__ring *r, uint32_t tag, const void *buf, size_t len, int timeout_ms);
+
+/* Take the producer lock and write PARTITION_BEGIN(partition). The lock is
+ * held (other producers wait) until tfos__ring_partition_end; records written
+ * meanwhile belong to the partition. On error nothing was written and the
+ * lock is not held. TFOS_EINVAL when already inside a partition. */
+int tfos__ring_partition_begin(tfos__ring *r, uint64_t partition, int timeout_ms);
+
+/* Write PARTITION_END and release the lock. On TFOS_ETIMEDOUT/TFOS_EFULL the
+ * partition is still open and the call may be repeated. */
+int tfos__ring_partition_end(tfos__ring *r, int timeout_ms);
+
+/* End the feed: write END_OF_FEED after everything committed so far; the
+ * consumer gets TFOS_EEND once it has read the rest, and later writes by any
+ * producer get TFOS_EEND. Idempotent. Not inside a partition (TFOS_EINVAL).
+ * In the one-producer case a clean close is tfos__ring_end_feed + close. */
+int tfos__ring_end_feed(tfos__ring *r, int timeout_ms);
+
+/* ---- consumer ---------------------------------------------------------- */
+
+/* Wait for the oldest unreleased record and describe it in *rec without
+ * consuming it; calling again before tfos__ring_release gives it again.
+ * PARTITION_ABORT records tell that partition rec->partition is incomplete.
+ * Returns TFOS_EEND at the end of the feed (every later call too),
+ * TFOS_EAGAIN (timeout 0, empty), TFOS_ETIMEDOUT, TFOS_ECLOSED (producers gone
+ * without ending the feed; see the top of this file), TFOS_EPROTO. */
+int tfos__ring_peek(tfos__ring *r, tfos__ring_rec *rec, int timeout_ms);
+
+/* Like peek, for up to `max` records at once: waits for at least one, then
+ * takes those already there. *n gets the count (0 on error). The views stay
+ * valid until tfos__ring_release. */
+int tfos__ring_read_batch(tfos__ring *r, tfos__ring_rec *recs, size_t max, size_t *n, int timeout_ms);
+
+/* Release the records returned by the last peek or read_batch, making room
+ * for producers (waking one only if it sleeps). No-op when none are held. */
+void tfos__ring_release(tfos__ring *r);
+
+/* ---- passing the fd ---------------------------------------------------- */
+
+/* Send `fd` over the connected AF_UNIX socket `sock` (SCM_RIGHTS, one byte
+ * of data). The caller keeps `fd`. TFOS_ESYS on failure. */
+int tfos__ring_send_fd(int sock, int fd);
+
+/* Receive one fd sent by tfos__ring_send_fd, waiting up to timeout_ms. The
+ * peer must run as our effective uid (SO_PEERCRED), else TFOS_EAUTH. The
+ * caller owns *fd_out (close-on-exec). TFOS_ECLOSED when the peer hung up,
+ * TFOS_EPROTO when a message came without an fd, TFOS_EAGAIN (timeout 0) or
+ * TFOS_ETIMEDOUT when none came, TFOS_ESYS. */
+int tfos__ring_recv_fd(int sock, int *fd_out, int timeout_ms);
+
+#endif

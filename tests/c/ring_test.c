@@ -1,0 +1,1071 @@
+/* ring_test.c: tests of the shared-memory feed ring (src/core/ring.c).
+ *
+ * One binary; main() runs every case and prints its name and "ok". Peers are
+ * real processes (fork) killed with real signals. Every wait is bounded, and
+ * timings are only checked loosely (a loaded 2-core box must pass). */
+#include "core/ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LONG_MS 15000 /* "should not happen" bound for waits in tests */
+#define HDR 4096      /* header page size, see the layout in ring.c */
+
+static void fail_at(const char *file, int line, const char *what, int rc, int want)
+{
+    fprintf(stderr, "%s:%d: FAILED (pid %d): %s", file, line, (int)getpid(), what);
+    if (rc != want)
+        fprintf(stderr, ": got %d (%s), want %d (%s)", rc, tfos_strerror(rc), want, tfos_strerror(want));
+    fprintf(stderr, "\n");
+    _exit(1);
+}
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            fail_at(__FILE__, __LINE__, #c, 0, 0);                                                 \
+    } while (0)
+#define CHECK_RC(expr, want)                                                                       \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != (want))                                                                         \
+            fail_at(__FILE__, __LINE__, #expr, rc_, (want));                                       \
+    } while (0)
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait (bounded) for a condition that another process makes true. */
+#define WAIT_FOR(cond)                                                                             \
+    do {                                                                                           \
+        uint64_t t0_ = ms_now();                                                                   \
+        while (!(cond)) {                                                                          \
+            if (ms_now() - t0_ > LONG_MS)                                                          \
+                fail_at(__FILE__, __LINE__, "timed out waiting for " #cond, 0, 0);                 \
+            nap_ms(1);                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static uint32_t hash32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+static uint8_t pat(uint32_t seed, size_t i)
+{
+    return (uint8_t)(hash32(seed) + i * 7u + (i >> 8) * 13u);
+}
+
+static void fill(void *p, size_t n, uint32_t seed)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = pat(seed, i);
+}
+
+static int same(const void *p, size_t n, uint32_t seed)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != pat(seed, i))
+            return 0;
+    return 1;
+}
+
+/* Reap a child (bounded); returns its wait status. */
+static int reap(pid_t pid)
+{
+    uint64_t t0 = ms_now();
+    for (;;) {
+        int st;
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            return st;
+        CHECK(w == 0);
+        if (ms_now() - t0 > LONG_MS) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_at(__FILE__, __LINE__, "child did not exit", 0, 0);
+        }
+        nap_ms(1);
+    }
+}
+
+static int exited_ok(int st)
+{
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int killed_by(int st, int sig)
+{
+    return WIFSIGNALED(st) && WTERMSIG(st) == sig;
+}
+
+static tfos__ring_stats stats(tfos__ring *r)
+{
+    tfos__ring_stats st;
+    tfos__ring_stats_get(r, &st);
+    return st;
+}
+
+/* Consume the next record, which must have this tag (and partition, for
+ * markers). The returned view points at a copy of the payload (valid until
+ * the next call): after release the ring's bytes belong to the producers. */
+static tfos__ring_rec expect(tfos__ring *c, uint32_t tag, uint64_t part)
+{
+    static uint8_t copy[1 << 16];
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), 0);
+    if (rec.tag != tag)
+        fprintf(stderr, "got tag %u, want %u\n", rec.tag, tag);
+    CHECK(rec.tag == tag);
+    if (tag >= TFOS_RING_PARTITION_BEGIN && tag <= TFOS_RING_PARTITION_ABORT)
+        CHECK(rec.partition == part);
+    CHECK(rec.len <= sizeof copy);
+    memcpy(copy, rec.data, rec.len);
+    rec.data = copy;
+    tfos__ring_release(c);
+    return rec;
+}
+
+/* ---- wrap-around, varied sizes, contents byte for byte ----------------- */
+
+static size_t wrap_len(uint32_t seq, size_t maxrec)
+{
+    uint32_t h = hash32(seq * 2654435761u);
+    if (h % 40 == 0)
+        return maxrec;
+    if (h % 40 == 1)
+        return 0;
+    return h % 900;
+}
+
+static uint32_t wrap_tag(uint32_t seq)
+{
+    return seq % 4 == 0 ? TFOS_RING_DATA : TFOS_RING_TAG_USER + seq % 1000;
+}
+
+static void check_wrap_rec(const tfos__ring_rec *rec, uint32_t seq, size_t maxrec)
+{
+    CHECK(rec->tag == wrap_tag(seq));
+    CHECK(rec->len == wrap_len(seq, maxrec));
+    CHECK(same(rec->data, rec->len, seq));
+    CHECK(((uintptr_t)rec->data & 7u) == 0);
+}
+
+static void test_wrap_varied(void)
+{
+    tfos__ring *c, *p;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    close(fd);
+    size_t maxrec = tfos__ring_max_record(p);
+    CHECK(maxrec == 2040);
+
+    enum { N = 20000 };
+    static uint8_t tmp[4096];
+    uint32_t wseq = 0, rseq = 0, rnd = 1;
+    uint64_t bytes = 0;
+    while (rseq < N) {
+        while (wseq < N) {
+            size_t len = wrap_len(wseq, maxrec);
+            int rc;
+            if (wseq % 3 == 0) {
+                /* zero-copy, reserving more than is finally committed */
+                void *buf;
+                size_t extra = len + 24 <= maxrec ? 24 : 0;
+                rc = tfos__ring_reserve(p, wrap_tag(wseq), len + extra, &buf, 0);
+                if (rc == TFOS_EFULL)
+                    break;
+                CHECK_RC(rc, 0);
+                CHECK(((uintptr_t)buf & 7u) == 0);
+                fill(buf, len, wseq);
+                CHECK_RC(tfos__ring_commit(p, len), 0);
+            } else {
+                fill(tmp, len, wseq);
+                rc = tfos__ring_write(p, wrap_tag(wseq), tmp, len, 0);
+                if (rc == TFOS_EFULL)
+                    break;
+                CHECK_RC(rc, 0);
+            }
+            bytes += len;
+            wseq++;
+        }
+        /* Read a varying number of records, alternating peek and batches. */
+        rnd = hash32(rnd + rseq);
+        size_t want = wseq == N ? N : 1 + rnd % 6;
+        for (size_t got = 0; got < want && rseq < wseq;) {
+            if (rnd & 1) {
+                tfos__ring_rec rec, again;
+                CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+                CHECK_RC(tfos__ring_peek(c, &again, 0), 0); /* not consumed yet */
+                CHECK(rec.data == again.data && rec.len == again.len);
+                check_wrap_rec(&rec, rseq++, maxrec);
+                tfos__ring_release(c);
+                got++;
+            } else {
+                tfos__ring_rec recs[8];
+                size_t n;
+                CHECK_RC(tfos__ring_read_batch(c, recs, 8, &n, 0), 0);
+                CHECK(n >= 1 && n <= 8);
+                for (size_t i = 0; i < n; i++)
+                    check_wrap_rec(&recs[i], rseq++, maxrec);
+                tfos__ring_release(c);
+                got += n;
+            }
+        }
+    }
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EAGAIN);
+    tfos__ring_stats st = stats(c);
+    CHECK(st.records == N && st.bytes == bytes && st.used == 0);
+    CHECK(st.bytes > 100 * 4096); /* wrapped many times */
+    tfos__ring_close(p);
+    tfos__ring_close(c);
+}
+
+/* ---- full ring: producer blocks, times out, is woken -------------------- */
+
+static void test_full_ring_blocks_producer(void)
+{
+    tfos__ring *c, *p, *p2;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_attach(&p2, fd, TFOS_RING_PRODUCER), 0);
+    uint8_t buf[1000];
+    int n = 0, rc;
+    for (;; n++) {
+        fill(buf, sizeof buf, (uint32_t)n);
+        if ((rc = tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0)) != 0)
+            break;
+    }
+    CHECK_RC(rc, TFOS_EFULL);
+    CHECK(n == 4); /* 4 x 1008 bytes fit in 4096, a fifth does not */
+
+    uint64_t t0 = ms_now();
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 300), TFOS_ETIMEDOUT);
+    uint64_t el = ms_now() - t0;
+    CHECK(el >= 250 && el < LONG_MS);
+    void *res;
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 1000, &res, 0), TFOS_EFULL);
+
+    /* A pending reservation holds the producer lock: the other producer waits. */
+    expect(c, TFOS_RING_DATA, 0);
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 1000, &res, 0), 0);
+    CHECK_RC(tfos__ring_write(p2, TFOS_RING_DATA, "x", 1, 0), TFOS_EAGAIN);
+    t0 = ms_now();
+    CHECK_RC(tfos__ring_write(p2, TFOS_RING_DATA, "x", 1, 200), TFOS_ETIMEDOUT);
+    CHECK(ms_now() - t0 >= 150);
+    tfos__ring_cancel(p);
+    tfos__ring_close(p2);
+
+    /* A producer in another process blocks on the full ring and is woken as
+     * soon as the consumer makes room. */
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0), 0);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0), TFOS_EFULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        tfos__ring *cp;
+        CHECK_RC(tfos__ring_attach(&cp, fd, TFOS_RING_PRODUCER), 0);
+        uint8_t mine[1000];
+        fill(mine, sizeof mine, 4242);
+        CHECK_RC(tfos__ring_write(cp, TFOS_RING_TAG_USER, mine, sizeof mine, LONG_MS), 0);
+        tfos__ring_close(cp);
+        _exit(0);
+    }
+    WAIT_FOR(stats(c).producers == 2);
+    for (int i = 0; i < 4; i++)
+        expect(c, TFOS_RING_DATA, 0);
+    tfos__ring_rec rec = expect(c, TFOS_RING_TAG_USER, 0);
+    CHECK(rec.len == 1000 && same(rec.data, rec.len, 4242));
+    CHECK(exited_ok(reap(pid)));
+    close(fd);
+    tfos__ring_close(p);
+    tfos__ring_close(c);
+}
+
+/* ---- empty ring: consumer times out; clean close is not an error -------- */
+
+static void test_empty_ring_times_out_consumer(void)
+{
+    tfos__ring *c, *p;
+    int fd;
+    tfos__ring_rec rec, recs[4];
+    size_t n = 99;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EAGAIN);
+    CHECK_RC(tfos__ring_read_batch(c, recs, 4, &n, 0), TFOS_EAGAIN);
+    CHECK(n == 0);
+    uint64_t t0 = ms_now();
+    CHECK_RC(tfos__ring_peek(c, &rec, 300), TFOS_ETIMEDOUT);
+    uint64_t el = ms_now() - t0;
+    CHECK(el >= 250 && el < LONG_MS);
+
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "hello", 5, 0), 0);
+    rec = expect(c, TFOS_RING_DATA, 0);
+    CHECK(rec.len == 5 && memcmp(rec.data, "hello", 5) == 0);
+    /* A producer that closes cleanly neither ends the feed nor errs. */
+    tfos__ring_close(p);
+    CHECK_RC(tfos__ring_peek(c, &rec, 100), TFOS_ETIMEDOUT);
+
+    /* End of feed: after the records, then for good; producers see it too. */
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "last", 4, 0), 0);
+    CHECK_RC(tfos__ring_end_feed(p, 0), 0);
+    CHECK_RC(tfos__ring_end_feed(p, 0), 0);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "late", 4, 0), TFOS_EEND);
+    CHECK_RC(tfos__ring_partition_begin(p, 1, 0), TFOS_EEND);
+    CHECK(stats(c).feed_ended);
+    rec = expect(c, TFOS_RING_DATA, 0);
+    CHECK(rec.len == 4 && memcmp(rec.data, "last", 4) == 0);
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_EEND);
+    CHECK_RC(tfos__ring_read_batch(c, recs, 4, &n, 0), TFOS_EEND);
+    tfos__ring_close(p);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+/* ---- size bounds and API misuse ---------------------------------------- */
+
+static void test_too_big_and_misuse(void)
+{
+    tfos__ring *c, *p, *x;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 3000, TFOS_RING_CONSUMER), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_create(&c, &fd, 2048, TFOS_RING_CONSUMER), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_create(&c, &fd, (size_t)1 << 31, TFOS_RING_CONSUMER), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, 7), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    size_t max = tfos__ring_max_record(p);
+    CHECK(max == 4096 / 2 - 8);
+
+    static uint8_t big[4096];
+    void *buf;
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, big, max + 1, 0), TFOS_ETOOBIG);
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 4096, &buf, 0), TFOS_ETOOBIG);
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, (size_t)1 << 40, &buf, 0), TFOS_ETOOBIG);
+    /* The largest record fits even when it must wrap: move the tail first. */
+    for (int i = 0; i < 2; i++) {
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, big, 1400, 0), 0);
+        expect(c, TFOS_RING_DATA, 0);
+    }
+    fill(big, max, 77);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, big, max, 0), 0);
+    tfos__ring_rec rec = expect(c, TFOS_RING_DATA, 0);
+    CHECK(rec.len == max && same(rec.data, max, 77));
+
+    /* roles, tags and states */
+    CHECK_RC(tfos__ring_write(c, TFOS_RING_DATA, "x", 1, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_peek(p, &rec, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_attach(&x, fd, TFOS_RING_CONSUMER), TFOS_EINVAL); /* second consumer */
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_PARTITION_END, "12345678", 8, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_write(p, 0, "x", 1, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_write(p, 255, "x", 1, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_commit(p, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_partition_end(p, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 8, &buf, 0), 0);
+    CHECK_RC(tfos__ring_commit(p, 9), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 8, &buf, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_commit(p, 8), 0);
+    expect(c, TFOS_RING_DATA, 0);
+    CHECK_RC(tfos__ring_partition_begin(p, 5, 0), 0);
+    CHECK_RC(tfos__ring_partition_begin(p, 6, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_end_feed(p, 0), TFOS_EINVAL);
+    CHECK_RC(tfos__ring_partition_end(p, 0), 0);
+    expect(c, TFOS_RING_PARTITION_BEGIN, 5);
+    expect(c, TFOS_RING_PARTITION_END, 5);
+    tfos__ring_stats st = stats(c);
+    CHECK(st.partitions_begun == 1 && st.partitions_completed == 1 && st.records == 4);
+
+    /* at most TFOS_RING_MAX_PRODUCERS producers at once */
+    static tfos__ring *many[TFOS_RING_MAX_PRODUCERS];
+    for (int i = 0; i < TFOS_RING_MAX_PRODUCERS - 1; i++)
+        CHECK_RC(tfos__ring_attach(&many[i], fd, TFOS_RING_PRODUCER), 0);
+    CHECK(stats(c).producers == TFOS_RING_MAX_PRODUCERS);
+    CHECK_RC(tfos__ring_attach(&x, fd, TFOS_RING_PRODUCER), TFOS_EFULL);
+    for (int i = 0; i < TFOS_RING_MAX_PRODUCERS - 1; i++)
+        tfos__ring_close(many[i]);
+    CHECK_RC(tfos__ring_attach(&x, fd, TFOS_RING_OBSERVER), 0);
+    CHECK(stats(x).producers == 1 && stats(x).records == 4);
+    tfos__ring_close(x);
+    tfos__ring_close(NULL);
+    close(fd);
+    tfos__ring_close(p);
+    tfos__ring_close(c);
+}
+
+/* ---- many producers: partitions arrive whole ---------------------------- */
+
+enum { NPROD = 4, NPART = 10 };
+
+struct row {
+    uint64_t part;
+    uint32_t seq;
+    uint32_t len;
+};
+
+static uint32_t part_rows(uint64_t part)
+{
+    return 5 + hash32((uint32_t)part) % 40;
+}
+
+static size_t row_len(uint64_t part, uint32_t seq)
+{
+    return sizeof(struct row) + hash32((uint32_t)part * 7919u + seq) % 3000;
+}
+
+static void producer_child(int fd, int id)
+{
+    alarm(60);
+    tfos__ring *p;
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    static uint8_t buf[4096];
+    for (int k = 0; k < NPART; k++) {
+        uint64_t part = (uint64_t)id * 1000 + (uint64_t)k;
+        CHECK_RC(tfos__ring_partition_begin(p, part, LONG_MS), 0);
+        for (uint32_t s = 0; s < part_rows(part); s++) {
+            size_t len = row_len(part, s);
+            struct row h = {part, s, (uint32_t)len};
+            memcpy(buf, &h, sizeof h);
+            fill(buf + sizeof h, len - sizeof h, (uint32_t)part * 7919u + s);
+            CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, len, LONG_MS), 0);
+        }
+        CHECK_RC(tfos__ring_partition_end(p, LONG_MS), 0);
+    }
+    tfos__ring_close(p);
+    _exit(0);
+}
+
+static void test_many_producers(void)
+{
+    tfos__ring *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 65536, TFOS_RING_CONSUMER), 0);
+    pid_t kids[NPROD];
+    for (int i = 0; i < NPROD; i++) {
+        kids[i] = fork();
+        CHECK(kids[i] >= 0);
+        if (kids[i] == 0)
+            producer_child(fd, i + 1);
+    }
+    int done[NPROD][NPART];
+    memset(done, 0, sizeof done);
+    int ended = 0, in_part = 0;
+    uint64_t cur = 0;
+    uint32_t next = 0;
+    while (ended < NPROD * NPART) {
+        tfos__ring_rec recs[16];
+        size_t n;
+        CHECK_RC(tfos__ring_read_batch(c, recs, 16, &n, LONG_MS), 0);
+        for (size_t i = 0; i < n; i++) {
+            const tfos__ring_rec *r = &recs[i];
+            if (r->tag == TFOS_RING_PARTITION_BEGIN) {
+                CHECK(!in_part); /* no interleaving */
+                in_part = 1;
+                cur = r->partition;
+                next = 0;
+            } else if (r->tag == TFOS_RING_DATA) {
+                CHECK(in_part);
+                struct row h;
+                CHECK(r->len >= sizeof h);
+                memcpy(&h, r->data, sizeof h);
+                CHECK(h.part == cur && h.seq == next && h.len == r->len);
+                CHECK(r->len == row_len(cur, next));
+                CHECK(same((const uint8_t *)r->data + sizeof h, r->len - sizeof h, (uint32_t)cur * 7919u + next));
+                next++;
+            } else {
+                CHECK(r->tag == TFOS_RING_PARTITION_END);
+                CHECK(in_part && r->partition == cur && next == part_rows(cur));
+                int id = (int)(cur / 1000) - 1, k = (int)(cur % 1000);
+                CHECK(id >= 0 && id < NPROD && k >= 0 && k < NPART && !done[id][k]);
+                done[id][k] = 1;
+                in_part = 0;
+                ended++;
+            }
+        }
+        tfos__ring_release(c);
+    }
+    for (int i = 0; i < NPROD; i++)
+        CHECK(exited_ok(reap(kids[i])));
+    tfos__ring_stats st = stats(c);
+    CHECK(st.partitions_completed == NPROD * NPART && st.partitions_begun == NPROD * NPART);
+    CHECK(st.partitions_aborted == 0 && st.producers == 0 && st.unclean_exits == 0);
+
+    tfos__ring *p;
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_end_feed(p, LONG_MS), 0);
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_EEND);
+    tfos__ring_close(p);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+/* ---- killed producers --------------------------------------------------- */
+
+/* Dies by SIGKILL holding the producer lock, inside partition 77. */
+static void test_killed_producer_self(void)
+{
+    tfos__ring *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        tfos__ring *p;
+        CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+        CHECK_RC(tfos__ring_partition_begin(p, 77, LONG_MS), 0);
+        for (int i = 0; i < 3; i++)
+            CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "row", 3, LONG_MS), 0);
+        void *buf; /* a half-written reservation, never committed */
+        CHECK_RC(tfos__ring_reserve(p, TFOS_RING_DATA, 100, &buf, LONG_MS), 0);
+        memset(buf, 'h', 100);
+        kill(getpid(), SIGKILL);
+        for (;;)
+            pause();
+    }
+    expect(c, TFOS_RING_PARTITION_BEGIN, 77);
+    for (int i = 0; i < 3; i++)
+        expect(c, TFOS_RING_DATA, 0);
+    expect(c, TFOS_RING_PARTITION_ABORT, 77); /* "partition 77 incomplete" */
+    tfos__ring_rec rec;
+    uint64_t t0 = ms_now();
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_ECLOSED); /* the child is an unreaped zombie */
+    CHECK(ms_now() - t0 < LONG_MS / 2);
+    CHECK_RC(tfos__ring_peek(c, &rec, 100), TFOS_ETIMEDOUT); /* said once; a re-feed may come */
+    tfos__ring_stats st = stats(c);
+    CHECK(st.partitions_aborted == 1 && st.unclean_exits == 1 && st.producers == 0 && st.records == 3);
+    CHECK(killed_by(reap(pid), SIGKILL));
+
+    /* The ring still works for a new producer. */
+    tfos__ring *p;
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_partition_begin(p, 77, 0), 0);
+    CHECK_RC(tfos__ring_partition_end(p, 0), 0);
+    expect(c, TFOS_RING_PARTITION_BEGIN, 77);
+    expect(c, TFOS_RING_PARTITION_END, 77);
+    tfos__ring_close(p);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+/* A producer waiting for the lock takes it over from a killed owner. */
+static void test_killed_producer_takeover(void)
+{
+    tfos__ring *c;
+    int fd, ready[2];
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK(pipe(ready) == 0);
+    pid_t a = fork();
+    CHECK(a >= 0);
+    if (a == 0) {
+        alarm(60);
+        tfos__ring *p;
+        CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+        CHECK_RC(tfos__ring_partition_begin(p, 88, LONG_MS), 0);
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "a1", 2, LONG_MS), 0);
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "a2", 2, LONG_MS), 0);
+        CHECK(write(ready[1], "r", 1) == 1);
+        for (;;)
+            pause(); /* holds the lock until killed */
+    }
+    char ch;
+    CHECK(read(ready[0], &ch, 1) == 1);
+    pid_t b = fork();
+    CHECK(b >= 0);
+    if (b == 0) {
+        alarm(60);
+        tfos__ring *p;
+        CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+        CHECK_RC(tfos__ring_partition_begin(p, 89, LONG_MS), 0);
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "b1", 2, LONG_MS), 0);
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "b2", 2, LONG_MS), 0);
+        CHECK_RC(tfos__ring_partition_end(p, LONG_MS), 0);
+        tfos__ring_close(p);
+        _exit(0);
+    }
+    WAIT_FOR(stats(c).producers == 2);
+    expect(c, TFOS_RING_PARTITION_BEGIN, 88);
+    expect(c, TFOS_RING_DATA, 0);
+    expect(c, TFOS_RING_DATA, 0);
+    CHECK(kill(a, SIGKILL) == 0);
+    expect(c, TFOS_RING_PARTITION_ABORT, 88);
+    expect(c, TFOS_RING_PARTITION_BEGIN, 89);
+    tfos__ring_rec rec = expect(c, TFOS_RING_DATA, 0);
+    CHECK(rec.len == 2 && memcmp(rec.data, "b1", 2) == 0);
+    expect(c, TFOS_RING_DATA, 0);
+    expect(c, TFOS_RING_PARTITION_END, 89);
+    CHECK(exited_ok(reap(b)));
+    /* Every producer is gone now and one of them died: the consumer is told. */
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_ECLOSED);
+    CHECK(killed_by(reap(a), SIGKILL));
+    close(ready[0]);
+    close(ready[1]);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+/* Killed while blocked on a full ring, inside partition 99. */
+static void test_killed_producer_blocked(void)
+{
+    tfos__ring *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        tfos__ring *p;
+        static uint8_t buf[1000];
+        CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+        CHECK_RC(tfos__ring_partition_begin(p, 99, LONG_MS), 0);
+        for (;;)
+            CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 60000), 0);
+    }
+    WAIT_FOR(stats(c).records == 4); /* BEGIN + 4 x 1008 bytes: full */
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(killed_by(reap(pid), SIGKILL));
+    expect(c, TFOS_RING_PARTITION_BEGIN, 99);
+    for (int i = 0; i < 4; i++)
+        expect(c, TFOS_RING_DATA, 0);
+    expect(c, TFOS_RING_PARTITION_ABORT, 99);
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_ECLOSED);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+/* ---- killed consumer ---------------------------------------------------- */
+
+static void test_killed_consumer(void)
+{
+    tfos__ring *p;
+    int fd, ready[2], die[2];
+    CHECK_RC(tfos__ring_create(&p, &fd, 4096, TFOS_RING_PRODUCER), 0);
+    CHECK(pipe(ready) == 0 && pipe(die) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        tfos__ring *c;
+        CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+        CHECK(write(ready[1], "r", 1) == 1);
+        char ch;
+        CHECK(read(die[0], &ch, 1) == 1);
+        kill(getpid(), SIGKILL);
+        for (;;)
+            pause();
+    }
+    char ch;
+    CHECK(read(ready[0], &ch, 1) == 1);
+    CHECK(stats(p).consumer_pid == pid);
+    uint8_t buf[1000] = {0};
+    while (tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0) == 0)
+        ;
+    CHECK(write(die[1], "d", 1) == 1);
+    uint64_t t0 = ms_now();
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, LONG_MS), TFOS_ECLOSED);
+    uint64_t el = ms_now() - t0;
+    CHECK(el < LONG_MS / 3); /* typically ~25-50 ms */
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, 1, LONG_MS), TFOS_ECLOSED);
+    CHECK(stats(p).consumer_closed);
+    CHECK(killed_by(reap(pid), SIGKILL));
+    close(ready[0]);
+    close(ready[1]);
+    close(die[0]);
+    close(die[1]);
+    close(fd);
+    tfos__ring_close(p);
+
+    /* A consumer that closes cleanly wakes a blocked producer too. */
+    tfos__ring *c;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    while (tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0) == 0)
+        ;
+    tfos__ring_close(c);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, LONG_MS), TFOS_ECLOSED);
+    CHECK_RC(tfos__ring_partition_begin(p, 1, 0), TFOS_ECLOSED);
+    close(fd);
+    tfos__ring_close(p);
+}
+
+/* ---- corrupt or hostile shared memory ----------------------------------- */
+
+static void poke(int fd, off_t off, const void *v, size_t n)
+{
+    CHECK(pwrite(fd, v, n, off) == (ssize_t)n);
+}
+
+static void poke64(int fd, off_t off, uint64_t v)
+{
+    poke(fd, off, &v, sizeof v);
+}
+
+static void poke32(int fd, off_t off, uint32_t v)
+{
+    poke(fd, off, &v, sizeof v);
+}
+
+static int allowed(int rc)
+{
+    return rc == 0 || rc == TFOS_EPROTO || rc == TFOS_EINVAL || rc == TFOS_EFULL || rc == TFOS_EAGAIN ||
+           rc == TFOS_ECLOSED || rc == TFOS_EEND || rc == TFOS_ETIMEDOUT;
+}
+
+static void test_corrupt_header(void)
+{
+    tfos__ring *r, *c, *p;
+    int fd, pfd[2];
+
+    /* things that are not rings at all */
+    CHECK(pipe(pfd) == 0);
+    CHECK_RC(tfos__ring_attach(&r, pfd[0], TFOS_RING_OBSERVER), TFOS_EPROTO);
+    close(pfd[0]);
+    close(pfd[1]);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    CHECK(null >= 0);
+    CHECK_RC(tfos__ring_attach(&r, null, TFOS_RING_OBSERVER), TFOS_EPROTO);
+    close(null);
+    CHECK_RC(tfos__ring_attach(&r, -1, TFOS_RING_OBSERVER), TFOS_EINVAL);
+
+    /* a valid header in a memfd that could still shrink under us */
+    CHECK_RC(tfos__ring_create(&r, &fd, 4096, TFOS_RING_OBSERVER), 0);
+    static uint8_t page[HDR];
+    CHECK(pread(fd, page, HDR, 0) == HDR);
+    tfos__ring_close(r);
+    close(fd);
+    int mfd = memfd_create("fake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(mfd >= 0 && ftruncate(mfd, HDR + 4096) == 0);
+    poke(mfd, 0, page, HDR);
+    CHECK_RC(tfos__ring_attach(&r, mfd, TFOS_RING_OBSERVER), TFOS_EPROTO);
+    close(mfd);
+    /* sealed, but too small for any ring */
+    mfd = memfd_create("tiny", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(mfd >= 0 && ftruncate(mfd, 100) == 0);
+    CHECK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    CHECK_RC(tfos__ring_attach(&r, mfd, TFOS_RING_OBSERVER), TFOS_EPROTO);
+    close(mfd);
+
+    /* a real ring, one header field broken at a time */
+    CHECK_RC(tfos__ring_create(&r, &fd, 8192, TFOS_RING_OBSERVER), 0);
+    CHECK(pread(fd, page, HDR, 0) == HDR);
+    struct {
+        off_t off;
+        uint64_t val;
+        int width;
+    } bad[] = {
+        {0, 0x5858585858585858ull, 8}, /* magic */
+        {8, 2, 4},                      /* version */
+        {12, 100, 4},                   /* header size */
+        {16, 3000, 8},                  /* capacity not a power of two */
+        {16, 4096, 8},                  /* capacity does not match the file */
+        {16, 1ull << 40, 8},            /* capacity beyond the limit */
+        {16, 0, 8},
+        {24, 5, 4},                     /* producer slots */
+        {64, 3, 8},                     /* tail not aligned */
+        {64, 8192 + 8, 8},              /* tail - head > capacity */
+        {128, 16, 8},                   /* head beyond tail */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i].width == 8)
+            poke64(fd, bad[i].off, bad[i].val);
+        else
+            poke32(fd, bad[i].off, (uint32_t)bad[i].val);
+        CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), TFOS_EPROTO);
+        CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_PRODUCER), TFOS_EPROTO);
+        poke(fd, 0, page, HDR);
+    }
+    tfos__ring_close(r);
+
+    /* hostile records and indices after attach */
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "12345678", 8, 0), 0);
+    uint64_t hdr;
+    CHECK(pread(fd, &hdr, 8, HDR) == 8);
+    struct {
+        uint32_t len, tag;
+    } recbad[] = {
+        {100000, TFOS_RING_DATA},         /* past the end of the buffer */
+        {100, TFOS_RING_DATA},            /* past the tail */
+        {0xffffffffu, TFOS_RING_DATA},
+        {8, 77},                          /* reserved tag */
+        {4, TFOS_RING_PARTITION_BEGIN},   /* marker without its id */
+        {8000, 0},                        /* padding past the tail */
+    };
+    tfos__ring_rec rec;
+    for (size_t i = 0; i < sizeof recbad / sizeof recbad[0]; i++) {
+        poke64(fd, HDR, (uint64_t)recbad[i].len | (uint64_t)recbad[i].tag << 32);
+        CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EPROTO);
+    }
+    poke64(fd, HDR, hdr);
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+    CHECK(rec.len == 8 && memcmp(rec.data, "12345678", 8) == 0);
+    uint64_t tail;
+    CHECK(pread(fd, &tail, 8, 64) == 8 && tail == 16);
+    poke64(fd, 64, 8192 + 64); /* tail runs ahead of head by more than capacity */
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EPROTO);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "x", 1, 0), TFOS_EPROTO);
+    poke64(fd, 64, 20); /* unaligned */
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EPROTO);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "x", 1, 0), TFOS_EPROTO);
+    poke64(fd, 64, tail);
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+    tfos__ring_close(p);
+    tfos__ring_close(c);
+    close(fd);
+
+    /* Mutation fuzz of the header: anything may fail, nothing may crash or hang. */
+    CHECK_RC(tfos__ring_create(&r, &fd, 4096, TFOS_RING_OBSERVER), 0);
+    CHECK(pread(fd, page, HDR, 0) == HDR);
+    tfos__ring_close(r);
+    uint32_t rnd = 99;
+    for (int it = 0; it < 400; it++) {
+        poke(fd, 0, page, HDR);
+        int flips = 1 + (int)(hash32(rnd++) % 6);
+        for (int k = 0; k < flips; k++) {
+            uint32_t h = hash32(rnd++);
+            uint8_t v = (uint8_t)(h >> 24);
+            poke(fd, (off_t)(h % 400), &v, 1);
+        }
+        if (hash32(rnd++) % 4 == 0) { /* random record bytes too */
+            uint64_t junk = (uint64_t)hash32(rnd) << 32 | hash32(rnd + 1);
+            rnd += 2;
+            poke64(fd, HDR + (off_t)(hash32(rnd++) % 4096 & ~7u), junk);
+        }
+        int rc = tfos__ring_attach(&r, fd, TFOS_RING_OBSERVER);
+        CHECK(allowed(rc));
+        if (rc == 0) {
+            tfos__ring_stats st = stats(r);
+            CHECK(st.used <= st.capacity);
+            tfos__ring_close(r);
+        }
+        rc = tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER);
+        CHECK(allowed(rc));
+        if (rc == 0) {
+            tfos__ring_rec recs[4];
+            size_t n;
+            for (int k = 0; k < 3; k++) {
+                rc = tfos__ring_read_batch(c, recs, 4, &n, 0);
+                CHECK(allowed(rc));
+                if (rc == 0)
+                    tfos__ring_release(c);
+            }
+            tfos__ring_close(c);
+        }
+        rc = tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER);
+        CHECK(allowed(rc));
+        if (rc == 0) {
+            CHECK(allowed(tfos__ring_write(p, TFOS_RING_DATA, "fuzz", 4, 0)));
+            CHECK(allowed(tfos__ring_partition_begin(p, 3, 0)));
+            tfos__ring_close(p);
+        }
+    }
+    close(fd);
+}
+
+/* ---- fd passed to another process over a socket ------------------------- */
+
+static void test_fd_passing(void)
+{
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    pid_t pid = fork(); /* before the ring exists: the child only gets it by SCM_RIGHTS */
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        close(sv[0]);
+        int fd;
+        tfos__ring *p;
+        CHECK_RC(tfos__ring_recv_fd(sv[1], &fd, LONG_MS), 0);
+        CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+        close(fd);
+        static uint8_t buf[2000];
+        for (uint32_t i = 0; i < 300; i++) {
+            size_t len = hash32(i) % sizeof buf;
+            fill(buf, len, i);
+            CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, len, LONG_MS), 0);
+        }
+        CHECK_RC(tfos__ring_end_feed(p, LONG_MS), 0);
+        tfos__ring_close(p);
+        _exit(0);
+    }
+    close(sv[1]);
+    tfos__ring *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 16384, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_send_fd(sv[0], fd), 0);
+    close(fd);
+    for (uint32_t i = 0; i < 300; i++) {
+        tfos__ring_rec rec = expect(c, TFOS_RING_DATA, 0);
+        CHECK(rec.len == hash32(i) % 2000 && same(rec.data, rec.len, i));
+    }
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_EEND);
+    CHECK(exited_ok(reap(pid)));
+    tfos__ring_close(c);
+    close(sv[0]);
+
+    /* recv_fd: timeout, a message without an fd, a peer that hung up */
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    int got = 7;
+    CHECK_RC(tfos__ring_recv_fd(sv[0], &got, 0), TFOS_EAGAIN);
+    CHECK_RC(tfos__ring_recv_fd(sv[0], &got, 100), TFOS_ETIMEDOUT);
+    CHECK(got == -1);
+    CHECK(write(sv[1], "x", 1) == 1);
+    CHECK_RC(tfos__ring_recv_fd(sv[0], &got, LONG_MS), TFOS_EPROTO);
+    close(sv[1]);
+    CHECK_RC(tfos__ring_recv_fd(sv[0], &got, LONG_MS), TFOS_ECLOSED);
+    CHECK_RC(tfos__ring_send_fd(sv[0], 0), TFOS_ECLOSED);
+    close(sv[0]);
+}
+
+/* ---- producer and consumer threads (heavy sleep/wake traffic) ----------- */
+
+struct thread_arg {
+    int fd;
+    int rc;
+};
+
+enum { TH_PARTS = 200, TH_ROWS = 500 };
+
+static void *producer_thread(void *arg)
+{
+    struct thread_arg *a = arg;
+    tfos__ring *p;
+    a->rc = tfos__ring_attach(&p, a->fd, TFOS_RING_PRODUCER);
+    if (a->rc)
+        return NULL;
+    uint8_t buf[64];
+    for (uint32_t k = 0; k < TH_PARTS && !a->rc; k++) {
+        a->rc = tfos__ring_partition_begin(p, k, LONG_MS);
+        for (uint32_t s = 0; s < TH_ROWS && !a->rc; s++) {
+            uint32_t v = k * TH_ROWS + s;
+            size_t len = 4 + v % 60;
+            memcpy(buf, &v, 4);
+            if (s % 2) {
+                a->rc = tfos__ring_write(p, TFOS_RING_DATA, buf, len, LONG_MS);
+            } else {
+                void *dst;
+                a->rc = tfos__ring_reserve(p, TFOS_RING_DATA, len, &dst, LONG_MS);
+                if (!a->rc) {
+                    memcpy(dst, buf, len);
+                    a->rc = tfos__ring_commit(p, len);
+                }
+            }
+        }
+        if (!a->rc)
+            a->rc = tfos__ring_partition_end(p, LONG_MS);
+    }
+    if (!a->rc)
+        a->rc = tfos__ring_end_feed(p, LONG_MS);
+    tfos__ring_close(p);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    tfos__ring *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    struct thread_arg a = {fd, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer_thread, &a) == 0);
+    uint32_t next = 0, parts = 0;
+    for (;;) {
+        tfos__ring_rec recs[32];
+        size_t n;
+        int rc = tfos__ring_read_batch(c, recs, 32, &n, LONG_MS);
+        if (rc == TFOS_EEND)
+            break;
+        CHECK_RC(rc, 0);
+        for (size_t i = 0; i < n; i++) {
+            if (recs[i].tag == TFOS_RING_PARTITION_END) {
+                CHECK(recs[i].partition == parts);
+                parts++;
+            } else if (recs[i].tag == TFOS_RING_DATA) {
+                uint32_t v;
+                memcpy(&v, recs[i].data, 4);
+                CHECK(v == next && recs[i].len == 4 + v % 60);
+                next++;
+            } else {
+                CHECK(recs[i].tag == TFOS_RING_PARTITION_BEGIN && recs[i].partition == parts);
+            }
+        }
+        tfos__ring_release(c);
+    }
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_RC(a.rc, 0);
+    CHECK(next == TH_PARTS * TH_ROWS && parts == TH_PARTS);
+    close(fd);
+    tfos__ring_close(c);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    alarm(110); /* the whole binary, well within ctest's 120 s */
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"wrap_varied", test_wrap_varied},
+        {"full_ring_blocks_producer", test_full_ring_blocks_producer},
+        {"empty_ring_times_out_consumer", test_empty_ring_times_out_consumer},
+        {"too_big_and_misuse", test_too_big_and_misuse},
+        {"many_producers", test_many_producers},
+        {"killed_producer_self", test_killed_producer_self},
+        {"killed_producer_takeover", test_killed_producer_takeover},
+        {"killed_producer_blocked", test_killed_producer_blocked},
+        {"killed_consumer", test_killed_consumer},
+        {"corrupt_header", test_corrupt_header},
+        {"fd_passing", test_fd_passing},
+        {"threads", test_threads}, /* last: no fork once a thread has run */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        printf("%s ... ", cases[i].name);
+        fflush(stdout);
+        uint64_t t0 = ms_now();
+        cases[i].fn();
+        printf("ok (%llu ms)\n", (unsigned long long)(ms_now() - t0));
+        fflush(stdout);
+    }
+    /* no child left behind */
+    CHECK(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD);
+    printf("all ok\n");
+    return 0;
+}
