@@ -65,9 +65,9 @@ test-py-asan: install test-asan
 test: install test-c test-asan test-tsan test-py test-py-asan
 
 demo: install
-	$(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
 	    $(VPY) examples/digits/train.py --epochs 8 --model-dir $(BUILD)/digits-model
-	$(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
 
 bench: bench-start
 

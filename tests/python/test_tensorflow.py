@@ -33,9 +33,9 @@ def test_builtin_parameter_server(tmp_path, marker):
 
 
 def test_digits_example_trains_saves_and_predicts(tmp_path, marker):
-    model_dir = tmp_path / "model"
+    model_dir = tmp_path / marker / "model"  # the marker rides on every node's command line
     r = run_tfos(["run", "--workers", "2", "--ps", "1", "--log-dir", str(tmp_path / "logs"), "--",
-                  PY, os.path.join(EXAMPLE, "train.py"), "--epochs", "8", "--model-dir", str(model_dir), marker],
+                  PY, os.path.join(EXAMPLE, "train.py"), "--epochs", "8", "--model-dir", str(model_dir)],
                  timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     accs = [float(a) for a in re.findall(r"test accuracy: ([\d.]+)", r.stdout)]
