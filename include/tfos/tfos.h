@@ -137,6 +137,9 @@ typedef struct tfos_agent_opts {
     char *const *ps_argv;    /* program run instead of argv on ps nodes; NULL: argv */
     double connect_timeout;  /* seconds to reach the coordinator; default 30 */
     bool quiet;              /* do not echo the program's output to our stdout/stderr */
+    const char *cluster_id;  /* enables the feed: rings + feed socket; NULL: no feed */
+    size_t feed_capacity;    /* input ring bytes (power of two); 0: 64 MiB */
+    size_t result_capacity;  /* output ring bytes (power of two); 0: 16 MiB */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -157,6 +160,7 @@ typedef struct tfos_run_opts {
     double heartbeat_timeout;   /* default 30 */
     bool ps_runs_program;       /* run argv on ps nodes too (default: built-in TF server) */
     const char *python;         /* interpreter for the built-in ps server; NULL: guess */
+    int feed_mb;                /* input ring MiB per node (power of two); 0: 64 */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

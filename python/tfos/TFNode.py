@@ -10,7 +10,9 @@ import json
 import os
 import re
 
-__all__ = ["NodeContext", "get_context", "hdfs_path"]
+from .feed import DataFeed  # noqa: F401  (TFoS: TFNode.DataFeed)
+
+__all__ = ["NodeContext", "get_context", "hdfs_path", "DataFeed"]
 
 
 class NodeContext(object):
@@ -19,8 +21,8 @@ class NodeContext(object):
     Fields as TensorFlowOnSpark's ``ctx``: ``job_name``, ``task_index``,
     ``executor_id``, ``worker_num``, ``cluster_spec`` (dict job -> list of
     host:port), ``num_workers`` (chief + workers), ``defaultFS``,
-    ``working_dir``, ``mgr`` and ``tmp_socket`` (None: tfos has no Python
-    manager process), plus tfos's own ``attempt``, ``coord_addr``, ``host``,
+    ``working_dir``, ``mgr`` (the node's feed; None without one) and
+    ``tmp_socket`` (None: tfos has no Python manager process), plus tfos's own ``attempt``, ``coord_addr``, ``host``,
     ``port`` and ``log_dir``.
     """
 
@@ -35,13 +37,26 @@ class NodeContext(object):
         self.num_workers = num_workers
         self.defaultFS = defaultFS
         self.working_dir = working_dir if working_dir is not None else os.getcwd()
-        self.mgr = None
+        self._mgr = None
         self.tmp_socket = None
         self.attempt = attempt
         self.coord_addr = coord_addr
         self.host = host
         self.port = port
         self.log_dir = log_dir
+
+    @property
+    def mgr(self):
+        """This node's feed (a :class:`tfos.feed.FeedManager`), or None when the
+        node has no feed rings (ps nodes, programs not started by tfos)."""
+        if self._mgr is None and os.environ.get("TFOS_FEED_FDS"):
+            from . import feed
+            self._mgr = feed.get_manager()
+        return self._mgr
+
+    def get_data_feed(self, train_mode=True, qname_in="input", qname_out="output", input_mapping=None):
+        """``TFNode.DataFeed(ctx.mgr, ...)`` for this node."""
+        return DataFeed(self.mgr, train_mode, qname_in, qname_out, input_mapping)
 
     def absolute_path(self, path):
         """``path`` as a fully qualified URI (see :func:`hdfs_path`)."""

@@ -39,6 +39,7 @@ static const char usage_text[] =
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
+    "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default 64)\n"
     "coordinator options:\n"
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
     "node options:\n"
@@ -47,6 +48,8 @@ static const char usage_text[] =
     "  --host H                 address other nodes reach this one at (default 127.0.0.1)\n"
     "  --log-dir D              write the program's output to D/<job>-<index>.log\n"
     "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
+    "  --cluster-id ID          enable the node's feed socket under this cluster id\n"
+    "  --feed-mb N              input feed ring size in MiB (default 64)\n"
     "  --quiet                  do not echo the program's output\n";
 
 static volatile int got_signal;
@@ -95,7 +98,8 @@ typedef struct cli {
     tfos_layout layout;
     int have_workers;
     double reservation_timeout, grace, heartbeat_timeout;
-    const char *log_dir, *python, *listen, *coord, *host, *ps_python;
+    const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
+    int feed_mb;
     int ps_runs_program, executor_id, quiet;
     char **argv; /* after -- */
 } cli;
@@ -159,6 +163,14 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--executor-id")) {
             if (parse_int(a, NEXT(), 0, 1 << 20, &c->executor_id))
                 return 2;
+        } else if (!strcmp(a, "--cluster-id")) {
+            if (!(c->cluster_id = NEXT()))
+                return usage_error("%s needs an id", a);
+        } else if (!strcmp(a, "--feed-mb")) {
+            if (parse_int(a, NEXT(), 1, 1024, &c->feed_mb))
+                return 2;
+            if (c->feed_mb & (c->feed_mb - 1))
+                return usage_error("%s must be a power of two", "--feed-mb");
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
         } else {
@@ -203,7 +215,7 @@ static int cmd_run(cli *c)
     tfos_run_opts o = {.layout = c->layout, .argv = c->argv, .agent_path = exe, .log_dir = c->log_dir,
                        .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
                        .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
-                       .python = c->python};
+                       .python = c->python, .feed_mb = c->feed_mb};
     install_signals();
     int code = 1;
     int rc = tfos_run_local(&o, &got_signal, &code);
@@ -228,7 +240,8 @@ static int cmd_node(cli *c)
     char *ps_argv[2] = {(char *)c->ps_python, NULL};
     tfos_agent_opts o = {.coord_addr = c->coord, .secret = secret, .executor_id = c->executor_id,
                          .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
-                         .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet};
+                         .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
+                         .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

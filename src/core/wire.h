@@ -29,7 +29,9 @@ enum {
     TFOS_MSG_ERROR = 8,     /* either way: message, then the sender closes */
     TFOS_MSG_QUERY = 9,     /* client -> coord: mac; asks for STATUS */
     TFOS_MSG_STATUS = 10,   /* coord -> client: json */
-    TFOS_MSG_MAX_ = 10,
+    TFOS_MSG_FEED_OPEN = 11, /* producer -> agent (feed socket): mac */
+    TFOS_MSG_FEED_OK = 12,   /* agent -> producer: node; the ring fds follow */
+    TFOS_MSG_MAX_ = 12,
 };
 
 typedef struct tfos__frame {

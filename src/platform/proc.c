@@ -44,6 +44,9 @@ static void child_exec(const tfos__spawn_opts *o, int errpipe, pid_t parent)
         goto fail;
     if (o->stderr_fd >= 0 && dup2(o->stderr_fd, 2) < 0)
         goto fail;
+    for (int i = 0; i < o->nkeep; i++)
+        if (fcntl(o->keep_fds[i], F_SETFD, 0) < 0)
+            goto fail;
     execvpe(o->argv[0], o->argv, o->envp ? o->envp : environ);
 fail:;
     int e = errno;

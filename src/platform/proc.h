@@ -17,6 +17,8 @@ typedef struct tfos__spawn_opts {
     int stderr_fd;      /* -1: inherit */
     int new_pgroup;     /* child leads a new process group (pgid == pid) */
     int pdeathsig;      /* signal the child gets when this thread dies; 0: none */
+    const int *keep_fds; /* close-on-exec fds the child inherits anyway */
+    int nkeep;
 } tfos__spawn_opts;
 
 /* Start a child. On exec failure returns TFOS_ESYS with errno set to the

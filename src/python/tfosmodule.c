@@ -10,6 +10,8 @@
 #include <structmember.h>
 
 #include "core/auth.h"
+#include "core/feedsock.h"
+#include "core/ring.h"
 #include "tfos/tfos.h"
 
 #include <stdlib.h>
@@ -18,6 +20,10 @@
 typedef struct {
     PyTypeObject *local_type;
     PyTypeObject *coord_type;
+    PyTypeObject *ring_type;
+    PyObject *feed_error;   /* tfos._tfos.FeedError */
+    PyObject *feed_closed;  /* FeedClosed(FeedError): the peer went away */
+    PyObject *feed_ended;   /* FeedEnded(FeedError): end of feed */
 } module_state;
 
 static module_state *get_state(PyObject *module)
@@ -425,6 +431,285 @@ static PyType_Spec Coord_spec = {
     .slots = Coord_slots,
 };
 
+
+/* ---- Ring ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    tfos__ring *ring;
+    int role;
+    PyObject *module; /* for the exception types in module state */
+} RingObject;
+
+static PyObject *ring_raise(RingObject *self, int rc, const char *what)
+{
+    module_state *st = get_state(self->module);
+    PyObject *type = st->feed_error;
+    if (rc == TFOS_ECLOSED)
+        type = st->feed_closed;
+    else if (rc == TFOS_EEND)
+        type = st->feed_ended;
+    else if (rc == TFOS_ETIMEDOUT || rc == TFOS_EAGAIN || rc == TFOS_EFULL)
+        type = PyExc_TimeoutError;
+    else if (rc == TFOS_ESYS)
+        return PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
+    PyObject *exc = PyObject_CallFunction(type, "s", what);
+    if (exc) {
+        PyObject *code = PyLong_FromLong(rc);
+        PyObject *text = PyUnicode_FromString(tfos_strerror(rc));
+        if (code && text) {
+            PyObject_SetAttrString(exc, "code", code);
+            PyObject_SetAttrString(exc, "reason", text);
+        }
+        Py_XDECREF(code);
+        Py_XDECREF(text);
+        PyErr_SetObject(type, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static int Ring_init(RingObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "role", NULL};
+    int fd, role;
+    if (self->ring) {
+        PyErr_SetString(PyExc_RuntimeError, "Ring is already attached");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii", kwlist, &fd, &role))
+        return -1;
+    int rc = tfos__ring_attach(&self->ring, fd, role);
+    if (rc) {
+        if (rc == TFOS_ESYS)
+            PyErr_Format(PyExc_OSError, "cannot attach the feed ring (fd %d): %s", fd, strerror(errno));
+        else
+            PyErr_Format(PyExc_ValueError, "cannot attach the feed ring (fd %d) as %s: %s", fd,
+                         role == TFOS_RING_CONSUMER ? "consumer" : role == TFOS_RING_PRODUCER ? "producer" : "observer",
+                         tfos_strerror(rc));
+        return -1;
+    }
+    self->role = role;
+    PyTypeObject *tp = Py_TYPE(self);
+    self->module = PyType_GetModule(tp);
+    Py_XINCREF(self->module);
+    return self->module ? 0 : -1;
+}
+
+static int ring_ready(RingObject *self)
+{
+    if (!self->ring) {
+        PyErr_SetString(PyExc_ValueError, "the feed ring is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Ring_write(RingObject *self, PyObject *args)
+{
+    unsigned int tag;
+    Py_buffer buf;
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|i", &tag, &buf, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_write(self->ring, tag, buf.buf, (size_t)buf.len, timeout);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc)
+        return ring_raise(self, rc, "writing to the feed ring");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_partition_begin(RingObject *self, PyObject *args)
+{
+    unsigned long long pid;
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "K|i", &pid, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_partition_begin(self->ring, pid, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "beginning a partition");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_partition_end(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|i", &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_partition_end(self->ring, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "ending a partition");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_end_feed(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|i", &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_end_feed(self->ring, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc && rc != TFOS_EEND)
+        return ring_raise(self, rc, "ending the feed");
+    Py_RETURN_NONE;
+}
+
+/* read(timeout_ms=-1, max_records=64) -> list of (tag, partition, bytes).
+ * Waits for at least one record, copies every record out of shared memory
+ * (the copy is the one the consumer needs anyway) and releases them. */
+static PyObject *Ring_read(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    Py_ssize_t max = 64;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|in", &timeout, &max))
+        return NULL;
+    if (max < 1 || max > 4096)
+        return PyErr_Format(PyExc_ValueError, "max_records must be in 1..4096");
+    tfos__ring_rec recs[4096];
+    size_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_read_batch(self->ring, recs, (size_t)max, &n, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "reading from the feed ring");
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list) {
+        tfos__ring_release(self->ring);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *data = PyBytes_FromStringAndSize(NULL, recs[i].len);
+        if (data) {
+            char *dst = PyBytes_AS_STRING(data);
+            if (recs[i].len >= 65536) {
+                Py_BEGIN_ALLOW_THREADS
+                memcpy(dst, recs[i].data, recs[i].len);
+                Py_END_ALLOW_THREADS
+            } else {
+                memcpy(dst, recs[i].data, recs[i].len);
+            }
+        }
+        PyObject *item = data ? Py_BuildValue("(IKN)", recs[i].tag, (unsigned long long)recs[i].partition, data) : NULL;
+        if (!item) {
+            Py_DECREF(list);
+            tfos__ring_release(self->ring);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    tfos__ring_release(self->ring);
+    return list;
+}
+
+static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!ring_ready(self))
+        return NULL;
+    tfos__ring_stats st;
+    tfos__ring_stats_get(self->ring, &st);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:O,s:O}", "capacity",
+                         (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
+                         (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
+                         (unsigned long long)st.partitions_begun, "partitions_completed",
+                         (unsigned long long)st.partitions_completed, "partitions_aborted",
+                         (unsigned long long)st.partitions_aborted, "producers", st.producers, "unclean_exits",
+                         st.unclean_exits, "consumer_pid", st.consumer_pid, "feed_ended",
+                         st.feed_ended ? Py_True : Py_False, "consumer_closed",
+                         st.consumer_closed ? Py_True : Py_False);
+}
+
+static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->ring) {
+        tfos__ring *r = self->ring;
+        self->ring = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        tfos__ring_close(r);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_get_max_record(RingObject *self, void *Py_UNUSED(c))
+{
+    if (!ring_ready(self))
+        return NULL;
+    return PyLong_FromSize_t(tfos__ring_max_record(self->ring));
+}
+
+static void Ring_dealloc(RingObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->ring)
+        tfos__ring_close(self->ring);
+    Py_XDECREF(self->module);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Ring_methods[] = {
+    {"write", (PyCFunction)Ring_write, METH_VARARGS, "write(tag, data, timeout_ms=-1): one record."},
+    {"partition_begin", (PyCFunction)Ring_partition_begin, METH_VARARGS,
+     "partition_begin(partition_id, timeout_ms=-1): hold the ring for one whole partition."},
+    {"partition_end", (PyCFunction)Ring_partition_end, METH_VARARGS, "partition_end(timeout_ms=-1)"},
+    {"end_feed", (PyCFunction)Ring_end_feed, METH_VARARGS, "end_feed(timeout_ms=-1): no more records, ever."},
+    {"read", (PyCFunction)Ring_read, METH_VARARGS,
+     "read(timeout_ms=-1, max_records=64) -> [(tag, partition, bytes)]; raises FeedEnded at the end."},
+    {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
+    {"close", (PyCFunction)Ring_close, METH_NOARGS, "close(): detach."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Ring_getset[] = {
+    {"max_record", (getter)Ring_get_max_record, NULL, "largest record payload in bytes", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Ring_slots[] = {
+    {Py_tp_doc, "Ring(fd, role): a handle on a shared-memory feed ring (role: ROLE_PRODUCER, ROLE_CONSUMER, "
+                "ROLE_OBSERVER). The fd stays the caller's."},
+    {Py_tp_init, Ring_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, Ring_dealloc},
+    {Py_tp_methods, Ring_methods},
+    {Py_tp_getset, Ring_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Ring_spec = {
+    .name = "tfos._tfos.Ring",
+    .basicsize = sizeof(RingObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Ring_slots,
+};
+
+/* feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node) */
+static PyObject *mod_feed_connect(PyObject *m, PyObject *args)
+{
+    const char *cluster_id, *secret;
+    int executor_id, timeout = 30000, in_fd, out_fd, rc;
+    char node[64], err[512];
+    if (!PyArg_ParseTuple(args, "sis|i", &cluster_id, &executor_id, &secret, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__feed_connect(cluster_id, executor_id, secret, timeout, &in_fd, &out_fd, node, sizeof node, err,
+                            sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        module_state *st = get_state(m);
+        PyErr_SetString(rc == TFOS_ECLOSED ? st->feed_closed : st->feed_error, err);
+        return NULL;
+    }
+    return Py_BuildValue("(iis)", in_fd, out_fd, node);
+}
+
 /* ---- module -------------------------------------------------------------- */
 
 static PyObject *mod_random_secret(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -446,6 +731,9 @@ static PyObject *mod_strerror(PyObject *Py_UNUSED(m), PyObject *arg)
 static PyMethodDef module_methods[] = {
     {"random_secret", mod_random_secret, METH_NOARGS, "random_secret() -> str: a fresh 256-bit cluster secret."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str"},
+    {"feed_connect", mod_feed_connect, METH_VARARGS,
+     "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
+     "a node on this machine (the caller owns them)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -458,6 +746,22 @@ static int module_exec(PyObject *m)
     st->coord_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Coord_spec, NULL);
     if (!st->coord_type || PyModule_AddType(m, st->coord_type) < 0)
         return -1;
+    st->ring_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Ring_spec, NULL);
+    if (!st->ring_type || PyModule_AddType(m, st->ring_type) < 0)
+        return -1;
+    st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
+                                               NULL);
+    if (!st->feed_error || PyModule_AddObjectRef(m, "FeedError", st->feed_error) < 0)
+        return -1;
+    st->feed_closed = PyErr_NewExceptionWithDoc("tfos._tfos.FeedClosed",
+                                                "The other side of the feed went away (died or closed).",
+                                                st->feed_error, NULL);
+    if (!st->feed_closed || PyModule_AddObjectRef(m, "FeedClosed", st->feed_closed) < 0)
+        return -1;
+    st->feed_ended = PyErr_NewExceptionWithDoc("tfos._tfos.FeedEnded", "The feed has ended (end of feed).",
+                                               st->feed_error, NULL);
+    if (!st->feed_ended || PyModule_AddObjectRef(m, "FeedEnded", st->feed_ended) < 0)
+        return -1;
     if (PyModule_AddStringConstant(m, "VERSION", TFOS_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "PROTOCOL_VERSION", TFOS_PROTOCOL_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "STATE_RESERVING", TFOS_COORD_RESERVING) < 0 ||
@@ -467,7 +771,15 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "STATE_FAILED", TFOS_COORD_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "ETIMEDOUT", TFOS_ETIMEDOUT) < 0 ||
         PyModule_AddIntConstant(m, "ESTOPPED", TFOS_ESTOPPED) < 0 ||
-        PyModule_AddIntConstant(m, "EFAILED", TFOS_EFAILED) < 0)
+        PyModule_AddIntConstant(m, "EFAILED", TFOS_EFAILED) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_OBSERVER", TFOS_RING_OBSERVER) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_PRODUCER", TFOS_RING_PRODUCER) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_CONSUMER", TFOS_RING_CONSUMER) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_DATA", TFOS_RING_DATA) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_BEGIN", TFOS_RING_PARTITION_BEGIN) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_END", TFOS_RING_PARTITION_END) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_ABORT", TFOS_RING_PARTITION_ABORT) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_USER", TFOS_RING_TAG_USER) < 0)
         return -1;
     return 0;
 }
@@ -477,6 +789,10 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     module_state *st = get_state(m);
     Py_VISIT(st->local_type);
     Py_VISIT(st->coord_type);
+    Py_VISIT(st->ring_type);
+    Py_VISIT(st->feed_error);
+    Py_VISIT(st->feed_closed);
+    Py_VISIT(st->feed_ended);
     return 0;
 }
 
@@ -485,6 +801,10 @@ static int module_clear(PyObject *m)
     module_state *st = get_state(m);
     Py_CLEAR(st->local_type);
     Py_CLEAR(st->coord_type);
+    Py_CLEAR(st->ring_type);
+    Py_CLEAR(st->feed_error);
+    Py_CLEAR(st->feed_closed);
+    Py_CLEAR(st->feed_ended);
     return 0;
 }
 

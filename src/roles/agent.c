@@ -14,7 +14,9 @@
  * single poll loop sees them in order with everything else.
  */
 #include "core/auth.h"
+#include "core/feedsock.h"
 #include "core/log.h"
+#include "core/ring.h"
 #include "core/spec.h"
 #include "core/wire.h"
 #include "platform/clock.h"
@@ -84,6 +86,10 @@ typedef struct agent {
     int64_t kill_deadline; /* 0: no stop under way */
     int killed_hard;
     int error_exit;        /* exit code to use when no program ran */
+    /* feed: the rings this node owns and the socket producers get them from */
+    tfos__ring *in_ring, *out_ring; /* observer handles (counters) */
+    int in_fd, out_fd;
+    int feed_lfd;
 } agent;
 
 static void tail_push(agent *a, const char *line, size_t len)
@@ -222,6 +228,23 @@ static int open_log(agent *a)
     return 0;
 }
 
+/* Create the input and output rings and listen for producers. */
+static int open_feed(agent *a)
+{
+    const tfos_agent_opts *o = a->o;
+    size_t in_cap = o->feed_capacity ? o->feed_capacity : (size_t)64 << 20;
+    size_t out_cap = o->result_capacity ? o->result_capacity : (size_t)16 << 20;
+    int rc = tfos__ring_create(&a->in_ring, &a->in_fd, in_cap, TFOS_RING_OBSERVER);
+    if (rc == 0)
+        rc = tfos__ring_create(&a->out_ring, &a->out_fd, out_cap, TFOS_RING_OBSERVER);
+    if (rc == 0)
+        rc = tfos__feed_listen(o->cluster_id, o->executor_id, &a->feed_lfd);
+    if (rc)
+        TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
+                   rc == TFOS_ESYS ? strerror(errno) : "");
+    return rc;
+}
+
 static void report_exit(agent *a, int code, const char *desc)
 {
     tfos__msg m;
@@ -260,8 +283,15 @@ static void start_program(agent *a)
             argv = a->o->ps_argv;
         }
     }
+    if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {
+        report_exit(a, 1, "could not create the node's feed rings");
+        a->child_done = 1;
+        a->child_status = 1 << 8;
+        return;
+    }
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
-                         .secret = a->o->secret};
+                         .secret = a->o->secret, .cluster_id = a->o->cluster_id, .feed_in_fd = a->in_fd,
+                         .feed_out_fd = a->out_fd};
     char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int rc = TFOS_ENOMEM;
@@ -270,8 +300,10 @@ static void start_program(agent *a)
     rc = TFOS_ESYS;
     if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
         goto fail;
+    int keep[2] = {a->in_fd, a->out_fd};
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = outp[1], .stderr_fd = errp[1],
-                           .new_pgroup = 1, .pdeathsig = SIGKILL};
+                           .new_pgroup = 1, .pdeathsig = SIGKILL, .keep_fds = keep,
+                           .nkeep = a->in_fd >= 0 ? 2 : 0};
     rc = tfos__spawn(&so, &a->child);
     if (rc)
         goto fail;
@@ -439,8 +471,8 @@ static void agent_loop(agent *a)
 {
     a->next_heartbeat = tfos__now_ms() + HEARTBEAT_MS;
     for (;;) {
-        struct pollfd p[4];
-        int np = 0, ic = -1, is = -1, il[2] = {-1, -1};
+        struct pollfd p[5];
+        int np = 0, ic = -1, is = -1, il[2] = {-1, -1}, ifeed = -1;
         if (a->connected) {
             ic = np;
             p[np].fd = a->conn.fd;
@@ -455,6 +487,11 @@ static void agent_loop(agent *a)
                 p[np].fd = a->lb[i].fd;
                 p[np++].events = POLLIN;
             }
+        }
+        if (a->feed_lfd >= 0) {
+            ifeed = np;
+            p[np].fd = a->feed_lfd;
+            p[np++].events = POLLIN;
         }
         int64_t now = tfos__now_ms();
         int64_t wake = a->next_heartbeat;
@@ -486,6 +523,11 @@ static void agent_loop(agent *a)
         for (int i = 0; i < 2; i++)
             if (il[i] >= 0 && p[il[i]].revents)
                 pump(a, &a->lb[i]);
+        if (ifeed >= 0 && (p[ifeed].revents & POLLIN)) {
+            int frc = tfos__feed_serve_one(a->feed_lfd, a->o->secret, a->label, a->in_fd, a->out_fd, 2000);
+            if (frc)
+                TFOS_WARN("agent %s: refused a feed producer: %s", a->label, tfos_strerror(frc));
+        }
         if (ic >= 0 && p[ic].revents) {
             if (p[ic].revents & POLLOUT)
                 tfos__conn_flush(&a->conn);
@@ -555,6 +597,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     memset(&a, 0, sizeof a);
     a.o = o;
     a.sfd = a.resv_fd = a.logfd = -1;
+    a.in_fd = a.out_fd = a.feed_lfd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
     a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
@@ -623,6 +666,14 @@ out:
         close(a.logfd);
     if (a.sfd >= 0)
         close(a.sfd);
+    if (a.feed_lfd >= 0)
+        close(a.feed_lfd);
+    if (a.in_fd >= 0)
+        close(a.in_fd);
+    if (a.out_fd >= 0)
+        close(a.out_fd);
+    tfos__ring_close(a.in_ring);
+    tfos__ring_close(a.out_ring);
     free(a.nodes);
     sigprocmask(SIG_SETMASK, &old, NULL);
     return rc;

@@ -33,6 +33,7 @@ struct tfos_local {
     tfos_run_opts opts;
     tfos_coord *coord;
     char secret[TFOS_HEX_SECRET_LEN + 1];
+    char cluster_id[17];
     char log_dir[4096];
     int n;
     agent_proc *agents;
@@ -100,8 +101,9 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     char **argv = calloc(argc + 20, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
-    char idbuf[16];
+    char idbuf[16], mbbuf[16];
     snprintf(idbuf, sizeof idbuf, "%d", id);
+    snprintf(mbbuf, sizeof mbbuf, "%d", o->feed_mb);
     size_t k = 0;
     argv[k++] = (char *)o->agent_path;
     argv[k++] = "node";
@@ -113,6 +115,12 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     argv[k++] = "127.0.0.1";
     argv[k++] = "--log-dir";
     argv[k++] = l->log_dir;
+    argv[k++] = "--cluster-id";
+    argv[k++] = l->cluster_id;
+    if (o->feed_mb > 0) {
+        argv[k++] = "--feed-mb";
+        argv[k++] = mbbuf;
+    }
     if (!o->ps_runs_program && o->layout.num_ps > 0) {
         argv[k++] = "--ps-python";
         argv[k++] = (char *)guess_python(o);
@@ -169,6 +177,8 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         goto fail;
     }
     rc = tfos__random_hex(l->secret, 32);
+    if (rc == 0)
+        rc = tfos__random_hex(l->cluster_id, 8);
     if (rc)
         goto fail;
     tfos_coord_opts co = {.layout = opts->layout, .bind_host = "127.0.0.1", .port = 0, .secret = l->secret,

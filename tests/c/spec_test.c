@@ -56,7 +56,8 @@ static void tf_config(void)
 static void env_vars(void)
 {
     char *base[] = {"PATH=/bin", "RANK=99", "TFOS_OLD=1", "TF_CONFIG=stale", "HOME=/root", NULL};
-    tfos__ctx_env ctx = {.coord_addr = "10.0.0.9:7000", .attempt = 2, .log_dir = "/logs", .secret = "s3"};
+    tfos__ctx_env ctx = {.coord_addr = "10.0.0.9:7000", .attempt = 2, .log_dir = "/logs", .secret = "s3",
+                         .cluster_id = "c0ffee", .feed_in_fd = 7, .feed_out_fd = 8};
     char **env = tfos__spec_env(base, nodes, 5, 2, &ctx); /* worker:1 on 10.0.0.2 */
     CHECK(env);
     CHECK_STR(getv(env, "PATH"), "/bin");
@@ -77,6 +78,8 @@ static void env_vars(void)
     CHECK_STR(getv(env, "TFOS_ATTEMPT"), "2");
     CHECK_STR(getv(env, "TFOS_COORD_ADDR"), "10.0.0.9:7000");
     CHECK_STR(getv(env, "TFOS_PORT"), "2225");
+    CHECK_STR(getv(env, "TFOS_CLUSTER_ID"), "c0ffee");
+    CHECK_STR(getv(env, "TFOS_FEED_FDS"), "7,8");
     CHECK(strstr(getv(env, "TF_CONFIG"), "\"task\": {\"type\": \"worker\", \"index\": 1}"));
     tfos__env_free(env);
 

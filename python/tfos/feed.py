@@ -1,0 +1,420 @@
+"""The data feed: batches of rows from producers into the trainers, through
+each node's shared-memory rings (tfos._tfos.Ring, C).
+
+A node owns two rings: *input* (producers -> the program) and *output* (the
+program's inference results -> the producer). The program inherits both
+(``TFOS_FEED_FDS``); producers on the same machine get them from the node
+agent's feed socket (:class:`FeedClient`).
+
+Records on the input ring carry *batches* of rows, never one row per record:
+
+- ``TAG_COLUMNS``: tfos's columnar batch (encoded in C, decoded to numpy
+  arrays with no per-row work), for rows of numbers, strings, bytes and
+  fixed-shape arrays;
+- ``TAG_PICKLE``: a pickled list of rows, for anything else (local only: the
+  ring never leaves the machine and only processes of the same user holding
+  the cluster secret can attach);
+- ``TAG_ARROW``: an Arrow IPC stream of one record batch (pyarrow).
+
+Partitions are framed by PARTITION_BEGIN/END records; a partition whose
+producer died midway is followed by PARTITION_ABORT and counts as not
+delivered (the producer side re-feeds it: at-least-once).
+"""
+import collections
+import os
+import pickle
+
+from . import _tfos
+
+TAG_PICKLE = _tfos.TAG_USER + 0
+TAG_COLUMNS = _tfos.TAG_USER + 1
+TAG_ARROW = _tfos.TAG_USER + 2
+TAG_RESULTS = _tfos.TAG_USER + 3
+
+FeedError = _tfos.FeedError
+FeedClosed = _tfos.FeedClosed
+FeedEnded = _tfos.FeedEnded
+
+__all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "get_manager"]
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+# ---- encoding -----------------------------------------------------------
+
+def encode_rows(rows):
+    """(tag, payload) for a list of rows: the columnar batch when every row is
+    made of numbers/str/bytes/fixed-shape arrays of one layout, else pickle."""
+    encoder = getattr(_tfos, "encode_rows", None)
+    if encoder is not None:
+        try:
+            return TAG_COLUMNS, encoder(rows)
+        except (TypeError, ValueError):
+            pass
+    return TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _Chunk(object):
+    """Rows of one decoded record, consumed front to back."""
+
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos")
+
+    def __init__(self, partition, columns=None, names=None, rows=None):
+        self.partition = partition
+        self.columns = columns  # list of numpy arrays (or lists), one per column
+        self.names = names
+        self.rows = rows        # a list of rows (pickle records)
+        self.n = len(rows) if rows is not None else (len(columns[0]) if columns else 0)
+        self.pos = 0
+
+    def take_rows(self, k):
+        lo, hi = self.pos, min(self.n, self.pos + k)
+        self.pos = hi
+        if self.rows is not None:
+            return self.rows[lo:hi]
+        cols = [c[lo:hi] for c in self.columns]
+        if len(cols) == 1:
+            return [_scalar(v) for v in cols[0]]
+        return [list(map(_scalar, r)) for r in zip(*cols)]
+
+    def take_columns(self, k):
+        lo, hi = self.pos, min(self.n, self.pos + k)
+        self.pos = hi
+        if self.rows is not None:
+            np = _np()
+            part = self.rows[lo:hi]
+            if part and isinstance(part[0], (list, tuple)):
+                return [np.asarray(c) for c in zip(*part)], None
+            return [np.asarray(part)], None
+        return [c[lo:hi] for c in self.columns], self.names
+
+
+_PARTITION_END = object()  # in the chunk queue: the producer ended a partition here
+
+
+def _scalar(v):
+    item = getattr(v, "item", None)
+    if item is not None and getattr(v, "ndim", 1) == 0:
+        return item()
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def _decode(tag, partition, payload):
+    if tag == TAG_PICKLE:
+        return _Chunk(partition, rows=pickle.loads(payload))
+    if tag == TAG_COLUMNS:
+        names, columns = _decode_columns(payload)
+        return _Chunk(partition, columns=columns, names=names)
+    if tag == TAG_ARROW:
+        import pyarrow as pa
+        table = pa.ipc.open_stream(payload).read_all()
+        return _Chunk(partition, columns=[c.to_numpy(zero_copy_only=False) for c in table.columns],
+                      names=list(table.column_names))
+    raise FeedError("unknown record tag %d in the feed (partition %d)" % (tag, partition))
+
+
+def _decode_columns(payload):
+    """Columnar batch -> (names, numpy arrays), viewing ``payload`` (bytes)."""
+    np = _np()
+    names, columns = [], []
+    for col in _tfos.decode_columns(payload):
+        name, kind, dtype, shape, nrows, data_off, data_len, offsets_off = col
+        names.append(name)
+        if kind == "fixed":
+            arr = np.frombuffer(payload, dtype=np.dtype(dtype), count=nrows * _prod(shape), offset=data_off)
+            columns.append(arr.reshape((nrows,) + tuple(shape)))
+        else:
+            offs = np.frombuffer(payload, dtype="<u8", count=nrows + 1, offset=offsets_off)
+            raw = payload[data_off:data_off + data_len]
+            vals = [raw[offs[i]:offs[i + 1]] for i in range(nrows)]
+            if kind == "str":
+                vals = [v.decode("utf-8") for v in vals]
+            columns.append(np.array(vals, dtype=object))
+    return names, columns
+
+
+def _prod(shape):
+    p = 1
+    for d in shape:
+        p *= d
+    return p
+
+
+# ---- consumer side: the program ------------------------------------------
+
+class FeedManager(object):
+    """The program's end of its node's rings (TensorFlowOnSpark's ``ctx.mgr``).
+
+    Built from ``TFOS_FEED_FDS`` (set by the node agent), or from explicit fds.
+    The input ring is read as its one consumer; the output ring is written as
+    a producer (inference results)."""
+
+    def __init__(self, in_fd=None, out_fd=None):
+        if in_fd is None:
+            fds = os.environ.get("TFOS_FEED_FDS")
+            if not fds:
+                raise FeedError("this process has no feed: TFOS_FEED_FDS is not set (start it with `tfos run`, or "
+                                "from a tfos node on Spark)")
+            in_fd, out_fd = (int(x) for x in fds.split(","))
+        self.input = _tfos.Ring(in_fd, _tfos.ROLE_CONSUMER)
+        self.output = _tfos.Ring(out_fd, _tfos.ROLE_PRODUCER)
+        self.aborted = []      # partitions the producers could not deliver whole
+        self.ended = False
+        self.terminated = False
+
+    def close(self):
+        self.input.close()
+        self.output.close()
+
+
+_manager = None
+
+
+def get_manager():
+    """The process's FeedManager (created on first use)."""
+    global _manager
+    if _manager is None:
+        _manager = FeedManager()
+    return _manager
+
+
+class DataFeed(object):
+    """TensorFlowOnSpark's ``TFNode.DataFeed``, on tfos's rings.
+
+    ``next_batch(n)`` returns up to ``n`` rows as a list (or, with
+    ``input_mapping``, a dict of tensor name -> list of column values) and
+    blocks until ``n`` rows are there or the feed has ended; ``should_stop()``
+    tells when the feed has ended; ``batch_results(results)`` sends one result
+    per row of the last batch back to the producer, in order;
+    ``terminate()`` stops the feed early. ``next_batch_arrays(n)`` is the fast
+    path: numpy arrays by column, with no per-row Python objects.
+
+    ``timeout`` (seconds, default None = wait as long as producers live) bounds
+    every wait for data; a producer that dies is reported at once.
+    """
+
+    def __init__(self, mgr=None, train_mode=True, qname_in="input", qname_out="output", input_mapping=None,
+                 timeout=None):
+        self.mgr = mgr if isinstance(mgr, FeedManager) else get_manager()
+        self.train_mode = train_mode
+        self.qname_in = qname_in
+        self.qname_out = qname_out
+        self.input_mapping = input_mapping
+        self.timeout_ms = -1 if timeout is None else int(timeout * 1000)
+        self._chunks = collections.deque()
+        self._last_batch = []                # [(partition, rows)] of the last next_batch
+        self._partition = 0                  # partition of the records being read
+        self.rows_read = 0
+
+    # -- reading
+    def _fill(self):
+        """Read at least one record; False at the end of the feed."""
+        if self.mgr.ended or self.mgr.terminated:
+            return False
+        try:
+            records = self.mgr.input.read(self.timeout_ms, 64)
+        except FeedEnded:
+            self.mgr.ended = True
+            return False
+        except TimeoutError:
+            raise TimeoutError("no data on the feed for %.1f s" % (self.timeout_ms / 1000.0))
+        except FeedClosed:
+            raise FeedClosed("the feed's producers went away without ending the feed (a feeding process died)")
+        for tag, partition, payload in records:
+            if tag == _tfos.TAG_PARTITION_BEGIN:
+                self._partition = partition
+            elif tag == _tfos.TAG_PARTITION_END:
+                self._partition = 0
+                self._chunks.append(_PARTITION_END)
+            elif tag == _tfos.TAG_PARTITION_ABORT:
+                # rows of it already read stay read: the partition is fed
+                # again (at-least-once)
+                self.mgr.aborted.append(partition)
+                self._partition = 0
+            else:
+                chunk = _decode(tag, self._partition, payload)
+                if chunk.n:
+                    self._chunks.append(chunk)
+        return True
+
+    def _take(self, batch_size, columns):
+        out, got = [], 0
+        self._last_batch = []
+        while got < batch_size:
+            if not self._chunks:
+                if not self._fill():
+                    break
+                continue
+            chunk = self._chunks[0]
+            if chunk is _PARTITION_END or chunk.pos >= chunk.n:
+                self._chunks.popleft()
+                if chunk is _PARTITION_END and got and not self.train_mode:
+                    # inference: a batch never spans partitions, so the
+                    # producer gets a partition's results without waiting for
+                    # the next partition (TFoS's EndPartition marker does this)
+                    break
+                continue
+            k = min(batch_size - got, chunk.n - chunk.pos)
+            part = chunk.take_columns(k) if columns else chunk.take_rows(k)
+            out.append(part)
+            got += k
+            self._last_batch.append((chunk.partition, k))
+        self.rows_read += got
+        return out, got
+
+    def next_batch(self, batch_size):
+        """Up to ``batch_size`` rows, as TensorFlowOnSpark returns them."""
+        parts, got = self._take(batch_size, columns=False)
+        rows = [r for p in parts for r in p]
+        if self.input_mapping is None:
+            return rows
+        names = list(self.input_mapping.keys())
+        result = {self.input_mapping[n]: [] for n in names}
+        for r in rows:
+            for i, n in enumerate(names):
+                result[self.input_mapping[n]].append(r[i])
+        return result
+
+    def next_batch_arrays(self, batch_size, as_dict=False):
+        """Up to ``batch_size`` rows as numpy arrays, one per column (a tuple,
+        or a dict by column name). Empty arrays at the end of the feed."""
+        np = _np()
+        parts, got = self._take(batch_size, columns=True)
+        if not parts:
+            return {} if as_dict else ()
+        ncols = len(parts[0][0])
+        cols = []
+        for i in range(ncols):
+            pieces = [p[0][i] for p in parts]
+            cols.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        names = parts[0][1] or ["c%d" % i for i in range(ncols)]
+        if as_dict:
+            return dict(zip(names, cols))
+        return tuple(cols)
+
+    def should_stop(self):
+        """True once the feed has ended (or was terminated) and every row was read."""
+        if self.mgr.terminated:
+            return True
+        if any(c is not _PARTITION_END and c.pos < c.n for c in self._chunks):
+            return False
+        return self.mgr.ended
+
+    # -- inference
+    def batch_results(self, results):
+        """One result per row of the last ``next_batch``, in order."""
+        results = list(results)
+        expected = sum(k for _, k in self._last_batch)
+        if len(results) != expected:
+            parts = ", ".join("partition %d: %d rows" % pk for pk in self._last_batch) or "no rows"
+            raise ValueError("batch_results got %d results for a batch of %d rows (%s); inference needs exactly "
+                             "one result per input row" % (len(results), expected, parts))
+        pos = 0
+        for partition, k in self._last_batch:
+            self.mgr.output.write(TAG_RESULTS, pickle.dumps((partition, results[pos:pos + k]),
+                                                            protocol=pickle.HIGHEST_PROTOCOL), self.timeout_ms)
+            pos += k
+        self._last_batch = []
+
+    def terminate(self):
+        """Stop the feed early: producers writing to this node get FeedClosed
+        at once (and stop), and ``should_stop()`` becomes True."""
+        self.mgr.terminated = True
+        self.mgr.input.close()
+
+
+# ---- producer side --------------------------------------------------------
+
+class FeedClient(object):
+    """A producer feeding one node on this machine.
+
+    ``FeedClient(executor_id)`` finds the node through its agent's feed socket
+    (cluster id and secret from ``TFOS_CLUSTER_ID``/``TFOS_SECRET`` unless
+    given). ``feed_partition(rows, partition_id)`` writes one whole partition;
+    ``collect_results(partition_id, count)`` reads its inference results;
+    ``end_feed()`` ends the node's feed for good."""
+
+    def __init__(self, executor_id, cluster_id=None, secret=None, timeout=30.0, batch_rows=1024):
+        cluster_id = cluster_id or os.environ.get("TFOS_CLUSTER_ID")
+        secret = secret or os.environ.get("TFOS_SECRET")
+        if not cluster_id or not secret:
+            raise FeedError("FeedClient needs the cluster id and secret (TFOS_CLUSTER_ID, TFOS_SECRET)")
+        in_fd, out_fd, self.node = _tfos.feed_connect(cluster_id, int(executor_id), secret, int(timeout * 1000))
+        try:
+            self.input = _tfos.Ring(in_fd, _tfos.ROLE_PRODUCER)
+            self._out_fd = out_fd
+            self.output = None
+        finally:
+            os.close(in_fd)
+        self.batch_rows = batch_rows
+        self.timeout_ms = int(timeout * 1000)
+        self._results = collections.defaultdict(list)
+
+    def feed_partition(self, rows, partition_id, timeout=None):
+        """Write ``rows`` (an iterable) as partition ``partition_id``, whole."""
+        t = self.timeout_ms if timeout is None else int(timeout * 1000)
+        self.input.partition_begin(partition_id, t)
+        try:
+            batch = []
+            for row in rows:
+                batch.append(row)
+                if len(batch) >= self.batch_rows:
+                    self._write_batch(batch, t)
+                    batch = []
+            if batch:
+                self._write_batch(batch, t)
+        except BaseException:
+            self.input.close()  # the ring marks the partition aborted
+            raise
+        self.input.partition_end(t)
+
+    def _write_batch(self, batch, timeout_ms):
+        tag, payload = encode_rows(batch)
+        if len(payload) > self.input.max_record and len(batch) > 1:
+            half = len(batch) // 2
+            self._write_batch(batch[:half], timeout_ms)
+            self._write_batch(batch[half:], timeout_ms)
+            return
+        self.input.write(tag, payload, timeout_ms)
+
+    def feed_encoded(self, tag, payload, timeout=None):
+        """Write one already-encoded record (inside a partition or not)."""
+        self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
+
+    def collect_results(self, partition_id, count, timeout=None):
+        """The ``count`` inference results of partition ``partition_id``, in
+        order. Raises FeedError naming the partition if more arrive than rows
+        were fed."""
+        if self.output is None:
+            self.output = _tfos.Ring(self._out_fd, _tfos.ROLE_CONSUMER)
+            os.close(self._out_fd)
+        t = self.timeout_ms if timeout is None else int(timeout * 1000)
+        got = self._results.pop(partition_id, [])
+        while len(got) < count:
+            for tag, _, payload in self.output.read(t, 64):
+                if tag != TAG_RESULTS:
+                    continue
+                part, results = pickle.loads(payload)
+                if part == partition_id:
+                    got.extend(results)
+                else:
+                    self._results[part].extend(results)
+        if len(got) > count:
+            raise FeedError("partition %d: %d inference results for %d input rows" % (partition_id, len(got), count))
+        return got
+
+    def end_feed(self):
+        self.input.end_feed(self.timeout_ms)
+
+    def close(self):
+        self.input.close()
+        if self.output is not None:
+            self.output.close()
+        elif self._out_fd is not None:
+            os.close(self._out_fd)
+        self._out_fd = None
