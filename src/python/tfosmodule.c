@@ -690,6 +690,24 @@ static PyType_Spec Ring_spec = {
     .slots = Ring_slots,
 };
 
+/* ring_create(capacity) -> fd: a new ring in a memfd (the caller owns the fd). */
+static PyObject *mod_ring_create(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "K", &cap))
+        return NULL;
+    tfos__ring *r;
+    int fd, rc = tfos__ring_create(&r, &fd, (size_t)cap, TFOS_RING_OBSERVER);
+    if (rc) {
+        if (rc == TFOS_ESYS)
+            return PyErr_Format(PyExc_OSError, "cannot create a feed ring: %s", strerror(errno));
+        return PyErr_Format(PyExc_ValueError, "cannot create a feed ring of %llu bytes: %s (a power of two "
+                            "between 4 KiB and 1 GiB)", cap, tfos_strerror(rc));
+    }
+    tfos__ring_close(r);
+    return PyLong_FromLong(fd);
+}
+
 /* feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node) */
 static PyObject *mod_feed_connect(PyObject *m, PyObject *args)
 {
@@ -731,6 +749,8 @@ static PyObject *mod_strerror(PyObject *Py_UNUSED(m), PyObject *arg)
 static PyMethodDef module_methods[] = {
     {"random_secret", mod_random_secret, METH_NOARGS, "random_secret() -> str: a fresh 256-bit cluster secret."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str"},
+    {"ring_create", mod_ring_create, METH_VARARGS,
+     "ring_create(capacity) -> fd: a new feed ring in a sealed memfd; attach with Ring(fd, role)."},
     {"feed_connect", mod_feed_connect, METH_VARARGS,
      "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
      "a node on this machine (the caller owns them)."},

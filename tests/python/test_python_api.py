@@ -59,4 +59,4 @@ def test_hdfs_path_resolution():
     assert TFNode.hdfs_path(local, "models/m1") == "file:///home/u/job/models/m1"
     assert local.absolute_path("m") == "file:///home/u/job/m"
     assert local.release_port() is None
-    assert local.worker_num == 0 and local.mgr is None
+    assert local.worker_num == 0 and local.tmp_socket is None

@@ -1,0 +1,220 @@
+"""The data feed: rings, DataFeed's TensorFlowOnSpark behaviour, inference
+order, dead producers and consumers, and the feed socket under `tfos run`."""
+import multiprocessing
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import tfos._tfos as t
+from tfos import feed
+from conftest import PY, prog, run_tfos
+
+CTX = multiprocessing.get_context("fork")
+
+
+def rings(cap=1 << 20):
+    return t.ring_create(cap), t.ring_create(cap)
+
+
+def produce(fd, partitions, end=True, batch=7):
+    """In a child: feed {partition_id: rows} through a FeedClient-like path."""
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    for pid, rows in partitions.items():
+        ring.partition_begin(pid, 10000)
+        for i in range(0, len(rows), batch):
+            tag, payload = feed.encode_rows(rows[i:i + batch])
+            ring.write(tag, payload, 10000)
+        ring.partition_end(10000)
+    if end:
+        ring.end_feed(10000)
+    ring.close()
+
+
+def start(target, *args):
+    p = CTX.Process(target=target, args=args)
+    p.start()
+    return p
+
+
+def join(p):
+    p.join(30)
+    if p.is_alive():
+        p.kill()
+        p.join(5)
+        pytest.fail("helper process hung")
+    return p.exitcode
+
+
+def test_batches_short_last_batch_and_should_stop():
+    fd_in, fd_out = rings()
+    rows = [[i, i * 0.5] for i in range(25)]
+    p = start(produce, fd_in, {1: rows})
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), train_mode=True, timeout=20)
+    sizes, got = [], []
+    while not df.should_stop():
+        b = df.next_batch(10)
+        if not b:
+            break
+        sizes.append(len(b))
+        got.extend(b)
+    assert join(p) == 0
+    assert sizes == [10, 10, 5]
+    assert got == rows
+    assert df.should_stop() and df.next_batch(10) == []
+
+
+def test_input_mapping_and_arrays():
+    fd_in, fd_out = rings()
+    rows = [(i, float(i), "s%d" % i) for i in range(12)]
+    p = start(produce, fd_in, {1: rows[:6], 2: rows[6:]})
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, input_mapping={"a": "x", "b": "y", "c": "z"}, timeout=20)
+    first = df.next_batch(4)
+    assert first == {"x": [0, 1, 2, 3], "y": [0.0, 1.0, 2.0, 3.0], "z": ["s0", "s1", "s2", "s3"]}
+    cols = df.next_batch_arrays(8)
+    assert join(p) == 0
+    assert [list(c) for c in cols] == [list(range(4, 12)), [float(i) for i in range(4, 12)],
+                                       ["s%d" % i for i in range(4, 12)]]
+    assert isinstance(cols[0], np.ndarray)
+    assert df.next_batch_arrays(8) == ()
+    assert df.should_stop()
+
+
+def test_pickle_fallback_for_arbitrary_rows():
+    fd_in, fd_out = rings()
+    rows = [{"k": i, "v": [i, {"nested": True}]} for i in range(9)]
+    p = start(produce, fd_in, {3: rows})
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    got = df.next_batch(100)
+    assert join(p) == 0
+    assert got == rows
+
+
+def test_inference_one_result_per_row_and_mismatch_names_partition():
+    fd_in, fd_out = rings()
+    p = start(produce, fd_in, {5: [[i] for i in range(10)], 6: [[i] for i in range(10, 13)]}, True)
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, train_mode=False, timeout=20)
+    b = df.next_batch(8)
+    assert len(b) == 8
+    df.batch_results([r[0] * 10 for r in b])
+    b = df.next_batch(8)  # stops at the end of partition 5
+    assert b == [[8], [9]]
+    with pytest.raises(ValueError, match=r"1 results for a batch of 2 rows \(partition 5: 2 rows\)"):
+        df.batch_results([1])
+    df.batch_results([80, 90])
+    b = df.next_batch(8)
+    assert b == [[10], [11], [12]]
+    df.batch_results(["a", "b", "c"])
+    assert join(p) == 0
+    out = t.Ring(fd_out, t.ROLE_CONSUMER)
+    results = {}
+    while sum(len(v) for v in results.values()) < 13:
+        for tag, _, payload in out.read(5000):
+            part, res = __import__("pickle").loads(payload)
+            results.setdefault(part, []).extend(res)
+    assert results == {5: [i * 10 for i in range(10)], 6: ["a", "b", "c"]}
+
+
+def _die_mid_partition(fd):
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    ring.partition_begin(7, 10000)
+    tag, payload = feed.encode_rows([[1], [2], [3]])
+    ring.write(tag, payload, 10000)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_killed_producer_partition_is_reported_and_refed():
+    fd_in, fd_out = rings()
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, timeout=20)
+    p = start(_die_mid_partition, fd_in)
+    assert join(p) == -signal.SIGKILL
+    first = df.next_batch(3)  # the rows that made it are delivered...
+    assert first == [[1], [2], [3]]
+    # ...and the partition is reported as not delivered whole; a re-feed follows
+    p2 = start(produce, fd_in, {7: [[1], [2], [3], [4]]})
+    again = df.next_batch(10)
+    assert join(p2) == 0
+    assert mgr.aborted == [7]
+    assert again == [[1], [2], [3], [4]]
+    assert df.should_stop()
+
+
+def _fill_until_closed(fd, q):
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    payload = b"x" * 1000
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 60:
+            ring.write(feed.TAG_PICKLE, payload, 30000)
+    except t.FeedClosed:
+        q.put(("closed", time.monotonic()))
+        return
+    q.put(("no error", time.monotonic()))
+
+
+def _consume_then_die(fd):
+    ring = t.Ring(fd, t.ROLE_CONSUMER)
+    ring.read(5000, 1)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_dead_consumer_fails_producer_fast():
+    fd_in = t.ring_create(64 << 10)
+    q = CTX.Queue()
+    cons = start(_consume_then_die, fd_in)
+    prod = start(_fill_until_closed, fd_in, q)
+    assert join(cons) == -signal.SIGKILL
+    died = time.monotonic()
+    what, when = q.get(timeout=30)
+    assert join(prod) == 0
+    assert what == "closed"
+    assert when - died < 5  # a blocked producer learns within ~25 ms; bound loosely
+
+
+def test_terminate_stops_producers():
+    fd_in, fd_out = rings(64 << 10)
+    q = CTX.Queue()
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    prod = start(_fill_until_closed, fd_in, q)
+    df.mgr.input.read(5000, 1)
+    df.terminate()
+    assert df.should_stop()
+    what, _ = q.get(timeout=30)
+    assert join(prod) == 0
+    assert what == "closed"
+
+
+def test_feed_through_tfos_run_train_and_inference(tmp_path, marker):
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "a"), "--", PY, prog("feed_pair.py"),
+                  marker, "train", "5", "1000", "64"])
+    assert r.returncode == 0, r.stderr
+    assert "[worker:1] consumed 5000 rows in 79 batches, last batch 8, aborted []" in r.stdout
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "b"), "--", PY, prog("feed_pair.py"),
+                  marker, "infer", "4", "300", "64"])
+    assert r.returncode == 0, r.stderr
+    assert len(re.findall(r"partition \d: 300 results in order", r.stdout)) == 4
+
+
+def test_feed_socket_refuses_wrong_secret(tmp_path, marker):
+    code = ("import os, sys\n"
+            "from tfos import TFNode, feed\n"
+            "ctx = TFNode.get_context()\n"
+            "if ctx.task_index == 0:\n"
+            "    try:\n"
+            "        feed.FeedClient(1, secret='0' * 64, timeout=5)\n"
+            "    except feed.FeedError as e:\n"
+            "        print('refused:', e, flush=True)\n"
+            "    feed.FeedClient(1).end_feed()\n"
+            "else:\n"
+            "    df = TFNode.DataFeed(ctx.mgr)\n"
+            "    assert df.next_batch(5) == []\n")
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "l"), "--", PY, "-c", code, marker])
+    assert r.returncode == 0, r.stderr
+    assert "refused: executor 1 refused the feed (wrong cluster secret?)" in r.stdout
+    assert "refused a feed producer: authentication failed" in r.stderr
