@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan demo bench bench-start clean
+.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan demo bench bench-start bench-feed clean
 
 all: install
 
@@ -69,10 +69,13 @@ demo: install
 	    $(VPY) examples/digits/train.py --epochs 8 --model-dir $(BUILD)/digits-model
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
 
-bench: bench-start
+bench: bench-start bench-feed
 
 bench-start: install
 	$(VPY) bench/start_overhead.py --tfos $(BUILD)/tfos
+
+bench-feed: install
+	$(VPY) bench/feed.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) tfos-logs

@@ -48,25 +48,42 @@ def _np():
 def encode_rows(rows):
     """(tag, payload) for a list of rows: the columnar batch when every row is
     made of numbers/str/bytes/fixed-shape arrays of one layout, else pickle."""
-    encoder = getattr(_tfos, "encode_rows", None)
-    if encoder is not None:
-        try:
-            return TAG_COLUMNS, encoder(rows)
-        except (TypeError, ValueError):
-            pass
-    return TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        return TAG_COLUMNS, _tfos.encode_rows(rows)
+    except (TypeError, ValueError, OverflowError):
+        return TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def write_rows(ring, rows, timeout_ms):
+    """Write one batch of rows as one record: columnar straight into the ring
+    when the rows allow it, else pickled."""
+    try:
+        ring.write_rows(TAG_COLUMNS, rows, timeout_ms)
+    except (TypeError, OverflowError):
+        ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms)
+    except ValueError as exc:
+        if "larger than the ring" in str(exc) and len(rows) > 1:
+            half = len(rows) // 2
+            write_rows(ring, rows[:half], timeout_ms)
+            write_rows(ring, rows[half:], timeout_ms)
+        elif "larger than the ring" in str(exc):
+            raise FeedError("one row of %d bytes does not fit the feed ring (largest record %d bytes): start the "
+                            "cluster with a larger --feed-mb" % (len(encode_rows(rows)[1]), ring.max_record))
+        else:
+            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms)
 
 
 class _Chunk(object):
     """Rows of one decoded record, consumed front to back."""
 
-    __slots__ = ("partition", "columns", "names", "rows", "n", "pos")
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat")
 
-    def __init__(self, partition, columns=None, names=None, rows=None):
+    def __init__(self, partition, columns=None, names=None, rows=None, flat=False):
         self.partition = partition
         self.columns = columns  # list of numpy arrays (or lists), one per column
         self.names = names
         self.rows = rows        # a list of rows (pickle records)
+        self.flat = flat        # rows were single values (not tuples of fields)
         self.n = len(rows) if rows is not None else (len(columns[0]) if columns else 0)
         self.pos = 0
 
@@ -76,9 +93,10 @@ class _Chunk(object):
         if self.rows is not None:
             return self.rows[lo:hi]
         cols = [c[lo:hi] for c in self.columns]
-        if len(cols) == 1:
-            return [_scalar(v) for v in cols[0]]
-        return [list(map(_scalar, r)) for r in zip(*cols)]
+        if self.flat:
+            col = cols[0]
+            return col.tolist() if col.dtype != object else list(col)
+        return list(zip(*[c.tolist() if c.dtype != object else list(c) for c in cols]))
 
     def take_columns(self, k):
         lo, hi = self.pos, min(self.n, self.pos + k)
@@ -108,8 +126,8 @@ def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
         return _Chunk(partition, rows=pickle.loads(payload))
     if tag == TAG_COLUMNS:
-        names, columns = _decode_columns(payload)
-        return _Chunk(partition, columns=columns, names=names)
+        flat, names, columns = _decode_columns(payload)
+        return _Chunk(partition, columns=columns, names=names, flat=flat)
     if tag == TAG_ARROW:
         import pyarrow as pa
         table = pa.ipc.open_stream(payload).read_all()
@@ -119,10 +137,11 @@ def _decode(tag, partition, payload):
 
 
 def _decode_columns(payload):
-    """Columnar batch -> (names, numpy arrays), viewing ``payload`` (bytes)."""
+    """Columnar batch -> (flat, names, numpy arrays), viewing ``payload`` (bytes)."""
     np = _np()
     names, columns = [], []
-    for col in _tfos.decode_columns(payload):
+    flags, cols = _tfos.decode_columns(payload)
+    for col in cols:
         name, kind, dtype, shape, nrows, data_off, data_len, offsets_off = col
         names.append(name)
         if kind == "fixed":
@@ -133,9 +152,14 @@ def _decode_columns(payload):
             raw = payload[data_off:data_off + data_len]
             vals = [raw[offs[i]:offs[i + 1]] for i in range(nrows)]
             if kind == "str":
-                vals = [v.decode("utf-8") for v in vals]
-            columns.append(np.array(vals, dtype=object))
-    return names, columns
+                try:
+                    vals = [v.decode("utf-8") for v in vals]
+                except UnicodeDecodeError as exc:
+                    raise FeedError("corrupt columnar batch in the feed: column %r is not UTF-8 (%s)" % (name, exc))
+            arr = np.empty(nrows, dtype=object)
+            arr[:] = vals
+            columns.append(arr)
+    return bool(flags & _tfos.BATCH_FLAT_ROWS), names, columns
 
 
 def _prod(shape):
@@ -397,13 +421,7 @@ class FeedClient(object):
         self.input.partition_end(t)
 
     def _write_batch(self, batch, timeout_ms):
-        tag, payload = encode_rows(batch)
-        if len(payload) > self.input.max_record and len(batch) > 1:
-            half = len(batch) // 2
-            self._write_batch(batch[:half], timeout_ms)
-            self._write_batch(batch[half:], timeout_ms)
-            return
-        self.input.write(tag, payload, timeout_ms)
+        write_rows(self.input, batch, timeout_ms)
 
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
         """Write whole numpy columns (a dict name -> array, or a sequence of
@@ -424,8 +442,7 @@ class FeedClient(object):
         self.input.partition_begin(partition_id, t)
         try:
             for lo in range(0, n, step):
-                payload = _tfos.encode_columns(list(zip(names, [c[lo:lo + step] for c in columns])))
-                self.input.write(TAG_COLUMNS, payload, t)
+                self.input.write_columns(TAG_COLUMNS, list(zip(names, [c[lo:lo + step] for c in columns])), t)
         except BaseException:
             self.input.close()
             raise

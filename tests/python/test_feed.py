@@ -26,8 +26,7 @@ def produce(fd, partitions, end=True, batch=7):
     for pid, rows in partitions.items():
         ring.partition_begin(pid, 10000)
         for i in range(0, len(rows), batch):
-            tag, payload = feed.encode_rows(rows[i:i + batch])
-            ring.write(tag, payload, 10000)
+            feed.write_rows(ring, rows[i:i + batch], 10000)
         ring.partition_end(10000)
     if end:
         ring.end_feed(10000)
