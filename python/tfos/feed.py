@@ -124,7 +124,7 @@ def _scalar(v):
 
 def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
-        return _Chunk(partition, rows=pickle.loads(payload))
+        return _Chunk(partition, rows=pickle.loads(memoryview(payload)))
     if tag == TAG_COLUMNS:
         flat, names, columns = _decode_columns(payload)
         return _Chunk(partition, columns=columns, names=names, flat=flat)
@@ -148,9 +148,9 @@ def _decode_columns(payload):
             arr = np.frombuffer(payload, dtype=np.dtype(dtype), count=nrows * _prod(shape), offset=data_off)
             columns.append(arr.reshape((nrows,) + tuple(shape)))
         else:
-            offs = np.frombuffer(payload, dtype="<u8", count=nrows + 1, offset=offsets_off)
-            raw = payload[data_off:data_off + data_len]
-            vals = [raw[offs[i]:offs[i + 1]] for i in range(nrows)]
+            offs = np.frombuffer(payload, dtype="<u8", count=nrows + 1, offset=offsets_off).tolist()
+            raw = memoryview(payload)[data_off:data_off + data_len]
+            vals = [bytes(raw[offs[i]:offs[i + 1]]) for i in range(nrows)]
             if kind == "str":
                 try:
                     vals = [v.decode("utf-8") for v in vals]

@@ -19,10 +19,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define POOL_SLOTS 16
+#define POOL_MAX_BYTES ((size_t)512 << 20)
+#define POOLED_MIN ((size_t)64 << 10) /* records smaller than this become bytes */
+
 typedef struct {
     PyTypeObject *local_type;
     PyTypeObject *coord_type;
     PyTypeObject *ring_type;
+    PyTypeObject *buffer_type;
+    /* recycled FeedBuffer memory: large records land in memory that is
+     * already faulted in instead of fresh pages the kernel must zero */
+    void *pool_mem[POOL_SLOTS];
+    size_t pool_cap[POOL_SLOTS];
+    int pool_n;
+    size_t pool_bytes;
     PyObject *feed_error;   /* tfos._tfos.FeedError */
     PyObject *feed_closed;  /* FeedClosed(FeedError): the peer went away */
     PyObject *feed_ended;   /* FeedEnded(FeedError): end of feed */
@@ -434,6 +445,119 @@ static PyType_Spec Coord_spec = {
 };
 
 
+
+/* ---- FeedBuffer: a read-only byte buffer from a pool --------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *module;
+    char *mem;
+    Py_ssize_t len;
+    size_t cap;
+    Py_ssize_t exports;
+} BufferObject;
+
+static void *pool_take(module_state *st, size_t len, size_t *cap)
+{
+    for (int i = 0; i < st->pool_n; i++) {
+        if (st->pool_cap[i] >= len && st->pool_cap[i] <= 2 * len) {
+            void *m = st->pool_mem[i];
+            *cap = st->pool_cap[i];
+            st->pool_bytes -= *cap;
+            st->pool_mem[i] = st->pool_mem[st->pool_n - 1];
+            st->pool_cap[i] = st->pool_cap[st->pool_n - 1];
+            st->pool_n--;
+            return m;
+        }
+    }
+    void *m = NULL;
+    *cap = (len + 4095) & ~(size_t)4095;
+    if (posix_memalign(&m, 64, *cap))
+        return NULL;
+    return m;
+}
+
+static void pool_give(module_state *st, void *m, size_t cap)
+{
+    if (st && st->pool_n < POOL_SLOTS && st->pool_bytes + cap <= POOL_MAX_BYTES) {
+        st->pool_mem[st->pool_n] = m;
+        st->pool_cap[st->pool_n] = cap;
+        st->pool_n++;
+        st->pool_bytes += cap;
+        return;
+    }
+    free(m);
+}
+
+static int Buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags)
+{
+    if (PyBuffer_FillInfo(view, (PyObject *)self, self->mem, self->len, 1, flags) < 0)
+        return -1;
+    self->exports++;
+    return 0;
+}
+
+static void Buffer_releasebuffer(BufferObject *self, Py_buffer *Py_UNUSED(view))
+{
+    self->exports--;
+}
+
+static Py_ssize_t Buffer_length(BufferObject *self)
+{
+    return self->len;
+}
+
+static void Buffer_dealloc(BufferObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->mem)
+        pool_give(self->module ? get_state(self->module) : NULL, self->mem, self->cap);
+    Py_XDECREF(self->module);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Buffer_slots[] = {
+    {Py_tp_doc, "A read-only copy of one feed record (buffer protocol). Its memory is recycled for later records "
+                "once nothing refers to it."},
+    {Py_bf_getbuffer, Buffer_getbuffer},
+    {Py_bf_releasebuffer, Buffer_releasebuffer},
+    {Py_sq_length, Buffer_length},
+    {Py_tp_dealloc, Buffer_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec Buffer_spec = {
+    .name = "tfos._tfos.FeedBuffer",
+    .basicsize = sizeof(BufferObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Buffer_slots,
+};
+
+/* A new FeedBuffer holding a copy of data[0..len) (the copy runs without the GIL). */
+static PyObject *buffer_copy(PyObject *module, const void *data, size_t len)
+{
+    module_state *st = get_state(module);
+    size_t cap;
+    void *mem = pool_take(st, len, &cap);
+    if (!mem)
+        return PyErr_NoMemory();
+    BufferObject *b = PyObject_New(BufferObject, st->buffer_type);
+    if (!b) {
+        pool_give(st, mem, cap);
+        return NULL;
+    }
+    b->module = Py_NewRef(module);
+    b->mem = mem;
+    b->len = (Py_ssize_t)len;
+    b->cap = cap;
+    b->exports = 0;
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(mem, data, len);
+    Py_END_ALLOW_THREADS
+    return (PyObject *)b;
+}
+
 /* ---- Ring ---------------------------------------------------------------- */
 
 typedef struct {
@@ -651,16 +775,13 @@ static PyObject *Ring_read(RingObject *self, PyObject *args)
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        PyObject *data = PyBytes_FromStringAndSize(NULL, recs[i].len);
-        if (data) {
-            char *dst = PyBytes_AS_STRING(data);
-            if (recs[i].len >= 65536) {
-                Py_BEGIN_ALLOW_THREADS
-                memcpy(dst, recs[i].data, recs[i].len);
-                Py_END_ALLOW_THREADS
-            } else {
-                memcpy(dst, recs[i].data, recs[i].len);
-            }
+        PyObject *data;
+        if (recs[i].len >= POOLED_MIN) {
+            data = buffer_copy(self->module, recs[i].data, recs[i].len);
+        } else {
+            data = PyBytes_FromStringAndSize(NULL, recs[i].len);
+            if (data)
+                memcpy(PyBytes_AS_STRING(data), recs[i].data, recs[i].len);
         }
         PyObject *item = data ? Py_BuildValue("(IKN)", recs[i].tag, (unsigned long long)recs[i].partition, data) : NULL;
         if (!item) {
@@ -733,7 +854,8 @@ static PyMethodDef Ring_methods[] = {
     {"partition_end", (PyCFunction)Ring_partition_end, METH_VARARGS, "partition_end(timeout_ms=-1)"},
     {"end_feed", (PyCFunction)Ring_end_feed, METH_VARARGS, "end_feed(timeout_ms=-1): no more records, ever."},
     {"read", (PyCFunction)Ring_read, METH_VARARGS,
-     "read(timeout_ms=-1, max_records=64) -> [(tag, partition, bytes)]; raises FeedEnded at the end."},
+     "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
+     "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
     {"close", (PyCFunction)Ring_close, METH_NOARGS, "close(): detach."},
     {NULL, NULL, 0, NULL},
@@ -932,6 +1054,9 @@ static int module_exec(PyObject *m)
     st->ring_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Ring_spec, NULL);
     if (!st->ring_type || PyModule_AddType(m, st->ring_type) < 0)
         return -1;
+    st->buffer_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Buffer_spec, NULL);
+    if (!st->buffer_type || PyModule_AddType(m, st->buffer_type) < 0)
+        return -1;
     st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
                                                NULL);
     if (!st->feed_error || PyModule_AddObjectRef(m, "FeedError", st->feed_error) < 0)
@@ -974,6 +1099,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->local_type);
     Py_VISIT(st->coord_type);
     Py_VISIT(st->ring_type);
+    Py_VISIT(st->buffer_type);
     Py_VISIT(st->feed_error);
     Py_VISIT(st->feed_closed);
     Py_VISIT(st->feed_ended);
@@ -986,6 +1112,11 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->local_type);
     Py_CLEAR(st->coord_type);
     Py_CLEAR(st->ring_type);
+    Py_CLEAR(st->buffer_type);
+    for (int i = 0; i < st->pool_n; i++)
+        free(st->pool_mem[i]);
+    st->pool_n = 0;
+    st->pool_bytes = 0;
     Py_CLEAR(st->feed_error);
     Py_CLEAR(st->feed_closed);
     Py_CLEAR(st->feed_ended);
