@@ -161,6 +161,15 @@ typedef struct tfos_run_opts {
     bool ps_runs_program;       /* run argv on ps nodes too (default: built-in TF server) */
     const char *python;         /* interpreter for the built-in ps server; NULL: guess */
     int feed_mb;                /* input ring MiB per node (power of two); 0: 64 */
+    /* --input: feed these files into the chief and workers (InputMode.SPARK
+     * without Spark). See docs/FEED.md. */
+    char *const *inputs;
+    int ninputs;
+    int input_format;           /* 0 auto (by extension), 1 csv, 2 jsonl, 3 npy */
+    int csv_header;             /* 1 yes, 0 no, -1 detect */
+    int epochs;                 /* times every file is fed; 0: 1 */
+    int batch_rows;             /* rows per feed record; 0: 1024 */
+    long long partition_rows;   /* rows per partition; 0: 10000 */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

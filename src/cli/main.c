@@ -8,6 +8,7 @@
  */
 #include "core/auth.h"
 #include "platform/clock.h"
+#include "run/input.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -40,6 +41,12 @@ static const char usage_text[] =
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default 64)\n"
+    "  --input FILE             feed FILE (.csv, .jsonl, .npy) to the chief and workers; repeatable\n"
+    "  --input-format F         csv, jsonl, npy (default: by extension)\n"
+    "  --epochs K               feed every file K times (default 1)\n"
+    "  --batch-rows N           rows per feed record (default 1024)\n"
+    "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default 10000)\n"
+    "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
     "coordinator options:\n"
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
     "node options:\n"
@@ -100,6 +107,9 @@ typedef struct cli {
     double reservation_timeout, grace, heartbeat_timeout;
     const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
     int feed_mb;
+    char *inputs[256];
+    int ninputs, input_format, csv_header, epochs, batch_rows;
+    long long partition_rows;
     int ps_runs_program, executor_id, quiet;
     char **argv; /* after -- */
 } cli;
@@ -109,6 +119,7 @@ static int parse(int argc, char **argv, cli *c)
 {
     memset(c, 0, sizeof *c);
     c->executor_id = -1;
+    c->csv_header = -1;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
         if (!strcmp(a, "--")) {
@@ -171,6 +182,32 @@ static int parse(int argc, char **argv, cli *c)
                 return 2;
             if (c->feed_mb & (c->feed_mb - 1))
                 return usage_error("%s must be a power of two", "--feed-mb");
+        } else if (!strcmp(a, "--input")) {
+            char *v = NEXT();
+            if (!v)
+                return usage_error("%s needs a file", a);
+            if (c->ninputs >= 256)
+                return usage_error("%s: at most 256 files", a);
+            c->inputs[c->ninputs++] = v;
+        } else if (!strcmp(a, "--input-format")) {
+            const char *v = NEXT();
+            if (!v || (c->input_format = tfos__input_format(v)) < 0)
+                return usage_error("--input-format takes csv, jsonl, npy or auto, got '%s'", v ? v : "");
+        } else if (!strcmp(a, "--epochs")) {
+            if (parse_int(a, NEXT(), 1, 1000000, &c->epochs))
+                return 2;
+        } else if (!strcmp(a, "--batch-rows")) {
+            if (parse_int(a, NEXT(), 1, 1 << 24, &c->batch_rows))
+                return 2;
+        } else if (!strcmp(a, "--partition-rows")) {
+            int pr;
+            if (parse_int(a, NEXT(), 1, 1 << 30, &pr))
+                return 2;
+            c->partition_rows = pr;
+        } else if (!strcmp(a, "--csv-header")) {
+            c->csv_header = 1;
+        } else if (!strcmp(a, "--no-csv-header")) {
+            c->csv_header = 0;
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
         } else {
@@ -215,7 +252,14 @@ static int cmd_run(cli *c)
     tfos_run_opts o = {.layout = c->layout, .argv = c->argv, .agent_path = exe, .log_dir = c->log_dir,
                        .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
                        .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
-                       .python = c->python, .feed_mb = c->feed_mb};
+                       .python = c->python, .feed_mb = c->feed_mb, .inputs = c->inputs, .ninputs = c->ninputs,
+                       .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
+                       .batch_rows = c->batch_rows, .partition_rows = c->partition_rows};
+    for (int i = 0; i < c->ninputs; i++)
+        if (access(c->inputs[i], R_OK)) {
+            fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));
+            return 2;
+        }
     install_signals();
     int code = 1;
     int rc = tfos_run_local(&o, &got_signal, &code);

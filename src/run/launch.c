@@ -9,9 +9,12 @@
 #include "core/log.h"
 #include "platform/clock.h"
 #include "platform/proc.h"
+#include "run/feeder.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +44,83 @@ struct tfos_local {
     int64_t agents_deadline; /* after the coordinator ended: reap agents by then */
     int finished;
     int exit_code;
+    /* the file feeder (--input), a thread started once the cluster runs */
+    pthread_t feeder;
+    int feeder_started, feeder_joined;
+    atomic_int feeder_done;
+    volatile int feeder_stop;
+    int feeder_rc;
+    char feeder_err[1024];
+    tfos__feeder_stats feeder_stats;
+    tfos__feeder_opts feeder_opts;
+    int *feed_ids;
+    int64_t feeder_t0;
 };
+
+static void *feeder_main(void *arg)
+{
+    tfos_local *l = arg;
+    l->feeder_rc = tfos__feed_files(&l->feeder_opts, &l->feeder_stats, l->feeder_err, sizeof l->feeder_err);
+    atomic_store(&l->feeder_done, 1);
+    return NULL;
+}
+
+static void start_feeder(tfos_local *l)
+{
+    const tfos_run_opts *o = &l->opts;
+    int n = 0;
+    l->feed_ids = calloc((size_t)l->n, sizeof *l->feed_ids);
+    if (!l->feed_ids) {
+        tfos_local_stop(l, "the feed could not start: out of memory", 0);
+        return;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const char *job;
+        int idx;
+        tfos_layout_role(&o->layout, i, &job, &idx);
+        if (!strcmp(job, "chief") || !strcmp(job, "worker"))
+            l->feed_ids[n++] = i;
+    }
+    l->feeder_opts = (tfos__feeder_opts){
+        .cluster_id = l->cluster_id, .secret = l->secret, .nnodes = n, .executor_ids = l->feed_ids,
+        .inputs = o->inputs, .ninputs = o->ninputs, .format = o->input_format, .csv_header = o->csv_header,
+        .epochs = o->epochs > 0 ? o->epochs : 1, .batch_rows = (uint32_t)(o->batch_rows > 0 ? o->batch_rows : 1024),
+        .partition_rows = (uint64_t)(o->partition_rows > 0 ? o->partition_rows : 10000), .stop = &l->feeder_stop};
+    l->feeder_t0 = tfos__now_ms();
+    if (pthread_create(&l->feeder, NULL, feeder_main, l)) {
+        tfos_local_stop(l, "the feed could not start: no thread", 0);
+        return;
+    }
+    l->feeder_started = 1;
+    TFOS_INFO("feeding %d file(s) x %d epoch(s) to %d node(s)", o->ninputs, l->feeder_opts.epochs, n);
+}
+
+/* Join a finished feeder and act on its outcome; with `force`, stop it first. */
+static void check_feeder(tfos_local *l, int force)
+{
+    if (!l->feeder_started || l->feeder_joined)
+        return;
+    if (force)
+        l->feeder_stop = 1;
+    else if (!atomic_load(&l->feeder_done))
+        return;
+    pthread_join(l->feeder, NULL);
+    l->feeder_joined = 1;
+    double secs = (double)(tfos__now_ms() - l->feeder_t0) / 1000.0;
+    const tfos__feeder_stats *st = &l->feeder_stats;
+    if (l->feeder_rc == 0) {
+        TFOS_INFO("fed %llu rows (%llu partitions, %.1f MB) in %.2f s (%.0f rows/s)", (unsigned long long)st->rows,
+                  (unsigned long long)st->partitions, (double)st->bytes / 1e6, secs,
+                  secs > 0 ? (double)st->rows / secs : 0.0);
+    } else if (!force && tfos_coord_state(l->coord) == TFOS_COORD_RUNNING) {
+        char reason[1200];
+        snprintf(reason, sizeof reason, "the feed failed: %s", l->feeder_err[0] ? l->feeder_err
+                                                                               : tfos_strerror(l->feeder_rc));
+        tfos_local_stop(l, reason, 0);
+    } else if (l->feeder_rc != TFOS_ESTOPPED) {
+        TFOS_WARN("the feed did not finish: %s (after %llu rows)", l->feeder_err, (unsigned long long)st->rows);
+    }
+}
 
 static int mkdir_p(const char *path)
 {
@@ -270,8 +349,12 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
         return 1;
     int st = tfos_coord_step(l->coord, timeout_ms);
     reap_agents(l);
+    if (l->opts.ninputs > 0 && !l->feeder_started && st == TFOS_COORD_RUNNING)
+        start_feeder(l);
+    check_feeder(l, 0);
     if (st < TFOS_COORD_DONE)
         return 0;
+    check_feeder(l, 1);
     if (!l->agents_deadline)
         l->agents_deadline = tfos__now_ms() + 5000;
     if (!all_agents_done(l)) {
@@ -326,7 +409,9 @@ void tfos_local_close(tfos_local *l)
             kill(l->agents[i].pid, SIGKILL);
             waitpid(l->agents[i].pid, NULL, 0);
         }
+    check_feeder(l, 1);
     tfos_coord_close(l->coord);
+    free(l->feed_ids);
     free(l->agents);
     free(l);
 }
