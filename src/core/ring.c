@@ -66,7 +66,7 @@
 #define LOCK_PID_MASK 0x7fffffffu
 #define TAG_PAD 0u
 
-enum { FLAG_FEED_ENDED = 1u, FLAG_CONSUMER_CLOSED = 2u };
+enum { FLAG_FEED_ENDED = 1u, FLAG_CONSUMER_CLOSED = 2u, FLAG_CONSUMER_TERMINATED = 4u /* closed on purpose */ };
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared futex words must be lock-free");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared 64-bit indices must be lock-free");
@@ -652,7 +652,7 @@ void tfos__ring_close(tfos__ring *r)
             int32_t me = r->pid;
             atomic_compare_exchange_strong(&s->producer_pid[r->slot], &me, 0);
         } else if (r->role == TFOS_RING_CONSUMER) {
-            atomic_fetch_or(&s->flags, FLAG_CONSUMER_CLOSED);
+            atomic_fetch_or(&s->flags, FLAG_CONSUMER_CLOSED | FLAG_CONSUMER_TERMINATED);
             atomic_fetch_add(&s->space_seq, 1);
             futex_wake(&s->space_seq);
         }
@@ -687,6 +687,7 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
     uint32_t f = atomic_load(&s->flags);
     st->feed_ended = (f & FLAG_FEED_ENDED) != 0;
     st->consumer_closed = (f & FLAG_CONSUMER_CLOSED) != 0;
+    st->consumer_terminated = (f & FLAG_CONSUMER_TERMINATED) != 0;
 }
 
 /* ---- producer API -------------------------------------------------------- */

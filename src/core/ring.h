@@ -108,6 +108,7 @@ typedef struct tfos__ring_stats {
     int32_t consumer_pid;          /* 0 before a consumer attached */
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
+    bool consumer_terminated;      /* consumer closed its handle on purpose (not dead) */
 } tfos__ring_stats;
 
 /* ---- lifetime ---------------------------------------------------------- */

@@ -17,7 +17,33 @@
 typedef struct target {
     tfos__ring *ring;
     char node[64];
+    int terminated; /* its program called terminate(): feed it no more */
 } target;
+
+/* ECLOSED from a consumer that closed on purpose (DataFeed.terminate) is not
+ * an error: that node takes no more data. */
+static int terminated_now(target *t, int rc)
+{
+    if (rc != TFOS_ECLOSED)
+        return 0;
+    tfos__ring_stats st;
+    tfos__ring_stats_get(t->ring, &st);
+    if (!st.consumer_terminated)
+        return 0;
+    t->terminated = 1;
+    return 1;
+}
+
+static target *next_target(target *t, int n, int *next)
+{
+    for (int k = 0; k < n; k++) {
+        target *c = &t[*next];
+        *next = (*next + 1) % n;
+        if (!c->terminated)
+            return c;
+    }
+    return NULL;
+}
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -87,7 +113,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
             rc = tfos__input_open(&in, o->inputs[f], o->format, o->csv_header, err, errlen);
             if (rc)
                 goto out;
-            int open_part = 0;
+            int open_part = 0, skipping = 0;
             uint64_t in_part = 0;
             target *cur = NULL;
             for (;;) {
@@ -104,12 +130,30 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 }
                 if (rc)
                     break; /* err names the file and row */
+                uint32_t nb;
+                memcpy(&nb, (const uint8_t *)batch + 4, 4);
+                if (skipping) { /* the rest of a partition whose node terminated its feed */
+                    in_part += nb;
+                    if (in_part >= o->partition_rows) {
+                        skipping = 0;
+                        in_part = 0;
+                        pid++;
+                    }
+                    continue;
+                }
                 if (!open_part) {
-                    cur = &t[next];
-                    next = (next + 1) % o->nnodes;
+                    cur = next_target(t, o->nnodes, &next);
+                    if (!cur)
+                        break; /* every node terminated its feed */
                     while (waiting(rc = tfos__ring_partition_begin(cur->ring, pid, SLICE_MS)) &&
                            !(o->stop && *o->stop))
                         ;
+                    if (terminated_now(cur, rc)) {
+                        rc = 0;
+                        skipping = 1;
+                        in_part = nb;
+                        continue;
+                    }
                     if (rc) {
                         ring_error(o, cur, rc, err, errlen);
                         break;
@@ -125,16 +169,26 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     break;
                 }
                 rc = write_rec(o, cur, batch, len, err, errlen);
+                if (terminated_now(cur, rc)) {
+                    rc = 0;
+                    open_part = 0;
+                    skipping = 1;
+                    in_part += nb;
+                    st->terminated++;
+                    continue;
+                }
                 if (rc)
                     break;
                 uint32_t n;
-                memcpy(&n, (const uint8_t *)batch + 4, 4);
+                n = nb;
                 in_part += n;
                 st->rows += n;
                 st->bytes += len;
                 if (in_part >= o->partition_rows) {
                     while (waiting(rc = tfos__ring_partition_end(cur->ring, SLICE_MS)) && !(o->stop && *o->stop))
                         ;
+                    if (terminated_now(cur, rc))
+                        rc = 0;
                     if (rc) {
                         ring_error(o, cur, rc, err, errlen);
                         break;
@@ -148,7 +202,9 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
             if (!rc && open_part) {
                 while (waiting(rc = tfos__ring_partition_end(cur->ring, SLICE_MS)) && !(o->stop && *o->stop))
                     ;
-                if (rc)
+                if (terminated_now(cur, rc))
+                    rc = 0;
+                else if (rc)
                     ring_error(o, cur, rc, err, errlen);
                 else {
                     st->partitions++;
@@ -165,8 +221,12 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
         }
     }
     for (int i = 0; i < o->nnodes; i++) {
+        if (t[i].terminated)
+            continue;
         while (waiting(rc = tfos__ring_end_feed(t[i].ring, SLICE_MS)) && !(o->stop && *o->stop))
             ;
+        if (terminated_now(&t[i], rc))
+            rc = 0;
         if (rc && rc != TFOS_EEND) {
             ring_error(o, &t[i], rc, err, errlen);
             goto out;

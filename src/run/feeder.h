@@ -6,7 +6,10 @@
  * between PARTITION_BEGIN/END as columnar batches of `batch_rows` rows. Every
  * epoch feeds every file again, with new partition ids. At the end every node
  * gets end-of-feed. Backpressure: a full ring makes the feeder wait for that
- * node (waits in 200 ms slices, watching `stop`). */
+ * node (waits in 200 ms slices, watching `stop`). A node whose program calls
+ * DataFeed.terminate() gets no more partitions (the one it was getting is
+ * dropped for it, as TensorFlowOnSpark skips the rest of a terminated feed);
+ * the others go on. */
 #ifndef TFOS_RUN_FEEDER_H
 #define TFOS_RUN_FEEDER_H
 #include <stddef.h>
@@ -29,6 +32,7 @@ typedef struct tfos__feeder_opts {
 
 typedef struct tfos__feeder_stats {
     uint64_t rows, bytes, partitions;
+    uint64_t terminated; /* nodes whose program stopped its feed early (DataFeed.terminate) */
 } tfos__feeder_stats;
 
 /* Run the whole feed. 0 on success; otherwise an error with a one-line

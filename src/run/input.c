@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_COLS 64
+#define MAX_COLS 1024
 #define MAX_LINE ((size_t)16 << 20)
 
 typedef struct column {
@@ -158,7 +158,8 @@ static int push_var(column *c, uint32_t row, const char *s, size_t n)
         return TFOS_ENOMEM;
     if (row == 0)
         c->offs[0] = 0;
-    memcpy(c->vals + c->vlen, s, n);
+    if (n)
+        memcpy(c->vals + c->vlen, s, n);
     c->vlen += n;
     c->offs[row + 1] = c->vlen;
     return 0;
@@ -188,7 +189,8 @@ static int build_batch(tfos__input *in, const void **batch, size_t *len, char *e
     tfos__batch_write_header(in->out, total, in->nrows, (uint32_t)in->ncols, 0, cols);
     for (int i = 0; i < in->ncols; i++) {
         column *c = &in->cols[i];
-        memcpy(in->out + cols[i].data_off, c->vals, c->vlen);
+        if (c->vlen)
+            memcpy(in->out + cols[i].data_off, c->vals, c->vlen);
         if (c->kind != TFOS_COL_FIXED)
             memcpy(in->out + cols[i].offsets_off, c->offs, 8 * ((size_t)in->nrows + 1));
         c->vlen = 0;
@@ -549,7 +551,7 @@ static int jnumber(jp *j, const char **s, size_t *n, int *is_int)
     *s = st;
     *n = (size_t)(j->p - st);
     *is_int = integer;
-    double d;
+    double d = 0;
     int64_t i;
     if (integer ? !parse_int(st, *n, &i) : !parse_float(st, *n, &d))
         return jfail(j, integer ? "integer out of range or malformed" : "malformed number");
@@ -697,13 +699,13 @@ static int jvalue(jp *j, tfos__input *in, column *c, int col, int typing)
         return jfail(j, what);
     }
     if (c->dtype == TFOS_DT_I64) {
-        int64_t v;
+        int64_t v = 0;
         parse_int(s, n, &v);
         return push_fixed(c, &v, 8);
     }
-    double d;
+    double d = 0;
     if (is_int) {
-        int64_t v;
+        int64_t v = 0;
         parse_int(s, n, &v);
         d = (double)v;
     } else {
@@ -730,7 +732,7 @@ static int jsonl_row(tfos__input *in, const char *line, size_t len, char *err, s
         return jfail(&j, "empty row");
     for (;;) {
         if (col >= MAX_COLS)
-            return jfail(&j, "more than 64 columns");
+            return jfail(&j, "more than 1024 columns");
         ws(&j);
         if (open == '{') {
             size_t kl;

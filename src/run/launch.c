@@ -109,9 +109,10 @@ static void check_feeder(tfos_local *l, int force)
     double secs = (double)(tfos__now_ms() - l->feeder_t0) / 1000.0;
     const tfos__feeder_stats *st = &l->feeder_stats;
     if (l->feeder_rc == 0) {
-        TFOS_INFO("fed %llu rows (%llu partitions, %.1f MB) in %.2f s (%.0f rows/s)", (unsigned long long)st->rows,
+        TFOS_INFO("fed %llu rows (%llu partitions, %.1f MB) in %.2f s (%.0f rows/s)%s", (unsigned long long)st->rows,
                   (unsigned long long)st->partitions, (double)st->bytes / 1e6, secs,
-                  secs > 0 ? (double)st->rows / secs : 0.0);
+                  secs > 0 ? (double)st->rows / secs : 0.0,
+                  st->terminated ? "; some nodes terminated their feed early" : "");
     } else if (!force && tfos_coord_state(l->coord) == TFOS_COORD_RUNNING) {
         char reason[1200];
         snprintf(reason, sizeof reason, "the feed failed: %s", l->feeder_err[0] ? l->feeder_err

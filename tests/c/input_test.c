@@ -1,0 +1,346 @@
+/* input_test.c: the --input readers: CSV (quotes, CRLF, headers, types,
+ * errors), JSON lines (arrays, objects, escapes, errors), .npy (v1/v2,
+ * dtypes, truncation), batching, and a mutation fuzz of each parser. */
+#include "check.h"
+#include "core/batch.h"
+#include "run/input.h"
+#include "tfos/tfos.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/tfos-input-test-XXXXXX";
+
+static const char *write_file(const char *name, const void *data, size_t n)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f);
+    CHECK_EQ(fwrite(data, 1, n, f), (long long)n);
+    fclose(f);
+    return path;
+}
+
+/* Read a whole file in one batch and open it. */
+static int read_all(const char *path, uint32_t max, tfos__batch_view *v, tfos__col *st, char *err,
+                    tfos__input **keep)
+{
+    tfos__input *in;
+    *keep = NULL;
+    int rc = tfos__input_open(&in, path, TFOS_FMT_AUTO, -1, err, 256);
+    if (rc)
+        return rc;
+    const void *b;
+    size_t len;
+    uint64_t first;
+    rc = tfos__input_next(in, max, &b, &len, &first, err, 256);
+    if (rc == 0)
+        CHECK_EQ(tfos__batch_open(b, len, v, st, 64, err, 256), 0);
+    *keep = in;
+    return rc;
+}
+
+static const uint8_t *var_value(const tfos__batch_view *v, const void *base, int col, int row, size_t *n)
+{
+    const uint8_t *b = base;
+    uint64_t o0, o1;
+    memcpy(&o0, b + v->cols[col].offsets_off + 8 * row, 8);
+    memcpy(&o1, b + v->cols[col].offsets_off + 8 * (row + 1), 8);
+    *n = o1 - o0;
+    return b + v->cols[col].data_off + o0;
+}
+
+static void csv_basics(void)
+{
+    const char text[] = "id,score,name\r\n1,2.5,\"Smith, J\"\r\n2,-3,\"say \"\"hi\"\"\"\r\n3,1e3,\"two\nlines\"\r\n";
+    const char *p = write_file("a.csv", text, sizeof text - 1);
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    char err[256];
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    const void *b;
+    size_t len;
+    uint64_t first;
+    CHECK_EQ(tfos__input_next(in, 100, &b, &len, &first, err, sizeof err), 0);
+    CHECK_EQ(tfos__batch_open(b, len, &v, st, 64, err, sizeof err), 0);
+    CHECK_EQ(v.nrows, 3);
+    CHECK_EQ(v.ncols, 3);
+    CHECK(v.cols[0].name_len == 2 && !memcmp(v.cols[0].name, "id", 2));
+    CHECK_EQ(v.cols[0].dtype, TFOS_DT_I64);
+    CHECK_EQ(v.cols[1].dtype, TFOS_DT_F64);
+    CHECK_EQ(v.cols[2].kind, TFOS_COL_STR);
+    const double *score = (const double *)(const void *)((const uint8_t *)b + v.cols[1].data_off);
+    CHECK(score[0] == 2.5 && score[1] == -3 && score[2] == 1000);
+    size_t n;
+    const uint8_t *s = var_value(&v, b, 2, 0, &n);
+    CHECK(n == 8 && !memcmp(s, "Smith, J", 8));
+    s = var_value(&v, b, 2, 1, &n);
+    CHECK(n == 8 && !memcmp(s, "say \"hi\"", 8));
+    s = var_value(&v, b, 2, 2, &n);
+    CHECK(n == 9 && !memcmp(s, "two\nlines", 9));
+    CHECK_EQ(tfos__input_next(in, 100, &b, &len, &first, err, sizeof err), TFOS_EEND);
+    tfos__input_close(in);
+}
+
+static void csv_no_header_and_batches(void)
+{
+    char text[400] = "";
+    for (int i = 0; i < 10; i++)
+        sprintf(text + strlen(text), "%d,%d.5\n", i, i);
+    const char *p = write_file("b.csv", text, strlen(text));
+    tfos__input *in;
+    char err[256];
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_CSV, -1, err, sizeof err), 0);
+    uint32_t sizes[8];
+    uint64_t firsts[8];
+    int k = 0, rc;
+    const void *b;
+    size_t len;
+    uint64_t first;
+    while ((rc = tfos__input_next(in, 3, &b, &len, &first, err, sizeof err)) == 0) {
+        memcpy(&sizes[k], (const uint8_t *)b + 4, 4);
+        firsts[k++] = first;
+    }
+    CHECK_EQ(rc, TFOS_EEND);
+    CHECK_EQ(k, 4);
+    CHECK(sizes[0] == 3 && sizes[1] == 3 && sizes[2] == 3 && sizes[3] == 1);
+    CHECK(firsts[0] == 0 && firsts[1] == 3 && firsts[3] == 9);
+    tfos__input_close(in);
+}
+
+static void csv_errors(void)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"a,b\n1,2\n3,x\n", "line 3, column 2: 'x' is not an integer"},
+        {"1,2\n3\n", "line 2: 1 fields where the first row has 2"},
+        {"1,2\n3,4.5\n", "line 2, column 2: '4.5' is not an integer"},
+        {"1,\"open\n", "line 1: a quoted field is not closed"},
+        {"1,\"a\"b\n", "text after a closing quote"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *p = write_file("e.csv", cases[i].text, strlen(cases[i].text));
+        tfos__input *in = NULL;
+        tfos__batch_view v;
+        tfos__col st[64];
+        char err[256] = "";
+        int rc = read_all(p, 100, &v, st, err, &in);
+        if (rc != TFOS_EPROTO || !strstr(err, cases[i].want) || !strstr(err, "e.csv")) {
+            fprintf(stderr, "case %zu: rc %d, '%s' lacks '%s'\n", i, rc, err, cases[i].want);
+            exit(1);
+        }
+        tfos__input_close(in);
+    }
+}
+
+static void jsonl_rows(void)
+{
+    const char text[] = "{\"x\": [1, 2], \"ok\": true, \"s\": \"a\\u00e9\\ud83d\\ude00\\n\", \"f\": 1}\n"
+                        "\n"
+                        "{\"x\": [3, 4], \"ok\": false, \"s\": \"\", \"f\": 2}\n";
+    const char *p = write_file("c.jsonl", text, sizeof text - 1);
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    char err[256];
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), 0);
+    CHECK_EQ(v.nrows, 2);
+    CHECK_EQ(v.ncols, 4);
+    CHECK(v.cols[0].ndim == 1 && v.cols[0].shape[0] == 2 && v.cols[0].dtype == TFOS_DT_I64);
+    CHECK_EQ(v.cols[1].dtype, TFOS_DT_BOOL);
+    CHECK(v.cols[3].name_len == 1 && v.cols[3].name[0] == 'f');
+    tfos__input_close(in);
+    /* the value bytes: re-read to check the string */
+    const void *b;
+    size_t len, n;
+    uint64_t first;
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next(in, 100, &b, &len, &first, err, sizeof err), 0);
+    CHECK_EQ(tfos__batch_open(b, len, &v, st, 64, err, sizeof err), 0);
+    const uint8_t *s = var_value(&v, b, 2, 0, &n);
+    CHECK(n == 8 && !memcmp(s, "a\xc3\xa9\xf0\x9f\x98\x80\n", 8));
+    const int64_t *x = (const int64_t *)(const void *)((const uint8_t *)b + v.cols[0].data_off);
+    CHECK(x[0] == 1 && x[3] == 4);
+    tfos__input_close(in);
+}
+
+static void jsonl_errors(void)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"[1, 2]\n[1, null]\n", "line 2: null in column 2"},
+        {"{\"a\": 1}\n{\"b\": 1}\n", "line 2: key 'b' where the first row has 'a'"},
+        {"[[1, 2]]\n[[1, 2, 3]]\n", "line 2: column 1: an array of 3 numbers"},
+        {"[1]\n[1.5]\n", "line 2: column 1: 1.5 in an integer column"},
+        {"[1, \"x\"\n", "line 1: expected , or ]"},
+        {"[\"\\q\"]\n", "line 1: bad escape"},
+        {"\"just a string\"\n", "line 1: a row must be a JSON array or object"},
+        {"[1]\n[\"s\"]\n", "line 2: column 1: a string where the first row has a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *p = write_file("e.jsonl", cases[i].text, strlen(cases[i].text));
+        tfos__input *in = NULL;
+        tfos__batch_view v;
+        tfos__col st[64];
+        char err[256] = "";
+        int rc = read_all(p, 100, &v, st, err, &in);
+        if (rc != TFOS_EPROTO || !strstr(err, cases[i].want)) {
+            fprintf(stderr, "case %zu: rc %d, '%s' lacks '%s'\n", i, rc, err, cases[i].want);
+            exit(1);
+        }
+        tfos__input_close(in);
+    }
+}
+
+static size_t npy_bytes(uint8_t *out, int version, const char *descr, const char *shape, const void *data,
+                        size_t n, int fortran)
+{
+    char dict[200];
+    int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
+                      fortran ? "True" : "False", shape);
+    size_t pre = version == 1 ? 10 : 12;
+    size_t hl = (size_t)dl + 1;
+    while ((pre + hl) % 64)
+        hl++;
+    memcpy(out, "\x93NUMPY", 6);
+    out[6] = (uint8_t)version;
+    out[7] = 0;
+    if (version == 1) {
+        out[8] = (uint8_t)hl;
+        out[9] = (uint8_t)(hl >> 8);
+    } else {
+        uint32_t h = (uint32_t)hl;
+        memcpy(out + 8, &h, 4);
+    }
+    memset(out + pre, ' ', hl);
+    memcpy(out + pre, dict, (size_t)dl);
+    out[pre + hl - 1] = '\n';
+    memcpy(out + pre + hl, data, n);
+    return pre + hl + n;
+}
+
+static void npy_files(void)
+{
+    float f[12];
+    for (int i = 0; i < 12; i++)
+        f[i] = (float)i;
+    uint8_t buf[1024];
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    char err[256];
+    for (int ver = 1; ver <= 2; ver++) {
+        size_t n = npy_bytes(buf, ver, "<f4", "(3, 2, 2)", f, sizeof f, 0);
+        const char *p = write_file("a.npy", buf, n);
+        CHECK_EQ(read_all(p, 100, &v, st, err, &in), 0);
+        CHECK_EQ(v.nrows, 3);
+        CHECK(v.cols[0].dtype == TFOS_DT_F32 && v.cols[0].ndim == 2 && v.cols[0].shape[1] == 2);
+        tfos__input_close(in);
+    }
+    uint8_t bools[4] = {1, 0, 1, 1};
+    size_t n = npy_bytes(buf, 1, "|b1", "(4,)", bools, 4, 0);
+    const char *p = write_file("b.npy", buf, n);
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), 0);
+    CHECK(v.nrows == 4 && v.cols[0].dtype == TFOS_DT_BOOL && v.cols[0].ndim == 0 && (v.flags & TFOS_BATCH_FLAT_ROWS));
+    tfos__input_close(in);
+    n = npy_bytes(buf, 1, "<f4", "(3, 4)", f, sizeof f, 1);
+    p = write_file("c.npy", buf, n);
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), TFOS_EPROTO);
+    CHECK(strstr(err, "Fortran"));
+    tfos__input_close(in);
+    n = npy_bytes(buf, 1, ">f4", "(3, 4)", f, sizeof f, 0);
+    p = write_file("d.npy", buf, n);
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), TFOS_EPROTO);
+    CHECK(strstr(err, "not supported"));
+    tfos__input_close(in);
+    n = npy_bytes(buf, 1, "<f4", "(30, 4)", f, sizeof f, 0); /* promises more rows than it has */
+    p = write_file("e.npy", buf, n);
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), TFOS_EPROTO);
+    CHECK(strstr(err, "truncated"));
+    tfos__input_close(in);
+}
+
+static void empty_and_unknown(void)
+{
+    const char *p = write_file("empty.csv", "", 0);
+    tfos__input *in;
+    char err[256];
+    const void *b;
+    size_t len;
+    uint64_t first;
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next(in, 10, &b, &len, &first, err, sizeof err), TFOS_EEND);
+    tfos__input_close(in);
+    p = write_file("x.parquet", "PAR1", 4);
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err), TFOS_EINVAL);
+    CHECK(strstr(err, "unknown file type"));
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void fuzz(void)
+{
+    static const char *seeds[] = {
+        "a,b,c\n1,2.5,\"x,y\"\n2,3.5,\"q\"\"q\"\n",
+        "{\"a\": [1, 2], \"b\": \"s\\u00e9\", \"c\": true}\n{\"a\": [3, 4], \"b\": \"t\", \"c\": false}\n",
+    };
+    static const char *names[] = {"f.csv", "f.jsonl"};
+    char buf[256];
+    for (int s = 0; s < 2; s++) {
+        for (int iter = 0; iter < 3000; iter++) {
+            size_t n = strlen(seeds[s]);
+            memcpy(buf, seeds[s], n);
+            for (int m = 0; m < 1 + (int)(next_rand() % 3) && n > 0; m++) {
+                size_t at = next_rand() % n;
+                if (next_rand() % 6 == 0)
+                    n = at;
+                else
+                    buf[at] = (char)"\",\n\\[]{}:0a9e-."[next_rand() % 16];
+            }
+            const char *p = write_file(names[s], buf, n);
+            tfos__input *in;
+            char err[256];
+            if (tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err))
+                continue;
+            const void *b;
+            size_t len;
+            uint64_t first;
+            int rc;
+            while ((rc = tfos__input_next(in, 2, &b, &len, &first, err, sizeof err)) == 0) {
+                tfos__batch_view v;
+                tfos__col st[64];
+                CHECK_EQ(tfos__batch_open(b, len, &v, st, 64, err, sizeof err), 0); /* what it emits is valid */
+            }
+            tfos__input_close(in);
+        }
+    }
+}
+
+int main(void)
+{
+    CHECK(mkdtemp(dir));
+    RUN(csv_basics);
+    RUN(csv_no_header_and_batches);
+    RUN(csv_errors);
+    RUN(jsonl_rows);
+    RUN(jsonl_errors);
+    RUN(npy_files);
+    RUN(empty_and_unknown);
+    RUN(fuzz);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+    return 0;
+}

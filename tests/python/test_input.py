@@ -1,0 +1,99 @@
+"""`tfos run --input`: files fed into the trainers (InputMode.SPARK without
+Spark): a real TensorFlow program trains on a fed file; epochs re-feed;
+bad files stop the cluster with the file, line and column."""
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import PY, ROOT, pids_with, run_tfos, wait_for
+
+EXAMPLE = os.path.join(ROOT, "examples", "digits")
+
+COUNT = ("import sys\n"
+         "from tfos import TFNode\n"
+         "ctx = TFNode.get_context()\n"
+         "df = TFNode.DataFeed(ctx.mgr)\n"
+         "n = 0\n"
+         "first = None\n"
+         "while not df.should_stop():\n"
+         "    rows = df.next_batch(100)\n"
+         "    if not rows: break\n"
+         "    first = first if first is not None else rows[0]\n"
+         "    n += len(rows)\n"
+         "print('node %s:%d rows %d first %r' % (ctx.job_name, ctx.task_index, n, first), flush=True)\n")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "npy"])
+def test_tensorflow_trains_on_a_fed_file(tmp_path, marker, fmt):
+    data = tmp_path / marker / ("digits." + fmt)
+    data.parent.mkdir()
+    subprocess.run([PY, os.path.join(EXAMPLE, "make_data.py"), str(data)], check=True, capture_output=True,
+                   timeout=120)
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--input", str(data), "--epochs",
+                  "15", "--partition-rows", "500", "--", PY, os.path.join(EXAMPLE, "train_feed.py"),
+                  "--model-dir", str(tmp_path / "model")], timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    fed = re.search(r"fed (\d+) rows \((\d+) partitions", r.stderr)
+    assert fed and int(fed.group(1)) == 1437 * 15 and int(fed.group(2)) == 45
+    trained = [int(n) for n in re.findall(r"trained on (\d+) fed rows", r.stdout)]
+    assert len(trained) == 2 and sum(trained) == 1437 * 15  # every row reached exactly one worker
+    assert float(re.search(r"test accuracy: ([\d.]+)", r.stdout).group(1)) >= 0.90
+
+
+def test_partitions_alternate_between_workers_and_epochs_refeed(tmp_path, marker):
+    path = tmp_path / "n.npy"
+    np.save(path, np.arange(2500, dtype=np.int64))
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--input", str(path),
+                  "--partition-rows", "1000", "--epochs", "2", "--", PY, "-c", COUNT, marker])
+    assert r.returncode == 0, r.stderr
+    rows = dict(re.findall(r"node (worker:\d) rows (\d+)", r.stdout))
+    # epoch 1: 1000 -> w0, 1000 -> w1, 500 -> w0; epoch 2 continues the turn: 1000 -> w1, 1000 -> w0, 500 -> w1
+    assert rows == {"worker:0": "2500", "worker:1": "2500"}
+    assert "node worker:0:0 rows" not in r.stdout
+    assert "first 0" in r.stdout and "first 1000" in r.stdout
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("bad.csv", "a,b\n1,2.5\n2,3.5\n3,abc\n", "bad.csv line 4, column 2: 'abc' is not a number"),
+    ("ragged.csv", "1,2\n3,4\n5\n", "ragged.csv line 3: 1 fields where the first row has 2"),
+    ("bad.jsonl", '{"a": 1}\n{"a": null}\n', "bad.jsonl line 2: null in column 1"),
+    ("keys.jsonl", '{"a": 1}\n{"b": 2}\n', "keys.jsonl line 2: key 'b' where the first row has 'a'"),
+])
+def test_bad_input_names_file_line_and_column(tmp_path, marker, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--",
+                  PY, "-c", COUNT, marker])
+    assert r.returncode == 1
+    assert "the feed failed: %s" % os.path.join(str(tmp_path), message) in r.stderr
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_truncated_npy_and_missing_file(tmp_path, marker):
+    path = tmp_path / "t.npy"
+    np.save(path, np.zeros((1000, 8), dtype=np.float32))
+    path.write_bytes(path.read_bytes()[:2000])
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--",
+                  PY, "-c", COUNT, marker])
+    assert r.returncode == 1
+    assert re.search(r"t\.npy: truncated: the header promises 1000 rows, the data ends in row \d+", r.stderr)
+    r = run_tfos(["run", "--workers", "1", "--input", str(tmp_path / "nope.csv"), "--", "true"])
+    assert r.returncode == 2 and "nope.csv: No such file or directory" in r.stderr
+
+
+def test_program_that_stops_reading_early_does_not_hang_the_feed(tmp_path, marker):
+    path = tmp_path / "big.npy"
+    np.save(path, np.zeros((200000, 64), dtype=np.float32))  # 51 MB: more than the 4 MiB ring holds
+    code = ("from tfos import TFNode\n"
+            "ctx = TFNode.get_context()\n"
+            "df = TFNode.DataFeed(ctx.mgr)\n"
+            "print('got', len(df.next_batch(10)), flush=True)\n"
+            "df.terminate()\n")
+    r = run_tfos(["run", "--workers", "1", "--feed-mb", "4", "--log-dir", str(tmp_path / "logs"), "--input",
+                  str(path), "--", PY, "-c", code, marker], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "[worker:0] got 10" in r.stdout
+    assert "some nodes terminated their feed early" in r.stderr
