@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan demo bench bench-start bench-feed clean
+.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed clean
 
 all: install
 
@@ -61,6 +61,10 @@ test-py: install
 # AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero).
 test-py-asan: install test-asan
 	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py
+
+# The Spark standalone test cluster (groundwork for the Spark integration).
+test-spark: install
+	$(VPY) -m pytest -q tests/spark
 
 test: install test-c test-asan test-tsan test-py test-py-asan
 

@@ -97,3 +97,22 @@ def test_program_that_stops_reading_early_does_not_hang_the_feed(tmp_path, marke
     assert r.returncode == 0, r.stderr
     assert "[worker:0] got 10" in r.stdout
     assert "some nodes terminated their feed early" in r.stderr
+
+
+def test_c_program_reads_the_feed(tmp_path, marker):
+    """examples/c/feed_sum.c: a C consumer (include/tfos/feed.h) under tfos run --input."""
+    feed_sum = os.path.join(ROOT, "build", "feed_sum")
+    data = np.arange(6000 * 3, dtype=np.float32).reshape(6000, 3)
+    path = tmp_path / marker / "d.npy"
+    path.parent.mkdir()
+    np.save(path, data)
+    csv = tmp_path / "e.csv"
+    csv.write_text("a,b,s\n" + "".join("%d,%.1f,x%d\n" % (i, i * 0.5, i) for i in range(1000)))
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--input",
+                  str(csv), "--partition-rows", "2500", "--", feed_sum])
+    assert r.returncode == 0, r.stderr
+    got = re.findall(r"\[worker:\d\] rows (\d+) batches \d+ sum ([\d.]+) aborted 0", r.stdout)
+    assert len(got) == 2
+    assert sum(int(n) for n, _ in got) == 7000
+    want = float(data.sum(dtype=np.float64)) + sum(i + i * 0.5 for i in range(1000))
+    assert abs(sum(float(s) for _, s in got) - want) < 1e-6 * want
