@@ -338,6 +338,7 @@ static int scan_line(tfos__reader *r, size_t from, size_t *clen, size_t *tlen, u
         if (rc == 0) {
             if (avail == from)
                 return TFOS_EEND;
+            b = r->data + r->start; /* fill may have moved the bytes */
             size_t len = avail - from;
             *tlen = len;
             if (b[from + len - 1] == '\r')
@@ -402,6 +403,7 @@ static int scan_csv(tfos__reader *r, size_t from, size_t *clen, size_t *tlen, ui
         if (rc == 0) {
             if (avail == from)
                 return TFOS_EEND;
+            b = r->data + r->start; /* fill may have moved the bytes */
             if (st == INQ)
                 return rfail(r, TFOS_EPROTO, "line %llu: quoted field not closed before the end of the file",
                              (unsigned long long)r->line + lines);
@@ -798,8 +800,8 @@ static int csv_convert(tfos__reader *r)
 /* Header handling, once, before the first row. */
 static int csv_start(tfos__reader *r)
 {
-    size_t c1, t1, c2, t2, from;
-    uint64_t n1, n2;
+    size_t c1 = 0, t1 = 0, c2 = 0, t2 = 0, from;
+    uint64_t n1 = 0, n2 = 0;
     int rc;
     if (r->o.csv_header == TFOS_CSV_HEADER_NO)
         return 0;
@@ -869,7 +871,7 @@ static int csv_start(tfos__reader *r)
  * 1 (blank line), TFOS_EEND, or an error. */
 static int csv_stage(tfos__reader *r, size_t *tlen, uint64_t *nl)
 {
-    size_t clen;
+    size_t clen = 0;
     int rc = scan_csv(r, 0, &clen, tlen, nl);
     if (rc)
         return rc;
@@ -1220,7 +1222,6 @@ static int jrow(tfos__reader *r, const uint8_t *s, size_t n, int *kind)
             size_t k0 = r->sbuf.len;
             if ((rc = jstring(&p, &r->sbuf)))
                 return rc;
-            v = (jval *)(void *)(r->jv.p + r->jv.len - sizeof(jval)); /* jv did not move, but be plain */
             v->key_off = k0;
             v->key_len = r->sbuf.len - k0;
             jws(&p);
@@ -1399,7 +1400,7 @@ static int jconvert(tfos__reader *r, int kind)
 
 static int jsonl_stage(tfos__reader *r, size_t *tlen, uint64_t *nl)
 {
-    size_t clen;
+    size_t clen = 0;
     int rc = scan_line(r, 0, &clen, tlen, nl);
     if (rc)
         return rc;
@@ -1411,7 +1412,7 @@ static int jsonl_stage(tfos__reader *r, size_t *tlen, uint64_t *nl)
         return 1;
     if (!tfos__utf8_valid(s, clen))
         return rfail(r, TFOS_EPROTO, "line %llu: not valid UTF-8", (unsigned long long)r->line);
-    int kind;
+    int kind = 0;
     if ((rc = jrow(r, s, clen, &kind)))
         return rc;
     if (!r->have_schema && (rc = jschema(r, kind)))
@@ -1435,8 +1436,8 @@ static int text_next(tfos__reader *r)
     }
     uint32_t rows = 0;
     while (rows < r->o.batch_rows) {
-        size_t tlen;
-        uint64_t nl;
+        size_t tlen = 0;
+        uint64_t nl = 0;
         rc = r->format == TFOS_READER_CSV ? csv_stage(r, &tlen, &nl) : jsonl_stage(r, &tlen, &nl);
         if (rc == 1) {
             consume(r, tlen, nl);
@@ -1794,10 +1795,11 @@ static int reader_new(tfos__reader **out, const char *name, const tfos__reader_o
     }
     r->format = r->o.format ? r->o.format : pick_format(name);
     if (r->format < TFOS_READER_CSV || r->format > TFOS_READER_NPY) {
-        rc = rfail(r, TFOS_EINVAL, r->o.format ? "unknown format %d" : "cannot tell the format from the name "
-                                                                       "(.csv .tsv .jsonl .ndjson .json .npy): "
-                                                                       "set it%.0d",
-                   r->o.format);
+        if (r->o.format)
+            rc = rfail(r, TFOS_EINVAL, "unknown format %d", r->o.format);
+        else
+            rc = rfail(r, TFOS_EINVAL, "cannot tell the format from the name (.csv .tsv .jsonl .ndjson .json "
+                                       ".npy): set it");
         goto fail;
     }
     if (!r->o.batch_rows)

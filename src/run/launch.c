@@ -55,7 +55,86 @@ struct tfos_local {
     tfos__feeder_opts feeder_opts;
     int *feed_ids;
     int64_t feeder_t0;
+    pid_t arrow_feeder; /* Arrow/Parquet inputs: python -m tfos.arrowfeed */
 };
+
+static int is_arrow_input(const char *p)
+{
+    static const char *const ext[] = {".parquet", ".arrow", ".feather", ".ipc"};
+    size_t l = strlen(p);
+    for (size_t i = 0; i < 4; i++) {
+        size_t e = strlen(ext[i]);
+        if (l >= e && !strcmp(p + l - e, ext[i]))
+            return 1;
+    }
+    return 0;
+}
+
+static const char *guess_python(const tfos_run_opts *o);
+
+/* Arrow/Parquet need pyarrow: the feed runs in a Python process instead of
+ * the C feeder thread. */
+static void start_arrow_feeder(tfos_local *l, const int *ids, int n)
+{
+    const tfos_run_opts *o = &l->opts;
+    char nodes[4096] = "", epochs[16], brows[16], prows[32];
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof nodes - 16; i++)
+        used += (size_t)snprintf(nodes + used, sizeof nodes - used, "%s%d", i ? "," : "", ids[i]);
+    snprintf(epochs, sizeof epochs, "%d", o->epochs > 0 ? o->epochs : 1);
+    snprintf(brows, sizeof brows, "%d", o->batch_rows > 0 ? o->batch_rows : 1024);
+    snprintf(prows, sizeof prows, "%lld", o->partition_rows > 0 ? o->partition_rows : 10000);
+    char **argv = calloc((size_t)o->ninputs + 16, sizeof *argv);
+    size_t nenv = 0;
+    while (environ[nenv])
+        nenv++;
+    char **env = calloc(nenv + 3, sizeof *env);
+    char idbuf[64], secbuf[128];
+    if (!argv || !env) {
+        free(argv);
+        free(env);
+        tfos_local_stop(l, "the feed could not start: out of memory", 0);
+        return;
+    }
+    size_t k = 0;
+    argv[k++] = (char *)guess_python(o);
+    argv[k++] = "-m";
+    argv[k++] = "tfos.arrowfeed";
+    argv[k++] = "--nodes";
+    argv[k++] = nodes;
+    argv[k++] = "--epochs";
+    argv[k++] = epochs;
+    argv[k++] = "--batch-rows";
+    argv[k++] = brows;
+    argv[k++] = "--partition-rows";
+    argv[k++] = prows;
+    for (int i = 0; i < o->ninputs; i++)
+        argv[k++] = o->inputs[i];
+    size_t j = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16))
+            env[j++] = environ[i];
+    snprintf(idbuf, sizeof idbuf, "TFOS_CLUSTER_ID=%s", l->cluster_id);
+    snprintf(secbuf, sizeof secbuf, "TFOS_SECRET=%s", l->secret);
+    env[j++] = idbuf;
+    env[j++] = secbuf;
+    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
+                           .pdeathsig = SIGKILL};
+    int rc = tfos__spawn(&so, &l->arrow_feeder);
+    free(argv);
+    free(env);
+    if (rc) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "the feed could not start: %s -m tfos.arrowfeed: %s", guess_python(o),
+                 strerror(errno));
+        tfos_local_stop(l, reason, 0);
+        return;
+    }
+    l->feeder_started = 1;
+    l->feeder_t0 = tfos__now_ms();
+    TFOS_INFO("feeding %d Arrow/Parquet file(s) x %d epoch(s) to %d node(s) with %s -m tfos.arrowfeed",
+              o->ninputs, o->epochs > 0 ? o->epochs : 1, n, guess_python(o));
+}
 
 static void *feeder_main(void *arg)
 {
@@ -81,6 +160,18 @@ static void start_feeder(tfos_local *l)
         if (!strcmp(job, "chief") || !strcmp(job, "worker"))
             l->feed_ids[n++] = i;
     }
+    int arrow = 0;
+    for (int i = 0; i < o->ninputs; i++)
+        arrow += is_arrow_input(o->inputs[i]);
+    if (arrow) {
+        if (arrow != o->ninputs) {
+            tfos_local_stop(l, "the feed could not start: Arrow/Parquet inputs cannot be mixed with CSV, JSON "
+                               "lines or .npy in one run", 0);
+            return;
+        }
+        start_arrow_feeder(l, l->feed_ids, n);
+        return;
+    }
     l->feeder_opts = (tfos__feeder_opts){
         .cluster_id = l->cluster_id, .secret = l->secret, .nnodes = n, .executor_ids = l->feed_ids,
         .inputs = o->inputs, .ninputs = o->ninputs, .format = o->input_format, .csv_header = o->csv_header,
@@ -100,6 +191,29 @@ static void check_feeder(tfos_local *l, int force)
 {
     if (!l->feeder_started || l->feeder_joined)
         return;
+    if (l->arrow_feeder > 0) {
+        int status;
+        if (force)
+            kill(l->arrow_feeder, SIGTERM);
+        if (force ? tfos__wait_pid(l->arrow_feeder, 5000, &status) != 0
+                  : waitpid(l->arrow_feeder, &status, WNOHANG) != l->arrow_feeder) {
+            if (force) {
+                kill(l->arrow_feeder, SIGKILL);
+                waitpid(l->arrow_feeder, &status, 0);
+            } else {
+                return;
+            }
+        }
+        l->feeder_joined = 1;
+        if (!force && tfos__exit_code(status) != 0 && tfos_coord_state(l->coord) == TFOS_COORD_RUNNING) {
+            char desc[96], reason[300];
+            tfos__describe_status(status, desc, sizeof desc);
+            snprintf(reason, sizeof reason, "the feed failed: the Arrow/Parquet feeder ended with %s (its message "
+                     "is above)", desc);
+            tfos_local_stop(l, reason, 0);
+        }
+        return;
+    }
     if (force)
         l->feeder_stop = 1;
     else if (!atomic_load(&l->feeder_done))

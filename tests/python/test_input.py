@@ -116,3 +116,27 @@ def test_c_program_reads_the_feed(tmp_path, marker):
     assert sum(int(n) for n, _ in got) == 7000
     want = float(data.sum(dtype=np.float64)) + sum(i + i * 0.5 for i in range(1000))
     assert abs(sum(float(s) for _, s in got) - want) < 1e-6 * want
+
+
+def test_parquet_and_arrow_inputs_pass_through(tmp_path, marker):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    t = pa.table({"x": np.arange(5000, dtype=np.float64), "label": np.arange(5000) % 10})
+    pq.write_table(t, tmp_path / "t.parquet")
+    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as f:
+        with pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--input", str(tmp_path / "t.parquet"),
+                  "--input", str(tmp_path / "t.arrow"), "--partition-rows", "2000", "--", PY, "-c", COUNT, marker])
+    assert r.returncode == 0, r.stderr
+    assert "fed 10000 rows (6 partitions) from Arrow/Parquet" in r.stderr
+    rows = re.findall(r"node worker:\d rows (\d+) first \((\d+\.0), (\d)\)", r.stdout)
+    assert sum(int(n) for n, _, _ in rows) == 10000
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "l2"), "--input", str(tmp_path / "t.parquet"),
+                  "--input", str(tmp_path / "x.npy"), "--", "true"])
+    assert r.returncode == 2  # x.npy does not exist: refused before starting
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "l3"), "--input", str(tmp_path / "t.parquet"),
+                  "--input", str(tmp_path / "x.npy"), "--", PY, "-c", COUNT, marker])
+    assert r.returncode == 1
+    assert "Arrow/Parquet inputs cannot be mixed" in r.stderr
