@@ -76,14 +76,15 @@ def write_rows(ring, rows, timeout_ms):
 class _Chunk(object):
     """Rows of one decoded record, consumed front to back."""
 
-    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat")
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists")
 
-    def __init__(self, partition, columns=None, names=None, rows=None, flat=False):
+    def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False):
         self.partition = partition
         self.columns = columns  # list of numpy arrays (or lists), one per column
         self.names = names
         self.rows = rows        # a list of rows (pickle records)
         self.flat = flat        # rows were single values (not tuples of fields)
+        self.lists = lists      # rows were lists of fields
         self.n = len(rows) if rows is not None else (len(columns[0]) if columns else 0)
         self.pos = 0
 
@@ -96,7 +97,8 @@ class _Chunk(object):
         if self.flat:
             col = cols[0]
             return col.tolist() if col.dtype != object else list(col)
-        return list(zip(*[c.tolist() if c.dtype != object else list(c) for c in cols]))
+        rows = zip(*[c.tolist() if c.dtype != object else list(c) for c in cols])
+        return [list(r) for r in rows] if self.lists else list(rows)
 
     def take_columns(self, k):
         lo, hi = self.pos, min(self.n, self.pos + k)
@@ -126,8 +128,9 @@ def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
         return _Chunk(partition, rows=pickle.loads(memoryview(payload)))
     if tag == TAG_COLUMNS:
-        flat, names, columns = _decode_columns(payload)
-        return _Chunk(partition, columns=columns, names=names, flat=flat)
+        flags, names, columns = _decode_columns(payload)
+        return _Chunk(partition, columns=columns, names=names, flat=bool(flags & _tfos.BATCH_FLAT_ROWS),
+                      lists=bool(flags & _tfos.BATCH_LIST_ROWS))
     if tag == TAG_ARROW:
         import pyarrow as pa
         table = pa.ipc.open_stream(payload).read_all()
@@ -137,7 +140,7 @@ def _decode(tag, partition, payload):
 
 
 def _decode_columns(payload):
-    """Columnar batch -> (flat, names, numpy arrays), viewing ``payload`` (bytes)."""
+    """Columnar batch -> (flags, names, numpy arrays), viewing ``payload``."""
     np = _np()
     names, columns = [], []
     flags, cols = _tfos.decode_columns(payload)
@@ -159,7 +162,7 @@ def _decode_columns(payload):
             arr = np.empty(nrows, dtype=object)
             arr[:] = vals
             columns.append(arr)
-    return bool(flags & _tfos.BATCH_FLAT_ROWS), names, columns
+    return flags, names, columns
 
 
 def _prod(shape):

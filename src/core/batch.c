@@ -172,7 +172,8 @@ int tfos__batch_open(const void *buf, size_t len, tfos__batch_view *v, tfos__col
         BAD("batch says %llu bytes but the record has %zu", (unsigned long long)total, len);
     if (ncols == 0 || ncols > TFOS_BATCH_MAX_COLS || ncols > storage_cols)
         BAD("batch has %u columns", ncols);
-    if (flags & ~(uint32_t)TFOS_BATCH_FLAT_ROWS)
+    if ((flags & ~(uint32_t)(TFOS_BATCH_FLAT_ROWS | TFOS_BATCH_LIST_ROWS)) ||
+        (flags & (TFOS_BATCH_FLAT_ROWS | TFOS_BATCH_LIST_ROWS)) == (TFOS_BATCH_FLAT_ROWS | TFOS_BATCH_LIST_ROWS))
         BAD("unknown batch flags 0x%x", flags);
     if ((flags & TFOS_BATCH_FLAT_ROWS) && ncols != 1)
         BAD("flat rows need exactly one column, batch has %u", ncols);

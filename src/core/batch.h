@@ -48,6 +48,9 @@ enum {
     /* Rows were single values, not tuples: a row is the value of column 0
      * itself (e.g. a scalar, or a flat list of numbers stored as one array). */
     TFOS_BATCH_FLAT_ROWS = 1,
+    /* Rows were lists of fields (not tuples): a consumer that rebuilds rows
+     * gives lists back. */
+    TFOS_BATCH_LIST_ROWS = 2,
 };
 
 /* Bytes per element of a dtype, 0 for an unknown code. */

@@ -2,8 +2,8 @@
  *
  * Rows: the layout comes from the first row and every other row must match
  * it. A tuple is a row of fields; a list of numbers of one Python type (all
- * int or all float) is one array field (a "flat" row); anything else is a row
- * of one field. Fields: bool, int (int64), float (float64), str, bytes, a list
+ * int or all float) is one array field (a "flat" row); any other list is a
+ * row of fields (returned as a list); anything else is a row of one field. Fields: bool, int (int64), float (float64), str, bytes, a list
  * of numbers of one type (1-D array), or an object with the buffer protocol
  * (numpy arrays and scalars: dtype and shape kept). */
 #include "encode.h"
@@ -136,12 +136,29 @@ static int same_layout(const tfos__col *a, const tfos__col *b)
     return 1;
 }
 
-/* The fields of one row (borrowed) and their count, by the plan's rule. */
-static PyObject *const *row_fields(PyObject *row, int flat, Py_ssize_t *n, PyObject **one)
+/* How rows map to fields. */
+enum { ROW_FLAT, ROW_TUPLE, ROW_LIST };
+
+static int row_mode(PyObject *row)
 {
-    if (!flat && PyTuple_Check(row)) {
+    Py_ssize_t n;
+    if (PyTuple_Check(row))
+        return ROW_TUPLE;
+    if (PyList_Check(row) && list_kind(row, &n) < 0 && PyList_GET_SIZE(row) > 0)
+        return ROW_LIST; /* e.g. [label, [features]]: a list of fields */
+    return ROW_FLAT;     /* a scalar, an array, or a list of numbers of one type */
+}
+
+/* The fields of one row (borrowed) and their count, by the plan's rule. */
+static PyObject *const *row_fields(PyObject *row, int mode, Py_ssize_t *n, PyObject **one)
+{
+    if (mode == ROW_TUPLE) {
         *n = PyTuple_GET_SIZE(row);
         return &PyTuple_GET_ITEM(row, 0);
+    }
+    if (mode == ROW_LIST) {
+        *n = PyList_GET_SIZE(row);
+        return &PyList_GET_ITEM(row, 0);
     }
     *one = row;
     *n = 1;
@@ -162,8 +179,8 @@ int tfos_plan_rows(tfos_plan *p, PyObject *rows)
     PyObject **items = PySequence_Fast_ITEMS(p->fast);
     PyObject *one;
     Py_ssize_t nf;
-    int flat = !PyTuple_Check(items[0]);
-    PyObject *const *f0 = row_fields(items[0], flat, &nf, &one);
+    int mode = row_mode(items[0]);
+    PyObject *const *f0 = row_fields(items[0], mode, &nf, &one);
     if (nf < 1 || nf > 64) {
         PyErr_Format(PyExc_ValueError, "row 0 has %zd fields; the columnar encoding takes 1 to 64", nf);
         goto fail;
@@ -175,15 +192,19 @@ int tfos_plan_rows(tfos_plan *p, PyObject *rows)
     }
     p->nrows = (uint32_t)nrows;
     p->ncols = (uint32_t)nf;
-    p->flags = flat ? TFOS_BATCH_FLAT_ROWS : 0;
+    p->flags = mode == ROW_FLAT ? TFOS_BATCH_FLAT_ROWS : mode == ROW_LIST ? TFOS_BATCH_LIST_ROWS : 0;
     /* every row must match row 0; var columns add up their bytes */
     for (Py_ssize_t i = 0; i < nrows; i++) {
         Py_ssize_t n;
-        int row_flat = !PyTuple_Check(items[i]);
-        PyObject *const *f = row_fields(items[i], flat, &n, &one);
-        if (row_flat != flat || n != nf) {
-            PyErr_Format(PyExc_ValueError, "row %zd has %zd fields, row 0 has %zd", i, row_flat == flat ? n : -1,
-                         nf);
+        int m = i ? row_mode(items[i]) : mode;
+        if (m != mode && !(mode == ROW_FLAT && m == ROW_LIST) && !(mode == ROW_LIST && m == ROW_FLAT)) {
+            PyErr_Format(PyExc_ValueError, "row %zd is a %.100s where row 0 is a %s", i, Py_TYPE(items[i])->tp_name,
+                         mode == ROW_TUPLE ? "tuple" : mode == ROW_LIST ? "list of fields" : "single value");
+            goto fail;
+        }
+        PyObject *const *f = row_fields(items[i], mode, &n, &one);
+        if (n != nf || (mode == ROW_LIST && !PyList_Check(items[i]))) {
+            PyErr_Format(PyExc_ValueError, "row %zd has %zd fields, row 0 has %zd", i, n, nf);
             goto fail;
         }
         for (Py_ssize_t j = 0; j < nf; j++) {
@@ -393,11 +414,11 @@ int tfos_plan_fill(tfos_plan *p, void *buf)
         if (p->cols[j].kind != TFOS_COL_FIXED)
             memset(b + p->cols[j].offsets_off, 0, 8);
     PyObject **items = PySequence_Fast_ITEMS(p->fast);
-    int flat = (p->flags & TFOS_BATCH_FLAT_ROWS) != 0;
+    int mode = (p->flags & TFOS_BATCH_FLAT_ROWS) ? ROW_FLAT : (p->flags & TFOS_BATCH_LIST_ROWS) ? ROW_LIST : ROW_TUPLE;
     for (uint32_t i = 0; i < p->nrows; i++) {
         PyObject *one;
         Py_ssize_t n;
-        PyObject *const *f = row_fields(items[i], flat, &n, &one);
+        PyObject *const *f = row_fields(items[i], mode, &n, &one);
         for (uint32_t j = 0; j < p->ncols; j++)
             if (fill_field(&p->cols[j], p->field_type[j], f[j], b + p->cols[j].data_off, i, &var_pos[j], b))
                 return -1;

@@ -1088,7 +1088,8 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "TAG_PARTITION_END", TFOS_RING_PARTITION_END) < 0 ||
         PyModule_AddIntConstant(m, "TAG_PARTITION_ABORT", TFOS_RING_PARTITION_ABORT) < 0 ||
         PyModule_AddIntConstant(m, "TAG_USER", TFOS_RING_TAG_USER) < 0 ||
-        PyModule_AddIntConstant(m, "BATCH_FLAT_ROWS", TFOS_BATCH_FLAT_ROWS) < 0)
+        PyModule_AddIntConstant(m, "BATCH_FLAT_ROWS", TFOS_BATCH_FLAT_ROWS) < 0 ||
+        PyModule_AddIntConstant(m, "BATCH_LIST_ROWS", TFOS_BATCH_LIST_ROWS) < 0)
         return -1;
     return 0;
 }

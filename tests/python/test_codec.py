@@ -26,6 +26,8 @@ def roundtrip(rows, batch=None):
     [list(range(784)), list(range(1, 785))],                    # MNIST-like rows
     [5, 6, 7],                                                  # bare scalars
     ["only", "strings"],
+    [[3, [0.5, 1.5]], [4, [2.5, 3.5]]],                        # TFoS's [label, [features]] rows: lists back
+    [[list(range(784))], [list(range(1, 785))]],                # [pixels] rows
 ])
 def test_native_rows_round_trip_exactly(rows):
     tag, _ = feed.encode_rows(rows)
@@ -49,6 +51,8 @@ def test_rows_that_change_type_name_the_row():
         t.encode_rows([(1, 1.0), (2, 2.0), (3, "three")])
     with pytest.raises(ValueError, match=r"row 1 has 3 fields, row 0 has 2"):
         t.encode_rows([(1, 1.0), (2, 2.0, 3)])
+    with pytest.raises(ValueError, match=r"row 1 is a list where row 0 is a tuple"):
+        t.encode_rows([(1, 1.0), [2, "x"]])
     with pytest.raises(TypeError, match=r"row 0, field 0: a dict has no columnar encoding"):
         t.encode_rows([({},)])
     with pytest.raises(OverflowError, match=r"row 1: an int outside the int64 range"):
