@@ -76,3 +76,14 @@ void tfos__log(int level, const char *fmt, ...)
     fn(level, msg, user);
     pthread_mutex_unlock(&log_lock);
 }
+
+int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}

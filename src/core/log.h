@@ -2,10 +2,16 @@
  * prints directly; lines go to the sink set with tfos_set_logger(). */
 #ifndef TFOS_CORE_LOG_H
 #define TFOS_CORE_LOG_H
+#include <stddef.h>
+
 #include "tfos/tfos.h"
 
 /* printf-style; one line, no trailing newline. Thread-safe. */
 void tfos__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Format a one-line error message into err[errlen] and return rc: the
+ * pattern of every function that reports "what failed, where" to its caller. */
+int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #define TFOS_DEBUG(...) tfos__log(TFOS_LOG_DEBUG, __VA_ARGS__)
 #define TFOS_INFO(...) tfos__log(TFOS_LOG_INFO, __VA_ARGS__)

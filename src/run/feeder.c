@@ -4,6 +4,7 @@
 #include "core/feedsock.h"
 #include "core/ring.h"
 #include "run/input.h"
+#include "core/log.h"
 #include "tfos/tfos.h"
 
 #include <stdarg.h>
@@ -45,24 +46,15 @@ static target *next_target(target *t, int n, int *next)
     return NULL;
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 /* Retry a ring operation in slices until it is done, fails, or stop is set. */
 static int ring_error(const tfos__feeder_opts *o, const target *t, int rc, char *err, size_t errlen)
 {
     if (rc == TFOS_ECLOSED)
-        return fail(err, errlen, rc, "%s stopped reading its feed (its program ended or died)", t->node);
+        return tfos__errf(err, errlen, rc, "%s stopped reading its feed (its program ended or died)", t->node);
     if (o->stop && *o->stop)
-        return fail(err, errlen, TFOS_ESTOPPED, "the feed was stopped");
-    return fail(err, errlen, rc, "feeding %s: %s", t->node, tfos_strerror(rc));
+        return tfos__errf(err, errlen, TFOS_ESTOPPED, "the feed was stopped");
+    return tfos__errf(err, errlen, rc, "feeding %s: %s", t->node, tfos_strerror(rc));
 }
 
 static int waiting(int rc)
@@ -83,7 +75,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
 {
     memset(st, 0, sizeof *st);
     if (o->nnodes < 1 || o->ninputs < 1 || o->epochs < 1 || !o->batch_rows || !o->partition_rows)
-        return fail(err, errlen, TFOS_EINVAL, "nothing to feed");
+        return tfos__errf(err, errlen, TFOS_EINVAL, "nothing to feed");
     target *t = calloc((size_t)o->nnodes, sizeof *t);
     if (!t)
         return TFOS_ENOMEM;
@@ -94,14 +86,14 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
         rc = tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 30000, &in_fd, &out_fd, t[i].node,
                                 sizeof t[i].node, cerr, sizeof cerr);
         if (rc) {
-            fail(err, errlen, rc, "%s", cerr);
+            tfos__errf(err, errlen, rc, "%s", cerr);
             goto out;
         }
         rc = tfos__ring_attach(&t[i].ring, in_fd, TFOS_RING_PRODUCER);
         close(in_fd);
         close(out_fd);
         if (rc) {
-            fail(err, errlen, rc, "cannot attach to the feed of %s: %s", t[i].node, tfos_strerror(rc));
+            tfos__errf(err, errlen, rc, "cannot attach to the feed of %s: %s", t[i].node, tfos_strerror(rc));
             goto out;
         }
     }
@@ -162,7 +154,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     in_part = 0;
                 }
                 if (len > tfos__ring_max_record(cur->ring)) {
-                    rc = fail(err, errlen, TFOS_ETOOBIG, "%s rows %llu..: a batch of %zu bytes does not fit %s's "
+                    rc = tfos__errf(err, errlen, TFOS_ETOOBIG, "%s rows %llu..: a batch of %zu bytes does not fit %s's "
                               "feed ring (largest record %zu): use a smaller --batch-rows or a larger --feed-mb",
                               o->inputs[f], (unsigned long long)first, len, cur->node,
                               tfos__ring_max_record(cur->ring));

@@ -2,6 +2,7 @@
 #include "run/input.h"
 
 #include "core/batch.h"
+#include "core/log.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -58,15 +59,6 @@ struct tfos__input {
     int eof;
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 int tfos__input_format(const char *name)
 {
@@ -183,7 +175,7 @@ static int build_batch(tfos__input *in, const void **batch, size_t *len, char *e
     }
     uint64_t total = tfos__batch_layout(in->nrows, (uint32_t)in->ncols, cols);
     if (!total)
-        return fail(err, errlen, TFOS_ETOOBIG, "%s: a batch of %u rows is too large", in->path, in->nrows);
+        return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s: a batch of %u rows is too large", in->path, in->nrows);
     if (grow((void **)&in->out, &in->out_cap, total, 1))
         return TFOS_ENOMEM;
     tfos__batch_write_header(in->out, total, in->nrows, (uint32_t)in->ncols, 0, cols);
@@ -218,7 +210,7 @@ static int csv_read(tfos__input *in, record *r, char *err, size_t errlen)
     for (;;) {
         /* one field */
         if (r->n >= MAX_COLS)
-            return fail(err, errlen, TFOS_EPROTO, "%s line %llu: more than %d fields", in->path,
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: more than %d fields", in->path,
                         (unsigned long long)r->line, MAX_COLS);
         r->start[r->n] = r->len;
         int quoted = ch == '"';
@@ -227,7 +219,7 @@ static int csv_read(tfos__input *in, record *r, char *err, size_t errlen)
         for (;;) {
             if (ch == EOF) {
                 if (quoted)
-                    return fail(err, errlen, TFOS_EPROTO, "%s line %llu: a quoted field is not closed",
+                    return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: a quoted field is not closed",
                                 in->path, (unsigned long long)r->line);
                 break;
             }
@@ -239,7 +231,7 @@ static int csv_read(tfos__input *in, record *r, char *err, size_t errlen)
                     quoted = 0;
                     ch = next;
                     if (ch != ',' && ch != '\n' && ch != '\r' && ch != EOF)
-                        return fail(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: text after a closing quote",
+                        return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: text after a closing quote",
                                     in->path, (unsigned long long)in->line, r->n + 1);
                     continue;
                 }
@@ -249,7 +241,7 @@ static int csv_read(tfos__input *in, record *r, char *err, size_t errlen)
             if (ch == '\n')
                 in->line++;
             if (r->len + 1 >= MAX_LINE)
-                return fail(err, errlen, TFOS_ETOOBIG, "%s line %llu: a record over %zu bytes", in->path,
+                return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s line %llu: a record over %zu bytes", in->path,
                             (unsigned long long)r->line, MAX_LINE);
             if (grow((void **)&r->buf, &r->cap, r->len + 1, 1))
                 return TFOS_ENOMEM;
@@ -355,7 +347,7 @@ static int csv_first(tfos__input *in, char *err, size_t errlen)
 static int csv_add(tfos__input *in, const record *r, char *err, size_t errlen)
 {
     if (r->n != in->ncols)
-        return fail(err, errlen, TFOS_EPROTO, "%s line %llu: %d fields where the first row has %d", in->path,
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: %d fields where the first row has %d", in->path,
                     (unsigned long long)r->line, r->n, in->ncols);
     for (int i = 0; i < r->n; i++) {
         column *c = &in->cols[i];
@@ -367,14 +359,14 @@ static int csv_add(tfos__input *in, const record *r, char *err, size_t errlen)
         } else if (c->dtype == TFOS_DT_I64) {
             int64_t v;
             if (!parse_int(s, n, &v))
-                return fail(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not an integer (the "
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not an integer (the "
                             "column's type comes from the first row)", in->path, (unsigned long long)r->line, i + 1,
                             (int)(n > 40 ? 40 : n), s);
             rc = push_fixed(c, &v, 8);
         } else {
             double v;
             if (!parse_float(s, n, &v))
-                return fail(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not a number (the "
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not a number (the "
                             "column's type comes from the first row)", in->path, (unsigned long long)r->line, i + 1,
                             (int)(n > 40 ? 40 : n), s);
             rc = push_fixed(c, &v, 8);
@@ -434,7 +426,7 @@ static void ws(jp *j)
 
 static int jfail(jp *j, const char *what)
 {
-    return fail(j->err, j->errlen, TFOS_EPROTO, "%s line %llu: %s", j->in->path,
+    return tfos__errf(j->err, j->errlen, TFOS_EPROTO, "%s line %llu: %s", j->in->path,
                 (unsigned long long)j->in->line, what);
 }
 
@@ -801,7 +793,7 @@ static int jsonl_next(tfos__input *in, uint32_t max_rows, char *err, size_t errl
             break;
         }
         if ((size_t)n > MAX_LINE)
-            return fail(err, errlen, TFOS_ETOOBIG, "%s line %llu: over %zu bytes", in->path,
+            return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s line %llu: over %zu bytes", in->path,
                         (unsigned long long)in->line, MAX_LINE);
         /* a failed row leaves partial values behind: the whole read fails */
         int rc = jsonl_row(in, in->linebuf, (size_t)n, err, errlen);
@@ -818,7 +810,7 @@ static int npy_open(tfos__input *in, char *err, size_t errlen)
     uint8_t head[12];
     ssize_t r = pread(in->fd, head, 10, 0);
     if (r != 10 || memcmp(head, "\x93NUMPY", 6))
-        return fail(err, errlen, TFOS_EPROTO, "%s: not a .npy file (bad magic)", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: not a .npy file (bad magic)", in->path);
     int major = head[6];
     size_t hl, off;
     if (major == 1) {
@@ -826,26 +818,26 @@ static int npy_open(tfos__input *in, char *err, size_t errlen)
         off = 10;
     } else if (major == 2 || major == 3) {
         if (pread(in->fd, head, 12, 0) != 12)
-            return fail(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
         hl = head[8] | (size_t)head[9] << 8 | (size_t)head[10] << 16 | (size_t)head[11] << 24;
         off = 12;
     } else {
-        return fail(err, errlen, TFOS_EPROTO, "%s: .npy format version %d is not supported", in->path, major);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: .npy format version %d is not supported", in->path, major);
     }
     if (hl > 65536)
-        return fail(err, errlen, TFOS_EPROTO, "%s: header of %zu bytes", in->path, hl);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: header of %zu bytes", in->path, hl);
     char hdr[65537];
     if (pread(in->fd, hdr, hl, (off_t)off) != (ssize_t)hl)
-        return fail(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
     hdr[hl] = 0;
     const char *d = strstr(hdr, "'descr'");
     const char *fo = strstr(hdr, "'fortran_order'");
     const char *sh = strstr(hdr, "'shape'");
     if (!d || !fo || !sh)
-        return fail(err, errlen, TFOS_EPROTO, "%s: header lacks descr, fortran_order or shape", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: header lacks descr, fortran_order or shape", in->path);
     char descr[16] = "";
     if (sscanf(d, "'descr' : '%15[^']'", descr) != 1 && sscanf(d, "'descr': '%15[^']'", descr) != 1)
-        return fail(err, errlen, TFOS_EPROTO, "%s: unreadable descr", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable descr", in->path);
     static const struct {
         const char *descr;
         int dt;
@@ -857,17 +849,17 @@ static int npy_open(tfos__input *in, char *err, size_t errlen)
         if (!strcmp(descr, map[i].descr))
             in->npy_dtype = map[i].dt;
     if (!in->npy_dtype)
-        return fail(err, errlen, TFOS_EPROTO, "%s: dtype '%s' is not supported (little-endian numbers or bool)",
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: dtype '%s' is not supported (little-endian numbers or bool)",
                     in->path, descr);
     const char *fv = strchr(fo + 15, ':');
     while (fv && (*fv == ':' || *fv == ' '))
         fv++;
     if (!fv || strncmp(fv, "False", 5))
-        return fail(err, errlen, TFOS_EPROTO, "%s: Fortran-order arrays are not supported (save with C order)",
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: Fortran-order arrays are not supported (save with C order)",
                     in->path);
     const char *paren = strchr(sh, '(');
     if (!paren)
-        return fail(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
     uint64_t dims[TFOS_BATCH_MAX_DIMS + 1];
     int nd = 0;
     const char *p = paren + 1;
@@ -879,18 +871,18 @@ static int npy_open(tfos__input *in, char *err, size_t errlen)
         char *end;
         unsigned long long v = strtoull(p, &end, 10);
         if (end == p || nd > TFOS_BATCH_MAX_DIMS)
-            return fail(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
         dims[nd++] = v;
         p = end;
     }
     if (nd == 0)
-        return fail(err, errlen, TFOS_EPROTO, "%s: a 0-d array has no rows", in->path);
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: a 0-d array has no rows", in->path);
     in->npy_total = dims[0];
     in->npy_ndim = nd - 1;
     uint64_t per = tfos__dtype_size(in->npy_dtype);
     for (int i = 1; i < nd; i++) {
         if (!dims[i] || dims[i] > UINT32_MAX || per > ((uint64_t)1 << 40) / dims[i])
-            return fail(err, errlen, TFOS_EPROTO, "%s: bad shape", in->path);
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: bad shape", in->path);
         in->npy_shape[i - 1] = (uint32_t)dims[i];
         per *= dims[i];
     }
@@ -915,7 +907,7 @@ static int npy_next(tfos__input *in, uint32_t max_rows, const void **batch, size
     memcpy(col.shape, in->npy_shape, sizeof col.shape);
     uint64_t total = tfos__batch_layout(n, 1, &col);
     if (!total)
-        return fail(err, errlen, TFOS_ETOOBIG, "%s: rows too large", in->path);
+        return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s: rows too large", in->path);
     if (grow((void **)&in->out, &in->out_cap, total, 1))
         return TFOS_ENOMEM;
     tfos__batch_write_header(in->out, total, n, 1, in->npy_ndim ? 0 : TFOS_BATCH_FLAT_ROWS, &col);
@@ -925,9 +917,9 @@ static int npy_next(tfos__input *in, uint32_t max_rows, const void **batch, size
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
-            return fail(err, errlen, TFOS_ESYS, "%s: %s", in->path, strerror(errno));
+            return tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", in->path, strerror(errno));
         if (r == 0)
-            return fail(err, errlen, TFOS_EPROTO, "%s: truncated: the header promises %llu rows, the data ends in "
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated: the header promises %llu rows, the data ends in "
                         "row %llu", in->path, (unsigned long long)in->npy_total,
                         (unsigned long long)(in->rows + got / in->npy_row_bytes));
         got += (size_t)r;
@@ -950,7 +942,7 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
         else if (ends_with(path, ".npy"))
             format = TFOS_FMT_NPY;
         else
-            return fail(err, errlen, TFOS_EINVAL, "%s: unknown file type (use .csv, .jsonl or .npy, or give "
+            return tfos__errf(err, errlen, TFOS_EINVAL, "%s: unknown file type (use .csv, .jsonl or .npy, or give "
                         "--input-format)", path);
     }
     tfos__input *in = calloc(1, sizeof *in);
@@ -965,7 +957,7 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
     if (format == TFOS_FMT_NPY) {
         in->fd = open(path, O_RDONLY | O_CLOEXEC);
         if (in->fd < 0) {
-            rc = fail(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
+            rc = tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
             goto bad;
         }
         rc = npy_open(in, err, errlen);
@@ -974,7 +966,7 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
     } else {
         in->f = fopen(path, "re");
         if (!in->f) {
-            rc = fail(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
+            rc = tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
             goto bad;
         }
         in->line = format == TFOS_FMT_CSV ? 1 : 0;

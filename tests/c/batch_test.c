@@ -120,14 +120,8 @@ static void rejects(void)
     free(b);
 }
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static unsigned long long rng = 0x2545F4914F6CDD1Dull;
+#define next_rand() check_rand(&rng)
 
 static void fuzz(void)
 {

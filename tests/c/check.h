@@ -34,6 +34,17 @@
         }                                                                                                   \
     } while (0)
 
+/* xorshift64: deterministic pseudo-random numbers, so a fuzz failure
+ * reproduces. */
+static inline unsigned long long check_rand(unsigned long long *state)
+{
+    unsigned long long x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
+
 #define RUN(fn)                            \
     do {                                   \
         printf("%-40s", #fn);              \

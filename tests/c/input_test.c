@@ -281,14 +281,8 @@ static void empty_and_unknown(void)
     CHECK(strstr(err, "unknown file type"));
 }
 
-static uint64_t rng = 88172645463325252ull;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static unsigned long long rng = 88172645463325252ull;
+#define next_rand() check_rand(&rng)
 
 static void fuzz(void)
 {

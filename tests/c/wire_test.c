@@ -142,15 +142,8 @@ static void conn_oversized(void)
     close(sv[1]);
 }
 
-/* xorshift: deterministic, so a failure reproduces */
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
+#define next_rand() check_rand(&rng)
 
 static void fuzz_parser(void)
 {
