@@ -217,3 +217,27 @@ def test_feed_socket_refuses_wrong_secret(tmp_path, marker):
     assert r.returncode == 0, r.stderr
     assert "refused: executor 1 refused the feed (wrong cluster secret?)" in r.stdout
     assert "refused a feed producer: authentication failed" in r.stderr
+
+
+def test_tf_data_dataset_on_the_feed():
+    tf = pytest.importorskip("tensorflow")
+    fd_in, fd_out = rings(1 << 22)
+    xs = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
+    ys = np.arange(300, dtype=np.int64)
+
+    def columns(fd):
+        ring = t.Ring(fd, t.ROLE_PRODUCER)
+        ring.partition_begin(1, 10000)
+        for lo in range(0, 300, 100):
+            ring.write_columns(feed.TAG_COLUMNS, [("x", xs[lo:lo + 100]), ("y", ys[lo:lo + 100])], 10000)
+        ring.partition_end(10000)
+        ring.end_feed(10000)
+
+    p = start(columns, fd_in)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    ds = df.dataset(64, as_dict=True)
+    got = list(ds.as_numpy_iterator())
+    assert join(p) == 0
+    assert [len(b["y"]) for b in got] == [64, 64, 64, 64, 44]
+    assert ds.element_spec["x"].shape.as_list() == [None, 4] and ds.element_spec["y"].dtype == tf.int64
+    assert np.array_equal(np.concatenate([b["x"] for b in got]), xs)

@@ -140,3 +140,15 @@ def test_parquet_and_arrow_inputs_pass_through(tmp_path, marker):
                   "--input", str(tmp_path / "x.npy"), "--", PY, "-c", COUNT, marker])
     assert r.returncode == 1
     assert "Arrow/Parquet inputs cannot be mixed" in r.stderr
+
+
+def test_oversized_line_is_refused_with_its_line_number(tmp_path, marker):
+    path = tmp_path / "huge.csv"
+    with open(path, "w") as f:
+        f.write("a,b\n1,x\n2,")
+        f.write("y" * (17 << 20))
+        f.write("\n")
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--",
+                  PY, "-c", COUNT, marker], timeout=120)
+    assert r.returncode == 1
+    assert "huge.csv line 3: a record over 16777216 bytes" in r.stderr
