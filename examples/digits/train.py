@@ -59,6 +59,11 @@ def parse_args(argv=None):
                         "(default: the model folder next to this script)")
     p.add_argument("--seed", type=int, default=digits_data.DEFAULT_SEED,
                    help="seed for the train/test split, weights and shuffling")
+    p.add_argument("--checkpoint-dir",
+                   default=os.environ.get("TFOS_CHECKPOINT_DIR"),
+                   help="save a checkpoint every epoch and resume from the "
+                        "latest one (default: $TFOS_CHECKPOINT_DIR, which "
+                        "tfos run keeps across restarts; none: no checkpoints)")
     p.add_argument("--eval-timeout", type=float, default=300.0,
                    help="evaluator only: seconds to wait for the model")
     args = p.parse_args(argv)
@@ -156,6 +161,7 @@ def train(tf, keras, strategy, args, chief, x_train, y_train, x_test, y_test):
         model = build_model(keras)
         optimizer = keras.optimizers.Adam(learning_rate=3e-3)
         optimizer.build(model.trainable_variables)
+        epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
 
     def count_correct(probs, y):
@@ -186,8 +192,29 @@ def train(tf, keras, strategy, args, chief, x_train, y_train, x_test, y_test):
             args=batch)
         return strategy.reduce("SUM", correct, axis=None)
 
+    # Checkpoints (TensorFlow's pattern for a custom loop under
+    # MultiWorkerMirroredStrategy): every worker saves, the chief into the
+    # shared directory, the others into their own scratch directories; every
+    # worker restores from the chief's latest. After a restart (tfos run
+    # --max-restarts) training goes on from the last finished epoch.
+    manager = None
+    if args.checkpoint_dir:
+        ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   epochs_done=epochs_done)
+        write_dir = (args.checkpoint_dir if chief else os.path.join(
+            args.checkpoint_dir, f".scratch-{os.environ.get('TFOS_JOB_NAME', 'w')}"
+                                 f"-{os.environ.get('TFOS_TASK_INDEX', '0')}"))
+        manager = tf.train.CheckpointManager(ckpt, write_dir, max_to_keep=2)
+        latest = tf.train.latest_checkpoint(args.checkpoint_dir)
+        if latest:
+            ckpt.restore(latest)
+            print(f"resumed from checkpoint {os.path.basename(latest)} after "
+                  f"epoch {int(epochs_done.numpy())}", flush=True)
+        else:
+            print("no checkpoint yet: starting at epoch 1", flush=True)
+
     steps = len(x_train) // global_batch
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(int(epochs_done.numpy()) + 1, args.epochs + 1):
         t0 = time.monotonic()
         total_loss = total_correct = 0.0
         for batch in dist_train:
@@ -199,6 +226,9 @@ def train(tf, keras, strategy, args, chief, x_train, y_train, x_test, y_test):
                   f"loss {total_loss / steps:.4f}, "
                   f"train accuracy {total_correct / (steps * global_batch):.4f}"
                   f" ({time.monotonic() - t0:.2f}s)", flush=True)
+        epochs_done.assign(epoch)
+        if manager is not None:
+            manager.save()
 
     # Every worker evaluates its shard of the held-out split; the counts are
     # summed across workers, so all of them get the accuracy on all of it.
@@ -262,7 +292,8 @@ def main(argv=None):
 
     keras.utils.set_random_seed(args.seed)
     x_train, y_train, x_test, y_test = digits_data.load_split(args.seed)
-    print(f"{label}: training on {len(x_train)} rows, "
+    print(f"{label}: pid {os.getpid()}, attempt "
+          f"{os.environ.get('TFOS_ATTEMPT', '1')}, training on {len(x_train)} rows, "
           f"{strategy.num_replicas_in_sync} replica(s) in sync, "
           f"global batch {args.batch_size}, {args.epochs} epochs", flush=True)
     model, acc = train(tf, keras, strategy, args, chief,

@@ -140,6 +140,7 @@ typedef struct tfos_agent_opts {
     const char *cluster_id;  /* enables the feed: rings + feed socket; NULL: no feed */
     size_t feed_capacity;    /* input ring bytes (power of two); 0: 64 MiB */
     size_t result_capacity;  /* output ring bytes (power of two); 0: 16 MiB */
+    const char *checkpoint_dir; /* handed to the program as TFOS_CHECKPOINT_DIR; may be NULL */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -170,6 +171,11 @@ typedef struct tfos_run_opts {
     int epochs;                 /* times every file is fed; 0: 1 */
     int batch_rows;             /* rows per feed record; 0: 1024 */
     long long partition_rows;   /* rows per partition; 0: 10000 */
+    /* restarts: when a node fails, every node is stopped and the cluster is
+     * formed again (fresh TF_CONFIG, TFOS_ATTEMPT + 1) up to max_restarts
+     * times; programs resume from checkpoint_dir. */
+    int max_restarts;           /* 0: fail at the first node failure */
+    const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;
@@ -186,6 +192,11 @@ void tfos_local_stop(tfos_local *l, const char *reason, int signo);
 tfos_coord *tfos_local_coord(tfos_local *l);
 /* Directory holding the per-node logs (owned by l). */
 const char *tfos_local_log_dir(const tfos_local *l);
+/* Why the run failed: the last failure, with one line per earlier attempt
+ * when it was restarted; "" when it succeeded (owned by l). */
+const char *tfos_local_failure(const tfos_local *l);
+/* The current attempt number (1 for the first). */
+int tfos_local_attempt(const tfos_local *l);
 /* Exit code of the run: 0 when every chief/worker/evaluator exited 0; 1 for a
  * failed node; 124 for a reservation timeout; 128+sig when stopped by a
  * signal. Valid once tfos_local_step returned 1. */

@@ -22,13 +22,15 @@ class NodeContext(object):
     ``executor_id``, ``worker_num``, ``cluster_spec`` (dict job -> list of
     host:port), ``num_workers`` (chief + workers), ``defaultFS``,
     ``working_dir``, ``mgr`` (the node's feed; None without one) and
-    ``tmp_socket`` (None: tfos has no Python manager process), plus tfos's own ``attempt``, ``coord_addr``, ``host``,
-    ``port`` and ``log_dir``.
+    ``tmp_socket`` (None: tfos has no Python manager process), plus tfos's
+    own ``attempt`` (1, then 2, ... after restarts), ``checkpoint_dir`` (kept
+    across restarts: point Keras's BackupAndRestore or a CheckpointManager at
+    it), ``coord_addr``, ``host``, ``port`` and ``log_dir``.
     """
 
     def __init__(self, job_name, task_index, executor_id, cluster_spec, num_workers,
                  defaultFS="file://", working_dir=None, attempt=1, coord_addr=None,
-                 host=None, port=None, log_dir=None):
+                 host=None, port=None, log_dir=None, checkpoint_dir=None):
         self.job_name = job_name
         self.task_index = task_index
         self.executor_id = executor_id
@@ -44,6 +46,7 @@ class NodeContext(object):
         self.host = host
         self.port = port
         self.log_dir = log_dir
+        self.checkpoint_dir = checkpoint_dir
 
     @property
     def mgr(self):
@@ -110,7 +113,8 @@ def get_context():
                        coord_addr=os.environ.get("TFOS_COORD_ADDR"),
                        host=os.environ.get("TFOS_HOST"),
                        port=int(port) if port else None,
-                       log_dir=os.environ.get("TFOS_LOG_DIR"))
+                       log_dir=os.environ.get("TFOS_LOG_DIR"),
+                       checkpoint_dir=os.environ.get("TFOS_CHECKPOINT_DIR"))
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

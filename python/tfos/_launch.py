@@ -36,7 +36,7 @@ def agent_path():
 
 def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         reservation_timeout=60.0, grace=5.0, heartbeat_timeout=30.0,
-        ps_runs_program=False, python=None, check=True):
+        ps_runs_program=False, python=None, check=True, max_restarts=3, checkpoint_dir=None):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -46,6 +46,11 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     cluster raises :class:`ClusterError` instead. Ctrl-C stops every node
     cleanly and then raises KeyboardInterrupt.
 
+    When a node fails, every node is stopped and the cluster formed again, up
+    to ``max_restarts`` times (``TFOS_ATTEMPT`` counts up; programs resume from
+    ``checkpoint_dir``, default ``<log_dir>/checkpoints``, given to them as
+    ``TFOS_CHECKPOINT_DIR`` and ``ctx.checkpoint_dir``).
+
     Must be called from a thread that outlives the run: agents are tied to the
     launching thread and end with it (they get a parent-death signal).
     """
@@ -53,7 +58,8 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  log_dir=None if log_dir is None else str(log_dir),
                                  reservation_timeout=float(reservation_timeout), grace=float(grace),
                                  heartbeat_timeout=float(heartbeat_timeout),
-                                 ps_runs_program=ps_runs_program, python=python)
+                                 ps_runs_program=ps_runs_program, python=python, max_restarts=int(max_restarts),
+                                 checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir))
     interrupted = None
     try:
         while True:

@@ -37,6 +37,8 @@ static const char usage_text[] =
     "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
     "  --heartbeat-timeout S    a node silent this long has failed (default 30)\n"
     "run options:\n"
+    "  --max-restarts N         re-form the cluster up to N times after a node fails (default 3)\n"
+    "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
@@ -56,6 +58,7 @@ static const char usage_text[] =
     "  --log-dir D              write the program's output to D/<job>-<index>.log\n"
     "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
     "  --cluster-id ID          enable the node's feed socket under this cluster id\n"
+    "  --checkpoint-dir D       handed to the program as TFOS_CHECKPOINT_DIR\n"
     "  --feed-mb N              input feed ring size in MiB (default 64)\n"
     "  --quiet                  do not echo the program's output\n";
 
@@ -108,7 +111,8 @@ typedef struct cli {
     const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
     int feed_mb;
     char *inputs[256];
-    int ninputs, input_format, csv_header, epochs, batch_rows;
+    int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts;
+    const char *checkpoint_dir;
     long long partition_rows;
     int ps_runs_program, executor_id, quiet;
     char **argv; /* after -- */
@@ -120,6 +124,7 @@ static int parse(int argc, char **argv, cli *c)
     memset(c, 0, sizeof *c);
     c->executor_id = -1;
     c->csv_header = -1;
+    c->max_restarts = 3;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
         if (!strcmp(a, "--")) {
@@ -204,6 +209,12 @@ static int parse(int argc, char **argv, cli *c)
             if (parse_int(a, NEXT(), 1, 1 << 30, &pr))
                 return 2;
             c->partition_rows = pr;
+        } else if (!strcmp(a, "--max-restarts")) {
+            if (parse_int(a, NEXT(), 0, 1000, &c->max_restarts))
+                return 2;
+        } else if (!strcmp(a, "--checkpoint-dir")) {
+            if (!(c->checkpoint_dir = NEXT()))
+                return usage_error("%s needs a directory", a);
         } else if (!strcmp(a, "--csv-header")) {
             c->csv_header = 1;
         } else if (!strcmp(a, "--no-csv-header")) {
@@ -254,7 +265,8 @@ static int cmd_run(cli *c)
                        .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
                        .python = c->python, .feed_mb = c->feed_mb, .inputs = c->inputs, .ninputs = c->ninputs,
                        .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
-                       .batch_rows = c->batch_rows, .partition_rows = c->partition_rows};
+                       .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
+                       .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));
@@ -285,7 +297,8 @@ static int cmd_node(cli *c)
     tfos_agent_opts o = {.coord_addr = c->coord, .secret = secret, .executor_id = c->executor_id,
                          .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
-                         .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20};
+                         .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
+                         .checkpoint_dir = c->checkpoint_dir};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

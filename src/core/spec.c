@@ -299,6 +299,8 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
         env_set(&e, "TFOS_SECRET", "%s", ctx->secret);
     if (ctx->cluster_id)
         env_set(&e, "TFOS_CLUSTER_ID", "%s", ctx->cluster_id);
+    if (ctx->checkpoint_dir)
+        env_set(&e, "TFOS_CHECKPOINT_DIR", "%s", ctx->checkpoint_dir);
     if (ctx->feed_in_fd >= 0 && ctx->feed_out_fd >= 0)
         env_set(&e, "TFOS_FEED_FDS", "%d,%d", ctx->feed_in_fd, ctx->feed_out_fd);
 

@@ -44,6 +44,7 @@ typedef struct tfos__ctx_env {
     const char *log_dir;   /* may be NULL */
     const char *secret;    /* passed on so the program's own tfos calls authenticate */
     const char *cluster_id; /* may be NULL */
+    const char *checkpoint_dir; /* may be NULL */
     int feed_in_fd;        /* the node's feed rings inherited by the program; -1: none */
     int feed_out_fd;
 } tfos__ctx_env;

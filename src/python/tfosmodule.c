@@ -116,7 +116,7 @@ typedef struct {
     PyObject_HEAD
     tfos_local *local;
     char **argv;
-    char *agent_path, *log_dir, *python;
+    char *agent_path, *log_dir, *python, *checkpoint_dir;
     int finished;
 } LocalObject;
 
@@ -124,17 +124,19 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"argv", "agent_path", "workers", "ps", "chief", "evaluator", "log_dir",
                              "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
-                             NULL};
+                             "max_restarts", "checkpoint_dir", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
-    int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0;
+    int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = 3;
     double rt = 60, grace = 5, hb = 30;
+    const char *ckpt = NULL;
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpz", kwlist, &argv_obj, &agent_path, &workers, &ps,
-                                     &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpziz", kwlist, &argv_obj, &agent_path, &workers, &ps,
+                                     &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
+                                     &max_restarts, &ckpt))
         return -1;
     self->argv = argv_from_seq(argv_obj);
     if (!self->argv)
@@ -142,10 +144,12 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
     self->agent_path = strdup(agent_path);
     self->log_dir = dup_opt(log_dir);
     self->python = dup_opt(python);
+    self->checkpoint_dir = dup_opt(ckpt);
     tfos_run_opts o = {.layout = {.num_ps = ps, .num_workers = workers, .chief = chief, .evaluator = evaluator},
                        .argv = self->argv, .agent_path = self->agent_path, .log_dir = self->log_dir,
                        .reservation_timeout = rt, .stop_grace = grace, .heartbeat_timeout = hb,
-                       .ps_runs_program = ps_runs, .python = self->python};
+                       .ps_runs_program = ps_runs, .python = self->python, .max_restarts = max_restarts,
+                       .checkpoint_dir = self->checkpoint_dir};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_local_open(&self->local, &o);
@@ -225,7 +229,14 @@ static PyObject *Local_get_failure(LocalObject *self, void *Py_UNUSED(c))
 {
     if (!local_ready(self))
         return NULL;
-    return PyUnicode_FromString(tfos_coord_failure(tfos_local_coord(self->local)));
+    return PyUnicode_FromString(tfos_local_failure(self->local));
+}
+
+static PyObject *Local_get_attempt(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    return PyLong_FromLong(tfos_local_attempt(self->local));
 }
 
 static PyObject *Local_get_log_dir(LocalObject *self, void *Py_UNUSED(c))
@@ -251,6 +262,7 @@ static void Local_dealloc(LocalObject *self)
     free(self->agent_path);
     free(self->log_dir);
     free(self->python);
+    free(self->checkpoint_dir);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -268,6 +280,7 @@ static PyGetSetDef Local_getset[] = {
     {"exit_code", (getter)Local_get_exit_code, NULL, "exit code once ended, else None", NULL},
     {"failure", (getter)Local_get_failure, NULL, "failure summary, or ''", NULL},
     {"log_dir", (getter)Local_get_log_dir, NULL, "directory of the per-node logs", NULL},
+    {"attempt", (getter)Local_get_attempt, NULL, "the current attempt (1 for the first)", NULL},
     {"address", (getter)Local_get_address, NULL, "coordinator address host:port", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -290,7 +290,8 @@ static void start_program(agent *a)
         return;
     }
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
-                         .secret = a->o->secret, .cluster_id = a->o->cluster_id, .feed_in_fd = a->in_fd,
+                         .secret = a->o->secret, .cluster_id = a->o->cluster_id,
+                         .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
                          .feed_out_fd = a->out_fd};
     char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};

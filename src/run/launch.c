@@ -56,6 +56,12 @@ struct tfos_local {
     int *feed_ids;
     int64_t feeder_t0;
     pid_t arrow_feeder; /* Arrow/Parquet inputs: python -m tfos.arrowfeed */
+    /* restarts: every failed attempt leaves one line here */
+    int attempt;
+    char checkpoint_dir[4200];
+    char history[4096];
+    size_t history_len;
+    char summary[12288];
 };
 
 static int is_arrow_input(const char *p)
@@ -311,6 +317,8 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     argv[k++] = l->log_dir;
     argv[k++] = "--cluster-id";
     argv[k++] = l->cluster_id;
+    argv[k++] = "--checkpoint-dir";
+    argv[k++] = l->checkpoint_dir;
     if (o->feed_mb > 0) {
         argv[k++] = "--feed-mb";
         argv[k++] = mbbuf;
@@ -332,6 +340,72 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     return rc;
 }
 
+/* Kill what is left of an attempt (agents take their programs with them),
+ * join its feeder and close its coordinator. */
+static void check_feeder(tfos_local *l, int force);
+
+static void end_attempt(tfos_local *l)
+{
+    check_feeder(l, 1);
+    for (int i = 0; i < l->n; i++)
+        if (l->agents[i].pid > 0 && !l->agents[i].done) {
+            kill(l->agents[i].pid, SIGKILL);
+            waitpid(l->agents[i].pid, NULL, 0);
+        }
+    memset(l->agents, 0, (size_t)l->n * sizeof *l->agents);
+    if (l->coord)
+        tfos_coord_close(l->coord);
+    l->coord = NULL;
+    free(l->feed_ids);
+    l->feed_ids = NULL;
+    l->feeder_started = l->feeder_joined = 0;
+    atomic_store(&l->feeder_done, 0);
+    l->feeder_stop = 0;
+    l->feeder_rc = 0;
+    l->feeder_err[0] = 0;
+    l->arrow_feeder = 0;
+    l->agents_deadline = 0;
+}
+
+/* Form the cluster anew: a fresh coordinator, cluster id and agents, with
+ * attempt number `attempt` handed to every program. */
+static int start_attempt(tfos_local *l, int attempt)
+{
+    l->attempt = attempt;
+    int rc = tfos__random_hex(l->cluster_id, 8);
+    if (rc)
+        return rc;
+    tfos_coord_opts co = {.layout = l->opts.layout, .bind_host = "127.0.0.1", .port = 0, .secret = l->secret,
+                          .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
+                          .heartbeat_timeout = l->opts.heartbeat_timeout, .attempt = attempt};
+    rc = tfos_coord_open(&l->coord, &co);
+    if (rc) {
+        TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+        return rc;
+    }
+    char **env = agent_env(l->secret);
+    if (!env) {
+        end_attempt(l);
+        return TFOS_ENOMEM;
+    }
+    for (int i = 0; i < l->n; i++) {
+        rc = spawn_agent(l, i, env);
+        if (rc) {
+            free(env);
+            end_attempt(l);
+            return rc;
+        }
+    }
+    free(env);
+    if (attempt == 1)
+        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", l->n, tfos_coord_address(l->coord),
+                  l->log_dir);
+    else
+        TFOS_INFO("cluster of %d nodes starting again: attempt %d of %d (coordinator %s)", l->n, attempt,
+                  l->opts.max_restarts + 1, tfos_coord_address(l->coord));
+    return 0;
+}
+
 int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
 {
     if (!out || !opts || !opts->argv || !opts->argv[0] || !opts->agent_path)
@@ -351,7 +425,6 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         l->opts.stop_grace = 5;
     l->n = n;
     int rc = TFOS_ENOMEM;
-    char **env = NULL;
     l->agents = calloc((size_t)n, sizeof *l->agents);
     if (!l->agents)
         goto fail;
@@ -371,42 +444,23 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         goto fail;
     }
     rc = tfos__random_hex(l->secret, 32);
-    if (rc == 0)
-        rc = tfos__random_hex(l->cluster_id, 8);
     if (rc)
         goto fail;
-    tfos_coord_opts co = {.layout = opts->layout, .bind_host = "127.0.0.1", .port = 0, .secret = l->secret,
-                          .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
-                          .heartbeat_timeout = l->opts.heartbeat_timeout, .attempt = 1};
-    rc = tfos_coord_open(&l->coord, &co);
+    if (opts->checkpoint_dir)
+        snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s", opts->checkpoint_dir);
+    else
+        snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s/checkpoints", l->log_dir);
+    rc = mkdir_p(l->checkpoint_dir);
     if (rc) {
-        TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+        TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
-    rc = TFOS_ENOMEM;
-    env = agent_env(l->secret);
-    if (!env)
+    rc = start_attempt(l, 1);
+    if (rc)
         goto fail;
-    for (int i = 0; i < n; i++) {
-        rc = spawn_agent(l, i, env);
-        if (rc)
-            goto fail;
-    }
-    free(env);
-    TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", n, tfos_coord_address(l->coord),
-              l->log_dir);
     *out = l;
     return 0;
 fail:
-    free(env);
-    if (l->agents) /* agents already started die with their coordinator */
-        for (int i = 0; i < n; i++)
-            if (l->agents[i].pid > 0) {
-                kill(l->agents[i].pid, SIGKILL);
-                waitpid(l->agents[i].pid, NULL, 0);
-            }
-    if (l->coord)
-        tfos_coord_close(l->coord);
     free(l->agents);
     free(l);
     return rc;
@@ -444,18 +498,52 @@ static int all_agents_done(const tfos_local *l)
     return 1;
 }
 
+/* One line of history per failed attempt: when, and the first line of why. */
+static void add_history(tfos_local *l)
+{
+    const char *f = tfos_coord_failure(l->coord);
+    const char *nl = strchr(f, '\n');
+    int len = nl ? (int)(nl - f) : (int)strlen(f);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[16];
+    strftime(stamp, sizeof stamp, "%H:%M:%S", &tm);
+    int w = snprintf(l->history + l->history_len, sizeof l->history - l->history_len, "  attempt %d at %s: %.*s\n",
+                     l->attempt, stamp, len, f);
+    if (w > 0 && (size_t)w < sizeof l->history - l->history_len)
+        l->history_len += (size_t)w;
+}
+
 static void finish(tfos_local *l)
 {
     tfos_coord *c = l->coord;
     if (tfos_coord_state(c) == TFOS_COORD_DONE) {
         l->exit_code = 0;
+        l->summary[0] = 0;
+        if (l->attempt > 1)
+            TFOS_INFO("all nodes finished successfully on attempt %d, after:\n%s", l->attempt, l->history);
         TFOS_INFO("all nodes finished successfully; logs in %s", l->log_dir);
     } else {
         int code = tfos_coord_failure_code(c);
         l->exit_code = l->stop_signo ? 128 + l->stop_signo : code == TFOS_ETIMEDOUT ? 124 : 1;
-        TFOS_ERROR("the cluster failed:\n%s\nlogs of every node are in %s", tfos_coord_failure(c), l->log_dir);
+        if (l->attempt > 1) {
+            add_history(l);
+            snprintf(l->summary, sizeof l->summary, "failed %d times (--max-restarts %d):\n%slast failure:\n%s",
+                     l->attempt, l->opts.max_restarts, l->history, tfos_coord_failure(c));
+        } else {
+            snprintf(l->summary, sizeof l->summary, "%s", tfos_coord_failure(c));
+        }
+        TFOS_ERROR("the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
     }
     l->finished = 1;
+}
+
+/* A node failed (not a timeout, a stop or a bad feed) and restarts are left. */
+static int should_restart(const tfos_local *l)
+{
+    return tfos_coord_state(l->coord) == TFOS_COORD_FAILED && tfos_coord_failure_code(l->coord) == TFOS_EFAILED &&
+           !l->stop_signo && l->attempt <= l->opts.max_restarts;
 }
 
 int tfos_local_step(tfos_local *l, int timeout_ms)
@@ -483,6 +571,22 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
                     l->agents[i].done = 1;
             }
     }
+    if (should_restart(l)) {
+        const char *f = tfos_coord_failure(l->coord);
+        const char *nl = strchr(f, '\n');
+        TFOS_WARN("restarting every node (attempt %d of %d) after: %.*s", l->attempt + 1, l->opts.max_restarts + 1,
+                  nl ? (int)(nl - f) : (int)strlen(f), f);
+        add_history(l);
+        int next = l->attempt + 1;
+        end_attempt(l);
+        if (start_attempt(l, next) == 0)
+            return 0;
+        l->finished = 1;
+        l->exit_code = 1;
+        snprintf(l->summary, sizeof l->summary, "could not restart the cluster for attempt %d:\n%s", next,
+                 l->history);
+        return 1;
+    }
     finish(l);
     return 1;
 }
@@ -509,24 +613,28 @@ int tfos_local_exit_code(const tfos_local *l)
     return l->exit_code;
 }
 
+const char *tfos_local_failure(const tfos_local *l)
+{
+    return l->finished ? l->summary : (l->coord ? tfos_coord_failure(l->coord) : "");
+}
+
+int tfos_local_attempt(const tfos_local *l)
+{
+    return l->attempt;
+}
+
 void tfos_local_close(tfos_local *l)
 {
     if (!l)
         return;
-    if (!l->finished) {
+    if (!l->finished && l->coord) {
         tfos_local_stop(l, "the launcher is closing", 0);
         int64_t deadline = tfos__now_ms() + (int64_t)(l->opts.stop_grace * 1000) + 10000;
         while (!tfos_local_step(l, 100) && tfos__now_ms() < deadline)
             ;
     }
-    for (int i = 0; i < l->n; i++)
-        if (l->agents[i].pid > 0 && !l->agents[i].done) {
-            kill(l->agents[i].pid, SIGKILL);
-            waitpid(l->agents[i].pid, NULL, 0);
-        }
-    check_feeder(l, 1);
-    tfos_coord_close(l->coord);
-    free(l->feed_ids);
+    if (l->coord)
+        end_attempt(l);
     free(l->agents);
     free(l);
 }

@@ -14,13 +14,13 @@ def test_run_returns_zero_and_raises_on_failure(tmp_path, marker):
     pids.mkdir()
     with pytest.raises(tfos.ClusterError) as info:
         tfos.run([PY, prog("behave.py"), marker, str(pids), "worker:0=exit3"], workers=1,
-                 log_dir=tmp_path / "bad")
+                 log_dir=tmp_path / "bad", max_restarts=0)
     err = info.value
     assert err.exit_code == 1
     assert err.log_dir == str(tmp_path / "bad")
     assert "worker:0" in str(err) and "exit code 3" in str(err) and "ValueError: bad batch" in str(err)
     assert tfos.run([PY, prog("behave.py"), marker, str(pids), "worker:0=exit3"], workers=1,
-                    log_dir=tmp_path / "bad2", check=False) == 1
+                    log_dir=tmp_path / "bad2", check=False, max_restarts=0) == 1
     assert wait_for(lambda: not pids_with(marker), 10)
 
 

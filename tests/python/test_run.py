@@ -81,7 +81,7 @@ def test_failing_node_stops_the_cluster_with_a_summary(tmp_path, marker):
     pids = tmp_path / "pids"
     pids.mkdir()
     t0 = time.monotonic()
-    r = run_tfos(["run", "--workers", "3", "--log-dir", str(tmp_path / "logs"), "--",
+    r = run_tfos(["run", "--workers", "3", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"), "--",
                   PY, prog("behave.py"), marker, str(pids), "worker:1=exit3", "default=sleep"])
     elapsed = time.monotonic() - t0
     assert r.returncode == 1, r.stderr
@@ -100,7 +100,8 @@ def test_detection_latency_under_2s(tmp_path, marker):
     the launcher's stderr while the surviving workers are still running."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--max-restarts", "0", "--log-dir",
+                             str(tmp_path / "logs"), "--",
                              PY, prog("behave.py"), marker, str(pids), "worker:1=kill9", "default=sleep"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     seen_at = None
@@ -122,7 +123,8 @@ def test_detection_latency_under_2s(tmp_path, marker):
 
 
 def test_program_not_found(tmp_path):
-    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--", "/nonexistent/program"])
+    r = run_tfos(["run", "--workers", "1", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"), "--",
+                  "/nonexistent/program"])
     assert r.returncode == 1
     assert "could not start '/nonexistent/program': No such file or directory" in r.stderr
 
@@ -130,7 +132,7 @@ def test_program_not_found(tmp_path):
 def _start_and_wait_for_pids(tmp_path, marker, n, extra=()):
     pids = tmp_path / "pids"
     pids.mkdir()
-    proc = subprocess.Popen([tfos_cli(), "run", "--workers", str(n), "--grace", "2", "--log-dir",
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", str(n), "--grace", "2", "--max-restarts", "0", "--log-dir",
                              str(tmp_path / "logs"), "--", PY, prog("behave.py"), marker, str(pids)] + list(extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert wait_for(lambda: len(list(pids.iterdir())) == n, 30), "programs did not start"
