@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed clean
+.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed bench-recovery clean
 
 all: install
 
@@ -73,13 +73,16 @@ demo: install
 	    $(VPY) examples/digits/train.py --epochs 8 --model-dir $(BUILD)/digits-model
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
 
-bench: bench-start bench-feed
+bench: bench-start bench-feed bench-recovery
 
 bench-start: install
 	$(VPY) bench/start_overhead.py --tfos $(BUILD)/tfos
 
 bench-feed: install
 	$(VPY) bench/feed.py
+
+bench-recovery: install
+	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) tfos-logs

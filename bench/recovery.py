@@ -30,10 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "examples", "digits", "train.py")
 
 
-def one_round(tfos):
+def one_round(tfos, grace):
     logs = tempfile.mkdtemp(prefix="tfos-recovery-")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([tfos, "run", "--workers", "2", "--log-dir", logs, "--", sys.executable, TRAIN,
+    p = subprocess.Popen([tfos, "run", "--workers", "2", "--grace", str(grace), "--log-dir", logs, "--",
+                          sys.executable, TRAIN,
                           "--epochs", "12", "--model-dir", os.path.join(logs, "model")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
     lines = queue.Queue()
@@ -84,10 +85,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tfos", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--grace", type=float, default=5.0, help="tfos run --grace (SIGTERM to SIGKILL)")
     a = ap.parse_args()
-    rounds = [one_round(a.tfos) for _ in range(a.rounds)]
+    rounds = [one_round(a.tfos, a.grace) for _ in range(a.rounds)]
     names = ["detection", "reformation", "framework_start_and_first_epoch", "total_to_first_epoch"]
     print("recovery_rounds: %d" % a.rounds)
+    print("recovery_grace_s: %g" % a.grace)
     for i, n in enumerate(names):
         vals = [r[i] for r in rounds]
         print("recovery_%s_s: %.3f (median; min %.3f, max %.3f)" % (n, statistics.median(vals), min(vals), max(vals)))
