@@ -120,6 +120,21 @@ const char *tfos_coord_failure(const tfos_coord *c);
  * (reservation timed out), TFOS_ESTOPPED (tfos_coord_stop with a reason),
  * TFOS_EFAILED (a node failed or was lost). */
 int tfos_coord_failure_code(const tfos_coord *c);
+/* One node as the coordinator sees it. */
+typedef struct tfos_node_info {
+    const char *job;   /* "ps", "chief", "evaluator", "worker" */
+    int index;
+    int executor_id;
+    const char *host;  /* "" before it registered */
+    int port;
+    const char *state; /* "waiting", "registered", "running", "exited" */
+    int pid;           /* the program's, 0 before it started */
+    int exit_code;     /* -1 unless exited */
+} tfos_node_info;
+
+/* Number of nodes, and node i (0 <= i < count). Strings are owned by c. */
+int tfos_coord_node_count(const tfos_coord *c);
+int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out);
 /* JSON object describing every node (job, index, host, port, state, pid,
  * exit). The caller frees the returned string with free(). */
 char *tfos_coord_status_json(const tfos_coord *c);
@@ -176,6 +191,9 @@ typedef struct tfos_run_opts {
      * times; programs resume from checkpoint_dir. */
     int max_restarts;           /* 0: fail at the first node failure */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
+    /* the status page: GET /status (JSON), /metrics (Prometheus), / (live page) */
+    int status_port;            /* 0: any free port; -1: none */
+    const char *status_host;    /* NULL: 127.0.0.1 */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;
@@ -195,6 +213,8 @@ const char *tfos_local_log_dir(const tfos_local *l);
 /* Why the run failed: the last failure, with one line per earlier attempt
  * when it was restarted; "" when it succeeded (owned by l). */
 const char *tfos_local_failure(const tfos_local *l);
+/* Port of the status page, -1 when there is none. */
+int tfos_local_status_port(const tfos_local *l);
 /* The current attempt number (1 for the first). */
 int tfos_local_attempt(const tfos_local *l);
 /* Exit code of the run: 0 when every chief/worker/evaluator exited 0; 1 for a

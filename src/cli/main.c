@@ -39,6 +39,7 @@ static const char usage_text[] =
     "run options:\n"
     "  --max-restarts N         re-form the cluster up to N times after a node fails (default 3)\n"
     "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
+    "  --status-port P          serve /status, /metrics and a live page on 127.0.0.1:P (0: any port, -1: off)\n"
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
@@ -111,7 +112,7 @@ typedef struct cli {
     const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
     int feed_mb;
     char *inputs[256];
-    int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts;
+    int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
     const char *checkpoint_dir;
     long long partition_rows;
     int ps_runs_program, executor_id, quiet;
@@ -125,6 +126,7 @@ static int parse(int argc, char **argv, cli *c)
     c->executor_id = -1;
     c->csv_header = -1;
     c->max_restarts = 3;
+    c->status_port = 0;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
         if (!strcmp(a, "--")) {
@@ -209,6 +211,9 @@ static int parse(int argc, char **argv, cli *c)
             if (parse_int(a, NEXT(), 1, 1 << 30, &pr))
                 return 2;
             c->partition_rows = pr;
+        } else if (!strcmp(a, "--status-port")) {
+            if (parse_int(a, NEXT(), -1, 65535, &c->status_port))
+                return 2;
         } else if (!strcmp(a, "--max-restarts")) {
             if (parse_int(a, NEXT(), 0, 1000, &c->max_restarts))
                 return 2;
@@ -266,7 +271,8 @@ static int cmd_run(cli *c)
                        .python = c->python, .feed_mb = c->feed_mb, .inputs = c->inputs, .ninputs = c->ninputs,
                        .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
-                       .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir};
+                       .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
+                       .status_port = c->status_port};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));

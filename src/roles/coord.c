@@ -686,6 +686,27 @@ const char *tfos_coord_failure(const tfos_coord *c)
     return c->failed ? c->failure : "";
 }
 
+int tfos_coord_node_count(const tfos_coord *c)
+{
+    return c->n;
+}
+
+int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
+{
+    if (i < 0 || i >= c->n)
+        return TFOS_EINVAL;
+    const cnode *nd = &c->nodes[i];
+    out->job = nd->addr.job;
+    out->index = nd->addr.index;
+    out->executor_id = nd->addr.executor_id;
+    out->host = nd->state == N_EMPTY ? "" : nd->addr.host;
+    out->port = nd->state == N_EMPTY ? 0 : nd->addr.port;
+    out->state = node_state_names[nd->state];
+    out->pid = nd->prog_pid;
+    out->exit_code = nd->state == N_EXITED ? nd->exit_code : -1;
+    return 0;
+}
+
 static void json_str(FILE *f, const char *s)
 {
     fputc('"', f);

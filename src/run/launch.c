@@ -10,6 +10,8 @@
 #include "platform/clock.h"
 #include "platform/proc.h"
 #include "run/feeder.h"
+#include "run/http.h"
+#include "run/status.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -62,6 +64,9 @@ struct tfos_local {
     char history[4096];
     size_t history_len;
     char summary[12288];
+    /* the status page (/status, /metrics, /) */
+    tfos__http *http;
+    tfos__status_src status;
 };
 
 static int is_arrow_input(const char *p)
@@ -356,6 +361,7 @@ static void end_attempt(tfos_local *l)
     if (l->coord)
         tfos_coord_close(l->coord);
     l->coord = NULL;
+    l->status.coord = NULL;
     free(l->feed_ids);
     l->feed_ids = NULL;
     l->feeder_started = l->feeder_joined = 0;
@@ -397,7 +403,13 @@ static int start_attempt(tfos_local *l, int attempt)
         }
     }
     free(env);
-    if (attempt == 1)
+    l->status.coord = l->coord;
+    l->status.attempt = attempt;
+    if (attempt == 1 && l->http)
+        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s, status http://%s:%d/)", l->n,
+                  tfos_coord_address(l->coord), l->log_dir,
+                  l->opts.status_host ? l->opts.status_host : "127.0.0.1", tfos__http_port(l->http));
+    else if (attempt == 1)
         TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", l->n, tfos_coord_address(l->coord),
                   l->log_dir);
     else
@@ -455,12 +467,24 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
+    if (opts->status_port >= 0) {
+        rc = tfos__http_open(&l->http, opts->status_host ? opts->status_host : "127.0.0.1", opts->status_port,
+                             tfos__status_handle, &l->status);
+        if (rc) {
+            TFOS_ERROR("cannot serve the status page on port %d: %s", opts->status_port, strerror(errno));
+            goto fail;
+        }
+    }
+    l->status.log_dir = l->log_dir;
+    l->status.history = l->history;
+    l->status.max_restarts = opts->max_restarts;
     rc = start_attempt(l, 1);
     if (rc)
         goto fail;
     *out = l;
     return 0;
 fail:
+    tfos__http_close(l->http);
     free(l->agents);
     free(l);
     return rc;
@@ -551,6 +575,8 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
     if (l->finished)
         return 1;
     int st = tfos_coord_step(l->coord, timeout_ms);
+    if (l->http)
+        tfos__http_step(l->http);
     reap_agents(l);
     if (l->opts.ninputs > 0 && !l->feeder_started && st == TFOS_COORD_RUNNING)
         start_feeder(l);
@@ -635,8 +661,14 @@ void tfos_local_close(tfos_local *l)
     }
     if (l->coord)
         end_attempt(l);
+    tfos__http_close(l->http);
     free(l->agents);
     free(l);
+}
+
+int tfos_local_status_port(const tfos_local *l)
+{
+    return l->http ? tfos__http_port(l->http) : -1;
 }
 
 int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *exit_code)
