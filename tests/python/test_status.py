@@ -75,3 +75,49 @@ def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
             proc.kill()
             proc.wait()
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_live_page_in_headless_chromium(tmp_path, marker):
+    """The page as a person sees it: Chromium runs its script and renders the table."""
+    import shutil
+    import pytest
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    go = tmp_path / marker / "go"
+    go.parent.mkdir()
+    wait_go = ("import os, sys, time\n"
+               "t0 = time.monotonic()\n"
+               "while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 120:\n"
+               "    time.sleep(0.05)\n")
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
+                             PY, "-c", wait_go, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            m = re.search(r"status (http://127\.0\.0\.1:\d+/)", proc.stderr.readline())
+            url = m.group(1) if m else None
+        assert url
+        assert wait_for(lambda: all(n["state"] == "running" for n in
+                                    json.loads(get(url + "status")[2])["cluster"]["nodes"]), 30)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--user-data-dir=%s" % (tmp_path / "profile"), "--virtual-time-budget=3000"]
+        dom = subprocess.run([browser] + flags + ["--dump-dom", url], capture_output=True, text=True, timeout=90)
+        assert "attempt 1 of 4" in dom.stdout, dom.stdout[-2000:] + dom.stderr[-2000:]
+        rows = re.findall(r'<tr class="running"><td>(worker:\d)</td><td>(\d)</td><td>127\.0\.0\.1:\d+</td>'
+                          r'<td>running</td><td>(\d+)</td>', dom.stdout)
+        assert sorted(r[0] for r in rows) == ["worker:0", "worker:1"]
+        assert all(int(r[2]) > 0 for r in rows)
+        assert '<a href="/logs/worker-1.log">log</a>' in dom.stdout
+        shot = tmp_path / "page.png"
+        subprocess.run([browser] + flags + ["--window-size=900,400", "--screenshot=%s" % shot, url],
+                       capture_output=True, timeout=90)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        go.write_text("go")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
