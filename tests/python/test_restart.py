@@ -80,3 +80,30 @@ def test_attempt_and_checkpoint_dir_reach_the_program(tmp_path, marker):
     assert r.stdout.count("attempt 2 ckpt %s" % ckpt) == 2
     assert "[worker:0] attempt 1 ckpt %s" % ckpt in r.stdout
     assert ckpt.is_dir()
+
+
+def test_hung_agent_is_detected_by_missed_heartbeats(tmp_path, marker):
+    """SIGSTOP freezes a node's agent: no exit status ever comes, only silence.
+    The coordinator declares the node failed after --heartbeat-timeout, and
+    nothing is left behind (the frozen agent is killed, its program with it)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--max-restarts", "0", "--heartbeat-timeout", "2",
+                             "--grace", "1", "--log-dir", str(tmp_path / "logs"), "--", PY, prog("behave.py"), marker,
+                             str(pids), "default=sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: len(list(pids.iterdir())) == 2, 30)
+        prog_pid = int((pids / "worker-1.pid").read_text())
+        with open("/proc/%d/stat" % prog_pid) as f:
+            agent_pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the program's parent is its agent
+        os.kill(agent_pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - t0 < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    assert "worker:1 (executor 1, host 127.0.0.1) sent no heartbeat for 2 s" in err
+    assert wait_for(lambda: not pids_with(marker), 10)
