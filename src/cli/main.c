@@ -6,6 +6,7 @@
  *                                         started by hand or by other tools
  *   tfos version
  */
+#include "cli/inspect.h"
 #include "core/auth.h"
 #include "platform/clock.h"
 #include "run/input.h"
@@ -23,6 +24,8 @@ static const char usage_text[] =
     "usage: tfos run [options] -- CMD [ARGS...]\n"
     "       tfos node --coord HOST:PORT --executor-id N [options] -- CMD [ARGS...]\n"
     "       tfos coordinator --workers N [options]\n"
+    "       tfos status [URL | LOG_DIR] [--json]\n"
+    "       tfos logs [-f] [NODE] [--log-dir D]\n"
     "       tfos version\n"
     "\n"
     "tfos run forms a cluster of local nodes and runs CMD on each with TF_CONFIG,\n"
@@ -373,6 +376,24 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("tfos %s (protocol %d)\n", TFOS_VERSION, TFOS_PROTOCOL_VERSION);
         return 0;
+    }
+    if (!strcmp(argv[1], "status") || !strcmp(argv[1], "logs")) {
+        const char *target = NULL, *dir = NULL;
+        int json = 0, follow = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--json"))
+                json = 1;
+            else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
+                follow = 1;
+            else if (!strcmp(argv[i], "--log-dir") && i + 1 < argc)
+                dir = argv[++i];
+            else if (argv[i][0] == '-')
+                return usage_error("unknown option '%s'", argv[i]);
+            else
+                target = argv[i];
+        }
+        return !strcmp(argv[1], "status") ? tfos__cmd_status(target ? target : dir, json)
+                                          : tfos__cmd_logs(target, dir, follow);
     }
     cli c;
     int rc = parse(argc - 2, argv + 2, &c);

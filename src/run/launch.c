@@ -475,6 +475,17 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
             goto fail;
         }
     }
+    if (l->http) {
+        /* where `tfos status` and `tfos logs -f` find this run */
+        char path[4400];
+        snprintf(path, sizeof path, "%s/status-url", l->log_dir);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "http://%s:%d/\n", opts->status_host ? opts->status_host : "127.0.0.1",
+                    tfos__http_port(l->http));
+            fclose(f);
+        }
+    }
     l->status.log_dir = l->log_dir;
     l->status.history = l->history;
     l->status.max_restarts = opts->max_restarts;

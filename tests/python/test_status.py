@@ -121,3 +121,44 @@ def test_live_page_in_headless_chromium(tmp_path, marker):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_tfos_status_and_logs_commands(tmp_path, marker):
+    go = tmp_path / marker / "go"
+    go.parent.mkdir()
+    logs = tmp_path / "logs"
+    code = ("import os, sys, time\n"
+            "print('hello from', os.environ['TFOS_JOB_NAME'], os.environ['TFOS_TASK_INDEX'], flush=True)\n"
+            "t0 = time.monotonic()\n"
+            "while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 120:\n"
+            "    time.sleep(0.05)\n"
+            "print('bye', flush=True)\n")
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(logs), "--", PY, "-c", code,
+                             str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = None
+    try:
+        assert wait_for(lambda: (logs / "worker-1.log").exists() and "hello" in (logs / "worker-1.log").read_text(),
+                        30)
+        st = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        assert re.search(r"cluster running, attempt 1 of 4", st.stdout)
+        assert re.search(r"worker:1\s+1\s+127\.0\.0\.1:\d+\s+running\s+\d+", st.stdout)
+        js = subprocess.run([tfos_cli(), "status", "--json", str(logs)], capture_output=True, text=True, timeout=30)
+        assert json.loads(js.stdout)["cluster"]["state"] == "running"
+        lg = subprocess.run([tfos_cli(), "logs", "worker:1", "--log-dir", str(logs)], capture_output=True, text=True,
+                            timeout=30)
+        assert lg.stdout == "[worker:1] hello from worker 1\n"
+        follow = subprocess.Popen([tfos_cli(), "logs", "-f", "--log-dir", str(logs)], stdout=subprocess.PIPE,
+                                  text=True)
+        time.sleep(0.5)
+        go.write_text("go")
+        assert proc.wait(timeout=60) == 0
+        out, _ = follow.communicate(timeout=30)  # -f ends by itself once the run has ended
+        assert "[worker:0] bye\n" in out and "[worker:1] bye\n" in out
+        gone = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
+        assert gone.returncode == 1 and "does not answer: the run has ended" in gone.stderr
+    finally:
+        for p in (proc, follow):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
