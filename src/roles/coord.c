@@ -12,6 +12,7 @@
  * decide the outcome; ps nodes are stopped once the tracked ones succeed.
  */
 #include "core/auth.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/spec.h"
 #include "core/wire.h"
@@ -707,20 +708,6 @@ int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
     return 0;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
 
 char *tfos_coord_status_json(const tfos_coord *c)
 {
@@ -731,20 +718,20 @@ char *tfos_coord_status_json(const tfos_coord *c)
     if (!f)
         return NULL;
     fprintf(f, "{\"state\": \"%s\", \"address\": ", states[c->state]);
-    json_str(f, c->address);
+    tfos__json_str(f, c->address);
     fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"failure\": ", c->opts.attempt,
             c->registered, c->n);
-    json_str(f, tfos_coord_failure(c));
+    tfos__json_str(f, tfos_coord_failure(c));
     fprintf(f, ", \"nodes\": [");
     for (int i = 0; i < c->n; i++) {
         const cnode *nd = &c->nodes[i];
         fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",
                 nd->addr.executor_id, nd->addr.job, nd->addr.index);
-        json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
+        tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
         fprintf(f, ", \"port\": %d, \"state\": \"%s\", \"agent_pid\": %d, \"pid\": %d, \"exit_code\": %d, \"exit\": ",
                 nd->state == N_EMPTY ? 0 : nd->addr.port, node_state_names[nd->state], nd->agent_pid, nd->prog_pid,
                 nd->state == N_EXITED ? nd->exit_code : -1);
-        json_str(f, nd->exit_desc);
+        tfos__json_str(f, nd->exit_desc);
         fprintf(f, "}");
     }
     fprintf(f, "]}");

@@ -6,6 +6,8 @@
  * Bound to 127.0.0.1 unless asked otherwise. */
 #include "run/status.h"
 
+#include "core/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,20 +36,6 @@ static const char page[] =
     " }catch(e){document.getElementById('summary').textContent='not reachable: '+e;}\n"
     "}\nrefresh();setInterval(refresh,1000);\n</script></body></html>\n";
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
 
 static char *status_json(const tfos__status_src *src)
 {
@@ -58,7 +46,7 @@ static char *status_json(const tfos__status_src *src)
         return NULL;
     char *cluster = src->coord ? tfos_coord_status_json(src->coord) : NULL;
     fprintf(f, "{\"attempt\": %d, \"max_restarts\": %d, \"log_dir\": ", src->attempt, src->max_restarts);
-    json_str(f, src->log_dir);
+    tfos__json_str(f, src->log_dir);
     fprintf(f, ", \"history\": [");
     const char *h = src->history;
     int first = 1;
@@ -74,7 +62,7 @@ static char *status_json(const tfos__status_src *src)
         while (*t == ' ')
             t++;
         fprintf(f, "%s", first ? "" : ", ");
-        json_str(f, t);
+        tfos__json_str(f, t);
         first = 0;
         h = nl ? nl + 1 : h + l;
     }

@@ -21,6 +21,16 @@ PROGRAM = ("import os, sys, time\n"
            "    time.sleep(0.05)\n")
 
 
+def status_url(proc):
+    """The status URL from the first lines `tfos run` writes to stderr."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = re.search(r"status (http://127\.0\.0\.1:\d+/)", proc.stderr.readline())
+        if m:
+            return m.group(1)
+    raise AssertionError("tfos run printed no status URL")
+
+
 def get(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.status, r.headers.get("Content-Type"), r.read().decode()
@@ -32,12 +42,7 @@ def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
     proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
                              PY, "-c", PROGRAM, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            m = re.search(r"status (http://127\.0\.0\.1:\d+/)", proc.stderr.readline())
-            url = m.group(1) if m else None
-        assert url
+        url = status_url(proc)
 
         def restarted():
             s = json.loads(get(url + "status")[2])
@@ -93,12 +98,7 @@ def test_live_page_in_headless_chromium(tmp_path, marker):
     proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
                              PY, "-c", wait_go, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            m = re.search(r"status (http://127\.0\.0\.1:\d+/)", proc.stderr.readline())
-            url = m.group(1) if m else None
-        assert url
+        url = status_url(proc)
         assert wait_for(lambda: all(n["state"] == "running" for n in
                                     json.loads(get(url + "status")[2])["cluster"]["nodes"]), 30)
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
