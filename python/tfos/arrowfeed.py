@@ -11,7 +11,7 @@ import os
 import sys
 
 from . import _tfos
-from .feed import TAG_ARROW, FeedClient
+from .feed import TAG_ARROW, FeedClient, arrow_ipc
 
 
 def _batches(path, batch_rows):
@@ -30,14 +30,6 @@ def _batches(path, batch_rows):
         for rb in batches:
             for off in range(0, rb.num_rows, batch_rows):
                 yield rb.slice(off, batch_rows)
-
-
-def _ipc(rb):
-    import pyarrow as pa
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rb.schema) as w:
-        w.write_batch(rb)
-    return sink.getvalue()
 
 
 def main(argv=None):
@@ -70,7 +62,7 @@ def main(argv=None):
                             turn += 1
                             cur.input.partition_begin(pid)
                         try:
-                            cur.input.write(TAG_ARROW, _ipc(rb))
+                            cur.input.write(TAG_ARROW, arrow_ipc(rb))
                         except _tfos.FeedClosed:
                             if not cur.input.stats()["consumer_terminated"]:
                                 raise

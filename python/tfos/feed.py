@@ -21,6 +21,7 @@ producer died midway is followed by PARTITION_ABORT and counts as not
 delivered (the producer side re-feeds it: at-least-once).
 """
 import collections
+import contextlib
 import os
 import pickle
 
@@ -52,6 +53,15 @@ def encode_rows(rows):
         return TAG_COLUMNS, _tfos.encode_rows(rows)
     except (TypeError, ValueError, OverflowError):
         return TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def arrow_ipc(record_batch):
+    """One Arrow record batch as an Arrow IPC stream (a TAG_ARROW payload)."""
+    import pyarrow as pa
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, record_batch.schema) as w:
+        w.write_batch(record_batch)
+    return sink.getvalue()
 
 
 def write_rows(ring, rows, timeout_ms):
@@ -405,26 +415,31 @@ class FeedClient(object):
         self.timeout_ms = int(timeout * 1000)
         self._results = collections.defaultdict(list)
 
-    def feed_partition(self, rows, partition_id, timeout=None):
-        """Write ``rows`` (an iterable) as partition ``partition_id``, whole."""
+    @contextlib.contextmanager
+    def _partition(self, partition_id, timeout):
+        """Hold the ring for one whole partition; yields the timeout in ms.
+        If writing fails midway the handle is closed, and the ring marks the
+        partition aborted (so it is fed again, never taken as whole)."""
         t = self.timeout_ms if timeout is None else int(timeout * 1000)
         self.input.partition_begin(partition_id, t)
         try:
+            yield t
+        except BaseException:
+            self.input.close()
+            raise
+        self.input.partition_end(t)
+
+    def feed_partition(self, rows, partition_id, timeout=None):
+        """Write ``rows`` (an iterable) as partition ``partition_id``, whole."""
+        with self._partition(partition_id, timeout) as t:
             batch = []
             for row in rows:
                 batch.append(row)
                 if len(batch) >= self.batch_rows:
-                    self._write_batch(batch, t)
+                    write_rows(self.input, batch, t)
                     batch = []
             if batch:
-                self._write_batch(batch, t)
-        except BaseException:
-            self.input.close()  # the ring marks the partition aborted
-            raise
-        self.input.partition_end(t)
-
-    def _write_batch(self, batch, timeout_ms):
-        write_rows(self.input, batch, timeout_ms)
+                write_rows(self.input, batch, t)
 
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
         """Write whole numpy columns (a dict name -> array, or a sequence of
@@ -441,15 +456,9 @@ class FeedClient(object):
                 raise ValueError("feed_arrays: columns have different lengths (%d and %d rows)" % (n, len(c)))
         row_bytes = sum(c[:1].nbytes for c in columns) or 1
         step = batch_rows or max(1, min(n, (self.input.max_record // 2) // row_bytes))
-        t = self.timeout_ms if timeout is None else int(timeout * 1000)
-        self.input.partition_begin(partition_id, t)
-        try:
+        with self._partition(partition_id, timeout) as t:
             for lo in range(0, n, step):
                 self.input.write_columns(TAG_COLUMNS, list(zip(names, [c[lo:lo + step] for c in columns])), t)
-        except BaseException:
-            self.input.close()
-            raise
-        self.input.partition_end(t)
 
     def feed_arrow(self, batches, partition_id, timeout=None):
         """Write Arrow record batches (pyarrow.RecordBatch, or a Table) as one
@@ -459,18 +468,9 @@ class FeedClient(object):
             batches = batches.to_batches()
         elif isinstance(batches, pa.RecordBatch):
             batches = [batches]
-        t = self.timeout_ms if timeout is None else int(timeout * 1000)
-        self.input.partition_begin(partition_id, t)
-        try:
+        with self._partition(partition_id, timeout) as t:
             for rb in batches:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, rb.schema) as w:
-                    w.write_batch(rb)
-                self.input.write(TAG_ARROW, sink.getvalue(), t)
-        except BaseException:
-            self.input.close()
-            raise
-        self.input.partition_end(t)
+                self.input.write(TAG_ARROW, arrow_ipc(rb), t)
 
     def feed_encoded(self, tag, payload, timeout=None):
         """Write one already-encoded record (inside a partition or not)."""

@@ -1,6 +1,7 @@
 /* spec.c: layouts, TF_CONFIG, torchrun/JAX variables, the TFOS_* context. */
 #include "core/spec.h"
 
+#include "core/json.h"
 #include "tfos/tfos.h"
 
 #include <stdarg.h>
@@ -59,62 +60,10 @@ int tfos__job_is_trainer(const char *job)
     return !strcmp(job, "chief") || !strcmp(job, "worker");
 }
 
-/* A growable string; on allocation failure it becomes NULL and stays so. */
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            free(b->s);
-            b->s = NULL;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-/* JSON string body: hosts come from peers, so escape what JSON requires. */
-static void sb_json_str(sbuf *b, const char *s)
-{
-    sb_add(b, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            sb_add(b, "\\%c", ch);
-        else if (ch < 0x20)
-            sb_add(b, "\\u%04x", ch);
-        else
-            sb_add(b, "%c", ch);
-    }
-    sb_add(b, "\"");
-}
-
-static void cluster_json(sbuf *b, const tfos__node_addr *nodes, int n)
+static void cluster_json(FILE *f, const tfos__node_addr *nodes, int n)
 {
     int first_job = 1;
-    sb_add(b, "{");
+    fputc('{', f);
     for (size_t j = 0; j < 4; j++) {
         const char *job = job_order[j];
         int count = 0;
@@ -123,7 +72,7 @@ static void cluster_json(sbuf *b, const tfos__node_addr *nodes, int n)
                 count++;
         if (!count)
             continue;
-        sb_add(b, "%s\"%s\": [", first_job ? "" : ", ", job);
+        fprintf(f, "%s\"%s\": [", first_job ? "" : ", ", job);
         first_job = 0;
         /* by task index; indexes are dense 0..count-1 */
         for (int idx = 0; idx < count; idx++) {
@@ -135,29 +84,43 @@ static void cluster_json(sbuf *b, const tfos__node_addr *nodes, int n)
                     snprintf(addr, sizeof addr, "[%s]:%d", nodes[i].host, nodes[i].port);
                 else
                     snprintf(addr, sizeof addr, "%s:%d", nodes[i].host, nodes[i].port);
-                sb_add(b, "%s", idx ? ", " : "");
-                sb_json_str(b, addr);
+                fputs(idx ? ", " : "", f);
+                tfos__json_str(f, addr); /* hosts come from peers: escape them */
             }
         }
-        sb_add(b, "]");
+        fputc(']', f);
     }
-    sb_add(b, "}");
+    fputc('}', f);
+}
+
+/* The cluster object, and with self >= 0 the whole TF_CONFIG around it. */
+static char *config_json(const tfos__node_addr *nodes, int n, int self)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    if (self >= 0)
+        fputs("{\"cluster\": ", f);
+    cluster_json(f, nodes, n);
+    if (self >= 0)
+        fprintf(f, ", \"task\": {\"type\": \"%s\", \"index\": %d}}", nodes[self].job, nodes[self].index);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 char *tfos__cluster_json(const tfos__node_addr *nodes, int n)
 {
-    sbuf b = {0};
-    cluster_json(&b, nodes, n);
-    return b.s;
+    return config_json(nodes, n, -1);
 }
 
 char *tfos__tf_config(const tfos__node_addr *nodes, int n, int self)
 {
-    sbuf b = {0};
-    sb_add(&b, "{\"cluster\": ");
-    cluster_json(&b, nodes, n);
-    sb_add(&b, ", \"task\": {\"type\": \"%s\", \"index\": %d}}", nodes[self].job, nodes[self].index);
-    return b.s;
+    return config_json(nodes, n, self);
 }
 
 void tfos__env_free(char **env)

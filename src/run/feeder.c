@@ -62,12 +62,17 @@ static int waiting(int rc)
     return rc == TFOS_ETIMEDOUT || rc == TFOS_EFULL || rc == TFOS_EAGAIN;
 }
 
+/* Repeat a ring call that waits in SLICE_MS slices until it is done or
+ * fails, or the launcher stops the feed; rc gets its last result. */
+#define RETRY(rc, o, call)                                \
+    do {                                                  \
+        (rc) = (call);                                    \
+    } while (waiting(rc) && !((o)->stop && *(o)->stop))
+
 static int write_rec(const tfos__feeder_opts *o, target *t, const void *buf, size_t len, char *err, size_t errlen)
 {
     int rc;
-    while (waiting(rc = tfos__ring_write(t->ring, TFOS_RING_TAG_USER + 1, buf, len, SLICE_MS)) &&
-           !(o->stop && *o->stop))
-        ;
+    RETRY(rc, o, tfos__ring_write(t->ring, TFOS_RING_TAG_USER + 1, buf, len, SLICE_MS));
     return rc ? ring_error(o, t, rc, err, errlen) : 0;
 }
 
@@ -137,9 +142,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     cur = next_target(t, o->nnodes, &next);
                     if (!cur)
                         break; /* every node terminated its feed */
-                    while (waiting(rc = tfos__ring_partition_begin(cur->ring, pid, SLICE_MS)) &&
-                           !(o->stop && *o->stop))
-                        ;
+                    RETRY(rc, o, tfos__ring_partition_begin(cur->ring, pid, SLICE_MS));
                     if (terminated_now(cur, rc)) {
                         rc = 0;
                         skipping = 1;
@@ -171,14 +174,11 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 }
                 if (rc)
                     break;
-                uint32_t n;
-                n = nb;
-                in_part += n;
-                st->rows += n;
+                in_part += nb;
+                st->rows += nb;
                 st->bytes += len;
                 if (in_part >= o->partition_rows) {
-                    while (waiting(rc = tfos__ring_partition_end(cur->ring, SLICE_MS)) && !(o->stop && *o->stop))
-                        ;
+                    RETRY(rc, o, tfos__ring_partition_end(cur->ring, SLICE_MS));
                     if (terminated_now(cur, rc))
                         rc = 0;
                     if (rc) {
@@ -192,8 +192,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 }
             }
             if (!rc && open_part) {
-                while (waiting(rc = tfos__ring_partition_end(cur->ring, SLICE_MS)) && !(o->stop && *o->stop))
-                    ;
+                RETRY(rc, o, tfos__ring_partition_end(cur->ring, SLICE_MS));
                 if (terminated_now(cur, rc))
                     rc = 0;
                 else if (rc)
@@ -215,8 +214,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
     for (int i = 0; i < o->nnodes; i++) {
         if (t[i].terminated)
             continue;
-        while (waiting(rc = tfos__ring_end_feed(t[i].ring, SLICE_MS)) && !(o->stop && *o->stop))
-            ;
+        RETRY(rc, o, tfos__ring_end_feed(t[i].ring, SLICE_MS));
         if (terminated_now(&t[i], rc))
             rc = 0;
         if (rc && rc != TFOS_EEND) {

@@ -64,6 +64,8 @@ struct tfos_local {
     char history[4096];
     size_t history_len;
     char summary[12288];
+    char env_secret[TFOS_HEX_SECRET_LEN + 16]; /* "TFOS_SECRET=..." for child_env */
+    char env_cluster[40];                      /* "TFOS_CLUSTER_ID=..." */
     /* the status page (/status, /metrics, /) */
     tfos__http *http;
     tfos__status_src status;
@@ -82,6 +84,7 @@ static int is_arrow_input(const char *p)
 }
 
 static const char *guess_python(const tfos_run_opts *o);
+static char **child_env(tfos_local *l);
 
 /* Arrow/Parquet need pyarrow: the feed runs in a Python process instead of
  * the C feeder thread. */
@@ -96,11 +99,7 @@ static void start_arrow_feeder(tfos_local *l, const int *ids, int n)
     snprintf(brows, sizeof brows, "%d", o->batch_rows > 0 ? o->batch_rows : 1024);
     snprintf(prows, sizeof prows, "%lld", o->partition_rows > 0 ? o->partition_rows : 10000);
     char **argv = calloc((size_t)o->ninputs + 16, sizeof *argv);
-    size_t nenv = 0;
-    while (environ[nenv])
-        nenv++;
-    char **env = calloc(nenv + 3, sizeof *env);
-    char idbuf[64], secbuf[128];
+    char **env = child_env(l);
     if (!argv || !env) {
         free(argv);
         free(env);
@@ -121,14 +120,6 @@ static void start_arrow_feeder(tfos_local *l, const int *ids, int n)
     argv[k++] = prows;
     for (int i = 0; i < o->ninputs; i++)
         argv[k++] = o->inputs[i];
-    size_t j = 0;
-    for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16))
-            env[j++] = environ[i];
-    snprintf(idbuf, sizeof idbuf, "TFOS_CLUSTER_ID=%s", l->cluster_id);
-    snprintf(secbuf, sizeof secbuf, "TFOS_SECRET=%s", l->secret);
-    env[j++] = idbuf;
-    env[j++] = secbuf;
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
                            .pdeathsig = SIGKILL};
     int rc = tfos__spawn(&so, &l->arrow_feeder);
@@ -279,21 +270,25 @@ static const char *guess_python(const tfos_run_opts *o)
     return env && *env ? env : "python3";
 }
 
-static char **agent_env(const char *secret)
+/* The environment for processes the launcher starts (agents, the Arrow
+ * feeder): ours, with this cluster's secret and id in place of any inherited
+ * ones. The array is malloc'd (free it); its strings are ours or l's. */
+static char **child_env(tfos_local *l)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 2, sizeof *env);
+    char **env = calloc(n + 3, sizeof *env);
     if (!env)
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "TFOS_SECRET=", 12))
+        if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16))
             env[j++] = environ[i];
-    static char buf[TFOS_HEX_SECRET_LEN + 16];
-    snprintf(buf, sizeof buf, "TFOS_SECRET=%s", secret);
-    env[j] = buf;
+    snprintf(l->env_secret, sizeof l->env_secret, "TFOS_SECRET=%s", l->secret);
+    snprintf(l->env_cluster, sizeof l->env_cluster, "TFOS_CLUSTER_ID=%s", l->cluster_id);
+    env[j++] = l->env_secret;
+    env[j] = l->env_cluster;
     return env;
 }
 
@@ -389,7 +384,7 @@ static int start_attempt(tfos_local *l, int attempt)
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
         return rc;
     }
-    char **env = agent_env(l->secret);
+    char **env = child_env(l);
     if (!env) {
         end_attempt(l);
         return TFOS_ENOMEM;
