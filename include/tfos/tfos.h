@@ -104,7 +104,9 @@ enum {
 
 /* Start a coordinator listening on bind_host:port. */
 int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts);
-/* Run the event loop for at most timeout_ms (0: no wait). Returns the state. */
+/* Run the event loop for at most timeout_ms (0: no wait). Returns the state.
+ * Once the cluster is over (DONE or FAILED) it returns at once, still
+ * answering status queries (tfos_query_status) from clients that connect. */
 int tfos_coord_step(tfos_coord *c, int timeout_ms);
 /* Current state (TFOS_COORD_*). */
 int tfos_coord_state(const tfos_coord *c);
@@ -113,6 +115,11 @@ const char *tfos_coord_address(const tfos_coord *c);
 /* Ask every node to stop (clean shutdown or abort). `reason` is logged and,
  * when not NULL, recorded as the failure reason if none is recorded yet. */
 void tfos_coord_stop(tfos_coord *c, const char *reason);
+/* End the feed of every node whose program runs, but the ps nodes: each agent
+ * ends its input ring (no more records, ever), so programs reading it see the
+ * end of the feed once they have read what is there. Nodes not running yet
+ * are not told. Idempotent on the agents' side. */
+void tfos_coord_end_feed(tfos_coord *c);
 /* A human summary of why the cluster failed (node, exit code or signal, last
  * log lines), or "" when it has not failed. Owned by c. */
 const char *tfos_coord_failure(const tfos_coord *c);
@@ -130,13 +137,15 @@ typedef struct tfos_node_info {
     const char *state; /* "waiting", "registered", "running", "exited" */
     int pid;           /* the program's, 0 before it started */
     int exit_code;     /* -1 unless exited */
+    int tb_port;       /* TensorBoard port the node announced; 0: none */
 } tfos_node_info;
 
 /* Number of nodes, and node i (0 <= i < count). Strings are owned by c. */
 int tfos_coord_node_count(const tfos_coord *c);
 int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out);
-/* JSON object describing every node (job, index, host, port, state, pid,
- * exit). The caller frees the returned string with free(). */
+/* JSON object describing the cluster (state, address, attempt, failure) and
+ * every node (job, index, host, port, state, pid, exit, tensorboard_port).
+ * The caller frees the returned string with free(). */
 char *tfos_coord_status_json(const tfos_coord *c);
 void tfos_coord_close(tfos_coord *c);
 
@@ -156,6 +165,9 @@ typedef struct tfos_agent_opts {
     size_t feed_capacity;    /* input ring bytes (power of two); 0: 64 MiB */
     size_t result_capacity;  /* output ring bytes (power of two); 0: 16 MiB */
     const char *checkpoint_dir; /* handed to the program as TFOS_CHECKPOINT_DIR; may be NULL */
+    int watch_pid;           /* the agent's owner (e.g. the Spark executor JVM): when this
+                              * process is gone, stop the program and exit; 0: none */
+    int tensorboard_port;    /* announced to the coordinator (status "tensorboard_port"); 0: none */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -163,6 +175,25 @@ typedef struct tfos_agent_opts {
  * coordinator stops it. Writes the exit code the agent process should end
  * with (the program's, or 128+signal) to *exit_code. */
 int tfos_agent_run(const tfos_agent_opts *opts, int *exit_code);
+
+/* ---- clients of a coordinator ------------------------------------------ */
+
+/* Tell the coordinator at coord_addr ("host:port") that node `executor_id`
+ * could not start, e.g. from a Spark task that failed before its agent ran.
+ * The coordinator records "<job>:<index> (executor N) could not start:
+ * <message>" as the cluster's failure and stops the cluster. A message longer
+ * than a frame holds is cut, not refused; newlines are kept. Every wait is
+ * bounded by timeout_ms. Returns 0 once the coordinator confirmed it,
+ * TFOS_EINVAL (bad address or executor id), TFOS_ESYS (cannot connect; errno
+ * says why), TFOS_EAUTH (wrong secret), TFOS_ETIMEDOUT, TFOS_ECLOSED or
+ * TFOS_EPROTO (the peer hung up or is not a tfos coordinator). */
+int tfos_report_abort(const char *coord_addr, const char *secret, int executor_id, const char *message,
+                      int timeout_ms);
+
+/* Ask the coordinator at coord_addr for its status: *json_out gets the JSON
+ * of tfos_coord_status_json (with "state" and "failure"); the caller frees it
+ * with free(). Errors as tfos_report_abort, plus TFOS_ENOMEM. */
+int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out);
 
 /* ---- local launcher (`tfos run`) ----------------------------------- */
 

@@ -64,6 +64,9 @@ static const char usage_text[] =
     "  --cluster-id ID          enable the node's feed socket under this cluster id\n"
     "  --checkpoint-dir D       handed to the program as TFOS_CHECKPOINT_DIR\n"
     "  --feed-mb N              input feed ring size in MiB (default 64)\n"
+    "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
+    "                           stop the program, report it to the coordinator and exit\n"
+    "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
     "  --quiet                  do not echo the program's output\n";
 
 static volatile int got_signal;
@@ -118,7 +121,7 @@ typedef struct cli {
     int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
     const char *checkpoint_dir;
     long long partition_rows;
-    int ps_runs_program, executor_id, quiet;
+    int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
     char **argv; /* after -- */
 } cli;
 
@@ -227,6 +230,12 @@ static int parse(int argc, char **argv, cli *c)
             c->csv_header = 1;
         } else if (!strcmp(a, "--no-csv-header")) {
             c->csv_header = 0;
+        } else if (!strcmp(a, "--watch-pid")) {
+            if (parse_int(a, NEXT(), 1, INT_MAX, &c->watch_pid))
+                return 2;
+        } else if (!strcmp(a, "--tensorboard-port")) {
+            if (parse_int(a, NEXT(), 1, 65535, &c->tensorboard_port))
+                return 2;
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
         } else {
@@ -307,7 +316,8 @@ static int cmd_node(cli *c)
                          .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
-                         .checkpoint_dir = c->checkpoint_dir};
+                         .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
+                         .tensorboard_port = c->tensorboard_port};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

@@ -388,8 +388,12 @@ static int room(tfos__ring *r, size_t len, const deadline *dl)
         if (used <= r->cap && r->cap - used >= need)
             continue;
         if (check_due(r)) {
+            /* 0: no consumer right now (none yet, or one detached): wait for
+             * the next. A dead one is only declared so if it is still the
+             * recorded consumer after the check: one that detached and then
+             * exited has already given the role back. */
             int32_t c = atomic_load(&s->consumer_pid);
-            if (c != 0 && !pid_alive(c)) {
+            if (c != 0 && !pid_alive(c) && atomic_load(&s->consumer_pid) == c) {
                 atomic_fetch_or(&s->flags, FLAG_CONSUMER_CLOSED);
                 return TFOS_ECLOSED;
             }
@@ -559,6 +563,27 @@ static int claim_slot(tfos__ring *r)
     return -1;
 }
 
+/* Become the ring's consumer: when there is none (never was, or the last one
+ * detached), or when the recorded one died without closing and no producer
+ * has declared the ring closed yet. A producer may declare the dead consumer
+ * while we take over; if its flag lands after our check the ring is closed
+ * under us, as it would have been a moment earlier: producers see ECLOSED. */
+static int claim_consumer(struct ring_shm *s, int32_t me)
+{
+    int32_t cur = 0;
+    if (atomic_compare_exchange_strong(&s->consumer_pid, &cur, me))
+        return 0;
+    if (cur == me || (atomic_load(&s->flags) & FLAG_CONSUMER_CLOSED) || pid_alive(cur))
+        return TFOS_EINVAL; /* one consumer at a time */
+    if (!atomic_compare_exchange_strong(&s->consumer_pid, &cur, me))
+        return TFOS_EINVAL; /* someone else took it over first */
+    if (atomic_load(&s->flags) & FLAG_CONSUMER_CLOSED) {
+        atomic_compare_exchange_strong(&s->consumer_pid, &me, cur);
+        return TFOS_EINVAL;
+    }
+    return 0;
+}
+
 int tfos__ring_attach(tfos__ring **out, int fd, int role)
 {
     if (!out)
@@ -612,10 +637,9 @@ int tfos__ring_attach(tfos__ring **out, int fd, int role)
     r->head = r->held_end = head;
 
     if (role == TFOS_RING_CONSUMER) {
-        int32_t none = 0;
-        if (!atomic_compare_exchange_strong(&s->consumer_pid, &none, r->pid)) {
+        rc = claim_consumer(s, r->pid);
+        if (rc) {
             free(r);
-            rc = TFOS_EINVAL; /* one consumer per ring, ever */
             goto fail;
         }
     } else if (role == TFOS_RING_PRODUCER) {
@@ -658,6 +682,23 @@ void tfos__ring_close(tfos__ring *r)
         }
     }
     munmap(s, r->map_len);
+    free(r);
+}
+
+void tfos__ring_detach(tfos__ring *r)
+{
+    if (!r)
+        return;
+    if (r->role != TFOS_RING_CONSUMER || r->pid != (int32_t)getpid()) {
+        tfos__ring_close(r);
+        return;
+    }
+    /* Give the role back, and nothing else: no flag, no wake-up. Records held
+     * but not released stay in the ring for the next consumer; producers
+     * waiting for room keep waiting for it. */
+    int32_t me = r->pid;
+    atomic_compare_exchange_strong(&r->shm->consumer_pid, &me, 0);
+    munmap(r->shm, r->map_len);
     free(r);
 }
 

@@ -1,8 +1,9 @@
 /* ring.h: the shared-memory feed ring.
  *
  * A bounded ring of framed records in a sealed memfd, between producers
- * (Spark feed tasks, the CLI reader, Python code) and one consumer (the
- * user's training program). The node agent creates a ring and hands its fd to
+ * (Spark feed tasks, the CLI reader, Python code) and one consumer at a time
+ * (the user's training program; for the output ring, the Spark tasks that
+ * collect results, one after the other: see tfos__ring_detach). The node agent creates a ring and hands its fd to
  * the producers and to the consumer (fork/exec inheritance, or SCM_RIGHTS with
  * tfos__ring_send_fd/tfos__ring_recv_fd); each of them attaches its own handle.
  *
@@ -31,11 +32,12 @@
  * Dead peers. Waits are futex waits on shared (not private) futex words, in
  * slices of ~25 ms; between slices the waiter checks its peers with kill(pid,0)
  * and /proc/<pid>/stat (so an unreaped zombie counts as dead). A producer
- * waiting for room whose consumer died gets TFOS_ECLOSED; a consumer waiting on
- * an empty ring gets TFOS_ECLOSED when no producer is attached any more and at
- * least one went away without closing (reported once per such event; waiting
- * again waits for a new producer). The pid checks assume one pid namespace
- * and no pid reuse within the ~25 ms window.
+ * waiting for room whose consumer died gets TFOS_ECLOSED (while no consumer
+ * is attached, e.g. between two that detached, it just waits); a consumer
+ * waiting on an empty ring gets TFOS_ECLOSED when no producer is attached any
+ * more and at least one went away without closing (reported once per such
+ * event; waiting again waits for a new producer). The pid checks assume one
+ * pid namespace and no pid reuse within the ~25 ms window.
  *
  * Errors: TFOS_EINVAL (wrong role or state, bad argument), TFOS_ETOOBIG,
  * TFOS_EAGAIN / TFOS_EFULL (timeout 0 and not ready), TFOS_ETIMEDOUT,
@@ -67,7 +69,7 @@
 enum {
     TFOS_RING_OBSERVER = 0, /* reads counters only (e.g. the agent) */
     TFOS_RING_PRODUCER = 1, /* writes records; any number at once */
-    TFOS_RING_CONSUMER = 2, /* reads records; one per ring, ever */
+    TFOS_RING_CONSUMER = 2, /* reads records; one at a time (tfos__ring_detach hands over) */
 };
 
 /* Record tags. DATA and tags >= TFOS_RING_TAG_USER are free for producers;
@@ -105,7 +107,7 @@ typedef struct tfos__ring_stats {
     uint64_t partitions_aborted;   /* PARTITION_ABORT committed */
     uint32_t producers;            /* producer handles attached now */
     uint32_t unclean_exits;        /* producers that died attached */
-    int32_t consumer_pid;          /* 0 before a consumer attached */
+    int32_t consumer_pid;          /* 0 while no consumer is attached */
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
     bool consumer_terminated;      /* consumer closed its handle on purpose (not dead) */
@@ -123,9 +125,13 @@ int tfos__ring_create(tfos__ring **out, int *fd_out, size_t capacity, int role);
 
 /* Attach to the ring in `fd` (received from elsewhere) with `role`. The
  * header is validated against fstat and the seals: a file that is not a sealed
- * ring of this version gives TFOS_EPROTO, never a crash. A second consumer
- * gives TFOS_EINVAL; a 65th producer TFOS_EFULL. `fd` stays the caller's and
- * may be closed right after. The caller owns *out (tfos__ring_close). */
+ * ring of this version gives TFOS_EPROTO, never a crash. A consumer attaches
+ * when there is none (none yet, or the last one detached) or when the
+ * recorded one died without closing and producers have not declared the ring
+ * closed yet (it takes over); otherwise TFOS_EINVAL. It starts at the oldest
+ * unreleased record. A 65th producer gives TFOS_EFULL. `fd` stays the
+ * caller's and may be closed right after. The caller owns *out
+ * (tfos__ring_close or tfos__ring_detach). */
 int tfos__ring_attach(tfos__ring **out, int fd, int role);
 
 /* Detach and free. A consumer marks the ring closed by the consumer (waiting
@@ -134,6 +140,14 @@ int tfos__ring_attach(tfos__ring **out, int fd, int role);
  * next lock holder or the consumer. Closing a producer does not end the feed
  * (see tfos__ring_end_feed). NULL is a no-op. */
 void tfos__ring_close(tfos__ring *r);
+
+/* Unmap and free like tfos__ring_close, but a consumer hands its role over
+ * instead of closing the ring: no flag is set, a later process may attach as
+ * the consumer and reads from the oldest record not released (records held
+ * by a peek and not released are read again). Meanwhile producers see no
+ * consumer: they block on a full ring until one comes or their timeout ends.
+ * Other roles: the same as tfos__ring_close. NULL is a no-op. */
+void tfos__ring_detach(tfos__ring *r);
 
 /* Largest payload one record may carry: capacity/2 - 8 bytes. */
 size_t tfos__ring_max_record(const tfos__ring *r);

@@ -120,6 +120,18 @@ int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t out
     return 0;
 }
 
+size_t tfos__utf8_cut(const char *s, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    size_t n = max;
+    /* back up over continuation bytes (10xxxxxx) to the start of the
+     * character that does not fit, then drop it */
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
 int tfos__kv_int(const char *p, size_t n, const char *key, long long lo, long long hi, long long *out)
 {
     char buf[32], *end;

@@ -20,7 +20,7 @@
 
 enum {
     TFOS_MSG_HELLO = 1,     /* coord -> peer: nonce, protocol */
-    TFOS_MSG_REGISTER = 2,  /* agent -> coord: mac, executor_id, host, port, pid */
+    TFOS_MSG_REGISTER = 2,  /* agent -> coord: mac, executor_id, host, port, pid[, tb_port] */
     TFOS_MSG_SPEC = 3,      /* coord -> agent: role and the whole cluster */
     TFOS_MSG_STARTED = 4,   /* agent -> coord: program pid */
     TFOS_MSG_EXITED = 5,    /* agent -> coord: status, exit code/signal, tail lines */
@@ -31,7 +31,11 @@ enum {
     TFOS_MSG_STATUS = 10,   /* coord -> client: json */
     TFOS_MSG_FEED_OPEN = 11, /* producer -> agent (feed socket): mac */
     TFOS_MSG_FEED_OK = 12,   /* agent -> producer: node; the ring fds follow */
-    TFOS_MSG_MAX_ = 12,
+    TFOS_MSG_END_FEED = 13,  /* coord -> agent: end the node's input feed for good */
+    TFOS_MSG_ABORT = 14,     /* client -> coord: mac, executor_id, message (one line each);
+                              * a node could not start: fail and stop the cluster.
+                              * Answered with STATUS once recorded. */
+    TFOS_MSG_MAX_ = 14,
 };
 
 typedef struct tfos__frame {
@@ -54,6 +58,9 @@ int tfos__kv_next(const char *p, size_t n, size_t *pos, const char **key, size_t
 /* First value of `key` copied NUL-terminated into out. TFOS_EINVAL if absent,
  * TFOS_ETOOBIG if it does not fit. */
 int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t outlen);
+/* The longest prefix of s[0..len) that is at most max bytes and does not end
+ * inside a UTF-8 sequence: where text is cut to fit a frame or a buffer. */
+size_t tfos__utf8_cut(const char *s, size_t len, size_t max);
 /* First value of `key` as a decimal integer within [lo, hi]. */
 int tfos__kv_int(const char *p, size_t n, const char *key, long long lo, long long hi, long long *out);
 

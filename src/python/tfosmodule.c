@@ -16,6 +16,7 @@
 #include "core/ring.h"
 #include "tfos/tfos.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,6 +366,14 @@ static PyObject *Coord_stop(CoordObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *Coord_end_feed(CoordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!coord_ready(self))
+        return NULL;
+    tfos_coord_end_feed(self->coord);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Coord_status(CoordObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (!coord_ready(self))
@@ -426,6 +435,9 @@ static void Coord_dealloc(CoordObject *self)
 static PyMethodDef Coord_methods[] = {
     {"step", (PyCFunction)Coord_step, METH_VARARGS, "step(timeout_ms=100) -> int: run the event loop; the state."},
     {"stop", (PyCFunction)Coord_stop, METH_VARARGS, "stop(reason=None): ask every node to stop."},
+    {"end_feed", (PyCFunction)Coord_end_feed, METH_NOARGS,
+     "end_feed(): end the input feed of every running chief/worker/evaluator node (no more records, ever); "
+     "their programs see the end of the feed once they have read what is there."},
     {"status", (PyCFunction)Coord_status, METH_NOARGS, "status() -> str: JSON status of every node."},
     {"close", (PyCFunction)Coord_close, METH_NOARGS, "close(): stop listening and free."},
     {NULL, NULL, 0, NULL},
@@ -837,6 +849,18 @@ static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+static PyObject *Ring_detach(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->ring) {
+        tfos__ring *r = self->ring;
+        self->ring = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        tfos__ring_detach(r);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Ring_get_max_record(RingObject *self, void *Py_UNUSED(c))
 {
     if (!ring_ready(self))
@@ -870,7 +894,11 @@ static PyMethodDef Ring_methods[] = {
      "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
      "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
-    {"close", (PyCFunction)Ring_close, METH_NOARGS, "close(): detach."},
+    {"close", (PyCFunction)Ring_close, METH_NOARGS,
+     "close(): let go of the ring; a consumer closes it for good (producers get FeedClosed)."},
+    {"detach", (PyCFunction)Ring_detach, METH_NOARGS,
+     "detach(): let go of the ring; a consumer hands its role over (a later Ring(fd, ROLE_CONSUMER) reads on "
+     "from the first record not read). Other roles: the same as close()."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1019,6 +1047,74 @@ static PyObject *mod_feed_connect(PyObject *m, PyObject *args)
     return Py_BuildValue("(iis)", in_fd, out_fd, node);
 }
 
+/* ---- clients of a coordinator ------------------------------------------ */
+
+/* The exception for a failed client call, naming the coordinator. */
+static PyObject *raise_client(int rc, int err, const char *what, const char *addr, int timeout)
+{
+    switch (rc) {
+    case TFOS_EINVAL:
+        return PyErr_Format(PyExc_ValueError, "%s: bad coordinator address '%s' (want host:port)",
+                            what, addr);
+    case TFOS_ESYS:
+        return PyErr_Format(PyExc_ConnectionError, "%s: cannot reach the coordinator at %s: %s", what, addr,
+                            strerror(err));
+    case TFOS_ETIMEDOUT:
+        return PyErr_Format(PyExc_TimeoutError, "%s: the coordinator at %s did not answer within %d ms", what, addr,
+                            timeout);
+    case TFOS_EAUTH:
+        return PyErr_Format(PyExc_PermissionError, "%s: the coordinator at %s refused the cluster secret", what,
+                            addr);
+    case TFOS_ECLOSED:
+        return PyErr_Format(PyExc_ConnectionError, "%s: the coordinator at %s closed the connection", what, addr);
+    default:
+        return PyErr_Format(PyExc_RuntimeError, "%s: the coordinator at %s: %s", what, addr, tfos_strerror(rc));
+    }
+}
+
+/* report_abort(coord_addr, secret, executor_id, message, timeout_ms=10000) */
+static PyObject *mod_report_abort(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"coord_addr", "secret", "executor_id", "message", "timeout_ms", NULL};
+    const char *addr, *secret, *message;
+    int executor_id, timeout = 10000, rc, err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssis|i", kwlist, &addr, &secret, &executor_id, &message, &timeout))
+        return NULL;
+    if (executor_id < 0 || timeout < 0)
+        return PyErr_Format(PyExc_ValueError, "report_abort: executor_id and timeout_ms must be >= 0");
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_report_abort(addr, secret, executor_id, message, timeout);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_client(rc, err, "cannot report that the node could not start", addr, timeout);
+    Py_RETURN_NONE;
+}
+
+/* query_status(coord_addr, secret, timeout_ms=10000) -> str */
+static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"coord_addr", "secret", "timeout_ms", NULL};
+    const char *addr, *secret;
+    int timeout = 10000, rc, err;
+    char *json = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|i", kwlist, &addr, &secret, &timeout))
+        return NULL;
+    if (timeout < 0)
+        return PyErr_Format(PyExc_ValueError, "query_status: timeout_ms must be >= 0");
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_query_status(addr, secret, timeout, &json);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc == TFOS_ENOMEM)
+        return PyErr_NoMemory();
+    if (rc)
+        return raise_client(rc, err, "cannot query the cluster's status", addr, timeout);
+    PyObject *r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
+    free(json);
+    return r;
+}
+
 /* ---- module -------------------------------------------------------------- */
 
 static PyObject *mod_random_secret(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -1049,6 +1145,13 @@ static PyMethodDef module_methods[] = {
      "after validating every field and range (FeedError if corrupt)."},
     {"ring_create", mod_ring_create, METH_VARARGS,
      "ring_create(capacity) -> fd: a new feed ring in a sealed memfd; attach with Ring(fd, role)."},
+    {"report_abort", (PyCFunction)(void (*)(void))mod_report_abort, METH_VARARGS | METH_KEYWORDS,
+     "report_abort(coord_addr, secret, executor_id, message, timeout_ms=10000): tell the coordinator that node "
+     "executor_id could not start; the cluster fails with the message and stops. Raises ConnectionError, "
+     "TimeoutError, PermissionError (wrong secret) or ValueError."},
+    {"query_status", (PyCFunction)(void (*)(void))mod_query_status, METH_VARARGS | METH_KEYWORDS,
+     "query_status(coord_addr, secret, timeout_ms=10000) -> str: the coordinator's JSON status (with \"state\" "
+     "and \"failure\"). Raises as report_abort."},
     {"feed_connect", mod_feed_connect, METH_VARARGS,
      "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
      "a node on this machine (the caller owns them)."},

@@ -12,6 +12,18 @@
  * SIGTERM/SIGINT/SIGHUP (its launcher's death signal), and after the program
  * itself exits (stray grandchildren). Signals arrive on a signalfd so the
  * single poll loop sees them in order with everything else.
+ *
+ * An agent started detached by a Spark task watches its owner (the executor
+ * JVM, --watch-pid) through a pidfd in the same poll loop (or with kill(pid,
+ * 0) at each heartbeat where pidfds are missing): when the owner is gone the
+ * program is stopped as above and its exit reported as the owner's loss.
+ *
+ * END_FEED from the coordinator ends the node's input ring through a producer
+ * handle of the agent's own, without ever blocking the loop: a full ring or a
+ * busy producer lock is retried on later ticks.
+ *
+ * The end of this file holds the two small clients of the coordinator
+ * (tfos_report_abort, tfos_query_status); they share the agent's dialing.
  */
 #include "core/auth.h"
 #include "core/feedsock.h"
@@ -33,6 +45,7 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +56,8 @@ extern char **environ;
 #define TAIL_LINES 20
 #define TAIL_WIDTH 300
 #define LINE_MAX_ 8192
+#define END_FEED_RETRY_MS 50 /* a full or busy input ring: try again this soon */
+#define OWNER_GRACE_MS 2000  /* SIGTERM -> SIGKILL when the owner is gone */
 
 /* Program run on ps nodes when the user program does not serve them itself:
  * a TensorFlow gRPC server for this task that runs until stopped. */
@@ -90,6 +105,14 @@ typedef struct agent {
     tfos__ring *in_ring, *out_ring; /* observer handles (counters) */
     int in_fd, out_fd;
     int feed_lfd;
+    /* END_FEED: 0 not asked, 1 asked and pending, 2 done or given up */
+    int end_feed;
+    int64_t end_feed_next;        /* next try while pending */
+    tfos__ring *feed_producer;    /* our producer handle on the input ring */
+    /* the owner (--watch-pid) */
+    int owner_fd;                 /* its pidfd; -1: none, or polled with kill() */
+    int owner_gone;
+    int owner_stop;               /* the program was stopped because of it */
 } agent;
 
 static void tail_push(agent *a, const char *line, size_t len)
@@ -346,6 +369,73 @@ fail:;
     a->child_status = 127 << 8;
 }
 
+/* Try once to end the input feed (never waits): the ring may be full, or a
+ * producer may hold its lock inside a partition; then try again later. */
+static void try_end_feed(agent *a)
+{
+    int rc = 0;
+    if (!a->feed_producer)
+        rc = tfos__ring_attach(&a->feed_producer, a->in_fd, TFOS_RING_PRODUCER);
+    if (rc == 0)
+        rc = tfos__ring_end_feed(a->feed_producer, 0);
+    if (rc == TFOS_EFULL || rc == TFOS_EAGAIN || rc == TFOS_ETIMEDOUT) {
+        a->end_feed = 1;
+        a->end_feed_next = tfos__now_ms() + END_FEED_RETRY_MS;
+        return;
+    }
+    a->end_feed = 2;
+    if (rc == 0)
+        TFOS_DEBUG("agent %s: ended the input feed as the coordinator asked", a->label);
+    else /* e.g. the program closed its end of the feed: nothing left to end */
+        TFOS_DEBUG("agent %s: cannot end the input feed: %s", a->label, tfos_strerror(rc));
+}
+
+/* Open a pidfd on the owner, or check that it exists when pidfds are not
+ * available (kernel < 5.3, or filtered): then it is polled with kill(). */
+static int watch_owner(agent *a)
+{
+    pid_t pid = (pid_t)a->o->watch_pid;
+    int gone = 0;
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec by definition */
+    if (fd >= 0) {
+        a->owner_fd = fd;
+        return 0;
+    }
+    gone = errno == ESRCH;
+#endif
+    if (!gone)
+        gone = kill(pid, 0) < 0 && errno == ESRCH;
+    if (gone) {
+        TFOS_ERROR("agent %d: the process to watch (--watch-pid %d) does not exist: the Spark executor that "
+                   "started this node is already gone", a->o->executor_id, (int)pid);
+        return TFOS_EINVAL;
+    }
+    return 0;
+}
+
+/* The owner is gone. Returns 1 when the agent should end now (no program). */
+static int owner_lost(agent *a)
+{
+    a->owner_gone = 1;
+    if (a->owner_fd >= 0) {
+        close(a->owner_fd);
+        a->owner_fd = -1;
+    }
+    if (a->child_done) /* the program is over already: report it as it ended */
+        return 0;
+    if (!a->child) {
+        TFOS_ERROR("agent %d: its Spark executor (pid %d) is gone before the cluster formed; exiting",
+                   a->o->executor_id, a->o->watch_pid);
+        a->error_exit = 1;
+        return 1;
+    }
+    TFOS_ERROR("agent %s: its Spark executor (pid %d) is gone; stopping the program", a->label, a->o->watch_pid);
+    a->owner_stop = 1;
+    begin_stop(a, OWNER_GRACE_MS, "its Spark executor is gone");
+    return 0;
+}
+
 /* Returns 1 when the agent should end. */
 static int handle_frame(agent *a, const tfos__frame *f)
 {
@@ -415,49 +505,71 @@ static int handle_frame(agent *a, const tfos__frame *f)
         begin_stop(a, 2000, text);
         return 0;
     }
+    case TFOS_MSG_END_FEED:
+        if (a->in_fd < 0)
+            TFOS_DEBUG("agent %s: asked to end the feed, but this node has no feed", a->label);
+        else if (a->end_feed == 0)
+            try_end_feed(a);
+        return 0;
     default:
         return 0;
     }
 }
 
-static int connect_and_register(agent *a)
+/* Connect to the coordinator at addr and read its greeting: on success
+ * *conn is connected and mac answers the greeting's nonce. `retry`: keep
+ * trying a failed connect until the deadline (an agent may start before its
+ * coordinator listens); a client fails at once. The greeting is waited for
+ * until the deadline plus hello_extra_ms. On error, err gets one line and
+ * errno is kept for TFOS_ESYS. */
+static int dial_coord(const char *addr, const char *secret, int64_t deadline, int retry, int hello_extra_ms,
+                      tfos__conn *conn, char mac[TFOS_MAC_HEX_LEN + 1], char *err, size_t errlen)
 {
-    const tfos_agent_opts *o = a->o;
     char host[TFOS_HOST_MAX];
     int port, fd = -1, rc;
-    if (tfos__parse_hostport(o->coord_addr, host, sizeof host, &port)) {
-        TFOS_ERROR("agent %d: bad coordinator address '%s' (want host:port)", o->executor_id, o->coord_addr);
-        return TFOS_EINVAL;
-    }
-    int64_t deadline = tfos__now_ms() + (int64_t)(o->connect_timeout > 0 ? o->connect_timeout * 1000 : 30000);
+    tfos__conn_init(conn, -1, TFOS_WIRE_MAX_PAYLOAD);
+    if (!addr || tfos__parse_hostport(addr, host, sizeof host, &port))
+        return tfos__errf(err, errlen, TFOS_EINVAL, "bad coordinator address '%s' (want host:port)",
+                          addr ? addr : "");
     for (;;) {
-        rc = tfos__tcp_connect(host, port, tfos__ms_left(deadline, 5000), &fd);
+        rc = tfos__tcp_connect(host, port, tfos__ms_left(deadline, retry ? 5000 : -1), &fd);
         if (rc == 0)
             break;
-        if (tfos__now_ms() >= deadline) {
-            TFOS_ERROR("agent %d: cannot reach the coordinator at %s: %s", o->executor_id, o->coord_addr,
-                       rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+        if (!retry || tfos__now_ms() >= deadline) {
+            int e = errno;
+            tfos__errf(err, errlen, rc, "cannot reach the coordinator at %s: %s", addr,
+                       rc == TFOS_ESYS ? strerror(e) : tfos_strerror(rc));
+            errno = e;
             return rc;
         }
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    tfos__conn_init(&a->conn, fd, TFOS_WIRE_MAX_PAYLOAD);
-    a->connected = 1;
+    tfos__conn_init(conn, fd, TFOS_WIRE_MAX_PAYLOAD);
     tfos__frame f;
     const char *why = NULL;
-    rc = tfos__conn_wait_frame(&a->conn, tfos__ms_left(deadline, 10000) + 1000, &f, &why);
-    if (rc || f.type != TFOS_MSG_HELLO) {
-        TFOS_ERROR("agent %d: no greeting from the coordinator at %s: %s", o->executor_id, o->coord_addr,
-                   rc ? (why ? why : tfos_strerror(rc)) : "unexpected message");
-        return rc ? rc : TFOS_EPROTO;
+    rc = tfos__conn_wait_frame(conn, tfos__ms_left(deadline, -1) + hello_extra_ms, &f, &why);
+    if (rc || f.type != TFOS_MSG_HELLO)
+        return tfos__errf(err, errlen, rc ? rc : TFOS_EPROTO, "no greeting from the coordinator at %s: %s", addr,
+                          rc ? (why ? why : tfos_strerror(rc)) : "unexpected message");
+    char nonce[80];
+    if (tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce) || tfos__auth_mac(secret, nonce, mac))
+        return tfos__errf(err, errlen, TFOS_EPROTO, "bad greeting from the coordinator at %s", addr);
+    tfos__conn_consume(conn);
+    return 0;
+}
+
+static int connect_and_register(agent *a)
+{
+    const tfos_agent_opts *o = a->o;
+    int64_t deadline = tfos__now_ms() + (int64_t)(o->connect_timeout > 0 ? o->connect_timeout * 1000 : 30000);
+    char mac[TFOS_MAC_HEX_LEN + 1], err[512];
+    int rc = dial_coord(o->coord_addr, o->secret, deadline, 1, 1000, &a->conn, mac, err, sizeof err);
+    a->connected = a->conn.fd >= 0;
+    if (rc) {
+        TFOS_ERROR("agent %d: %s", o->executor_id, err);
+        return rc;
     }
-    char nonce[80], mac[TFOS_MAC_HEX_LEN + 1];
-    if (tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce) || tfos__auth_mac(o->secret, nonce, mac)) {
-        TFOS_ERROR("agent %d: bad greeting from the coordinator", o->executor_id);
-        return TFOS_EPROTO;
-    }
-    tfos__conn_consume(&a->conn);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_REGISTER);
     tfos__msg_add(&m, "mac", "%s", mac);
@@ -465,6 +577,8 @@ static int connect_and_register(agent *a)
     tfos__msg_add(&m, "host", "%s", o->host ? o->host : "127.0.0.1");
     tfos__msg_add(&m, "port", "%d", a->port);
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
+    if (o->tensorboard_port > 0)
+        tfos__msg_add(&m, "tb_port", "%d", o->tensorboard_port);
     return send_msg(a, &m);
 }
 
@@ -472,8 +586,8 @@ static void agent_loop(agent *a)
 {
     a->next_heartbeat = tfos__now_ms() + HEARTBEAT_MS;
     for (;;) {
-        struct pollfd p[5];
-        int np = 0, ic = -1, is = -1, il[2] = {-1, -1}, ifeed = -1;
+        struct pollfd p[6];
+        int np = 0, ic = -1, is = -1, il[2] = {-1, -1}, ifeed = -1, iowner = -1;
         if (a->connected) {
             ic = np;
             p[np].fd = a->conn.fd;
@@ -494,10 +608,18 @@ static void agent_loop(agent *a)
             p[np].fd = a->feed_lfd;
             p[np++].events = POLLIN;
         }
+        if (a->owner_fd >= 0) {
+            iowner = np;
+            p[np].fd = a->owner_fd;
+            p[np++].events = POLLIN; /* readable once the process has exited */
+        }
         int64_t now = tfos__now_ms();
         int64_t wake = a->next_heartbeat;
         if (a->kill_deadline && !a->killed_hard && a->kill_deadline < wake)
             wake = a->kill_deadline;
+        int end_feed_due = a->end_feed == 1 && !a->kill_deadline; /* not once stopping */
+        if (end_feed_due && a->end_feed_next < wake)
+            wake = a->end_feed_next;
         int timeout = wake > now ? (int)(wake - now) : 0;
         int n = poll(p, (nfds_t)np, timeout);
         if (n < 0 && errno != EINTR)
@@ -521,6 +643,8 @@ static void agent_loop(agent *a)
                 }
             }
         }
+        if (iowner >= 0 && p[iowner].revents && owner_lost(a))
+            return;
         for (int i = 0; i < 2; i++)
             if (il[i] >= 0 && p[il[i]].revents)
                 pump(a, &a->lb[i]);
@@ -572,11 +696,16 @@ static void agent_loop(agent *a)
             }
         }
         now = tfos__now_ms();
+        if (end_feed_due && now >= a->end_feed_next && !a->child_done)
+            try_end_feed(a);
         if (a->kill_deadline && !a->killed_hard && now >= a->kill_deadline && a->child > 0 && !a->child_done) {
             TFOS_WARN("agent %s: program did not stop after SIGTERM; sending SIGKILL", a->label);
             kill(-a->child, SIGKILL);
             a->killed_hard = 1;
         }
+        if (now >= a->next_heartbeat && a->o->watch_pid > 0 && a->owner_fd < 0 && !a->owner_gone &&
+            kill((pid_t)a->o->watch_pid, 0) < 0 && errno == ESRCH && owner_lost(a))
+            return;
         if (a->connected && now >= a->next_heartbeat) {
             tfos__msg m;
             tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
@@ -592,13 +721,14 @@ static void agent_loop(agent *a)
 
 int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
 {
-    if (!o || !o->coord_addr || !o->secret || !o->argv || !o->argv[0] || o->executor_id < 0)
+    if (!o || !o->coord_addr || !o->secret || !o->argv || !o->argv[0] || o->executor_id < 0 || o->watch_pid < 0 ||
+        o->tensorboard_port < 0 || o->tensorboard_port > 65535)
         return TFOS_EINVAL;
     agent a;
     memset(&a, 0, sizeof a);
     a.o = o;
     a.sfd = a.resv_fd = a.logfd = -1;
-    a.in_fd = a.out_fd = a.feed_lfd = -1;
+    a.in_fd = a.out_fd = a.feed_lfd = a.owner_fd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
     a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
@@ -614,6 +744,8 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     int rc = TFOS_ESYS;
     a.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (a.sfd < 0)
+        goto out;
+    if (o->watch_pid > 0 && (rc = watch_owner(&a)))
         goto out;
     rc = tfos__reserve_port(&a.resv_fd, &a.port);
     if (rc) {
@@ -644,11 +776,17 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     }
     if (a.child_done) {
         char desc[96];
+        *exit_code = tfos__exit_code(a.child_status);
         if (a.child_status == (127 << 8) && a.tail_count && !strncmp(a.tail[(a.tail_next + TAIL_LINES - 1) % TAIL_LINES], "could not start", 15))
             snprintf(desc, sizeof desc, "could not start the program (exit code 127)");
+        else if (a.owner_stop)
+            snprintf(desc, sizeof desc, "its Spark executor (pid %d) is gone", o->watch_pid);
         else
             tfos__describe_status(a.child_status, desc, sizeof desc);
-        *exit_code = tfos__exit_code(a.child_status);
+        /* stopped from outside, the node did not finish, whatever the
+         * program's own exit code */
+        if (a.owner_stop && *exit_code == 0)
+            *exit_code = 1;
         report_exit(&a, *exit_code, desc);
         TFOS_DEBUG("agent %s: program ended: %s", a.label, desc);
     } else {
@@ -673,9 +811,121 @@ out:
         close(a.in_fd);
     if (a.out_fd >= 0)
         close(a.out_fd);
+    if (a.owner_fd >= 0)
+        close(a.owner_fd);
+    tfos__ring_close(a.feed_producer);
     tfos__ring_close(a.in_ring);
     tfos__ring_close(a.out_ring);
     free(a.nodes);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* ---- clients of the coordinator ------------------------------------------ */
+
+/* Send `m` (finished here) on a dialed connection and wait for the answer
+ * until the deadline: a STATUS frame (left in *f, not consumed) or an ERROR
+ * from the coordinator (TFOS_EAUTH when it refused the secret). */
+static int client_exchange(tfos__conn *conn, tfos__msg *m, int64_t deadline, const char *addr, tfos__frame *f,
+                           char *err, size_t errlen)
+{
+    int rc = tfos__msg_end(m);
+    if (rc == 0)
+        rc = tfos__conn_send(conn, m);
+    tfos__msg_fini(m);
+    if (rc == 0)
+        rc = tfos__conn_flush_wait(conn, tfos__ms_left(deadline, -1));
+    const char *why = NULL;
+    if (rc == 0)
+        rc = tfos__conn_wait_frame(conn, tfos__ms_left(deadline, -1), f, &why);
+    if (rc)
+        return tfos__errf(err, errlen, rc, "no answer from the coordinator at %s: %s", addr,
+                          why ? why : tfos_strerror(rc));
+    if (f->type == TFOS_MSG_ERROR) {
+        char text[512] = "(no message)";
+        tfos__kv_str(f->payload, f->len, "message", text, sizeof text);
+        return tfos__errf(err, errlen, strstr(text, "authentication failed") ? TFOS_EAUTH : TFOS_EPROTO,
+                          "the coordinator at %s refused: %s", addr, text);
+    }
+    if (f->type != TFOS_MSG_STATUS)
+        return tfos__errf(err, errlen, TFOS_EPROTO, "unexpected answer from the coordinator at %s", addr);
+    return 0;
+}
+
+int tfos_report_abort(const char *coord_addr, const char *secret, int executor_id, const char *message,
+                      int timeout_ms)
+{
+    if (!coord_addr || !secret || executor_id < 0 || timeout_ms < 0)
+        return TFOS_EINVAL;
+    if (!message)
+        message = "";
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    tfos__conn conn;
+    char mac[TFOS_MAC_HEX_LEN + 1], err[512] = "";
+    int rc = dial_coord(coord_addr, secret, deadline, 0, 0, &conn, mac, err, sizeof err);
+    if (rc == 0) {
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_ABORT);
+        tfos__msg_add(&m, "mac", "%s", mac);
+        tfos__msg_add(&m, "executor_id", "%d", executor_id);
+        /* one "message=" per line, cut to what a frame holds (with room for
+         * the line keys and the fields above) */
+        size_t room = TFOS_WIRE_MAX_PAYLOAD - 512;
+        const char *line = message;
+        do {
+            const char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line) : strlen(line);
+            size_t take = tfos__utf8_cut(line, len, room);
+            tfos__msg_add(&m, "message", "%.*s", (int)take, line);
+            room = room > take + 9 ? room - take - 9 : 0;
+            line = nl ? nl + 1 : NULL;
+        } while (line && room > 0);
+        tfos__frame f;
+        rc = client_exchange(&conn, &m, deadline, coord_addr, &f, err, sizeof err);
+    }
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("reporting that executor %d could not start: %s", executor_id, err);
+    tfos__conn_fini(&conn);
+    errno = e;
+    return rc;
+}
+
+int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out)
+{
+    if (!json_out)
+        return TFOS_EINVAL;
+    *json_out = NULL;
+    if (!coord_addr || !secret || timeout_ms < 0)
+        return TFOS_EINVAL;
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    tfos__conn conn;
+    char mac[TFOS_MAC_HEX_LEN + 1], err[512] = "";
+    int rc = dial_coord(coord_addr, secret, deadline, 0, 0, &conn, mac, err, sizeof err);
+    if (rc == 0) {
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_QUERY);
+        tfos__msg_add(&m, "mac", "%s", mac);
+        tfos__frame f;
+        rc = client_exchange(&conn, &m, deadline, coord_addr, &f, err, sizeof err);
+        if (rc == 0) {
+            char *json = malloc((size_t)f.len + 1);
+            rc = json ? tfos__kv_str(f.payload, f.len, "json", json, (size_t)f.len + 1) : TFOS_ENOMEM;
+            if (rc == TFOS_ENOMEM)
+                tfos__errf(err, sizeof err, rc, "no memory for the status");
+            else if (rc == TFOS_EINVAL)
+                rc = tfos__errf(err, sizeof err, TFOS_EPROTO, "status from the coordinator at %s without json",
+                                coord_addr);
+            if (rc)
+                free(json);
+            else
+                *json_out = json;
+        }
+    }
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("querying the coordinator: %s", err);
+    tfos__conn_fini(&conn);
+    errno = e;
     return rc;
 }

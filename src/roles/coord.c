@@ -1,9 +1,10 @@
 /* coord.c: the coordinator: reservation, cluster spec, liveness, shutdown.
  *
  * One thread, one poll loop (tfos_coord_step). Peers connect over TCP, are
- * greeted with a nonce, and must answer with a REGISTER (agents) or QUERY
- * (status clients) carrying HMAC(secret, nonce). Anything malformed, oversized
- * or unauthenticated is logged with the peer's address and dropped; it never
+ * greeted with a nonce, and must answer with a REGISTER (agents), QUERY
+ * (status clients) or ABORT (a node task that could not start its node)
+ * carrying HMAC(secret, nonce). Anything malformed, oversized or
+ * unauthenticated is logged with the peer's address and dropped; it never
  * stops the coordinator.
  *
  * Node lifecycle: EMPTY -> REGISTERED (agent holds its port) -> RUNNING
@@ -42,6 +43,7 @@ typedef struct cnode {
     int peer;       /* index in peers, -1 when not connected */
     int agent_pid;
     int prog_pid;
+    int tb_port;    /* TensorBoard port the agent announced, 0: none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
     char exit_desc[96];
     char tail[TAIL_MAX];
@@ -199,6 +201,22 @@ static void enter_stopping(tfos_coord *c)
         send_stop(c, &c->nodes[i], c->failed ? "the cluster is stopping after a failure" : "training finished");
 }
 
+/* Stop the cluster from whatever state it is in: while reserving, the
+ * registered agents are told with an ERROR (no program runs yet); once
+ * running, every agent gets a STOP. */
+static void stop_cluster(tfos_coord *c, const char *reason)
+{
+    if (c->state != TFOS_COORD_RESERVING) {
+        enter_stopping(c);
+        return;
+    }
+    for (int i = 0; i < c->n; i++)
+        if (c->nodes[i].peer >= 0)
+            send_error(c, c->nodes[i].peer, reason);
+    c->state = TFOS_COORD_STOPPING;
+    c->stop_deadline = tfos__now_ms() + 5000;
+}
+
 static void publish_spec(tfos_coord *c)
 {
     TFOS_INFO("coordinator: all %d nodes registered; publishing the cluster spec", c->n);
@@ -242,14 +260,19 @@ static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
         return;
     }
     p->authed = 1;
-    long long id, port, pid;
-    char host[TFOS_HOST_MAX];
+    long long id, port, pid, tb_port = 0;
+    char host[TFOS_HOST_MAX], tb[16];
+    /* tb_port is optional (agents before it was added do not send it), but
+     * when present it must be a port */
+    int has_tb = tfos__kv_str(f->payload, f->len, "tb_port", tb, sizeof tb) != TFOS_EINVAL;
     if (tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &id) ||
         tfos__kv_int(f->payload, f->len, "port", 1, 65535, &port) ||
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid) ||
-        tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !host_valid(host)) {
+        tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !host_valid(host) ||
+        (has_tb && tfos__kv_int(f->payload, f->len, "tb_port", 0, 65535, &tb_port))) {
         TFOS_WARN("coordinator: peer %s sent an invalid registration", p->name);
-        send_error(c, pi, "invalid registration (executor_id, host, port and pid are required)");
+        send_error(c, pi, "invalid registration (executor_id, host, port and pid are required; tb_port must be a "
+                   "port)");
         return;
     }
     char msg[512];
@@ -279,6 +302,7 @@ static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
     snprintf(nd->addr.host, sizeof nd->addr.host, "%s", host);
     nd->addr.port = (int)port;
     nd->agent_pid = (int)pid;
+    nd->tb_port = (int)tb_port;
     nd->state = N_REGISTERED;
     nd->peer = pi;
     p->node = (int)id;
@@ -327,7 +351,7 @@ static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
     nd->state = N_EXITED;
     char label[48];
     node_label(nd, label, sizeof label);
-    if (!was_running)
+    if (!was_running || c->state >= TFOS_COORD_DONE) /* over: a late agent only updates its node */
         return;
     if (c->state == TFOS_COORD_RUNNING && (code != 0 || !is_tracked(nd))) {
         if (code != 0) {
@@ -350,24 +374,86 @@ static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
     check_done(c);
 }
 
-static void handle_query(tfos_coord *c, int pi, const tfos__frame *f)
+/* Check the mac of a client's first frame; on failure answer with an ERROR
+ * (the peer is then dropped) and return 0. `what` names the request in the log. */
+static int client_authed(tfos_coord *c, int pi, const tfos__frame *f, const char *what)
 {
     peer *p = &c->peers[pi];
     char mac[TFOS_MAC_HEX_LEN + 2] = "";
     tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
     if (tfos__auth_check(c->secret, p->nonce, mac)) {
-        TFOS_WARN("coordinator: rejected status query from %s: it does not know the cluster secret", p->name);
+        TFOS_WARN("coordinator: rejected %s from %s: it does not know the cluster secret", what, p->name);
         send_error(c, pi, "authentication failed: wrong cluster secret");
-        return;
+        return 0;
     }
     p->authed = 1;
+    return 1;
+}
+
+/* Answer a client with the status JSON, then drop it once that is sent. */
+static void send_status(tfos_coord *c, int pi)
+{
     char *json = tfos_coord_status_json(c);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
     tfos__msg_add(&m, "json", "%s", json ? json : "{}");
     free(json);
     send_msg(c, pi, &m);
-    p->closing = 1;
+    c->peers[pi].closing = 1;
+}
+
+static void handle_query(tfos_coord *c, int pi, const tfos__frame *f)
+{
+    if (client_authed(c, pi, f, "status query"))
+        send_status(c, pi);
+}
+
+/* A node task could not start its node: that node will never register (or
+ * run), so the cluster has failed. Recorded, logged, and the cluster stopped
+ * whether it is reserving or running; answered with STATUS. */
+static void handle_abort(tfos_coord *c, int pi, const tfos__frame *f)
+{
+    if (!client_authed(c, pi, f, "abort report"))
+        return;
+    long long id;
+    if (tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &id) || id >= c->n) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "invalid abort report: executor_id is missing or not in 0..%d", c->n - 1);
+        TFOS_WARN("coordinator: %s (peer %s)", msg, c->peers[pi].name);
+        send_error(c, pi, msg);
+        return;
+    }
+    /* the message comes as one "message=" line per line of text */
+    char text[4096];
+    size_t tl = 0, pos = 0, kl, vl;
+    const char *k, *v;
+    text[0] = '\0';
+    while (tfos__kv_next(f->payload, f->len, &pos, &k, &kl, &v, &vl) == 0) {
+        if (kl != 7 || memcmp(k, "message", 7))
+            continue;
+        if (tl && tl + 1 < sizeof text)
+            text[tl++] = '\n';
+        size_t take = tfos__utf8_cut(v, vl, sizeof text - 1 - tl);
+        memcpy(text + tl, v, take);
+        tl += take;
+        text[tl] = '\0';
+    }
+    if (!tl)
+        snprintf(text, sizeof text, "(no message)");
+    cnode *nd = &c->nodes[id];
+    char label[48];
+    node_label(nd, label, sizeof label);
+    if (c->state == TFOS_COORD_RESERVING || c->state == TFOS_COORD_RUNNING) {
+        set_failure(c, "%s (executor %lld) could not start: %s", label, id, text);
+        log_failure(c);
+        stop_cluster(c, tfos_coord_failure(c));
+    } else {
+        const char *nl = strchr(text, '\n');
+        TFOS_WARN("coordinator: %s (executor %lld) could not start: %.*s (the cluster is already %s)", label, id,
+                  nl ? (int)(nl - text) : (int)strlen(text), text,
+                  c->state == TFOS_COORD_STOPPING ? "stopping" : "over");
+    }
+    send_status(c, pi);
 }
 
 /* Returns 0 to keep the peer, or a reason to drop it. */
@@ -379,8 +465,10 @@ static const char *handle_frame(tfos_coord *c, int pi, const tfos__frame *f)
             handle_register(c, pi, f);
         else if (f->type == TFOS_MSG_QUERY)
             handle_query(c, pi, f);
+        else if (f->type == TFOS_MSG_ABORT)
+            handle_abort(c, pi, f);
         else
-            return "first message was not an authenticated REGISTER or QUERY";
+            return "first message was not an authenticated REGISTER, QUERY or ABORT";
         return NULL;
     }
     if (p->node < 0)
@@ -617,8 +705,6 @@ fail:
 
 int tfos_coord_step(tfos_coord *c, int timeout_ms)
 {
-    if (c->state >= TFOS_COORD_DONE)
-        return c->state;
     struct pollfd pfd[MAX_PEERS + 1];
     pfd[0].fd = c->lfd;
     pfd[0].events = POLLIN;
@@ -627,10 +713,15 @@ int tfos_coord_step(tfos_coord *c, int timeout_ms)
         pfd[i + 1].fd = c->peers[i].conn.fd;
         pfd[i + 1].events = POLLIN | (c->peers[i].conn.out_len ? POLLOUT : 0);
     }
-    /* never sleep past a deadline we must act on */
+    /* never sleep past a deadline we must act on; once the cluster is over
+     * nothing changes any more, but clients that come to ask (a node task
+     * wanting the failure) are still answered: without waiting, so callers
+     * that step until the end see no difference */
     int wait = timeout_ms;
     if (wait > 200)
         wait = 200;
+    if (c->state >= TFOS_COORD_DONE)
+        wait = 0;
     int n = poll(pfd, (nfds_t)np + 1, wait);
     if (n > 0) {
         /* service peers from the last: drop_peer moves the last peer into a
@@ -666,15 +757,22 @@ void tfos_coord_stop(tfos_coord *c, const char *reason)
             c->failure_code = TFOS_ESTOPPED;
         TFOS_WARN("coordinator: stopping: %s", reason);
     }
-    if (c->state == TFOS_COORD_RESERVING) {
-        for (int i = 0; i < c->n; i++)
-            if (c->nodes[i].peer >= 0)
-                send_error(c, c->nodes[i].peer, reason ? reason : "cluster stopped");
-        c->state = TFOS_COORD_STOPPING;
-        c->stop_deadline = tfos__now_ms() + 5000;
-        return;
+    stop_cluster(c, reason ? reason : "cluster stopped");
+}
+
+void tfos_coord_end_feed(tfos_coord *c)
+{
+    int told = 0;
+    for (int i = 0; i < c->n; i++) {
+        cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->state != N_RUNNING || nd->peer < 0)
+            continue;
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_END_FEED);
+        send_msg(c, nd->peer, &m);
+        told++;
     }
-    enter_stopping(c);
+    TFOS_DEBUG("coordinator: asked %d running node(s) to end their feed", told);
 }
 
 int tfos_coord_failure_code(const tfos_coord *c)
@@ -705,6 +803,7 @@ int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
     out->state = node_state_names[nd->state];
     out->pid = nd->prog_pid;
     out->exit_code = nd->state == N_EXITED ? nd->exit_code : -1;
+    out->tb_port = nd->state == N_EMPTY ? 0 : nd->tb_port;
     return 0;
 }
 
@@ -732,7 +831,7 @@ char *tfos_coord_status_json(const tfos_coord *c)
                 nd->state == N_EMPTY ? 0 : nd->addr.port, node_state_names[nd->state], nd->agent_pid, nd->prog_pid,
                 nd->state == N_EXITED ? nd->exit_code : -1);
         tfos__json_str(f, nd->exit_desc);
-        fprintf(f, "}");
+        fprintf(f, ", \"tensorboard_port\": %d}", nd->state == N_EMPTY ? 0 : nd->tb_port);
     }
     fprintf(f, "]}");
     fclose(f);

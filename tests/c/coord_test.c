@@ -1,6 +1,8 @@
 /* coord_test.c: the coordinator against raw peers on 127.0.0.1: the happy
  * path, wrong secrets, malformed/truncated/oversized frames, duplicate and
- * out-of-range executors, reservation timeout, node failure, heartbeats.
+ * out-of-range executors, reservation timeout, node failure, heartbeats,
+ * END_FEED, TensorBoard ports, ABORT reports, and the C clients
+ * (tfos_report_abort, tfos_query_status) run in a forked child.
  * The coordinator runs in this thread; helpers step it while they wait. */
 #include "check.h"
 #include "core/auth.h"
@@ -9,8 +11,10 @@
 #include "platform/net.h"
 #include "tfos/tfos.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *SECRET = "0123456789abcdef0123456789abcdef";
@@ -99,22 +103,38 @@ static void send_kv(tfos__conn *conn, int type, int nkv, ...)
     tfos__msg_fini(&m);
 }
 
-/* Connect, read the nonce, register as executor `id` with `secret`. Returns
- * the first reply frame type after registering, or 0 if none came yet. */
-static void do_register(tfos_coord *c, tfos__conn *conn, int id, const char *secret, int port)
+/* Connect and answer the greeting: mac gets HMAC(secret, nonce). */
+static void greet(tfos_coord *c, tfos__conn *conn, const char *secret, char mac[TFOS_MAC_HEX_LEN + 1])
 {
     raw_connect(c, conn);
     tfos__frame f;
     CHECK_EQ(wait_frame(c, conn, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_HELLO);
-    char nonce[64], mac[TFOS_MAC_HEX_LEN + 1], idbuf[16], portbuf[16];
+    char nonce[64];
     CHECK_EQ(tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce), 0);
     tfos__conn_consume(conn);
     CHECK_EQ(tfos__auth_mac(secret, nonce, mac), 0);
+}
+
+/* Connect, read the nonce, register as executor `id` with `secret` (and a
+ * tb_port line when tb is not NULL). */
+static void do_register_tb(tfos_coord *c, tfos__conn *conn, int id, const char *secret, int port, const char *tb)
+{
+    char mac[TFOS_MAC_HEX_LEN + 1], idbuf[16], portbuf[16];
+    greet(c, conn, secret, mac);
     snprintf(idbuf, sizeof idbuf, "%d", id);
     snprintf(portbuf, sizeof portbuf, "%d", port);
-    send_kv(conn, TFOS_MSG_REGISTER, 5, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port", portbuf,
-            "pid", "4242");
+    if (tb)
+        send_kv(conn, TFOS_MSG_REGISTER, 6, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port", portbuf,
+                "pid", "4242", "tb_port", tb);
+    else
+        send_kv(conn, TFOS_MSG_REGISTER, 5, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port",
+                portbuf, "pid", "4242");
+}
+
+static void do_register(tfos_coord *c, tfos__conn *conn, int id, const char *secret, int port)
+{
+    do_register_tb(c, conn, id, secret, port, NULL);
 }
 
 static void expect_error(tfos_coord *c, tfos__conn *conn, const char *needle)
@@ -122,7 +142,7 @@ static void expect_error(tfos_coord *c, tfos__conn *conn, const char *needle)
     tfos__frame f;
     CHECK_EQ(wait_frame(c, conn, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_ERROR);
-    char text[1024];
+    char text[8192];
     CHECK_EQ(tfos__kv_str(f.payload, f.len, "message", text, sizeof text), 0);
     if (!strstr(text, needle)) {
         fprintf(stderr, "error text '%s' lacks '%s'\n", text, needle);
@@ -352,6 +372,287 @@ static void status_query(void)
     tfos_coord_close(c);
 }
 
+/* Register every node of `c` on a[] and have them report STARTED (all when
+ * nstarted < 0, else the first nstarted). */
+static void form_cluster(tfos_coord *c, tfos__conn *a, int n, int nstarted)
+{
+    for (int i = 0; i < n; i++)
+        do_register(c, &a[i], i, SECRET, 5000 + i);
+    for (int i = 0; i < n; i++) {
+        tfos__frame f;
+        CHECK_EQ(wait_frame(c, &a[i], &f, 2000), 0);
+        CHECK_EQ(f.type, TFOS_MSG_SPEC);
+        tfos__conn_consume(&a[i]);
+        if (nstarted < 0 || i < nstarted)
+            send_kv(&a[i], TFOS_MSG_STARTED, 1, "pid", "999");
+    }
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
+}
+
+static void end_feed(void)
+{
+    /* ps:0, worker:0 (running), worker:1 (registered, not started yet) */
+    tfos_coord *c = open_coord(2, 1, 10, 30);
+    tfos__conn a[3];
+    tfos__frame f;
+    form_cluster(c, a, 3, 2);
+    tfos_coord_end_feed(c);
+    CHECK_EQ(wait_frame(c, &a[1], &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_END_FEED);
+    CHECK_EQ(f.len, 0);
+    tfos__conn_consume(&a[1]);
+    CHECK_EQ(wait_frame(c, &a[0], &f, 200), TFOS_ETIMEDOUT); /* ps nodes have no feed */
+    CHECK_EQ(wait_frame(c, &a[2], &f, 50), TFOS_ETIMEDOUT);  /* its program has not started */
+    /* once it runs, a second call reaches it too (agents ignore repeats) */
+    send_kv(&a[2], TFOS_MSG_STARTED, 1, "pid", "1000");
+    steps(c, 30);
+    tfos_coord_end_feed(c);
+    CHECK_EQ(wait_frame(c, &a[2], &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_END_FEED);
+    tfos__conn_consume(&a[2]);
+    CHECK_EQ(wait_frame(c, &a[1], &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_END_FEED);
+    tfos__conn_consume(&a[1]);
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
+    for (int i = 0; i < 3; i++)
+        tfos__conn_fini(&a[i]);
+    tfos_coord_close(c);
+}
+
+static void tensorboard_port(void)
+{
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__conn a, b, bad;
+    do_register_tb(c, &bad, 0, SECRET, 5000, "http");
+    expect_error(c, &bad, "tb_port");
+    tfos__conn_fini(&bad);
+    do_register_tb(c, &a, 0, SECRET, 5000, "6006");
+    do_register(c, &b, 1, SECRET, 5001); /* an agent that does not know tb_port */
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, &a, &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_SPEC);
+    tfos_node_info ni;
+    CHECK_EQ(tfos_coord_node(c, 0, &ni), 0);
+    CHECK_EQ(ni.tb_port, 6006);
+    CHECK_EQ(tfos_coord_node(c, 1, &ni), 0);
+    CHECK_EQ(ni.tb_port, 0);
+    char *js = tfos_coord_status_json(c);
+    CHECK(strstr(js, "\"pid\": 0, \"exit_code\": -1, \"exit\": \"\", \"tensorboard_port\": 6006}"));
+    CHECK(strstr(js, "\"tensorboard_port\": 0}"));
+    free(js);
+    tfos__conn_fini(&a);
+    tfos__conn_fini(&b);
+    tfos_coord_close(c);
+}
+
+/* An ABORT from a raw client; returns its answer's type (STATUS or ERROR). */
+static int send_abort(tfos_coord *c, const char *secret, const char *id, const char *msg1, const char *msg2)
+{
+    tfos__conn q;
+    char mac[TFOS_MAC_HEX_LEN + 1];
+    greet(c, &q, secret, mac);
+    if (msg2)
+        send_kv(&q, TFOS_MSG_ABORT, 4, "mac", mac, "executor_id", id, "message", msg1, "message", msg2);
+    else
+        send_kv(&q, TFOS_MSG_ABORT, 3, "mac", mac, "executor_id", id, "message", msg1);
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, &q, &f, 2000), 0);
+    int type = f.type;
+    if (type == TFOS_MSG_STATUS) {
+        static char json[8192];
+        CHECK_EQ(tfos__kv_str(f.payload, f.len, "json", json, sizeof json), 0);
+        CHECK(strstr(json, "\"failure\": "));
+    }
+    tfos__conn_consume(&q);
+    tfos__conn tmp = q;
+    CHECK_EQ(wait_frame(c, &tmp, &f, 2000), TFOS_ECLOSED); /* then the coordinator hangs up */
+    tfos__conn_fini(&tmp);
+    return type;
+}
+
+static void abort_report(void)
+{
+    /* while reserving: the registered agents are told, the cluster fails */
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__conn a;
+    do_register(c, &a, 0, SECRET, 5000);
+    steps(c, 20);
+    CHECK_EQ(send_abort(c, "not-the-secret", "1", "boom", NULL), TFOS_MSG_ERROR);
+    CHECK(strstr(logbuf, "rejected abort report"));
+    CHECK_EQ(send_abort(c, SECRET, "2", "boom", NULL), TFOS_MSG_ERROR); /* out of range */
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RESERVING);
+    CHECK_STR(tfos_coord_failure(c), "");
+    CHECK_EQ(send_abort(c, SECRET, "1", "ImportError: no module named tensorflow", "  at line 3"),
+             TFOS_MSG_STATUS);
+    expect_error(c, &a, "worker:1 (executor 1) could not start: ImportError");
+    CHECK_STR(tfos_coord_failure(c), "worker:1 (executor 1) could not start: ImportError: no module named "
+              "tensorflow\n  at line 3");
+    CHECK_EQ(tfos_coord_failure_code(c), TFOS_EFAILED);
+    CHECK(strstr(logbuf, "could not start: ImportError: no module named tensorflow; stopping the cluster"));
+    tfos__conn_fini(&a);
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
+    tfos_coord_close(c);
+
+    /* while running: every agent is asked to stop */
+    c = open_coord(1, 1, 10, 30);
+    tfos__conn b[2];
+    form_cluster(c, b, 2, -1);
+    CHECK_EQ(send_abort(c, SECRET, "1", "late", NULL), TFOS_MSG_STATUS);
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_STOPPING);
+    for (int i = 0; i < 2; i++) {
+        tfos__frame f;
+        CHECK_EQ(wait_frame(c, &b[i], &f, 2000), 0);
+        CHECK_EQ(f.type, TFOS_MSG_STOP);
+        tfos__conn_consume(&b[i]);
+        send_kv(&b[i], TFOS_MSG_EXITED, 2, "code", "143", "desc", "signal 15 (Terminated)");
+    }
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
+    CHECK_STR(tfos_coord_failure(c), "worker:0 (executor 1) could not start: late");
+    for (int i = 0; i < 2; i++)
+        tfos__conn_fini(&b[i]);
+    tfos_coord_close(c);
+}
+
+/* Run fn(addr) in a child while this process steps the coordinator (when c
+ * is not NULL); the child's exit status is -rc of its call, and what it
+ * writes to its pipe lands in out. */
+static int in_child(tfos_coord *c, const char *addr, int (*fn)(const char *addr, int wfd), char *out,
+                    size_t outlen)
+{
+    int pfd[2];
+    CHECK_EQ(pipe(pfd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        close(pfd[0]);
+        _exit(-fn(addr, pfd[1]));
+    }
+    close(pfd[1]);
+    int st = 0;
+    int64_t deadline = tfos__now_ms() + 20000;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        CHECK(tfos__now_ms() < deadline);
+        if (c)
+            tfos_coord_step(c, 5);
+        else
+            usleep(5000);
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < outlen && (r = read(pfd[0], out + got, outlen - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(pfd[0]);
+    CHECK(WIFEXITED(st));
+    return -WEXITSTATUS(st);
+}
+
+static int child_query(const char *addr, int wfd)
+{
+    char *json = NULL;
+    int rc = tfos_query_status(addr, SECRET, 5000, &json);
+    if (rc == 0) {
+        CHECK(write(wfd, json, strlen(json)) == (ssize_t)strlen(json));
+        free(json);
+    }
+    return rc;
+}
+
+static int child_query_wrong_secret(const char *addr, int wfd)
+{
+    (void)wfd;
+    char *json = (char *)"untouched";
+    int rc = tfos_query_status(addr, "not-the-secret", 5000, &json);
+    CHECK(json == NULL);
+    return rc;
+}
+
+static int child_abort_long(const char *addr, int wfd)
+{
+    (void)wfd;
+    /* 200 KB over three lines, ending inside a 2-byte UTF-8 character at
+     * every possible cut: more than a frame holds */
+    size_t n = 200000;
+    char *msg = malloc(n + 1);
+    CHECK(msg);
+    memcpy(msg, "Traceback (most recent call last):\n  File x\n", 44);
+    for (size_t i = 44; i + 1 < n; i += 2)
+        memcpy(msg + i, "\xc3\xa9", 2); /* e-acute */
+    msg[n - 1] = 'Z';
+    msg[n] = '\0';
+    int rc = tfos_report_abort(addr, SECRET, 0, msg, 5000);
+    free(msg);
+    return rc;
+}
+
+static int child_abort_timeout(const char *addr, int wfd)
+{
+    (void)wfd;
+    int64_t t0 = tfos__now_ms();
+    int rc = tfos_report_abort(addr, SECRET, 0, "x", 300);
+    CHECK(tfos__now_ms() - t0 < 3000);
+    return rc;
+}
+
+static int child_bad_addr(const char *addr, int wfd)
+{
+    (void)addr;
+    (void)wfd;
+    char *json;
+    CHECK_EQ(tfos_query_status("no-port-here", SECRET, 1000, &json), TFOS_EINVAL);
+    return tfos_report_abort("127.0.0.1:notaport", SECRET, 0, "x", 1000);
+}
+
+static void clients(void)
+{
+    static char out[1 << 16];
+    tfos_coord *c = open_coord(1, 0, 10, 30);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_query, out, sizeof out), 0);
+    CHECK(strstr(out, "\"state\": \"reserving\""));
+    CHECK(strstr(out, "\"failure\": \"\""));
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_query_wrong_secret, out, sizeof out), TFOS_EAUTH);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_abort_long, out, sizeof out), 0);
+    const char *fail = tfos_coord_failure(c);
+    const char *want = "worker:0 (executor 0) could not start: Traceback (most recent call last):\n  File x\n"
+                       "\xc3\xa9\xc3\xa9";
+    CHECK(!strncmp(fail, want, strlen(want)));
+    size_t fl = strlen(fail);
+    CHECK(fl > 4000 && fl < 8192);
+    CHECK(!strchr(fail, 'Z'));
+    /* cut between characters, never inside one */
+    CHECK((unsigned char)fail[fl - 2] == 0xc3 && (unsigned char)fail[fl - 1] == 0xa9);
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
+    tfos_coord_close(c);
+
+    c = open_coord(2, 0, 10, 30);
+    tfos__conn a;
+    do_register(c, &a, 1, SECRET, 5001);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_abort_long, out, sizeof out), 0);
+    expect_error(c, &a, "could not start");
+    tfos__conn_fini(&a);
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
+    /* over, the coordinator still tells node tasks why */
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_query, out, sizeof out), 0);
+    CHECK(strstr(out, "\"failure\": \"worker:0 (executor 0) could not start: Traceback (most recent call "
+                      "last):\\u000a"));
+    CHECK(strstr(out, "\"state\": \"failed\""));
+    tfos_coord_close(c);
+
+    /* a listener that never greets: the wait is bounded */
+    int lfd, port;
+    CHECK_EQ(tfos__tcp_listen("127.0.0.1", 0, 8, &lfd, &port), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    CHECK_EQ(in_child(NULL, addr, child_abort_timeout, out, sizeof out), TFOS_ETIMEDOUT);
+    close(lfd);
+    /* nobody listens there any more: refused at once */
+    CHECK_EQ(in_child(NULL, addr, child_abort_timeout, out, sizeof out), TFOS_ESYS);
+    CHECK_EQ(in_child(NULL, addr, child_bad_addr, out, sizeof out), TFOS_EINVAL);
+}
+
 int main(void)
 {
     tfos_set_logger(capture, NULL);
@@ -363,5 +664,9 @@ int main(void)
     RUN(node_failure);
     RUN(lost_agent_and_heartbeat);
     RUN(status_query);
+    RUN(end_feed);
+    RUN(tensorboard_port);
+    RUN(abort_report);
+    RUN(clients);
     return 0;
 }

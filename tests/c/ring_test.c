@@ -723,6 +723,151 @@ static void test_killed_consumer(void)
     tfos__ring_close(p);
 }
 
+/* ---- consumer handover: detach, re-attach, take over a dead one ---------- */
+
+enum { HAND_LEN = 500 }; /* 508-byte records: 8 fill a 4096-byte ring */
+
+static int write_seq(tfos__ring *p, uint32_t seq, int timeout_ms)
+{
+    uint8_t buf[HAND_LEN];
+    fill(buf, sizeof buf, seq);
+    memcpy(buf, &seq, sizeof seq);
+    return tfos__ring_write(p, TFOS_RING_TAG_USER, buf, sizeof buf, timeout_ms);
+}
+
+/* Consume the next record, which must carry `seq`. */
+static void expect_seq(tfos__ring *c, uint32_t seq)
+{
+    tfos__ring_rec rec = expect(c, TFOS_RING_TAG_USER, 0);
+    uint32_t got;
+    CHECK(rec.len == HAND_LEN);
+    memcpy(&got, rec.data, sizeof got);
+    if (got != seq)
+        fprintf(stderr, "got record %u, want %u\n", got, seq);
+    CHECK(got == seq);
+}
+
+/* In a child: attach as the consumer, read records [from, to), then detach
+ * (or get killed, leaving the role behind). */
+static pid_t consumer_child(int fd, uint32_t from, uint32_t to, int die)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        tfos__ring *c;
+        CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+        for (uint32_t s = from; s < to; s++)
+            expect_seq(c, s);
+        if (die)
+            kill(getpid(), SIGKILL);
+        tfos__ring_detach(c);
+        _exit(0);
+    }
+    return pid;
+}
+
+static void test_consumer_handover(void)
+{
+    tfos__ring *p, *c, *x;
+    int fd;
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_create(&p, &fd, 4096, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&x, fd, TFOS_RING_CONSUMER), TFOS_EINVAL); /* one at a time */
+    for (uint32_t s = 0; s < 3; s++)
+        CHECK_RC(write_seq(p, s, 0), 0);
+    expect_seq(c, 0);
+    /* held by a peek, not released: the next consumer gets it again */
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), 0);
+    tfos__ring_detach(c);
+    tfos__ring_stats st = stats(p);
+    CHECK(st.consumer_pid == 0 && !st.consumer_closed && !st.consumer_terminated);
+
+    /* Nobody consumes: records still go in, and a full ring makes producers
+     * wait (for a consumer, or their timeout), never fail as closed. */
+    uint32_t next = 3;
+    while (write_seq(p, next, 0) == 0)
+        next++;
+    CHECK(next == 9); /* 8 records fill the ring; 1 and 2 are still in it */
+    uint64_t t0 = ms_now();
+    CHECK_RC(write_seq(p, next, 200), TFOS_ETIMEDOUT);
+    CHECK(ms_now() - t0 >= 150);
+
+    /* A consumer in another process reads on, in order, from record 1, and
+     * hands over again; then it exits: it is not a dead consumer. */
+    pid_t pid = consumer_child(fd, 1, 5, 0);
+    CHECK_RC(write_seq(p, next++, LONG_MS), 0); /* room as soon as it reads */
+    CHECK(exited_ok(reap(pid)));
+    CHECK(stats(p).consumer_pid == 0);
+    while (write_seq(p, next, 0) == 0)
+        next++;
+    CHECK_RC(write_seq(p, next, 100), TFOS_ETIMEDOUT);
+
+    /* The same process may come back as the consumer. */
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK(stats(p).consumer_pid == (int32_t)getpid());
+    for (uint32_t s = 5; s < next; s++)
+        expect_seq(c, s);
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EAGAIN);
+
+    /* A producer's detach is its close. */
+    CHECK_RC(tfos__ring_attach(&x, fd, TFOS_RING_PRODUCER), 0);
+    CHECK(stats(p).producers == 2);
+    tfos__ring_detach(x);
+    CHECK(stats(p).producers == 1);
+    tfos__ring_detach(NULL);
+
+    /* The end of the feed is seen by every later consumer. */
+    CHECK_RC(write_seq(p, next, 0), 0);
+    CHECK_RC(tfos__ring_end_feed(p, 0), 0);
+    expect_seq(c, next);
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_EEND);
+    tfos__ring_detach(c);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_peek(c, &rec, LONG_MS), TFOS_EEND);
+
+    /* close (not detach) ends it: no consumer after that one */
+    tfos__ring_close(c);
+    CHECK(stats(p).consumer_terminated);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), TFOS_EINVAL);
+    close(fd);
+    tfos__ring_close(p);
+}
+
+static void test_dead_consumer_takeover(void)
+{
+    tfos__ring *p, *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&p, &fd, 4096, TFOS_RING_PRODUCER), 0);
+    for (uint32_t s = 0; s < 4; s++)
+        CHECK_RC(write_seq(p, s, 0), 0);
+    /* a consumer dies holding the role; no producer noticed yet */
+    pid_t pid = consumer_child(fd, 0, 2, 1);
+    CHECK(killed_by(reap(pid), SIGKILL));
+    tfos__ring_stats st = stats(p);
+    CHECK(st.consumer_pid == pid && !st.consumer_closed);
+    /* a new one takes over and reads on */
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK(stats(p).consumer_pid == (int32_t)getpid());
+    expect_seq(c, 2);
+    expect_seq(c, 3);
+    tfos__ring_detach(c);
+
+    /* A dead consumer that a producer found first: the ring is closed for
+     * good, no takeover. */
+    for (uint32_t s = 4; s < 12; s++)
+        CHECK_RC(write_seq(p, s, 0), 0);
+    pid = consumer_child(fd, 4, 5, 1);
+    CHECK(killed_by(reap(pid), SIGKILL));
+    CHECK_RC(write_seq(p, 12, 0), 0);
+    CHECK_RC(write_seq(p, 13, LONG_MS), TFOS_ECLOSED);
+    CHECK(stats(p).consumer_closed);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), TFOS_EINVAL);
+    close(fd);
+    tfos__ring_close(p);
+}
+
 /* ---- corrupt or hostile shared memory ----------------------------------- */
 
 static void poke(int fd, off_t off, const void *v, size_t n)
@@ -1052,6 +1197,8 @@ int main(void)
         {"killed_producer_takeover", test_killed_producer_takeover},
         {"killed_producer_blocked", test_killed_producer_blocked},
         {"killed_consumer", test_killed_consumer},
+        {"consumer_handover", test_consumer_handover},
+        {"dead_consumer_takeover", test_dead_consumer_takeover},
         {"corrupt_header", test_corrupt_header},
         {"fd_passing", test_fd_passing},
         {"threads", test_threads}, /* last: no fork once a thread has run */

@@ -1,0 +1,260 @@
+"""Runtime pieces the Spark integration builds on, with real processes: the
+driver ending the nodes' feed (Coordinator.end_feed), an agent watching its
+executor (--watch-pid), TensorBoard ports in the status, node tasks reporting
+that they could not start (report_abort) or asking for the status
+(query_status), and handing a ring's consumer role over (Ring.detach)."""
+import json
+import os
+import pickle
+import subprocess
+import threading
+import uuid
+
+import pytest
+
+import tfos._tfos as t
+from tfos import feed
+from conftest import PY, tfos_cli, wait_for
+
+# A node program that reads its feed until the end and says how much it got.
+READ_FEED = ("import sys\n"
+             "from tfos import feed\n"
+             "df = feed.DataFeed(feed.get_manager(), True, timeout=60)\n"
+             "n = 0\n"
+             "while not df.should_stop():\n"
+             "    n += len(df.next_batch(10))\n"
+             "print('consumed', n, flush=True)\n")
+
+
+def start_agent(coord, secret, executor_id, marker, code, *opts):
+    """A detached-style `tfos node` for executor_id running `python -c code`."""
+    env = dict(os.environ, TFOS_SECRET=secret, PYTHONUNBUFFERED="1")
+    argv = [tfos_cli(), "node", "--coord", coord.address, "--executor-id", str(executor_id)] + list(opts)
+    argv += ["--", PY, "-c", code, marker]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def nodes(coord):
+    return json.loads(coord.status())["nodes"]
+
+
+def step_until(coord, cond, timeout):
+    """Step the coordinator (in this thread) until cond() holds; bounded."""
+    return wait_for(lambda: coord.step(20) is not None and cond(), timeout, interval=0)
+
+
+def finish(procs, timeout=30):
+    """Wait for agent processes (bounded); kill what is left. Returns their outputs."""
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append((p.returncode, out, err))
+    return outs
+
+
+class Stepper(object):
+    """Steps a coordinator in a thread while this one makes blocking calls.
+    Nothing else touches the coordinator until stop()."""
+
+    def __init__(self, coord):
+        self.coord = coord
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.is_set():
+            self.coord.step(20)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def test_end_feed_from_the_driver_ends_the_programs(marker):
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    coord = t.Coordinator(2, secret, reservation_timeout=60)
+    agents = [start_agent(coord, secret, 0, marker, READ_FEED, "--cluster-id", cid, "--tensorboard-port", "6006"),
+              start_agent(coord, secret, 1, marker, READ_FEED, "--cluster-id", cid)]
+    try:
+        assert step_until(coord, lambda: all(n["state"] == "running" for n in nodes(coord)), 30), coord.status()
+        for eid in (0, 1):
+            client = feed.FeedClient(eid, cluster_id=cid, secret=secret, timeout=20)
+            client.feed_partition([[i, i * 0.5] for i in range(25 + eid)], partition_id=eid + 1)
+            client.close()
+        coord.end_feed()
+        coord.end_feed()  # a repeat is harmless
+        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
+        assert coord.state == t.STATE_DONE, coord.failure
+        by_id = {n["executor_id"]: n for n in nodes(coord)}
+        assert by_id[0]["tensorboard_port"] == 6006 and by_id[1]["tensorboard_port"] == 0
+    finally:
+        outs = finish(agents)
+        coord.close()
+    for eid, (rc, out, err) in enumerate(outs):
+        assert rc == 0, err
+        assert "[worker:%d] consumed %d" % (eid, 25 + eid) in out
+
+
+def test_end_feed_waits_for_room_in_a_full_ring(tmp_path, marker):
+    """The ring is full when END_FEED comes: the agent retries (without
+    blocking) until the program makes room, and nothing is lost."""
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    go = tmp_path / "go"
+    code = ("import os, time\n"
+            "t0 = time.monotonic()\n"
+            "while not os.path.exists(%r) and time.monotonic() - t0 < 60:\n"
+            "    time.sleep(0.02)\n" % str(go)) + READ_FEED
+    coord = t.Coordinator(1, secret, reservation_timeout=60)
+    agent = start_agent(coord, secret, 0, marker, code, "--cluster-id", cid, "--feed-mb", "1")
+    try:
+        assert step_until(coord, lambda: nodes(coord)[0]["state"] == "running", 30), coord.status()
+        client = feed.FeedClient(0, cluster_id=cid, secret=secret, timeout=20)
+        rows = 0
+        # Fill the ring to the last byte, so that not even END_OF_FEED fits:
+        # records of 16*k bytes (8-byte header + payload), pickles padded
+        # (pickle ignores what follows its STOP), big ones and then the least.
+        for size in (40000, 0):
+            with pytest.raises(TimeoutError):
+                while True:
+                    batch = [[rows + i, "x" * 1000] for i in range(size // 1000)]
+                    payload = pickle.dumps(batch)
+                    payload += b" " * ((8 - len(payload)) % 16)
+                    client.feed_encoded(feed.TAG_PICKLE, payload, timeout=0)
+                    rows += len(batch)
+        stats = client.input.stats()
+        assert stats["used"] == stats["capacity"]
+        client.close()
+        assert rows > 500
+        coord.end_feed()
+        step_until(coord, lambda: False, 0.3)  # the agent keeps trying meanwhile
+        assert agent.poll() is None and coord.state == t.STATE_RUNNING
+        go.write_text("go")
+        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
+        assert coord.state == t.STATE_DONE, coord.failure
+    finally:
+        (rc, out, err), = finish([agent])
+        coord.close()
+    assert rc == 0, err
+    assert "[worker:0] consumed %d" % rows in out
+
+
+def test_watch_pid_stops_the_node_when_its_executor_is_gone(marker):
+    owner = subprocess.Popen([PY, "-c", "import time; time.sleep(120)", marker])
+    secret = t.random_secret()
+    coord = t.Coordinator(1, secret, reservation_timeout=60)
+    agent = start_agent(coord, secret, 0, marker, "import time; print('up', flush=True); time.sleep(120)",
+                        "--watch-pid", str(owner.pid))
+    try:
+        assert step_until(coord, lambda: nodes(coord)[0]["state"] == "running", 30), coord.status()
+        owner.kill()
+        owner.wait(10)
+        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
+        assert coord.state == t.STATE_FAILED
+        assert "worker:0 (executor 0" in coord.failure
+        assert "its Spark executor (pid %d) is gone" % owner.pid in coord.failure
+        assert nodes(coord)[0]["exit"] == "its Spark executor (pid %d) is gone" % owner.pid
+    finally:
+        (rc, out, err), = finish([agent])
+        coord.close()
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+    assert rc != 0
+    assert "is gone; stopping the program" in err
+
+
+def test_watch_pid_before_the_cluster_forms_and_missing_pid(marker):
+    owner = subprocess.Popen([PY, "-c", "import time; time.sleep(120)", marker])
+    secret = t.random_secret()
+    coord = t.Coordinator(2, secret, reservation_timeout=60)  # executor 1 never comes
+    agent = start_agent(coord, secret, 0, marker, "print('never runs')", "--watch-pid", str(owner.pid))
+    try:
+        assert step_until(coord, lambda: nodes(coord)[0]["state"] == "registered", 30), coord.status()
+        owner.kill()
+        owner.wait(10)
+        assert step_until(coord, lambda: agent.poll() is not None, 15)
+        # its slot is free again; the cluster still waits for its nodes
+        assert step_until(coord, lambda: nodes(coord)[0]["state"] == "waiting", 5)
+        assert coord.state == t.STATE_RESERVING
+    finally:
+        (rc, out, err), = finish([agent])
+        coord.close()
+    assert rc == 1
+    assert "its Spark executor (pid %d) is gone before the cluster formed" % owner.pid in err
+    assert "never runs" not in out
+
+    # a pid that is not there at all: refused at once, before anything else
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    r = subprocess.run([tfos_cli(), "node", "--coord", "127.0.0.1:9", "--executor-id", "0", "--watch-pid",
+                        str(gone.pid), "--", PY, "-c", "pass", marker], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, TFOS_SECRET=secret))
+    assert r.returncode == 1
+    assert "--watch-pid %d) does not exist" % gone.pid in r.stderr
+
+
+def test_report_abort_fails_the_cluster_and_query_status_tells(marker):
+    secret = t.random_secret()
+    coord = t.Coordinator(2, secret, reservation_timeout=60)
+    agent = start_agent(coord, secret, 0, marker, "print('never runs')")
+    assert step_until(coord, lambda: nodes(coord)[0]["state"] == "registered", 30), coord.status()
+    stepper = Stepper(coord)
+    try:
+        status = json.loads(t.query_status(coord.address, secret))
+        assert status["state"] == "reserving" and status["failure"] == ""
+        with pytest.raises(PermissionError, match="refused the cluster secret"):
+            t.report_abort(coord.address, "0" * 64, 1, "nope")
+        t.report_abort(coord.address, secret, 1, "ImportError: No module named 'tensorflow'\n  (on host h1)",
+                       timeout_ms=5000)
+        assert wait_for(lambda: agent.poll() is not None, 15)
+        assert wait_for(lambda: json.loads(t.query_status(coord.address, secret))["state"] == "failed", 15)
+        status = json.loads(t.query_status(coord.address, secret, timeout_ms=5000))
+        want = "worker:1 (executor 1) could not start: ImportError: No module named 'tensorflow'\n  (on host h1)"
+        assert status["failure"] == want
+    finally:
+        stepper.stop()
+        (rc, out, err), = finish([agent])
+    assert coord.state == t.STATE_FAILED and coord.failure_code == t.EFAILED
+    assert coord.failure == want
+    assert rc == 1 and "could not start: ImportError" in err
+    address = coord.address
+    coord.close()
+    with pytest.raises(ConnectionError, match="cannot reach the coordinator at %s" % address):
+        t.query_status(address, secret, timeout_ms=2000)
+    with pytest.raises(ValueError, match="bad coordinator address"):
+        t.report_abort("nowhere", secret, 0, "x")
+
+
+def test_ring_detach_hands_the_consumer_role_over():
+    fd = t.ring_create(1 << 16)
+    try:
+        prod = t.Ring(fd, t.ROLE_PRODUCER)
+        for i in range(3):
+            prod.write(t.TAG_DATA, b"r%d" % i, 1000)
+        first = t.Ring(fd, t.ROLE_CONSUMER)
+        with pytest.raises(ValueError):
+            t.Ring(fd, t.ROLE_CONSUMER)  # one consumer at a time
+        assert [r[2] for r in first.read(1000, 1)] == [b"r0"]
+        first.detach()
+        assert prod.stats()["consumer_pid"] == 0 and not prod.stats()["consumer_closed"]
+        for i in range(3, 6):  # nobody consumes meanwhile
+            prod.write(t.TAG_DATA, b"r%d" % i, 1000)
+        second = t.Ring(fd, t.ROLE_CONSUMER)
+        got = []
+        while len(got) < 5:
+            got += [r[2] for r in second.read(1000)]
+        assert got == [b"r%d" % i for i in range(1, 6)]
+        second.close()  # a close ends consuming for good
+        with pytest.raises(ValueError):
+            t.Ring(fd, t.ROLE_CONSUMER)
+        with pytest.raises(t.FeedClosed):
+            prod.write(t.TAG_DATA, b"late", 1000)
+        prod.close()
+    finally:
+        os.close(fd)
