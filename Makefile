@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed bench-recovery clean
+.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed bench-recovery bench-spark clean
 
 all: install
 
@@ -62,16 +62,19 @@ test-py: install
 test-py-asan: install test-asan
 	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py
 
-# The Spark standalone test cluster (groundwork for the Spark integration).
+# TFCluster on a real Spark standalone cluster (master + 2 one-core workers
+# on 127.0.0.1, started and stopped by the tests).
 test-spark: install
-	$(VPY) -m pytest -q tests/spark
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q tests/spark
 
-test: install test-c test-asan test-tsan test-py test-py-asan
+test: install test-c test-asan test-tsan test-py test-py-asan test-spark
 
 demo: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
 	    $(VPY) examples/digits/train.py --epochs 8 --model-dir $(BUILD)/digits-model
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) examples/digits/predict.py --model-dir $(BUILD)/digits-model
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) examples/digits/spark_digits.py --master 'local[2]' \
+	    --model-dir $(BUILD)/digits-spark-model
 
 bench: bench-start bench-feed bench-recovery
 
@@ -83,6 +86,11 @@ bench-feed: install
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos
+
+# tfos vs tensorflowonspark 2.2.5 on one Spark standalone cluster (installs the
+# baseline into its own venv under .bench-venv on first use).
+bench-spark: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) tfos-logs

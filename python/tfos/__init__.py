@@ -10,7 +10,7 @@ module ``tfos._tfos``; this package is the thin Python over it:
   ``cluster_spec``, ...).
 """
 from ._launch import ClusterError, agent_path, run
-from . import TFNode
+from . import TFNode, TFCluster, TFParallel, compat
 from ._tfos import VERSION as __version__
 
-__all__ = ["run", "ClusterError", "agent_path", "TFNode", "__version__"]
+__all__ = ["run", "ClusterError", "agent_path", "TFNode", "TFCluster", "TFParallel", "compat", "__version__"]

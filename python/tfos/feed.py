@@ -144,9 +144,28 @@ def _decode(tag, partition, payload):
     if tag == TAG_ARROW:
         import pyarrow as pa
         table = pa.ipc.open_stream(payload).read_all()
-        return _Chunk(partition, columns=[c.to_numpy(zero_copy_only=False) for c in table.columns],
-                      names=list(table.column_names))
+        return _Chunk(partition, columns=[_arrow_column(c) for c in table.columns], names=list(table.column_names))
     raise FeedError("unknown record tag %d in the feed (partition %d)" % (tag, partition))
+
+
+def _arrow_column(col):
+    """An Arrow column as numpy: list columns whose rows all have one length
+    (a DataFrame's array<double> features) become one 2-D array."""
+    import pyarrow as pa
+    np = _np()
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and len(arr) \
+            and arr.null_count == 0 and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
+        if pa.types.is_fixed_size_list(t):
+            width = t.list_size
+        else:
+            lens = np.diff(arr.offsets.to_numpy())
+            width = int(lens[0]) if (lens == lens[0]).all() else None
+        values = arr.flatten()
+        if width is not None and values.null_count == 0:
+            return values.to_numpy(zero_copy_only=False).reshape(len(arr), width)
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def _decode_columns(payload):
@@ -483,6 +502,7 @@ class FeedClient(object):
         if self.output is None:
             self.output = _tfos.Ring(self._out_fd, _tfos.ROLE_CONSUMER)
             os.close(self._out_fd)
+            self._out_fd = None
         t = self.timeout_ms if timeout is None else int(timeout * 1000)
         got = self._results.pop(partition_id, [])
         while len(got) < count:
@@ -501,10 +521,17 @@ class FeedClient(object):
     def end_feed(self):
         self.input.end_feed(self.timeout_ms)
 
-    def close(self):
+    def close(self, detach_output=False):
+        """Detach from the node. ``detach_output``: give the output ring's
+        reader role back, so that a later producer can collect its results
+        (the next inference task on this executor)."""
         self.input.close()
         if self.output is not None:
-            self.output.close()
+            if detach_output:
+                self.output.detach()
+            else:
+                self.output.close()
+            self.output = None
         elif self._out_fd is not None:
             os.close(self._out_fd)
         self._out_fd = None

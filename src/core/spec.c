@@ -138,8 +138,19 @@ static int owned_var(const char *kv)
     static const char *const names[] = {"TF_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                                         "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
                                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"};
-    if (!strncmp(kv, "TFOS_", 5))
+    /* Set by whatever started the agent for its program (the Spark node
+     * task, a user), not by the agent: passed through. */
+    static const char *const passed[] = {"TFOS_PAYLOAD_FD", "TFOS_INPUT_MODE", "TFOS_DEFAULT_FS",
+                                         "TFOS_TENSORBOARD_PORT", "TFOS_TENSORBOARD_LOGDIR",
+                                         "TFOS_EXECUTOR_KEY", "TFOS_LOG_LEVEL"};
+    if (!strncmp(kv, "TFOS_", 5)) {
+        for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) {
+            size_t l = strlen(passed[i]);
+            if (!strncmp(kv, passed[i], l) && kv[l] == '=')
+                return 0;
+        }
         return 1;
+    }
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         size_t l = strlen(names[i]);
         if (!strncmp(kv, names[i], l) && kv[l] == '=')

@@ -56,3 +56,18 @@ def spark(spark_cluster, request):
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_tfos_leftovers():
+    """No test may leave a tfos agent or node program behind."""
+    yield
+    from tfoshelpers import tfos_processes, wait_no_tfos_processes
+    import signal as _signal
+    left = wait_no_tfos_processes(30)
+    for pid, _ in tfos_processes():
+        try:
+            os.kill(pid, _signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, "tfos processes left running after the test: %s" % left

@@ -1,0 +1,94 @@
+"""The program a tfos node agent runs for a Spark node: ``map_fun(args, ctx)``.
+
+Started as ``python -m tfos._sparkprog`` by the agent, with TF_CONFIG and the
+TFOS_* variables set. The user's function and its arguments come pickled
+(cloudpickle, from the driver) in the memfd TFOS_PAYLOAD_FD. An exception in
+the function is printed with its traceback and ends the program with exit code
+1; the agent sends the last lines to the coordinator, which raises them on the
+driver with the node's name.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+
+def _read_payload():
+    fd = int(os.environ["TFOS_PAYLOAD_FD"])
+    chunks, off = [], 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, off)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        off += len(chunk)
+    os.close(fd)
+    del os.environ["TFOS_PAYLOAD_FD"]
+    import pickle
+    return pickle.loads(b"".join(chunks))
+
+
+def start_tensorboard(ctx):
+    """TensorBoard on this node (the chief, or worker 0) when the driver asked
+    for it: ``TFCluster.run(tensorboard=True)``. It is in the program's
+    process group, so it ends with the program."""
+    port = os.environ.get("TFOS_TENSORBOARD_PORT")
+    if not port:
+        return None
+    logdir = os.environ.get("TFOS_TENSORBOARD_LOGDIR") or os.path.join(ctx.working_dir, "tensorboard_%d" % ctx.executor_id)
+    if logdir.startswith("file://"):
+        logdir = logdir[len("file://"):]
+    if "://" not in logdir:
+        os.makedirs(logdir, exist_ok=True)
+    host = os.environ.get("TFOS_HOST") or "127.0.0.1"
+    argv = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", host, "--port", port]
+    sys.stderr.write("tfos: TensorBoard at http://%s:%s (logdir %s)\n" % (host, port, logdir))
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+
+
+def _wait_for_stop():
+    """ps and evaluator nodes whose function returned stay up until the
+    cluster stops them (TensorFlowOnSpark's behaviour): a returned ps must not
+    look like a failure to the workers still using it."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
+
+
+def main():
+    from . import TFNode
+    map_fun, tf_args = _read_payload()
+    ctx = TFNode.get_context()
+    tb = start_tensorboard(ctx) if ctx.job_name in ("chief", "worker") else None
+    try:
+        map_fun(tf_args, ctx)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            sys.stderr.write("tfos: map_fun on %s:%d called sys.exit(%r)\n" % (ctx.job_name, ctx.task_index, exc.code))
+            sys.stderr.flush()
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except BaseException:
+        sys.stdout.flush()
+        sys.stderr.write("tfos: map_fun failed on %s:%d (executor %d)\n" % (ctx.job_name, ctx.task_index,
+                                                                           ctx.executor_id))
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    finally:
+        if tb is not None:
+            tb.terminate()
+            try:
+                tb.wait(10)
+            except subprocess.TimeoutExpired:
+                tb.kill()
+                tb.wait()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if ctx.job_name == "ps":
+        _wait_for_stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""TFCluster on a real Spark standalone cluster (master + 2 workers, 1 core
+each): both input modes, RDDs and DataFrames, inference, and the failures
+users hit with TensorFlowOnSpark."""
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from pyspark import cloudpickle
+
+import tfos
+from tfos import TFCluster, TFNode
+from tfos.TFCluster import TFClusterError
+
+from tfoshelpers import tfos_processes, wait_no_tfos_processes, wait_for
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# ---- map_funs (run in the nodes' programs on the executors) -----------------
+
+def record_ctx(args, ctx):
+    """Write what the node saw."""
+    info = {"job_name": ctx.job_name, "task_index": ctx.task_index, "executor_id": ctx.executor_id,
+            "worker_num": ctx.worker_num, "num_workers": ctx.num_workers, "cluster_spec": ctx.cluster_spec,
+            "tf_config": json.loads(os.environ["TF_CONFIG"]), "defaultFS": ctx.defaultFS,
+            "working_dir": ctx.working_dir, "abs": ctx.absolute_path("data/x"), "pid": os.getpid(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "args": args}
+    with open(os.path.join(args["out"], "ctx-%d.json" % ctx.executor_id), "w") as f:
+        json.dump(info, f)
+
+
+def count_rows(args, ctx):
+    """Read the feed to its end; write how many rows and their sum."""
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    n = total = 0
+    while not feed.should_stop():
+        batch = feed.next_batch(args.get("batch", 100))
+        n += len(batch)
+        total += sum(int(r[0]) for r in batch)
+        if args.get("slow"):
+            time.sleep(args["slow"])
+    with open(os.path.join(args["out"], "count-%d.json" % ctx.executor_id), "w") as f:
+        json.dump({"rows": n, "sum": total, "pid": os.getpid()}, f)
+
+
+def count_arrays(args, ctx):
+    """DataFrame feed: columns arrive as numpy arrays (features 2-D)."""
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    n, shapes, label_sum = 0, set(), 0
+    while not feed.should_stop():
+        cols = feed.next_batch_arrays(64, as_dict=True)
+        if not cols:
+            break
+        shapes.add(tuple(cols["features"].shape[1:]))
+        label_sum += int(cols["label"].sum())
+        n += len(cols["label"])
+    with open(os.path.join(args["out"], "arrays-%d.json" % ctx.executor_id), "w") as f:
+        json.dump({"rows": n, "shapes": sorted(shapes), "label_sum": label_sum}, f)
+
+
+def double_it(args, ctx):
+    """Inference: one result per row, in order."""
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    while not feed.should_stop():
+        batch = feed.next_batch(37)
+        if batch:
+            feed.batch_results([(int(r[0]), int(r[0]) * 2) for r in batch])
+
+
+def fail_on_worker1(args, ctx):
+    if ctx.job_name == "worker" and ctx.task_index == 1:
+        raise ValueError("boom from the user's map_fun")
+    time.sleep(args.get("sleep", 0))
+
+
+def read_then_fail(args, ctx):
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    feed.next_batch(10)
+    if ctx.executor_id == 1:
+        raise ValueError("bad record in the user's code")
+    while not feed.should_stop():
+        feed.next_batch(10)
+
+
+# ---- InputMode.TENSORFLOW ------------------------------------------------------
+
+def test_tensorflow_mode_cluster_spec(spark, tmp_path):
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, record_ctx, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=60)
+    cluster.shutdown(timeout=120)
+    infos = {i: json.load(open(tmp_path / ("ctx-%d.json" % i))) for i in range(2)}
+    for i, info in infos.items():
+        assert info["job_name"] == "worker" and info["task_index"] == i and info["worker_num"] == i
+        assert info["num_workers"] == 2
+        tf_config = info["tf_config"]
+        assert tf_config["task"] == {"type": "worker", "index": i}
+        assert len(tf_config["cluster"]["worker"]) == 2 and "chief" not in tf_config["cluster"]
+        assert info["cluster_spec"] == tf_config["cluster"]
+        assert info["abs"] == "file://%s/data/x" % info["working_dir"]
+    # the two nodes ran on different executors (different working dirs)
+    assert infos[0]["working_dir"] != infos[1]["working_dir"]
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_chief_and_roles_in_tfos_order(spark, tmp_path):
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, record_ctx, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            master_node="chief", reservation_timeout=60)
+    cluster.shutdown(timeout=120)
+    roles = sorted((json.load(open(tmp_path / ("ctx-%d.json" % i)))["tf_config"]["task"]["type"], i)
+                   for i in range(2))
+    assert roles == [("chief", 0), ("worker", 1)]
+
+
+def test_exception_in_map_fun_reaches_the_driver(spark, tmp_path):
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, fail_on_worker1, {"sleep": 120}, num_executors=2, num_ps=0,
+                            reservation_timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(TFClusterError) as err:
+        cluster.shutdown(timeout=300)
+    msg = str(err.value)
+    assert "worker:1" in msg
+    assert "Traceback" in msg and "ValueError: boom from the user's map_fun" in msg
+    # worker:0 sleeps 120 s: the failure stopped it instead of waiting for it
+    assert time.monotonic() - t0 < 100, msg
+    assert wait_no_tfos_processes(30) == []
+
+
+# ---- InputMode.SPARK -------------------------------------------------------------
+
+def test_train_rdd_every_row_once_per_epoch(spark, tmp_path):
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i, float(i)) for i in range(2000)], 6)
+    cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster.train(rdd, num_epochs=2, feed_timeout=120)
+    cluster.shutdown(timeout=120)
+    counts = [json.load(open(tmp_path / ("count-%d.json" % i))) for i in range(2)]
+    assert sum(c["rows"] for c in counts) == 4000
+    assert sum(c["sum"] for c in counts) == 2 * sum(range(2000))
+    # both nodes were fed (partitions go to the node on the executor that computes them)
+    assert all(c["rows"] > 0 for c in counts), counts
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_train_dataframe_through_arrow(spark, tmp_path):
+    import numpy as np
+    sc = spark.sparkContext
+    feats = np.arange(300 * 8, dtype=np.float64).reshape(300, 8)
+    rows = [(feats[i].tolist(), i % 10) for i in range(300)]
+    df = spark.createDataFrame(rows, "features array<double>, label long").repartition(4)
+    cluster = TFCluster.run(sc, count_arrays, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster.train(df, num_epochs=1, feed_timeout=120)
+    cluster.shutdown(timeout=120)
+    got = [json.load(open(tmp_path / ("arrays-%d.json" % i))) for i in range(2)]
+    assert sum(g["rows"] for g in got) == 300
+    assert sum(g["label_sum"] for g in got) == sum(i % 10 for i in range(300))
+    assert all(g["shapes"] in ([[8]], []) for g in got), got
+
+
+def test_inference_one_result_per_row_in_order(spark):
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i,) for i in range(1000)], 7)
+    cluster = TFCluster.run(sc, double_it, {}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    results = cluster.inference(rdd, feed_timeout=120).collect()
+    # twice: a second job on the same cluster (output rings handed over)
+    again = cluster.inference(sc.parallelize([(i,) for i in range(50)], 3)).collect()
+    cluster.shutdown(timeout=120)
+    assert results == [(i, 2 * i) for i in range(1000)]
+    assert again == [(i, 2 * i) for i in range(50)]
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_exception_while_training_names_the_node(spark, tmp_path):
+    sc = spark.sparkContext
+    # 8 MB of rows for 1 MiB rings: the feed is still running when the node fails
+    rdd = sc.parallelize([(i, "x" * 1000) for i in range(8000)], 8)
+    cluster = TFCluster.run(sc, read_then_fail, {}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, feed_mb=1)
+    with pytest.raises(TFClusterError) as err:
+        cluster.train(rdd, feed_timeout=600)
+    msg = str(err.value)
+    assert "worker:1" in msg and "ValueError: bad record in the user's code" in msg, msg
+    with pytest.raises(TFClusterError):
+        cluster.shutdown(timeout=60)
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_killed_process_fails_the_feed_fast(spark, tmp_path):
+    sc = spark.sparkContext
+    # 8 MB of rows for 1 MiB rings read at ~200 rows/s: the feed is blocked on
+    # a full ring when the kill comes
+    rdd = sc.parallelize([(i, "x" * 1000) for i in range(8000)], 8)
+    cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path), "slow": 0.05, "batch": 10}, num_executors=2,
+                            num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, feed_mb=1)
+    def started_victim():
+        nodes = [n for n in cluster.status()["nodes"] if n["index"] == 1 and n["pid"] > 0]
+        return nodes[0] if nodes else None
+
+    victim = wait_for(started_victim, 60)
+    assert victim, cluster.status()
+
+    import threading
+
+    def kill_soon():
+        time.sleep(3)
+        os.kill(victim["pid"], signal.SIGKILL)
+
+    threading.Thread(target=kill_soon, daemon=True).start()
+    with pytest.raises(TFClusterError) as err:
+        cluster.train(rdd, feed_timeout=600)
+    msg = str(err.value)
+    assert "worker:1" in msg and "signal 9" in msg, msg
+    # the feeding task's own error says which node died and why
+    cause = str(err.value.__cause__)
+    assert "feeding partition" in cause and "worker:1" in cause and "signal 9" in cause, cause
+    with pytest.raises(TFClusterError):
+        cluster.shutdown(timeout=60)
+    assert wait_no_tfos_processes(30) == []
