@@ -118,7 +118,7 @@ def _executor_count(sc):
     return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # minus the driver
 
 
-def _check_executors(sc, n_tasks, wait_s, local):
+def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
     """Clear errors for clusters that cannot run one node per executor."""
     conf = sc.getConf()
     if local:
@@ -142,6 +142,12 @@ def _check_executors(sc, n_tasks, wait_s, local):
             "for more executors (spark.executor.instances / --num-executors on YARN and Kubernetes; spark.cores.max "
             "together with spark.executor.cores on a standalone master), or lower num_executors"
             % (n_tasks, count, wait_s))
+    if spark_mode and count > n_tasks:
+        raise TFClusterError(
+            "InputMode.SPARK feeds each partition to the node on the executor that computes it, but the application "
+            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. Give the "
+            "application exactly %d executors (spark.executor.instances / --num-executors, or spark.cores.max with "
+            "spark.executor.cores on a standalone master), or set num_executors=%d" % (count, n_tasks, n_tasks, count))
     cores = conf.get("spark.executor.cores", None)
     cpus = int(conf.get("spark.task.cpus", "1"))
     if cores is not None and int(cores) // cpus > 1:
@@ -385,7 +391,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     local = sc.master.startswith("local")
     total = int(num_executors)
     spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
-    _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local)
+    _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
+                     int(input_mode) == InputMode.SPARK)
 
     secret = _tfos.random_secret()
     cluster_id = uuid.uuid4().hex[:12]
@@ -423,6 +430,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             driver.call(coord.stop, "TFCluster.run failed")
         except TFClusterError:
             pass
+        sc.cancelJobGroup(_node_group(spec))  # node tasks not started yet never start
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and not driver.closed:
             if driver.state() in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
@@ -449,6 +457,7 @@ def _start_node_job(sc, spec, spark_ids, local, errors):
     barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
 
     def job():
+        sc.setJobGroup(_node_group(spec), "tfos nodes of cluster %s" % spec.cluster_id, interruptOnCancel=True)
         try:
             stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
             for r in stage.collect():
@@ -460,6 +469,10 @@ def _start_node_job(sc, spec, spark_ids, local, errors):
     t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
     t.start()
     return t
+
+
+def _node_group(spec):
+    return "tfos-nodes-%s" % spec.cluster_id
 
 
 def _short(exc, limit=4000):

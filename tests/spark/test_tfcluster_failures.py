@@ -1,0 +1,87 @@
+"""Misconfigured clusters and lost drivers: clear errors that say what to
+change, and nothing left running."""
+import sys
+import threading
+import time
+
+import pytest
+
+from pyspark import cloudpickle
+
+from tfos import TFCluster, TFSparkNode
+from tfos.TFCluster import TFClusterError
+
+from tfoshelpers import tfos_processes, wait_no_tfos_processes, wait_for
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def sleep_fun(args, ctx):
+    time.sleep(args)
+
+
+def test_too_few_executors(spark):
+    with pytest.raises(TFClusterError) as err:
+        TFCluster.run(spark.sparkContext, sleep_fun, 1, num_executors=3, num_ps=0, reservation_timeout=3)
+    msg = str(err.value)
+    assert "needs 3 Spark executors" in msg and "has 2" in msg and "spark.executor.instances" in msg, msg
+    assert tfos_processes() == []
+
+
+def test_spark_mode_with_executors_that_would_get_no_node(spark):
+    with pytest.raises(TFClusterError) as err:
+        TFCluster.run(spark.sparkContext, sleep_fun, 1, num_executors=1, num_ps=0,
+                      input_mode=TFCluster.InputMode.SPARK, reservation_timeout=10)
+    msg = str(err.value)
+    assert "has 2 executors for 1 nodes" in msg and "num_executors=2" in msg, msg
+
+
+def test_second_node_on_an_executor_is_refused(spark):
+    """A node task on an executor that already runs a node of the cluster (as
+    when spark.task.cpus < spark.executor.cores lets two node tasks share
+    one): it says so and what to change, and the cluster stops."""
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, sleep_fun, 300, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    spec = cluster.spec
+
+    def second_node(it):
+        return [TFSparkNode.start_node(spec, 1)[1] for _ in it]
+
+    errors = sc.parallelize([0, 1], 2).mapPartitions(second_node).collect()
+    assert any(e and "already runs a node of this cluster" in e["error"] for e in errors), errors
+    with pytest.raises(TFClusterError) as err:
+        cluster.shutdown(timeout=120)
+    msg = str(err.value)
+    assert "could not start" in msg and "spark.task.cpus" in msg, msg
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_reservation_timeout_names_the_missing_nodes(spark):
+    """Executors busy with another job: the node tasks cannot start, and the
+    reservation timeout says which nodes never registered."""
+    sc = spark.sparkContext
+    started = threading.Event()
+
+    def blocker():
+        sc.setJobGroup("blocker", "holds one executor", interruptOnCancel=True)
+        started.set()
+        try:
+            sc.parallelize([0], 1).foreach(lambda _: time.sleep(60))
+        except Exception:
+            pass
+
+    t = threading.Thread(target=blocker, daemon=True)
+    t.start()
+    started.wait(10)
+    assert wait_for(lambda: sc.statusTracker().getActiveJobsIds(), 20)
+    time.sleep(2)
+    try:
+        with pytest.raises(TFClusterError) as err:
+            TFCluster.run(sc, sleep_fun, 1, num_executors=2, num_ps=0, reservation_timeout=8)
+        msg = str(err.value)
+        assert "reservation timed out" in msg and "missing" in msg and "worker:0" in msg and "worker:1" in msg, msg
+    finally:
+        sc.cancelJobGroup("blocker")
+        t.join(30)
+    assert wait_no_tfos_processes(30) == []
