@@ -151,10 +151,16 @@ def main(argv=None):
     from tfos import TFCluster
 
     builder = SparkSession.builder.appName("tfos-digits")
-    if args.master:
-        builder = builder.master(args.master)
-    elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and not os.environ.get("SPARK_ENV_LOADED"):
-        builder = builder.master("local[%d]" % args.num_executors)
+    master = args.master
+    if not master and not os.environ.get("SPARK_ENV_LOADED"):  # not under spark-submit
+        master = "local[%d]" % args.num_executors
+    if master:
+        builder = builder.master(master)
+    if master and master.startswith("local"):
+        # everything on this machine: stay on the loopback interface
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    # the Python workers run this interpreter (where tfos is installed)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     sc = spark.sparkContext
