@@ -159,32 +159,114 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
 class TFCluster(object):
     """A running cluster (returned by :func:`run`)."""
 
-    def __init__(self, sc, spec, driver, input_mode, node_thread, driver_agents, num_executors):
+    def __init__(self, sc, spec, conf):
         self.sc = sc
         self.spec = spec
-        self.driver = driver
-        self.input_mode = input_mode
-        self.num_executors = num_executors
-        self._node_thread = node_thread
-        self._driver_agents = driver_agents
+        self._conf = conf                 # how to form an attempt (see run())
+        self.driver = None
+        self.input_mode = conf["input_mode"]
+        self.num_executors = conf["total"]
+        self._node_thread = None
+        self._driver_agents = []
         self._terminated = sc.accumulator(0)
-        self._partitions_fed = 0
         self._shut = False
+        self.attempt = 0
+        self.restarts_left = conf["max_restarts"]
+        self.history = []                 # one line per failed attempt
+        self.partitions_refed = 0         # partitions fed again after a node failure
         self.cluster_id = spec.cluster_id
         self.cluster_info = None
-        self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": num_executors,
+        self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": conf["total"],
                              "server_addr": spec.coord_addr}
+
+    # -- attempts
+    def _start_attempt(self, first):
+        """Form the cluster: a coordinator (same address, secret and cluster
+        id on every attempt, so tasks shipped earlier still find it) and one
+        node task per node. Raises TFClusterError when it does not form."""
+        conf, spec = self._conf, self.spec
+        self.attempt += 1
+        lay = spec.layout
+        coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
+                                  evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
+                                  reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
+                                  heartbeat_timeout=conf["heartbeat_timeout"], attempt=self.attempt)
+        if first:
+            conf["port"] = int(coord.address.rsplit(":", 1)[1])
+            spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
+            self.cluster_meta["server_addr"] = spec.coord_addr
+        self.driver = _Driver(coord)
+        node_errors = []
+        try:
+            if not first:  # an executor may have been lost: wait for Spark to replace it
+                _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
+            if conf["driver_ps_nodes"]:
+                self._driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
+            self._node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], conf["local"], node_errors)
+            _wait_formed(self, node_errors, conf["reservation_timeout"])
+        except BaseException:
+            self._stop_attempt("the cluster did not form")
+            raise
+        logger.info("tfos: cluster %s attempt %d formed", spec.cluster_id, self.attempt)
+
+    def _stop_attempt(self, reason, wait=True):
+        """Stop this attempt's nodes (bounded), close its coordinator, reap."""
+        driver = self.driver
+        if driver is None or driver.closed:
+            return
+        try:
+            driver.call(driver.coord.stop, reason)
+        except TFClusterError:
+            pass
+        self.sc.cancelJobGroup(_node_group(self.spec))  # node tasks not started yet never start
+        deadline = time.monotonic() + (self._conf["grace"] + 30 if wait else 0)
+        while time.monotonic() < deadline:
+            if driver.state() in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
+                    n["state"] in ("exited", "waiting") for n in driver.status()["nodes"]):
+                break
+            time.sleep(0.1)
+        self._close()
+
+    def _restart_or_raise(self, context=""):
+        """The current attempt failed: form the cluster again when restarts
+        are left and the failure was a node's (not a timeout or a stop);
+        else raise TFClusterError with the history of the attempts."""
+        failure = self.driver.failure() or "the cluster stopped"
+        code = self.driver.call(lambda: self.driver.coord.failure_code)
+        self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
+                                                     failure.splitlines()[0]))
+        if self.restarts_left <= 0 or code != _tfos.EFAILED or self._shut:
+            self._stop_attempt("the cluster failed", wait=True)
+            raise TFClusterError(self._failure_text(failure, context))
+        self.restarts_left -= 1
+        logger.warning("tfos: %s; re-forming the cluster (attempt %d, %d restarts left)", failure.splitlines()[0],
+                       self.attempt + 1, self.restarts_left)
+        self._stop_attempt("restarting after a failure", wait=True)
+        self._start_attempt(first=False)
+
+    def _failure_text(self, failure, context=""):
+        text = "the tfos cluster failed: %s" % failure
+        if context:
+            text += "\n" + context
+        if len(self.history) > 1:
+            text += "\nattempts (%d restarts):\n  %s" % (len(self.history) - 1, "\n  ".join(self.history))
+        return text
 
     # -- state
     def _raise_if_failed(self, cause=None):
         if self.driver.closed:
             return
         if self.driver.failed():
-            raise TFClusterError("the tfos cluster failed: %s" % self.driver.failure()) from cause
+            raise TFClusterError(self._failure_text(self.driver.failure())) from cause
 
     def status(self):
-        """The coordinator's view of every node (a dict, as /status serves it)."""
-        return self.driver.status()
+        """The coordinator's view of every node (a dict, as /status serves
+        it), plus ``history`` (one line per failed attempt) and
+        ``partitions_refed``."""
+        st = self.driver.status()
+        st["history"] = list(self.history)
+        st["partitions_refed"] = self.partitions_refed
+        return st
 
     def _run_job(self, what, fn):
         """Run a Spark job; cancel it when the cluster fails meanwhile, and
@@ -228,13 +310,17 @@ class TFCluster(object):
             raise TFClusterError("cluster.%s() needs TFCluster.run(..., input_mode=InputMode.SPARK)" % what)
         if self._shut:
             raise TFClusterError("cluster.%s() after shutdown()" % what)
-        self._raise_if_failed()
+        if self.driver.failed():
+            self._restart_or_raise()
 
     def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):
         """Feed an RDD (or a DataFrame, through Arrow; or a DStream, batch by
         batch) to the nodes, ``num_epochs`` times (0 or 1: once). Partitions
-        go to the node on the executor that computes them; a partition whose
-        feeding fails midway is re-delivered (at-least-once)."""
+        go to the node on the executor that computes them. A partition counts
+        as delivered once its node has read it; when a node fails, the cluster
+        is formed again (``max_restarts``) and every partition not delivered
+        is fed again (at-least-once; ``partitions_refed`` counts those that
+        were in flight)."""
         self._check_spark_mode("train")
         epochs = max(1, int(num_epochs or 1))
         spec = self.spec
@@ -244,23 +330,63 @@ class TFCluster(object):
             def each(rdd):
                 if self._shut or self.driver.closed:
                     return
-                rdd.foreachPartition(TFSparkNode.feed_task(spec, feed_timeout, acc))
+                outcomes = self.sc.accumulator({}, _Outcomes())
+                rdd.mapPartitionsWithIndex(TFSparkNode.feed_task(spec, feed_timeout, outcomes)).count()
+                res = outcomes.value
+                acc.add(sum(1 for st, _ in res.values() if st == "terminated"))
+                lost = [info for st, info in res.values() if st in ("aborted", "skipped")]
+                if lost:
+                    raise TFClusterError(self._failure_text(self.driver.failure() or lost[0]))
 
             dataRDD.foreachRDD(each)
             return
         if _is_dataframe(dataRDD):
-            df = dataRDD
+            data = dataRDD
             for _ in range(epochs - 1):
-                df = df.unionAll(dataRDD) if hasattr(df, "unionAll") else df.union(dataRDD)
-            fn = TFSparkNode.feed_task_arrow(spec, feed_timeout, self._terminated)
-            self._run_job("train", lambda: df.mapInArrow(fn, "rows long").collect())
+                data = data.union(dataRDD)
+            total = data.rdd.getNumPartitions()
         else:
-            rdd = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
-            self._run_job("train", lambda: rdd.foreachPartition(TFSparkNode.feed_task(spec, feed_timeout,
-                                                                                      self._terminated)))
-        skipped = self._terminated.value
-        if skipped:
-            logger.info("tfos: %d partitions were not fed: the nodes had terminated their feed", skipped)
+            data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
+            total = data.getNumPartitions()
+        delivered, terminated = set(), 0
+        while True:
+            outcomes = self.sc.accumulator({}, _Outcomes())
+            progress = _Progress(total, len(delivered), outcomes, self.attempt)
+            job_error = None
+            try:
+                if _is_dataframe(data):
+                    fn = TFSparkNode.feed_task_arrow(spec, feed_timeout, outcomes, delivered)
+                    self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
+                else:
+                    fn = TFSparkNode.feed_task(spec, feed_timeout, outcomes, delivered)
+                    self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
+            except TFClusterError as exc:
+                job_error = exc
+            finally:
+                progress.stop()
+            res = outcomes.value
+            for part, (state, _) in res.items():
+                if state in ("done", "terminated"):
+                    delivered.add(part)
+                    terminated += state == "terminated"
+            lost = sorted((part, info) for part, (state, info) in res.items() if state == "aborted")
+            if len(delivered) >= total:
+                break
+            if not self.driver.failed():
+                if job_error is not None:
+                    raise job_error
+                raise TFClusterError("%d of %d partitions were not delivered, and no node failed: %s" % (
+                    total - len(delivered), total, lost[:3]))
+            context = ""
+            if lost:
+                context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
+            self._restart_or_raise(context)
+            self.partitions_refed += len(lost)
+            logger.warning("tfos: attempt %d: feeding again %d partitions not delivered before the failure "
+                           "(%d of them were in flight)", self.attempt, total - len(delivered), len(lost))
+        if terminated:
+            self._terminated.add(terminated)
+            logger.info("tfos: %d partitions were not fed: the nodes had terminated their feed", terminated)
 
     def inference(self, dataRDD, feed_timeout=600, qname="input"):
         """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
@@ -289,8 +415,15 @@ class TFCluster(object):
             if self.input_mode == InputMode.SPARK and not self.driver.closed:
                 self.driver.call(self.driver.coord.end_feed)
             deadline = time.monotonic() + timeout
-            state = self.driver.state()
-            while state not in (_tfos.STATE_DONE, _tfos.STATE_FAILED):
+            while True:
+                if self.input_mode == InputMode.TENSORFLOW and self.driver.failed():
+                    # map_fun reads its own data and resumes from its
+                    # checkpoint: form the cluster again while restarts are left
+                    self._restart_or_raise()
+                    continue
+                state = self.driver.state()
+                if state in (_tfos.STATE_DONE, _tfos.STATE_FAILED):
+                    break
                 if time.monotonic() >= deadline:
                     running = [n for n in self.driver.status()["nodes"] if n["state"] != "exited"]
                     names = ", ".join("%s:%d" % (n["job"], n["index"]) for n in running)
@@ -298,10 +431,11 @@ class TFCluster(object):
                     self._wait_stopped(30)
                     raise TFClusterError("shutdown timed out after %g s; still running: %s" % (timeout, names))
                 time.sleep(0.1)
-                state = self.driver.state()
             self._wait_stopped(60)
             if state == _tfos.STATE_FAILED:
-                raise TFClusterError("the tfos cluster failed: %s" % self.driver.failure())
+                self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
+                                                             self.driver.failure().splitlines()[0]))
+                raise TFClusterError(self._failure_text(self.driver.failure()))
         finally:
             self._shut = True
             self._close()
@@ -328,15 +462,26 @@ class TFCluster(object):
             except Exception:
                 p.kill()
                 p.wait()
+        self._driver_agents = []
         if self._node_thread is not None:
             self._node_thread.join(60)
+            self._node_thread = None
 
     def tensorboard_url(self):
         """URL of the TensorBoard started on the chief (or worker 0) with
-        ``tensorboard=True``; None without one."""
-        for n in self.driver.status()["nodes"]:
+        ``tensorboard=True``; None without one. Still answers after
+        ``shutdown()`` (with the address it had), as TensorFlowOnSpark's did."""
+        url = getattr(self, "_tb_url", None)
+        if url is not None or self.driver.closed:
+            return url
+        try:
+            nodes = self.driver.status()["nodes"]
+        except TFClusterError:  # shut down meanwhile
+            return getattr(self, "_tb_url", None)
+        for n in nodes:
             if n.get("tensorboard_port"):
-                return "http://%s:%d" % (n["host"], n["tensorboard_port"])
+                self._tb_url = "http://%s:%d" % (n["host"], n["tensorboard_port"])
+                return self._tb_url
         return None
 
 
@@ -370,8 +515,8 @@ def _layout(num_executors, num_ps, master_node, eval_node):
 
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
         log_dir=None, driver_ps_nodes=False, master_node=None, reservation_timeout=600,
-        queues=("input", "output", "error"), eval_node=False, release_port=True, feed_mb=64,
-        heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs"):
+        queues=("input", "output", "error"), eval_node=False, release_port=True, max_restarts=3,
+        checkpoint_dir=None, feed_mb=64, heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs"):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -380,7 +525,14 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     then the evaluator (``eval_node``), then workers. ``log_dir`` is the
     TensorBoard log dir (``tensorboard=True`` starts TensorBoard on the chief,
     or worker 0). ``driver_ps_nodes`` runs the ps nodes on the driver instead
-    of executors. tfos's own options: ``feed_mb`` (input ring size per node),
+    of executors.
+
+    tfos's own options: ``max_restarts`` (when a node fails, every node is
+    stopped and the cluster formed again, up to this many times; programs see
+    ``ctx.attempt`` and resume from ``ctx.checkpoint_dir``), ``checkpoint_dir``
+    (kept across restarts; default ``tfos-checkpoints/<cluster id>`` under the
+    driver's working directory, or the user's home on HDFS: it must be visible
+    to every executor), ``feed_mb`` (input ring size per node),
     ``heartbeat_timeout``, ``grace`` (seconds between SIGTERM and SIGKILL when
     stopping) and ``node_log_dir`` (per-node logs, relative to each executor's
     working directory).
@@ -394,58 +546,85 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
                      int(input_mode) == InputMode.SPARK)
 
-    secret = _tfos.random_secret()
     cluster_id = uuid.uuid4().hex[:12]
     listen, advertise = _bind_host(sc)
-    coord = _tfos.Coordinator(layout["num_workers"], secret, ps=layout["num_ps"], chief=layout["chief"],
-                              evaluator=layout["evaluator"], bind_host=listen,
-                              reservation_timeout=float(reservation_timeout), grace=float(grace),
-                              heartbeat_timeout=float(heartbeat_timeout))
-    port = int(coord.address.rsplit(":", 1)[1])
-    coord_addr = "%s:%d" % (advertise, port)
-    driver = _Driver(coord)
     try:
         default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
     except Exception:
         default_fs = "file://"
     if default_fs.startswith("file:"):
         default_fs = "file://"
-    spec = TFSparkNode.NodeSpec(cluster_id, secret, coord_addr, layout, int(input_mode),
+    if checkpoint_dir is None:
+        if default_fs == "file://":
+            checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", cluster_id))
+        else:
+            import getpass
+            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), getpass.getuser(),
+                                                                cluster_id)
+    spec = TFSparkNode.NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
                                 cloudpickle.dumps((map_fun, tf_args)), local, float(reservation_timeout),
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
                                 tb_logdir=log_dir, default_fs=default_fs,
-                                heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids)
-    logger.info("tfos: cluster %s: coordinator at %s, %d nodes %s", cluster_id, coord_addr, total, layout)
-
-    driver_agents = []
-    node_errors = []
-    try:
-        if driver_ps_nodes:
-            driver_agents = _start_driver_ps(spec, list(range(num_ps)))
-        node_thread = _start_node_job(sc, spec, spark_ids, local, node_errors)
-        cluster = TFCluster(sc, spec, driver, int(input_mode), node_thread, driver_agents, total)
-        _wait_formed(cluster, node_errors, float(reservation_timeout))
-    except BaseException:
-        try:
-            driver.call(coord.stop, "TFCluster.run failed")
-        except TFClusterError:
-            pass
-        sc.cancelJobGroup(_node_group(spec))  # node tasks not started yet never start
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not driver.closed:
-            if driver.state() in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
-                    n["state"] in ("exited", "waiting") for n in driver.status()["nodes"]):
-                break
-            time.sleep(0.1)
-        driver.close()
-        for p in driver_agents:
-            try:
-                p.wait(30)
-            except Exception:
-                p.kill()
-                p.wait()
-        raise
+                                heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
+                                checkpoint_dir=checkpoint_dir)
+    conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
+            "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
+            "grace": float(grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
+            "local": local, "driver_ps_nodes": bool(driver_ps_nodes)}
+    cluster = TFCluster(sc, spec, conf)
+    cluster._start_attempt(first=True)
+    logger.info("tfos: cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
+                spec.coord_addr, total, layout, checkpoint_dir)
     return cluster
+
+
+class _Outcomes(object):
+    """Accumulator of {partition: (state, detail)} reported by feed tasks (an
+    AccumulatorParam by duck typing: tfos imports without pyspark)."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        a.update(b)
+        return a
+
+
+class _Progress(object):
+    """Feed progress on the driver's console (stderr) every few seconds:
+    partitions delivered, rows, rows/s, ETA."""
+
+    INTERVAL = 5.0
+
+    def __init__(self, total, already, outcomes, attempt):
+        self.total, self.already, self.outcomes, self.attempt = total, already, outcomes, attempt
+        self.t0 = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="tfos-progress", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        import sys
+        while not self.done.wait(self.INTERVAL):
+            try:
+                res = dict(self.outcomes.value)
+            except Exception:
+                continue
+            parts = self.already + sum(1 for st, _ in res.values() if st in ("done", "terminated"))
+            rows = sum(n for st, n in res.values() if st == "done" and isinstance(n, int))
+            elapsed = time.monotonic() - self.t0
+            rate = rows / elapsed if elapsed > 0 else 0.0
+            fresh = parts - self.already
+            eta = ""
+            if fresh and parts < self.total:
+                eta = ", ETA %.0f s" % (elapsed / fresh * (self.total - parts))
+            sys.stderr.write("tfos: feeding (attempt %d): %d/%d partitions, %d rows, %.0f rows/s%s\n" % (
+                self.attempt, parts, self.total, rows, rate, eta))
+            sys.stderr.flush()
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(2)
 
 
 def _start_node_job(sc, spec, spark_ids, local, errors):

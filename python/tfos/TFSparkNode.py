@@ -27,7 +27,8 @@ from . import _tfos
 from . import feed as _feed
 from ._launch import agent_path
 
-__all__ = ["NodeSpec", "node_task", "feed_task", "inference_task", "executor_key"]
+__all__ = ["NodeSpec", "node_task", "feed_task", "feed_task_arrow", "inference_task", "executor_key",
+           "NodeLost"]
 
 TASK_JOBS_BLOCKING = ("ps", "evaluator")  # node tasks of these hold their executor (TFoS does the same)
 
@@ -37,7 +38,7 @@ class NodeSpec(object):
 
     def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
                  reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
-                 default_fs="file://", heartbeat_timeout=30.0, spark_ids=None):
+                 default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None):
         self.cluster_id = cluster_id
         self.secret = secret
         self.coord_addr = coord_addr
@@ -53,6 +54,7 @@ class NodeSpec(object):
         self.default_fs = default_fs
         self.heartbeat_timeout = heartbeat_timeout
         self.spark_ids = spark_ids    # executor ids started by Spark tasks (not on the driver)
+        self.checkpoint_dir = checkpoint_dir  # kept across restarts (TFOS_CHECKPOINT_DIR)
 
     def role(self, executor_id):
         """(job, index) of an executor id, in TensorFlowOnSpark's order."""
@@ -317,6 +319,21 @@ def _collision_message(spec, executor_id, key):
             % (spec.label(executor_id), executor_id, socket.gethostname(), key, cpus, spec.total()))
 
 
+def _claim(spec, key, wait=10.0):
+    """Bind this executor's claim; None when another node holds it. After a
+    restart the previous attempt's agent may still be exiting: wait a little."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return _bind_name("tfos-exec-%s-%s" % (spec.cluster_id, key))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+
 def start_node(spec, executor_id):
     """Start the node agent for ``executor_id`` on this executor. Returns
     (agent pid, None) or (None, error dict)."""
@@ -326,11 +343,8 @@ def start_node(spec, executor_id):
     claim = tag = payload_fd = None
     try:
         if not spec.local_master:
-            try:
-                claim = _bind_name("tfos-exec-%s-%s" % (spec.cluster_id, key))
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
+            claim = _claim(spec, key)
+            if claim is None:
                 return None, _abort(spec, executor_id, _collision_message(spec, executor_id, key))
             keep.append(claim.fileno())
         tag = _bind_name(_tag_name(spec, key, executor_id))
@@ -358,6 +372,8 @@ def start_node(spec, executor_id):
                 "--feed-mb", str(spec.feed_mb)]
         if spec.log_dir:
             argv += ["--log-dir", spec.log_dir]
+        if spec.checkpoint_dir:
+            argv += ["--checkpoint-dir", spec.checkpoint_dir]
         jvm = executor_jvm_pid()
         if jvm and not spec.local_master:
             argv += ["--watch-pid", str(jvm)]
@@ -449,7 +465,7 @@ def _pick_node(spec, partition):
     if not ids:
         failure = _cluster_failure(spec, wait=0)
         if failure:  # its node was stopped with the rest of the cluster
-            raise FeedTaskError("feeding partition %d failed: the cluster failed: %s" % (partition, failure))
+            raise NodeLost("feeding partition %d failed: the cluster failed: %s" % (partition, failure))
         raise FeedTaskError(
             "partition %d: the Spark task feeding it runs on an executor (host %s, JVM pid %s) that has no tfos "
             "node of this cluster. Every executor of the application must run one node: give it exactly "
@@ -496,7 +512,10 @@ def _open_client(spec, executor_id, partition, timeout):
     try:
         return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret, timeout=timeout)
     except (_feed.FeedError, OSError) as exc:
-        raise _explain(spec, executor_id, partition, exc)
+        err = _explain(spec, executor_id, partition, exc)
+        if "the cluster failed" in str(err):
+            raise NodeLost(str(err))
+        raise err
 
 
 def _terminated(client):
@@ -506,52 +525,99 @@ def _terminated(client):
         return False
 
 
-def _feed_one(spec, iterator, feed_timeout, terminated_acc, arrow):
-    """Feed this task's partition to the node on this executor; returns the
-    number of rows (Arrow) or None."""
+class NodeLost(Exception):
+    """The node this partition was going to failed (or its cluster did)."""
+
+
+def _wait_consumed(client, timeout):
+    """Wait until the program has taken every row of our partition (its
+    DataFeed acknowledges each partition end it passes, in ring order): a
+    partition counts as delivered only then, so a node that dies with rows
+    still in its ring or its DataFeed gets them again (at-least-once)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    st = client.input.stats()
+    target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this place
+    while True:
+        st = client.input.stats()
+        if st["acked"] >= target or st["consumer_terminated"]:
+            return
+        if st["consumer_closed"] or (st["consumer_pid"] and not _pid_alive(st["consumer_pid"])):
+            raise _feed.FeedClosed("the node's program died before it read the whole partition")
+        if time.monotonic() >= deadline:
+            raise TimeoutError("the node did not read the partition within %g s" % timeout)
+        time.sleep(pause)
+        pause = min(0.02, pause * 2)
+
+
+def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):
+    """Feed this task's partition to the node on this executor and wait until
+    it is consumed. Records the outcome in ``outcomes`` (an accumulator of
+    {partition: (state, message)}): 'done', 'terminated' (the node did not
+    want more data), 'aborted' (its node failed while it was being fed) or
+    'skipped' (the cluster had failed before it began). Returns the rows fed
+    (Arrow) or None. Errors that are not a node failure are raised."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
-    executor_id = _pick_node(spec, partition)
-    client = _open_client(spec, executor_id, partition, feed_timeout)
     rows = None
+    try:
+        executor_id = _pick_node(spec, partition)
+        client = _open_client(spec, executor_id, partition, feed_timeout)
+    except NodeLost as exc:
+        outcomes.add({partition: ("skipped", str(exc))})
+        return rows
     try:
         if arrow:
             batches = list(iterator)
             rows = sum(rb.num_rows for rb in batches)
             client.feed_arrow(batches, partition)
         else:
-            client.feed_partition(iterator, partition)
+            rows = client.feed_partition(iterator, partition)
+        _wait_consumed(client, feed_timeout)
+        outcomes.add({partition: ("done", rows)})
     except _feed.FeedClosed as exc:
-        if not _terminated(client):
-            raise _explain(spec, executor_id, partition, exc)
-        # the node called terminate(): the rest of the feed is not wanted
-        if terminated_acc is not None:
-            terminated_acc.add(1)
-        for _ in iterator:
-            pass
+        # the node called terminate(), or its program ended without reading
+        # on (not a failure): the rest of the feed is not wanted
+        if _terminated(client) or _cluster_failure(spec, wait=2.0) is None:
+            outcomes.add({partition: ("terminated", None)})
+            for _ in iterator:
+                pass
+        else:
+            outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
     except (_feed.FeedError, TimeoutError) as exc:
-        raise _explain(spec, executor_id, partition, exc)
+        failure = _cluster_failure(spec, wait=1.0)
+        if failure is None:
+            raise _explain(spec, executor_id, partition, exc)
+        outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
     finally:
         client.close()
     return rows
 
 
-def feed_task(spec, feed_timeout, terminated_acc=None):
-    """The function of a train() stage on an RDD (foreachPartition)."""
+def feed_task(spec, feed_timeout, outcomes, skip=()):
+    """The function of a train() stage on an RDD (foreachPartition over
+    mapPartitionsWithIndex): partitions in ``skip`` were delivered before."""
+    skip = frozenset(skip)
 
-    def run(iterator):
-        _feed_one(spec, iterator, feed_timeout, terminated_acc, False)
+    def run(index, iterator):
+        if index not in skip:
+            _feed_one(spec, iterator, feed_timeout, outcomes, False)
+        return iter(())
 
     return run
 
 
-def feed_task_arrow(spec, feed_timeout, terminated_acc=None):
+def feed_task_arrow(spec, feed_timeout, outcomes, skip=()):
     """The function of a train() stage on a DataFrame (mapInArrow): record
     batches pass through as Arrow IPC, with no per-row work."""
+    skip = frozenset(skip)
 
     def run(iterator):
         import pyarrow as pa
-        rows = _feed_one(spec, iterator, feed_timeout, terminated_acc, True)
+        tc = _task_context()
+        rows = None
+        if tc is None or tc.partitionId() not in skip:
+            rows = _feed_one(spec, iterator, feed_timeout, outcomes, True)
         yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
     return run

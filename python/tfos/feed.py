@@ -292,6 +292,7 @@ class DataFeed(object):
                 # again (at-least-once)
                 self.mgr.aborted.append(partition)
                 self._partition = 0
+                self._chunks.append(_PARTITION_END)
             else:
                 chunk = _decode(tag, self._partition, payload)
                 if chunk.n:
@@ -309,6 +310,10 @@ class DataFeed(object):
             chunk = self._chunks[0]
             if chunk is _PARTITION_END or chunk.pos >= chunk.n:
                 self._chunks.popleft()
+                if chunk is _PARTITION_END:
+                    # every row before it was handed out: tell the producer
+                    # (it counts a partition as delivered only then)
+                    self.mgr.input.ack(1)
                 if chunk is _PARTITION_END and got and not self.train_mode:
                     # inference: a batch never spans partitions, so the
                     # producer gets a partition's results without waiting for
@@ -449,16 +454,21 @@ class FeedClient(object):
         self.input.partition_end(t)
 
     def feed_partition(self, rows, partition_id, timeout=None):
-        """Write ``rows`` (an iterable) as partition ``partition_id``, whole."""
+        """Write ``rows`` (an iterable) as partition ``partition_id``, whole.
+        Returns the number of rows."""
+        n = 0
         with self._partition(partition_id, timeout) as t:
             batch = []
             for row in rows:
                 batch.append(row)
                 if len(batch) >= self.batch_rows:
                     write_rows(self.input, batch, t)
+                    n += len(batch)
                     batch = []
             if batch:
                 write_rows(self.input, batch, t)
+                n += len(batch)
+        return n
 
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
         """Write whole numpy columns (a dict name -> array, or a sequence of

@@ -62,11 +62,13 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
         case TFOS_RING_PARTITION_END:
             f->partition = 0;
             tfos__ring_release(f->in);
+            tfos__ring_ack(f->in, 1); /* the caller has had every batch before it */
             continue;
         case TFOS_RING_PARTITION_ABORT:
             f->aborted++;
             f->partition = 0;
             tfos__ring_release(f->in);
+            tfos__ring_ack(f->in, 1);
             continue;
         default:
             break;

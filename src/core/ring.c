@@ -7,7 +7,7 @@
  *    128 head              136 space_seq (futex)  140 producer waiting
  *    192 lock (futex: owner pid | waiters bit)    196 flags
  *    200 consumer pid      204 partition active   208 partition id
- *    216 partition end tail                       224 unclean exits
+ *    216 partition end tail                       224 unclean exits   228 partitions acked
  *    256 counters: records, bytes, partitions begun/completed/aborted
  *    320 producer pids[64]
  *   4096 data, `capacity` bytes
@@ -97,7 +97,7 @@ struct ring_shm {
     _Atomic uint64_t part_id;
     _Atomic uint64_t part_end_tail;
     _Atomic uint32_t unclean_exits;
-    uint32_t reserved1;
+    _Atomic uint32_t parts_acked;  /* partition ends the consumer's application has passed */
 
     /* Counters: written under the lock, read by anyone. */
     _Alignas(64) _Atomic uint64_t records;
@@ -707,6 +707,12 @@ size_t tfos__ring_max_record(const tfos__ring *r)
     return r ? (size_t)(r->cap / 2 - REC_HDR) : 0;
 }
 
+void tfos__ring_ack(tfos__ring *r, uint32_t n)
+{
+    if (r && r->role == TFOS_RING_CONSUMER)
+        atomic_fetch_add(&r->shm->parts_acked, n);
+}
+
 void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
 {
     if (!r || !st)
@@ -725,6 +731,7 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
         st->producers += atomic_load(&s->producer_pid[i]) != 0;
     st->unclean_exits = atomic_load(&s->unclean_exits);
     st->consumer_pid = atomic_load(&s->consumer_pid);
+    st->acked = atomic_load(&s->parts_acked);
     uint32_t f = atomic_load(&s->flags);
     st->feed_ended = (f & FLAG_FEED_ENDED) != 0;
     st->consumer_closed = (f & FLAG_CONSUMER_CLOSED) != 0;

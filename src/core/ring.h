@@ -108,6 +108,7 @@ typedef struct tfos__ring_stats {
     uint32_t producers;            /* producer handles attached now */
     uint32_t unclean_exits;        /* producers that died attached */
     int32_t consumer_pid;          /* 0 while no consumer is attached */
+    uint32_t acked;                /* partition ENDs/ABORTs the consumer's application has passed (tfos__ring_ack) */
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
     bool consumer_terminated;      /* consumer closed its handle on purpose (not dead) */
@@ -211,6 +212,12 @@ int tfos__ring_read_batch(tfos__ring *r, tfos__ring_rec *recs, size_t max, size_
 /* Release the records returned by the last peek or read_batch, making room
  * for producers (waking one only if it sleeps). No-op when none are held. */
 void tfos__ring_release(tfos__ring *r);
+
+/* Consumer: the application has taken every row of `n` more partitions (it
+ * passed their END or ABORT records). Producers that must know their
+ * partition was delivered, not only written, wait for this count
+ * (tfos__ring_stats.acked) to pass their partition's place in the ring. */
+void tfos__ring_ack(tfos__ring *r, uint32_t n);
 
 /* ---- passing the fd ---------------------------------------------------- */
 

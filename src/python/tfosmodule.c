@@ -826,15 +826,25 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     tfos__ring_stats st;
     tfos__ring_stats_get(self->ring, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:O,s:O}", "capacity",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:O,s:O,s:O}", "capacity",
                          (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
                          (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
                          (unsigned long long)st.partitions_begun, "partitions_completed",
                          (unsigned long long)st.partitions_completed, "partitions_aborted",
                          (unsigned long long)st.partitions_aborted, "producers", st.producers, "unclean_exits",
-                         st.unclean_exits, "consumer_pid", st.consumer_pid, "feed_ended",
+                         st.unclean_exits, "consumer_pid", st.consumer_pid, "acked", st.acked, "feed_ended",
                          st.feed_ended ? Py_True : Py_False, "consumer_closed",
-                         st.consumer_closed ? Py_True : Py_False);
+                         st.consumer_closed ? Py_True : Py_False, "consumer_terminated",
+                         st.consumer_terminated ? Py_True : Py_False);
+}
+
+static PyObject *Ring_ack(RingObject *self, PyObject *args)
+{
+    unsigned int n = 1;
+    if (!PyArg_ParseTuple(args, "|I", &n) || !ring_ready(self))
+        return NULL;
+    tfos__ring_ack(self->ring, n);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
@@ -894,6 +904,8 @@ static PyMethodDef Ring_methods[] = {
      "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
      "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
+    {"ack", (PyCFunction)Ring_ack, METH_VARARGS,
+     "ack(n=1): consumer: the application has taken every row of n more partitions (stats()['acked'])."},
     {"close", (PyCFunction)Ring_close, METH_NOARGS,
      "close(): let go of the ring; a consumer closes it for good (producers get FeedClosed)."},
     {"detach", (PyCFunction)Ring_detach, METH_NOARGS,

@@ -767,6 +767,31 @@ static pid_t consumer_child(int fd, uint32_t from, uint32_t to, int die)
     return pid;
 }
 
+/* Acks: only the consumer's count, survives handover, read by producers. */
+static void test_partition_acks(void)
+{
+    tfos__ring *p, *c;
+    int fd;
+    CHECK_RC(tfos__ring_create(&p, &fd, 4096, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_partition_begin(p, 7, LONG_MS), 0);
+    CHECK_RC(write_seq(p, 0, 0), 0);
+    CHECK_RC(tfos__ring_partition_end(p, LONG_MS), 0);
+    tfos__ring_stats st = stats(p);
+    CHECK(st.partitions_completed == 1 && st.acked == 0);
+    tfos__ring_ack(p, 5); /* a producer cannot ack */
+    CHECK(stats(p).acked == 0);
+    tfos__ring_ack(c, 1);
+    CHECK(stats(p).acked == 1);
+    tfos__ring_detach(c);
+    CHECK_RC(tfos__ring_attach(&c, fd, TFOS_RING_CONSUMER), 0);
+    tfos__ring_ack(c, 2);
+    CHECK(stats(p).acked == 3);
+    tfos__ring_close(c);
+    tfos__ring_close(p);
+    close(fd);
+}
+
 static void test_consumer_handover(void)
 {
     tfos__ring *p, *c, *x;
@@ -1197,6 +1222,7 @@ int main(void)
         {"killed_producer_takeover", test_killed_producer_takeover},
         {"killed_producer_blocked", test_killed_producer_blocked},
         {"killed_consumer", test_killed_consumer},
+        {"partition_acks", test_partition_acks},
         {"consumer_handover", test_consumer_handover},
         {"dead_consumer_takeover", test_dead_consumer_takeover},
         {"corrupt_header", test_corrupt_header},

@@ -59,8 +59,10 @@ def spark(spark_cluster, request):
 
 
 @pytest.fixture(autouse=True)
-def no_tfos_leftovers():
+def no_tfos_leftovers(spark_cluster):
     """No test may leave a tfos agent or node program behind."""
+    import tfoshelpers
+    tfoshelpers.MARKER = spark_cluster.tmp_dir
     yield
     from tfoshelpers import tfos_processes, wait_no_tfos_processes
     import signal as _signal

@@ -2,6 +2,11 @@
 import os
 import time
 
+# Set by conftest to the test Spark cluster's marker (TFOS_SPARKCLUSTER=...,
+# in the environment of everything its daemons start): only processes of our
+# cluster count, not those of other Spark clusters on the machine.
+MARKER = None
+
 
 def wait_for(cond, timeout, interval=0.1):
     """Poll cond() until truthy or timeout seconds pass; its last value."""
@@ -13,26 +18,45 @@ def wait_for(cond, timeout, interval=0.1):
         time.sleep(interval)
 
 
-def tfos_processes():
+def _read(pid, name):
+    try:
+        with open("/proc/%d/%s" % (pid, name), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def tfos_processes(marker=None):
     """Live (non-zombie) tfos node agents and node programs on this host, as
-    (pid, command line) pairs."""
-    found = []
+    (pid, command line) pairs: agents started by the marked cluster, and
+    their descendants (programs, TensorBoard)."""
+    marker = marker or MARKER
+    needle = ("TFOS_SPARKCLUSTER=%s\0" % marker).encode() if marker else None
+    procs = {}
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
             continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d, "rb") as f:
-                stat = f.read()
-        except OSError:
+        pid = int(d)
+        stat, argv = _read(pid, "stat"), _read(pid, "cmdline")
+        if not stat or argv is None:
             continue
-        if stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X"):
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
             continue
-        cmd = b" ".join(argv).decode(errors="replace")
-        is_agent = len(argv) > 1 and argv[0].endswith(b"/tfos") and argv[1] == b"node"
-        if is_agent or "tfos._sparkprog" in cmd:
-            found.append((int(d), cmd.strip()))
+        procs[pid] = (int(fields[1]), argv.split(b"\0"))
+    agents = set()
+    for pid, (_, argv) in procs.items():
+        if len(argv) > 1 and argv[0].endswith(b"/tfos") and argv[1] == b"node":
+            env = _read(pid, "environ") or b""
+            if needle is None or needle in env + b"\0":
+                agents.add(pid)
+    found = []
+    for pid, (ppid, argv) in procs.items():
+        p, hops = pid, 0
+        while p not in agents and p in procs and hops < 8:
+            p, hops = procs[p][0], hops + 1
+        if p in agents:
+            found.append((pid, b" ".join(argv).decode(errors="replace").strip()))
     return found
 
 
