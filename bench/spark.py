@@ -1,0 +1,300 @@
+"""tfos against TensorFlowOnSpark 2.2.5 on the same Spark cluster, same data,
+same program, in one run.
+
+Starts one Spark standalone cluster (tests/spark/sparkcluster.py: a master
+and 2 workers of 1 core and 1 GiB, on 127.0.0.1), then runs
+bench/spark_driver.py as a separate driver process per side and round, each
+with its own SparkContext on that cluster and its executors on that side's
+python:
+
+  tensorflowonspark  .bench-venv/tfos-baseline/bin/python (built here on first
+                     use, see bench/spark_env.py): tensorflowonspark==2.2.5,
+                     kept on 127.0.0.1 by a small import-time patch
+  tfos               this interpreter (the project's .venv, tfos installed)
+
+The driver source is the same for both; only its import line differs
+(``from tensorflowonspark import TFCluster, TFNode`` / ``from tfos import
+TFCluster, TFNode``). Workloads, each a 2-node cluster (num_executors=2,
+num_ps=0, InputMode.SPARK), see bench/spark_driver.py: feed throughput
+(cluster.train of N small rows), inference throughput (cluster.inference of N
+rows, results checked in order) and the wall time of training a small Keras
+model on the digits; and, as context, the rate of a plain Spark job that only
+iterates the same RDD (the ceiling for any feed through Spark's Python
+workers). Rounds alternate which side goes first; each figure is the median
+over the rounds. Every run checks its row counts: rows lost (or
+results out of order) make the benchmark fail, not report.
+
+Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
+rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
+so above 1 means tfos is faster everywhere); progress on stderr.
+
+Usage: .venv/bin/python bench/spark.py [--rounds 3] [--feed-rows N]
+       [--inference-rows N] [--partitions P] [--digits-epochs K]
+       [--only tfos|tensorflowonspark] [--workloads feed,inference,digits]
+       [--keep-logs]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "spark"))
+
+import spark_env  # noqa: E402
+from spark_env import log  # noqa: E402
+from sparkcluster import SparkCluster  # noqa: E402
+
+DRIVER = os.path.join(HERE, "spark_driver.py")
+SIDES = ("tensorflowonspark", "tfos")
+TARGET_FEED = 20.0
+
+
+def check_tfos(py):
+    """The tfos side can run at all: tfos.TFCluster imports in its venv."""
+    out = subprocess.run([py, "-c", "import tfos, tfos.TFCluster, tfos.TFNode; print(tfos.__version__)"],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    if out.returncode != 0:
+        raise RuntimeError("the tfos side cannot run: `%s -c 'import tfos.TFCluster'` failed (run `make install`):\n%s"
+                           % (py, out.stderr.strip()[-3000:]))
+    return out.stdout.strip()
+
+
+def write_digits(path):
+    from sklearn.datasets import load_digits
+    import numpy as np
+    d = load_digits()
+    np.savez(path, x=(d.data / 16.0).astype(np.float32), y=d.target.astype(np.int64))
+    return len(d.target)
+
+
+def run_driver(side, py, cluster, work, rnd, opts):
+    """One driver process; returns its JSON result. Its output goes to a log
+    file; its progress lines are passed on to stderr."""
+    out = os.path.join(work, "result-%s-r%d.json" % (side, rnd))
+    logf = os.path.join(work, "driver-%s-r%d.log" % (side, rnd))
+    cmd = [py, DRIVER, "--impl", side, "--master", cluster.master_url, "--cluster-tmp", cluster.tmp_dir,
+           "--work", work, "--out", out, "--round", str(rnd), "--workloads", opts.workloads,
+           "--feed-rows", str(opts.feed_rows), "--inference-rows", str(opts.inference_rows),
+           "--partitions", str(opts.partitions), "--digits-npz", os.path.join(work, "digits.npz"),
+           "--digits-epochs", str(opts.digits_epochs)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env["TMPDIR"] = os.path.join(work, "tmp-driver-%s-r%d" % (side, rnd))
+    os.makedirs(env["TMPDIR"], exist_ok=True)
+    env.pop("PYTHONPATH", None)
+    env.pop("SPARK_HOME", None)  # sparkcluster sets the driver's, from its own pyspark
+    log("round %d: %s driver (%s)" % (rnd, side, py))
+    t0 = time.monotonic()
+    with open(logf, "w") as lf:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=env, cwd=ROOT, start_new_session=True, text=True, bufsize=1)
+
+        def pump():
+            for line in p.stdout:
+                lf.write(line)
+                if line.startswith("[spark-bench"):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            rc = p.wait(timeout=opts.driver_timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            end_group(p)
+            t.join(10)
+    if rc is None:
+        raise RuntimeError("%s driver (round %d) did not finish within %d s; log: %s\n%s"
+                           % (side, rnd, opts.driver_timeout, logf, tail(logf)))
+    if rc != 0 or not os.path.exists(out):
+        raise RuntimeError("%s driver (round %d) failed with exit status %s; log: %s\n%s"
+                           % (side, rnd, rc, logf, tail(logf)))
+    with open(out) as f:
+        res = json.load(f)
+    res["driver_s"] = time.monotonic() - t0
+    for w in opts.workloads.split(","):
+        if w not in res:
+            raise RuntimeError("%s driver (round %d) has no %s result; log: %s\n%s" % (side, rnd, w, logf, tail(logf)))
+    return res
+
+
+def end_group(p, term_s=15.0):
+    """End the driver's process group (the driver and its gateway JVM):
+    SIGTERM, then SIGKILL whatever is left after term_s."""
+    def alive():
+        try:
+            os.killpg(p.pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, 10.0)):
+        if not alive():
+            break
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + wait_s
+        while alive() and time.monotonic() < deadline:
+            try:
+                p.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def tail(path, n=60):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return "<%s>" % e
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def fmt(x):
+    if x >= 1000:
+        return "%.0f" % x
+    if x >= 100:
+        return "%.1f" % x
+    return "%.3f" % x if x < 10 else "%.2f" % x
+
+
+def spread(xs):
+    return "(median of %d; min %s, max %s)" % (len(xs), fmt(min(xs)), fmt(max(xs))) if len(xs) > 1 else ""
+
+
+def report(results, opts, sides):
+    """results: side -> list of per-round dicts."""
+    print("spark_cpu_cores: %d" % os.cpu_count())
+    print("spark_cluster: standalone, 2 workers x 1 core x 1 GiB, 127.0.0.1")
+    print("spark_rounds: %d" % opts.rounds)
+    print("spark_num_executors: 2")
+    print("spark_partitions: %d" % opts.partitions)
+    wl = opts.workloads.split(",")
+
+    def series(side, w, key):
+        return [r[w][key] for r in results[side]]
+
+    if "feed" in wl:
+        print("spark_feed_rows: %d" % opts.feed_rows)
+        rate = {}
+        for side in sides:
+            rate[side] = med(series(side, "feed", "rows_per_s"))
+            print("spark_feed_%s_rows_per_s: %s %s" % (side, fmt(rate[side]), spread(series(side, "feed", "rows_per_s"))))
+            print("spark_feed_%s_feed_s: %s" % (side, fmt(med(series(side, "feed", "feed_s")))))
+            print("spark_feed_%s_train_returned_s: %s" % (side, fmt(med(series(side, "feed", "train_s")))))
+            print("spark_feed_%s_last_row_read_s: %s" % (side, fmt(med(series(side, "feed", "consumed_s")))))
+            print("spark_feed_%s_start_s: %s" % (side, fmt(med(series(side, "feed", "start_s")))))
+            print("spark_feed_%s_shutdown_s: %s" % (side, fmt(med(series(side, "feed", "shutdown_s")))))
+            print("spark_feed_%s_total_s: %s" % (side, fmt(med(series(side, "feed", "total_s")))))
+            print("spark_feed_%s_rows_per_node: %s" % (side, " ".join(
+                "/".join(str(x) for x in r["feed"]["per_node_rows"]) for r in results[side])))
+        plain = [r["feed"]["plain_spark_rows_per_s"] for side in sides for r in results[side]]
+        print("spark_feed_plain_spark_job_rows_per_s: %s %s" % (fmt(med(plain)), spread(plain)))
+        if len(sides) == 2:
+            print("spark_feed_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
+            print("spark_feed_target_vs_tfos: >= %g" % TARGET_FEED)
+    if "inference" in wl:
+        print("spark_inference_rows: %d" % opts.inference_rows)
+        rate = {}
+        for side in sides:
+            rate[side] = med(series(side, "inference", "rows_per_s"))
+            print("spark_inference_%s_rows_per_s: %s %s" % (side, fmt(rate[side]),
+                                                            spread(series(side, "inference", "rows_per_s"))))
+            print("spark_inference_%s_inference_s: %s" % (side, fmt(med(series(side, "inference", "inference_s")))))
+            print("spark_inference_%s_total_s: %s" % (side, fmt(med(series(side, "inference", "total_s")))))
+        if len(sides) == 2:
+            print("spark_inference_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
+    if "digits" in wl:
+        print("spark_digits_rows: 1797")
+        print("spark_digits_epochs: %d" % opts.digits_epochs)
+        wall = {}
+        for side in sides:
+            wall[side] = med(series(side, "digits", "wall_s"))
+            print("spark_digits_%s_wall_s: %s %s" % (side, fmt(wall[side]), spread(series(side, "digits", "wall_s"))))
+            print("spark_digits_%s_start_s: %s" % (side, fmt(med(series(side, "digits", "start_s")))))
+            print("spark_digits_%s_train_s: %s" % (side, fmt(med(series(side, "digits", "train_s")))))
+            print("spark_digits_%s_shutdown_s: %s" % (side, fmt(med(series(side, "digits", "shutdown_s")))))
+            print("spark_digits_%s_steps_per_node: %s" % (side, " ".join(
+                "/".join(str(x) for x in r["digits"]["steps"]) for r in results[side])))
+            accs = [a for r in results[side] for a in r["digits"]["accuracy"]]
+            print("spark_digits_%s_accuracy: %.3f (min over nodes and rounds; max %.3f)" % (side, min(accs), max(accs)))
+        if len(sides) == 2:
+            print("spark_digits_vs_tfos: %s" % fmt(wall["tensorflowonspark"] / wall["tfos"]))
+    sys.stdout.flush()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--feed-rows", type=int, default=300000)
+    p.add_argument("--inference-rows", type=int, default=150000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--digits-epochs", type=int, default=10)
+    p.add_argument("--workloads", default="feed,inference,digits")
+    p.add_argument("--only", choices=SIDES, default=None, help="run one side only (no ratios)")
+    p.add_argument("--driver-timeout", type=int, default=900, help="seconds per driver process")
+    p.add_argument("--keep-logs", action="store_true", help="keep the work dir (driver logs, results)")
+    opts = p.parse_args()
+    for w in opts.workloads.split(","):
+        if w not in ("feed", "inference", "digits"):
+            p.error("unknown workload %r" % w)
+    sides = (opts.only,) if opts.only else SIDES
+
+    pythons = {}
+    if "tensorflowonspark" in sides:
+        pythons["tensorflowonspark"] = spark_env.ensure_baseline_env()
+    if "tfos" in sides:
+        pythons["tfos"] = sys.executable
+        log("tfos %s (%s)" % (check_tfos(sys.executable), sys.executable))
+
+    work = tempfile.mkdtemp(prefix="tfos-bench-spark-")
+    ok = False
+    cluster = SparkCluster(n_workers=2, worker_cores=1, worker_memory="1g")
+    try:
+        write_digits(os.path.join(work, "digits.npz"))
+        log("starting the Spark cluster")
+        cluster.start()
+        log("cluster up at %s in %.1f s" % (cluster.master_url, cluster.start_seconds))
+        results = {s: [] for s in sides}
+        for rnd in range(opts.rounds):
+            order = sides if rnd % 2 == 0 else tuple(reversed(sides))
+            for side in order:
+                results[side].append(run_driver(side, pythons[side], cluster, work, rnd, opts))
+        report(results, opts, sides)
+        ok = True
+    finally:
+        log("stopping the Spark cluster")
+        cluster.stop()
+        left = cluster.remaining_processes()
+        if left:
+            log("processes of the cluster left after stop: %s" % left)
+            ok = False
+        if opts.keep_logs or not ok:
+            log("driver logs and results kept in %s" % work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

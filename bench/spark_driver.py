@@ -1,0 +1,372 @@
+"""One side of bench/spark.py: a TensorFlowOnSpark program, run as its own
+Spark driver on the benchmark's standalone cluster.
+
+The same source runs both sides; the only difference is the import below,
+chosen by --impl:
+
+    from tensorflowonspark import TFCluster, TFNode     # --impl tensorflowonspark
+    from tfos import TFCluster, TFNode                  # --impl tfos
+
+run with the python of that side's venv (which its executors use too). Each
+workload forms a cluster of 2 nodes (num_executors=2, num_ps=0,
+InputMode.SPARK), feeds it, and shuts it down, in this order:
+
+  digits     a small Keras model trained on scikit-learn's digits (1797 rows,
+             from the npz the orchestrator wrote), fed with
+             cluster.train(rdd, num_epochs=K); each node trains its own
+             replica on the rows it gets (train_on_batch, no gradient sync)
+             and writes its row count and its accuracy on all 1797 digits;
+             the driver checks the row counts (sum == 1797 * K). It runs
+             first, on a fresh application, so that both sides pay their
+             TensorFlow import (TFoS in its executors' Python workers at
+             run(), tfos in the node programs) in its wall time.
+  feed       cluster.train(rdd, num_epochs=1) of N small rows (10 floats and
+             an int label); map_fun only counts the rows of
+             DataFeed(ctx.mgr, True).next_batch(1000) (and notes when the
+             last ones came) and writes its count to a file, which the driver
+             checks (sum == N). The time is end to end: until train() has
+             returned and the nodes have read every row. Before it, a plain
+             Spark job that only iterates the same RDD gives Spark's own rate.
+  inference  cluster.inference(rdd) of N rows, map_fun answering each row with
+             its label (batch_results); the driver collects the results and
+             checks that they are exactly the N labels, in order.
+
+The input RDDs are cached (and counted) before any clock starts;
+spark.locality.wait is 0 so feed tasks go to whichever executor is free
+(else tfos's short tasks follow the cache placement). Writes one JSON object
+with the measurements to --out; progress goes to stderr. Exits
+non-zero on any error or failed check.
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+IMPL = "tfos"
+if "--impl" in sys.argv[1:-1]:
+    IMPL = sys.argv[sys.argv.index("--impl") + 1]
+
+# ---- the one line that differs between the two sides ------------------------
+if IMPL == "tensorflowonspark":
+    from tensorflowonspark import TFCluster, TFNode
+else:
+    from tfos import TFCluster, TFNode
+# ------------------------------------------------------------------------------
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "spark"))
+from sparkcluster import SparkCluster  # noqa: E402
+
+NUM_EXECUTORS = 2
+RESULT_WAIT_S = 60.0
+
+
+def log(msg):
+    print("[spark-bench %s] %s" % (IMPL, msg), file=sys.stderr, flush=True)
+
+
+# ---- map_funs (identical for both sides; shipped to the executors by value) ---
+
+def feed_fun(args, ctx):
+    import json
+    import os
+    import time
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    rows = 0
+    last = None  # wall clock when the last rows arrived
+    while not feed.should_stop():
+        batch = feed.next_batch(1000)
+        if len(batch):
+            rows += len(batch)
+            last = time.time()
+    path = os.path.join(args.out_dir, "feed-%d.json" % ctx.executor_id)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"executor_id": ctx.executor_id, "rows": rows, "last_rows_at": last}, f)
+    os.rename(path + ".tmp", path)
+
+
+def inference_fun(args, ctx):
+    import json
+    import os
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    rows = 0
+    while not feed.should_stop():
+        batch = feed.next_batch(1000)
+        if len(batch):
+            feed.batch_results([r[-1] for r in batch])
+            rows += len(batch)
+    path = os.path.join(args.out_dir, "inference-%d.json" % ctx.executor_id)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"executor_id": ctx.executor_id, "rows": rows}, f)
+    os.rename(path + ".tmp", path)
+
+
+def digits_fun(args, ctx):
+    import json
+    import os
+    import time
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    t0 = time.time()
+    import numpy as np
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # one core per executor
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.keras.utils.set_random_seed(args.seed + ctx.executor_id)
+    keras = tf.keras
+    model = keras.Sequential([
+        keras.Input(shape=(64,)),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.003), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    t_ready = time.time()
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    rows = steps = 0
+    wait_s = 0.0  # time in next_batch (waiting for the feed)
+    while not feed.should_stop():
+        t = time.time()
+        batch = feed.next_batch(args.batch_size)
+        wait_s += time.time() - t
+        if not len(batch):
+            continue
+        x = np.asarray([r[0] for r in batch], dtype=np.float32)
+        y = np.asarray([r[1] for r in batch], dtype=np.int64)
+        model.train_on_batch(x, y)
+        rows += len(batch)
+        steps += 1
+    t_fed = time.time()
+    data = np.load(args.digits_npz)
+    _, acc = model.evaluate(data["x"], data["y"], verbose=0, batch_size=256)
+    path = os.path.join(args.out_dir, "digits-%d.json" % ctx.executor_id)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"executor_id": ctx.executor_id, "rows": rows, "steps": steps, "accuracy": float(acc),
+                   "tf_setup_s": t_ready - t0, "train_s": t_fed - t_ready,
+                   "feed_wait_s": wait_s}, f)
+    os.rename(path + ".tmp", path)
+
+
+# ---- driver side ----------------------------------------------------------------
+
+def feed_row(i):
+    base = float(i % 1000)
+    return (base, base + 0.5, base + 1.0, base + 1.5, base + 2.0,
+            base + 2.5, base + 3.0, base + 3.5, base + 4.0, base + 4.5, i)
+
+
+def cached(rdd, name):
+    """Persist and materialise ``rdd`` before any clock starts; returns (rdd,
+    cached partitions, partitions)."""
+    from pyspark import StorageLevel
+    rdd = rdd.setName(name).persist(StorageLevel.MEMORY_ONLY)
+    n = rdd.count()
+    infos = [i for i in rdd.context._jsc.sc().getRDDStorageInfo() if i.id() == rdd.id()]
+    cached_parts = infos[0].numCachedPartitions() if infos else 0
+    return rdd, n, cached_parts
+
+
+def wait_files(out_dir, prefix, n, timeout=RESULT_WAIT_S):
+    """The n result files (prefix-<executor_id>.json) written by the map_funs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        names = sorted(f for f in os.listdir(out_dir) if f.startswith(prefix + "-") and f.endswith(".json"))
+        if len(names) >= n:
+            out = []
+            for name in names:
+                with open(os.path.join(out_dir, name)) as f:
+                    out.append(json.load(f))
+            return out
+        if time.monotonic() > deadline:
+            raise RuntimeError("after %.0f s, %d of the %d nodes wrote their %s result (%s)"
+                               % (timeout, len(names), n, prefix, names))
+        time.sleep(0.02)
+
+
+def fresh_dir(base, name):
+    d = os.path.join(base, name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    return d
+
+
+def run_cluster(sc, fun, tf_args):
+    return TFCluster.run(sc, fun, tf_args, NUM_EXECUTORS, 0, False, TFCluster.InputMode.SPARK)
+
+
+def _drain(iterator):
+    for _ in iterator:
+        pass
+
+
+def plain_spark_rate(rdd, n):
+    """Rows/s of a plain Spark job that only iterates the same cached RDD in
+    the Python workers: the most any feed through Spark's Python workers
+    could reach on this cluster."""
+    t0 = time.monotonic()
+    rdd.foreachPartition(_drain)
+    return n / (time.monotonic() - t0)
+
+
+def workload_feed(sc, rdd, n, opts):
+    out_dir = fresh_dir(opts.work, "%s-feed-r%d" % (IMPL, opts.round))
+    tf_args = argparse.Namespace(out_dir=out_dir)
+    plain = plain_spark_rate(rdd, n)
+    t0 = time.monotonic()
+    cluster = run_cluster(sc, feed_fun, tf_args)
+    t1 = time.monotonic()
+    w1 = time.time()
+    cluster.train(rdd, num_epochs=1)
+    t2 = time.monotonic()
+    cluster.shutdown()
+    t3 = time.monotonic()
+    res = wait_files(out_dir, "feed", NUM_EXECUTORS)
+    t4 = time.monotonic()
+    rows = sum(r["rows"] for r in res)
+    if rows != n:
+        raise RuntimeError("feed: the nodes consumed %d rows, the RDD has %d (per node: %s)"
+                           % (rows, n, [(r["executor_id"], r["rows"]) for r in res]))
+    # End to end: until train() has returned *and* the nodes have every row
+    # (TFoS's train() returns once its queues are drained; a feed that
+    # buffers could return before its consumers have read everything).
+    last = max(r["last_rows_at"] for r in res if r["last_rows_at"] is not None)
+    feed_s = max(t2 - t1, last - w1)
+    out = {"rows": n, "start_s": t1 - t0, "train_s": t2 - t1, "consumed_s": last - w1, "feed_s": feed_s,
+           "shutdown_s": t3 - t2, "total_s": t3 - t0, "results_after_shutdown_s": t4 - t3,
+           "rows_per_s": n / feed_s, "per_node_rows": sorted(r["rows"] for r in res),
+           "plain_spark_rows_per_s": plain}
+    log("feed: %d rows in %.2f s: %.0f rows/s (train() returned after %.2f s, last row read after %.2f s; "
+        "start %.2f s, shutdown %.2f s; rows per node %s; plain Spark job over the same RDD: %.0f rows/s)"
+        % (n, feed_s, out["rows_per_s"], out["train_s"], out["consumed_s"], out["start_s"], out["shutdown_s"],
+           out["per_node_rows"], plain))
+    return out
+
+
+def workload_inference(sc, rdd, n, opts):
+    out_dir = fresh_dir(opts.work, "%s-inference-r%d" % (IMPL, opts.round))
+    tf_args = argparse.Namespace(out_dir=out_dir)
+    t0 = time.monotonic()
+    cluster = run_cluster(sc, inference_fun, tf_args)
+    t1 = time.monotonic()
+    results = cluster.inference(rdd).collect()
+    t2 = time.monotonic()
+    cluster.shutdown()
+    t3 = time.monotonic()
+    res = wait_files(out_dir, "inference", NUM_EXECUTORS)
+    if len(results) != n:
+        raise RuntimeError("inference: %d results for %d rows" % (len(results), n))
+    bad = next((i for i, r in enumerate(results) if r != i), None)
+    if bad is not None:
+        raise RuntimeError("inference: result %d is %r, expected %d (results out of order or wrong)"
+                           % (bad, results[bad], bad))
+    rows = sum(r["rows"] for r in res)
+    out = {"rows": n, "start_s": t1 - t0, "inference_s": t2 - t1, "shutdown_s": t3 - t2, "total_s": t3 - t0,
+           "rows_per_s": n / (t2 - t1), "rows_answered_by_nodes": rows}
+    log("inference: %d rows in %.2f s: %.0f rows/s (start %.2f s, shutdown %.2f s)"
+        % (n, out["inference_s"], out["rows_per_s"], out["start_s"], out["shutdown_s"]))
+    return out
+
+
+def workload_digits(sc, rdd, n, opts):
+    out_dir = fresh_dir(opts.work, "%s-digits-r%d" % (IMPL, opts.round))
+    tf_args = argparse.Namespace(out_dir=out_dir, digits_npz=opts.digits_npz, batch_size=opts.digits_batch,
+                                 seed=42)
+    t0 = time.monotonic()
+    cluster = run_cluster(sc, digits_fun, tf_args)
+    t1 = time.monotonic()
+    cluster.train(rdd, num_epochs=opts.digits_epochs)
+    t2 = time.monotonic()
+    cluster.shutdown()
+    t3 = time.monotonic()
+    res = wait_files(out_dir, "digits", NUM_EXECUTORS)
+    t4 = time.monotonic()
+    rows = sum(r["rows"] for r in res)
+    if rows != n * opts.digits_epochs:
+        raise RuntimeError("digits: the nodes trained on %d rows, expected %d x %d epochs = %d"
+                           % (rows, n, opts.digits_epochs, n * opts.digits_epochs))
+    out = {"rows": n, "epochs": opts.digits_epochs, "start_s": t1 - t0, "train_s": t2 - t1,
+           "shutdown_s": t3 - t2, "wall_s": t3 - t0, "results_after_shutdown_s": t4 - t3,
+           "accuracy": sorted(r["accuracy"] for r in res),
+           "node_tf_setup_s": sorted(r["tf_setup_s"] for r in res),
+           "node_train_s": sorted(r["train_s"] for r in res), "node_feed_wait_s": sorted(r["feed_wait_s"] for r in res),
+           "steps": sorted(r["steps"] for r in res)}
+    log("digits: %d rows x %d epochs, wall %.2f s (start %.2f, train %.2f, shutdown %.2f), accuracy %s"
+        % (n, opts.digits_epochs, out["wall_s"], out["start_s"], out["train_s"], out["shutdown_s"],
+           ", ".join("%.3f" % a for a in out["accuracy"])))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--impl", choices=("tensorflowonspark", "tfos"), required=True)
+    p.add_argument("--master", required=True, help="spark://127.0.0.1:PORT of the benchmark's cluster")
+    p.add_argument("--cluster-tmp", default=None, help="the cluster's tmp dir (SparkCluster.tmp_dir)")
+    p.add_argument("--work", required=True, help="shared directory for the nodes' result files")
+    p.add_argument("--out", required=True, help="JSON file for the measurements")
+    p.add_argument("--round", type=int, default=0)
+    p.add_argument("--workloads", default="feed,inference,digits")
+    p.add_argument("--feed-rows", type=int, default=300000)
+    p.add_argument("--inference-rows", type=int, default=150000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--digits-npz", default=None)
+    p.add_argument("--digits-epochs", type=int, default=10)
+    p.add_argument("--digits-batch", type=int, default=32)
+    p.add_argument("--digits-partitions", type=int, default=4)
+    opts = p.parse_args()
+    workloads = [w for w in opts.workloads.split(",") if w]
+
+    import numpy as np
+    result = {"impl": IMPL, "round": opts.round, "python": sys.executable}
+    cluster = SparkCluster.attach(opts.master, opts.cluster_tmp, n_workers=NUM_EXECUTORS)
+    exec_tmp = os.path.join(opts.work, "tmp-%s-r%d" % (IMPL, opts.round))
+    os.makedirs(exec_tmp, exist_ok=True)
+    t0 = time.monotonic()
+    spark = cluster.spark_session("tfos-bench-%s-r%d" % (IMPL, opts.round), **{
+        "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
+        "spark.executorEnv.PYTHONUNBUFFERED": "1",
+        # the nodes' temporary files (TFoS's manager sockets, TF's autograph
+        # files) go to a directory of this run, removed with it
+        "spark.executorEnv.TMPDIR": exec_tmp,
+        # Feed tasks go to whichever executor is free, not (up to 3 s later)
+        # to the one that cached their partition: else tfos's short feed
+        # tasks follow the cache placement (3 of 4 partitions on one node
+        # happens) while TFoS's long ones spread; 0 treats both alike.
+        "spark.locality.wait": "0s",
+    })
+    sc = spark.sparkContext
+    sc.setLogLevel("WARN")
+    result["spark_session_s"] = time.monotonic() - t0
+    log("SparkContext %s up in %.1f s" % (sc.applicationId, result["spark_session_s"]))
+    try:
+        if "digits" in workloads:
+            data = np.load(opts.digits_npz)
+            rows = [(x.tolist(), int(y)) for x, y in zip(data["x"], data["y"])]
+            rdd, n, cp = cached(sc.parallelize(rows, opts.digits_partitions), "digits")
+            result["digits_cached_partitions"] = cp
+            result["digits"] = workload_digits(sc, rdd, n, opts)
+            rdd.unpersist()
+        if "feed" in workloads:
+            rdd, n, cp = cached(sc.parallelize(range(opts.feed_rows), opts.partitions).map(feed_row), "feed")
+            result["feed_cached_partitions"] = cp
+            result["feed"] = workload_feed(sc, rdd, n, opts)
+            rdd.unpersist()
+        if "inference" in workloads:
+            rdd, n, cp = cached(sc.parallelize(range(opts.inference_rows), opts.partitions).map(feed_row),
+                                "inference")
+            result["inference_cached_partitions"] = cp
+            result["inference"] = workload_inference(sc, rdd, n, opts)
+            rdd.unpersist()
+    finally:
+        signal.alarm(0)  # TFoS's shutdown() leaves a SIGALRM armed (its timeout)
+        with open(opts.out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.rename(opts.out + ".tmp", opts.out)
+        spark.stop()
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
