@@ -222,9 +222,11 @@ typedef struct tfos_run_opts {
      * times; programs resume from checkpoint_dir. */
     int max_restarts;           /* 0: fail at the first node failure */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
-    /* the status page: GET /status (JSON), /metrics (Prometheus), / (live page) */
+    /* the status page: GET /status (JSON, with feed statistics), /metrics
+     * (Prometheus), /feed/history (the feed rate, JSON), / (live page) */
     int status_port;            /* 0: any free port; -1: none */
     const char *status_host;    /* NULL: 127.0.0.1 */
+    bool quiet;                 /* no feed progress lines (every 5 s while --input feeds) */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

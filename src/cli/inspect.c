@@ -1,7 +1,8 @@
 /* inspect.c: `tfos status` and `tfos logs`, reading a running (or ended)
  * `tfos run` from the command line.
  *
- *   tfos status [URL | LOG_DIR] [--json]   the cluster table (from /status)
+ *   tfos status [URL | LOG_DIR] [--json]   the cluster table and the feed
+ *                                          (from /status)
  *   tfos logs [-f] [NODE] [--log-dir D]    the nodes' logs; -f follows them
  *                                          until the run ends
  * Without a target, the newest tfos-logs/run-* under the current directory. */
@@ -196,6 +197,30 @@ int tfos__cmd_status(const char *target, int json)
         snprintf(where, sizeof where, "%s:%s", host, port);
         printf("%-14s %-8s %-22s %-11s %-8s %s\n", node, eid, where, st, pid, strcmp(ex, "-1") ? ex : "");
         p = e + 1;
+    }
+    /* the feed's totals: the keys of "feed" before its "nodes" */
+    const char *fd = strstr(body, "\"feed\": {");
+    const char *fe = fd ? strstr(fd, "\"nodes\": [") : NULL;
+    if (fd && fe) {
+        char fstate[16], rows[32], bytes[32], done[32], aborted[32], rps[32], eta[32];
+        field(fd, fe, "state", fstate, sizeof fstate);
+        field(fd, fe, "rows", rows, sizeof rows);
+        field(fd, fe, "bytes", bytes, sizeof bytes);
+        field(fd, fe, "partitions_completed", done, sizeof done);
+        field(fd, fe, "partitions_aborted", aborted, sizeof aborted);
+        field(fd, fe, "rows_per_s", rps, sizeof rps);
+        field(fd, fe, "eta_s", eta, sizeof eta);
+        printf("feed %s: ", fstate);
+        if (strcmp(rows, "null"))
+            printf("%s rows, ", rows);
+        printf("%.1f MB, %s partitions", atof(bytes) / 1e6, done);
+        if (strcmp(aborted, "0"))
+            printf(" (%s aborted)", aborted);
+        if (strcmp(rps, "null"))
+            printf(", %.0f rows/s", atof(rps));
+        if (strcmp(eta, "null") && eta[0])
+            printf(", ETA %.0f s", atof(eta));
+        printf("\n");
     }
     const char *h = strstr(body, "\"history\": [");
     if (h && h[12] != ']')

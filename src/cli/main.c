@@ -53,6 +53,7 @@ static const char usage_text[] =
     "  --batch-rows N           rows per feed record (default 1024)\n"
     "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default 10000)\n"
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
+    "  --quiet                  no feed progress lines on stderr\n"
     "coordinator options:\n"
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
     "node options:\n"
@@ -284,7 +285,7 @@ static int cmd_run(cli *c)
                        .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
-                       .status_port = c->status_port};
+                       .status_port = c->status_port, .quiet = c->quiet};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));

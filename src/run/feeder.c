@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SLICE_MS 200
@@ -18,8 +19,77 @@
 typedef struct target {
     tfos__ring *ring;
     char node[64];
-    int terminated; /* its program called terminate(): feed it no more */
+    int terminated;      /* its program called terminate(): feed it no more */
+    tfos__feed_node *pn; /* its live counters, or NULL */
 } target;
+
+int tfos__feed_progress_init(tfos__feed_progress *p, int nnodes)
+{
+    memset(p, 0, sizeof *p);
+    p->nodes = calloc((size_t)(nnodes > 0 ? nnodes : 1), sizeof *p->nodes);
+    if (!p->nodes)
+        return TFOS_ENOMEM;
+    p->nnodes = nnodes;
+    for (int i = 0; i < nnodes; i++)
+        atomic_init(&p->nodes[i].observer, NULL);
+    return 0;
+}
+
+void tfos__feed_progress_fini(tfos__feed_progress *p)
+{
+    for (int i = 0; p->nodes && i < p->nnodes; i++)
+        tfos__ring_close(atomic_exchange(&p->nodes[i].observer, NULL));
+    free(p->nodes);
+    memset(p, 0, sizeof *p);
+}
+
+/* Hand the launcher an observer handle on the ring in in_fd (best effort:
+ * without one, that node's ring counters just stay unknown). */
+static void publish_observer(tfos__feed_progress *p, int i, int in_fd)
+{
+    tfos__ring *obs;
+    if (!p || i >= p->nnodes || tfos__ring_attach(&obs, in_fd, TFOS_RING_OBSERVER))
+        return;
+    tfos__ring *none = NULL;
+    if (!atomic_compare_exchange_strong(&p->nodes[i].observer, &none, obs))
+        tfos__ring_close(obs);
+}
+
+/* What the whole feed will read: file sizes x epochs, and for .npy files
+ * (whose header tells) the rows and partitions to expect. */
+static void plan_progress(const tfos__feeder_opts *o)
+{
+    tfos__feed_progress *p = o->progress;
+    if (!p)
+        return;
+    uint64_t bytes = 0, rows = 0, parts = 0;
+    int rows_known = 1;
+    for (int f = 0; f < o->ninputs; f++) {
+        struct stat sb;
+        if (stat(o->inputs[f], &sb) == 0 && sb.st_size > 0)
+            bytes += (uint64_t)sb.st_size;
+        tfos__input *in;
+        char err[256];
+        if (!rows_known || tfos__input_open(&in, o->inputs[f], o->format, o->csv_header, err, sizeof err)) {
+            rows_known = 0;
+            continue;
+        }
+        int64_t n = tfos__input_rows(in);
+        tfos__input_close(in);
+        if (n < 0) {
+            rows_known = 0;
+            continue;
+        }
+        rows += (uint64_t)n;
+        parts += ((uint64_t)n + o->partition_rows - 1) / o->partition_rows;
+    }
+    uint64_t epochs = (uint64_t)o->epochs;
+    atomic_store(&p->input_bytes, bytes * epochs);
+    if (rows_known && rows) {
+        atomic_store(&p->rows_expected, rows * epochs);
+        atomic_store(&p->partitions_expected, parts * epochs);
+    }
+}
 
 /* ECLOSED from a consumer that closed on purpose (DataFeed.terminate) is not
  * an error: that node takes no more data. */
@@ -85,7 +155,10 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
     if (!t)
         return TFOS_ENOMEM;
     int rc = 0;
+    plan_progress(o);
+    uint64_t read_before = 0; /* input bytes of the files already fed */
     for (int i = 0; i < o->nnodes; i++) {
+        t[i].pn = o->progress && i < o->progress->nnodes ? &o->progress->nodes[i] : NULL;
         int in_fd, out_fd;
         char cerr[512];
         rc = tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 30000, &in_fd, &out_fd, t[i].node,
@@ -95,6 +168,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
             goto out;
         }
         rc = tfos__ring_attach(&t[i].ring, in_fd, TFOS_RING_PRODUCER);
+        if (!rc)
+            publish_observer(o->progress, i, in_fd);
         close(in_fd);
         close(out_fd);
         if (rc) {
@@ -121,6 +196,11 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 size_t len;
                 uint64_t first;
                 rc = tfos__input_next(in, want, &batch, &len, &first, err, errlen);
+                if (o->progress) {
+                    uint64_t got, size;
+                    tfos__input_progress(in, &got, &size);
+                    atomic_store(&o->progress->input_bytes_read, read_before + got);
+                }
                 if (rc == TFOS_EEND) {
                     rc = 0;
                     break;
@@ -177,6 +257,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 in_part += nb;
                 st->rows += nb;
                 st->bytes += len;
+                if (cur->pn)
+                    atomic_fetch_add(&cur->pn->rows, nb);
                 if (in_part >= o->partition_rows) {
                     RETRY(rc, o, tfos__ring_partition_end(cur->ring, SLICE_MS));
                     if (terminated_now(cur, rc))
@@ -203,6 +285,13 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 }
                 open_part = 0;
             }
+            if (!rc) {
+                uint64_t got, size;
+                tfos__input_progress(in, &got, &size);
+                read_before += size;
+                if (o->progress)
+                    atomic_store(&o->progress->input_bytes_read, read_before);
+            }
             tfos__input_close(in);
             if (rc) {
                 /* a partition left open is closed below with the ring: the
@@ -228,4 +317,22 @@ out:
         tfos__ring_close(t[i].ring);
     free(t);
     return rc;
+}
+
+void tfos__feed_observe(const tfos__feeder_opts *o)
+{
+    for (int i = 0; o->progress && i < o->nnodes && i < o->progress->nnodes; i++) {
+        if (o->stop && *o->stop)
+            return;
+        int in_fd, out_fd;
+        char err[512];
+        if (tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 5000, &in_fd, &out_fd, NULL, 0, err,
+                               sizeof err)) {
+            TFOS_DEBUG("feed statistics: %s", err);
+            continue;
+        }
+        publish_observer(o->progress, i, in_fd);
+        close(in_fd);
+        close(out_fd);
+    }
 }

@@ -12,8 +12,44 @@
  * the others go on. */
 #ifndef TFOS_RUN_FEEDER_H
 #define TFOS_RUN_FEEDER_H
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/ring.h"
+
+/* Live progress of a feed, written by the feeder thread and read by the
+ * launcher's loop (the status page, the console progress line) while it
+ * runs. The launcher allocates it and its nodes before the feed starts and
+ * frees it (tfos__feed_progress_fini) once the feeder has been joined.
+ *
+ * Node i is the node of executor_ids[i]. Its `observer` is an observer handle
+ * on the node's input ring, stored once by the feeder (NULL until then): the
+ * ring's shared counters (records, bytes, partitions completed and aborted)
+ * count what every producer wrote, and any thread may read them; the handle
+ * is the launcher's to close. Rows are counted by the file feeder itself (a
+ * record is a batch; only the feeder knows its rows). */
+typedef struct tfos__feed_node {
+    char name[64];                 /* "worker:0", set by the launcher */
+    int executor_id;
+    _Atomic(tfos__ring *) observer;
+    _Atomic uint64_t rows;
+} tfos__feed_node;
+
+typedef struct tfos__feed_progress {
+    int nnodes;
+    tfos__feed_node *nodes;
+    int rows_counted;                      /* 0: an Arrow feed, rows unknown to the launcher */
+    _Atomic uint64_t input_bytes;          /* file sizes x epochs; 0: unknown */
+    _Atomic uint64_t input_bytes_read;     /* of those, read so far */
+    _Atomic uint64_t rows_expected;        /* rows x epochs when every file tells (.npy); 0: unknown */
+    _Atomic uint64_t partitions_expected;  /* likewise */
+} tfos__feed_progress;
+
+/* Allocate nnodes nodes (names and ids for the caller to fill). TFOS_ENOMEM. */
+int tfos__feed_progress_init(tfos__feed_progress *p, int nnodes);
+/* Close the observer handles and free the nodes. The feeder must be done. */
+void tfos__feed_progress_fini(tfos__feed_progress *p);
 
 typedef struct tfos__feeder_opts {
     const char *cluster_id;
@@ -28,6 +64,7 @@ typedef struct tfos__feeder_opts {
     uint32_t batch_rows; /* rows per record */
     uint64_t partition_rows;
     volatile int *stop;  /* set by the launcher to abandon the feed */
+    tfos__feed_progress *progress; /* NULL: no live progress */
 } tfos__feeder_opts;
 
 typedef struct tfos__feeder_stats {
@@ -38,5 +75,12 @@ typedef struct tfos__feeder_stats {
 /* Run the whole feed. 0 on success; otherwise an error with a one-line
  * reason naming the file and row, or the node that stopped reading. */
 int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *err, size_t errlen);
+
+/* For a feed written by another process (the Arrow feeder): connect to each
+ * node's feed socket only to attach an observer handle into o->progress, so
+ * the launcher sees the rings' counters. Waits at most ~5 s per node and
+ * gives up on a node it cannot reach (its counters stay unknown), or when
+ * *o->stop is set. */
+void tfos__feed_observe(const tfos__feeder_opts *o);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_COLS 1024
@@ -57,6 +58,7 @@ struct tfos__input {
     uint8_t *out;
     size_t out_cap;
     int eof;
+    uint64_t size; /* the file's size at open, for progress */
 };
 
 
@@ -971,6 +973,9 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
         }
         in->line = format == TFOS_FMT_CSV ? 1 : 0;
     }
+    struct stat sb;
+    if (fstat(in->f ? fileno(in->f) : in->fd, &sb) == 0 && sb.st_size > 0)
+        in->size = (uint64_t)sb.st_size;
     *out = in;
     return 0;
 bad:
@@ -997,6 +1002,20 @@ int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, siz
     if (rc == TFOS_EEND)
         in->eof = 1;
     return rc;
+}
+
+void tfos__input_progress(const tfos__input *in, uint64_t *read, uint64_t *size)
+{
+    off_t pos = in->f ? ftello(in->f) : lseek(in->fd, 0, SEEK_CUR);
+    *read = pos > 0 ? (uint64_t)pos : 0;
+    if (in->eof || *read > in->size)
+        *read = in->size;
+    *size = in->size;
+}
+
+int64_t tfos__input_rows(const tfos__input *in)
+{
+    return in->fmt == TFOS_FMT_NPY ? (int64_t)in->npy_total : -1;
 }
 
 void tfos__input_close(tfos__input *in)

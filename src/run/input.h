@@ -42,6 +42,15 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
 int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, size_t *len, uint64_t *first_row,
                      char *err, size_t errlen);
 
+/* How far reading has got, for progress reports: *read gets the bytes of the
+ * file consumed so far (CSV and JSON lines read a little ahead of the rows
+ * returned), *size the file's size when it was opened. */
+void tfos__input_progress(const tfos__input *in, uint64_t *read, uint64_t *size);
+
+/* Rows the file holds when its header says so (.npy), else -1 (CSV and JSON
+ * lines are not counted in advance). */
+int64_t tfos__input_rows(const tfos__input *in);
+
 void tfos__input_close(tfos__input *in);
 
 #endif

@@ -4,7 +4,10 @@
  * (`tfos node …`) per node. Agents get PR_SET_PDEATHSIG(SIGTERM): if the
  * launcher dies, even by SIGKILL, every agent stops its program and exits.
  * The secret travels to agents in their environment, never on a command line.
- */
+ *
+ * With --input, a feeder (a thread, or a Python process for Arrow) writes the
+ * files into the nodes' input rings; its live counters (tfos__feed_progress)
+ * feed the status page's meter and, every 5 s, a progress line. */
 #include "core/auth.h"
 #include "core/log.h"
 #include "platform/clock.h"
@@ -58,6 +61,14 @@ struct tfos_local {
     int *feed_ids;
     int64_t feeder_t0;
     pid_t arrow_feeder; /* Arrow/Parquet inputs: python -m tfos.arrowfeed */
+    /* the feed's live counters (this attempt) and what the status page and
+     * the console show of them (the whole run) */
+    tfos__feed_progress progress;
+    int progress_live;       /* progress holds this attempt's nodes */
+    pthread_t observer;      /* Arrow feeds: attaches the ring observers */
+    int observer_started;
+    tfos__feed_meter meter;
+    int64_t next_progress_ms;
     /* restarts: every failed attempt leaves one line here */
     int attempt;
     char checkpoint_dir[4200];
@@ -138,6 +149,34 @@ static void start_arrow_feeder(tfos_local *l, const int *ids, int n)
               o->ninputs, o->epochs > 0 ? o->epochs : 1, n, guess_python(o));
 }
 
+static void *observer_main(void *arg)
+{
+    tfos_local *l = arg;
+    tfos__feed_observe(&l->feeder_opts);
+    return NULL;
+}
+
+/* The live counters for the n fed nodes (executors ids[]), and the meter's
+ * view of them. */
+static int start_progress(tfos_local *l, const int *ids, int n, int arrow)
+{
+    int rc = tfos__feed_progress_init(&l->progress, n);
+    if (rc)
+        return rc;
+    l->progress_live = 1;
+    for (int i = 0; i < n; i++) {
+        const char *job;
+        int idx;
+        tfos_layout_role(&l->opts.layout, ids[i], &job, &idx);
+        snprintf(l->progress.nodes[i].name, sizeof l->progress.nodes[i].name, "%s:%d", job, idx);
+        l->progress.nodes[i].executor_id = ids[i];
+    }
+    l->progress.rows_counted = !arrow;
+    int64_t now = tfos__now_ms();
+    l->next_progress_ms = now + 5000;
+    return tfos__feed_meter_start(&l->meter, &l->progress, arrow ? "arrow" : "files", now);
+}
+
 static void *feeder_main(void *arg)
 {
     tfos_local *l = arg;
@@ -150,6 +189,7 @@ static void start_feeder(tfos_local *l)
 {
     const tfos_run_opts *o = &l->opts;
     int n = 0;
+    free(l->feed_ids); /* from a start that failed before the feed ran */
     l->feed_ids = calloc((size_t)l->n, sizeof *l->feed_ids);
     if (!l->feed_ids) {
         tfos_local_stop(l, "the feed could not start: out of memory", 0);
@@ -165,20 +205,28 @@ static void start_feeder(tfos_local *l)
     int arrow = 0;
     for (int i = 0; i < o->ninputs; i++)
         arrow += is_arrow_input(o->inputs[i]);
-    if (arrow) {
-        if (arrow != o->ninputs) {
-            tfos_local_stop(l, "the feed could not start: Arrow/Parquet inputs cannot be mixed with CSV, JSON "
-                               "lines or .npy in one run", 0);
-            return;
-        }
-        start_arrow_feeder(l, l->feed_ids, n);
+    if (arrow && arrow != o->ninputs) {
+        tfos_local_stop(l, "the feed could not start: Arrow/Parquet inputs cannot be mixed with CSV, JSON "
+                           "lines or .npy in one run", 0);
         return;
     }
     l->feeder_opts = (tfos__feeder_opts){
         .cluster_id = l->cluster_id, .secret = l->secret, .nnodes = n, .executor_ids = l->feed_ids,
         .inputs = o->inputs, .ninputs = o->ninputs, .format = o->input_format, .csv_header = o->csv_header,
         .epochs = o->epochs > 0 ? o->epochs : 1, .batch_rows = (uint32_t)(o->batch_rows > 0 ? o->batch_rows : 1024),
-        .partition_rows = (uint64_t)(o->partition_rows > 0 ? o->partition_rows : 10000), .stop = &l->feeder_stop};
+        .partition_rows = (uint64_t)(o->partition_rows > 0 ? o->partition_rows : 10000), .stop = &l->feeder_stop,
+        .progress = &l->progress};
+    if (start_progress(l, l->feed_ids, n, arrow)) {
+        tfos_local_stop(l, "the feed could not start: out of memory", 0);
+        return;
+    }
+    if (arrow) {
+        start_arrow_feeder(l, l->feed_ids, n);
+        /* the Arrow feeder is another process: watch its rings from here */
+        if (l->feeder_started && pthread_create(&l->observer, NULL, observer_main, l) == 0)
+            l->observer_started = 1;
+        return;
+    }
     l->feeder_t0 = tfos__now_ms();
     if (pthread_create(&l->feeder, NULL, feeder_main, l)) {
         tfos_local_stop(l, "the feed could not start: no thread", 0);
@@ -207,6 +255,9 @@ static void check_feeder(tfos_local *l, int force)
             }
         }
         l->feeder_joined = 1;
+        tfos__feed_meter_update(&l->meter, &l->progress, tfos__now_ms());
+        tfos__feed_meter_end(&l->meter, !tfos__exit_code(status) ? "done" : force ? "stopped" : "failed",
+                             tfos__now_ms());
         if (!force && tfos__exit_code(status) != 0 && tfos_coord_state(l->coord) == TFOS_COORD_RUNNING) {
             char desc[96], reason[300];
             tfos__describe_status(status, desc, sizeof desc);
@@ -222,6 +273,10 @@ static void check_feeder(tfos_local *l, int force)
         return;
     pthread_join(l->feeder, NULL);
     l->feeder_joined = 1;
+    tfos__feed_meter_update(&l->meter, &l->progress, tfos__now_ms());
+    tfos__feed_meter_end(&l->meter, l->feeder_rc == 0 ? "done" : l->feeder_rc == TFOS_ESTOPPED || force ? "stopped"
+                                                                                                      : "failed",
+                         tfos__now_ms());
     double secs = (double)(tfos__now_ms() - l->feeder_t0) / 1000.0;
     const tfos__feeder_stats *st = &l->feeder_stats;
     if (l->feeder_rc == 0) {
@@ -237,6 +292,17 @@ static void check_feeder(tfos_local *l, int force)
     } else if (l->feeder_rc != TFOS_ESTOPPED) {
         TFOS_WARN("the feed did not finish: %s (after %llu rows)", l->feeder_err, (unsigned long long)st->rows);
     }
+}
+
+/* Every 5 s while the feeder runs, one line on the console (--quiet: none). */
+static void report_progress(tfos_local *l, int64_t now)
+{
+    if (l->opts.quiet || !l->feeder_started || l->feeder_joined || now < l->next_progress_ms)
+        return;
+    l->next_progress_ms = now + 5000;
+    char line[512];
+    tfos__feed_meter_line(&l->meter, l->feeder_opts.partition_rows, line, sizeof line);
+    TFOS_INFO("%s", line);
 }
 
 static int mkdir_p(const char *path)
@@ -347,6 +413,16 @@ static void check_feeder(tfos_local *l, int force);
 static void end_attempt(tfos_local *l)
 {
     check_feeder(l, 1);
+    if (l->observer_started) {
+        l->feeder_stop = 1;
+        pthread_join(l->observer, NULL);
+        l->observer_started = 0;
+    }
+    if (l->progress_live) {
+        tfos__feed_meter_update(&l->meter, &l->progress, tfos__now_ms());
+        tfos__feed_progress_fini(&l->progress);
+        l->progress_live = 0;
+    }
     for (int i = 0; i < l->n; i++)
         if (l->agents[i].pid > 0 && !l->agents[i].done) {
             kill(l->agents[i].pid, SIGKILL);
@@ -481,6 +557,8 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
             fclose(f);
         }
     }
+    tfos__feed_meter_init(&l->meter, tfos__now_ms());
+    l->status.feed = &l->meter;
     l->status.log_dir = l->log_dir;
     l->status.history = l->history;
     l->status.max_restarts = opts->max_restarts;
@@ -491,6 +569,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     return 0;
 fail:
     tfos__http_close(l->http);
+    tfos__feed_meter_fini(&l->meter);
     free(l->agents);
     free(l);
     return rc;
@@ -581,12 +660,15 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
     if (l->finished)
         return 1;
     int st = tfos_coord_step(l->coord, timeout_ms);
+    int64_t now = tfos__now_ms();
+    tfos__feed_meter_update(&l->meter, l->progress_live ? &l->progress : NULL, now);
     if (l->http)
         tfos__http_step(l->http);
     reap_agents(l);
-    if (l->opts.ninputs > 0 && !l->feeder_started && st == TFOS_COORD_RUNNING)
+    if (l->opts.ninputs > 0 && !l->feeder_started && !l->progress_live && st == TFOS_COORD_RUNNING)
         start_feeder(l);
     check_feeder(l, 0);
+    report_progress(l, now);
     if (st < TFOS_COORD_DONE)
         return 0;
     check_feeder(l, 1);
@@ -668,6 +750,7 @@ void tfos_local_close(tfos_local *l)
     if (l->coord)
         end_attempt(l);
     tfos__http_close(l->http);
+    tfos__feed_meter_fini(&l->meter);
     free(l->agents);
     free(l);
 }

@@ -1,41 +1,405 @@
 /* status.c: what the launcher serves over HTTP while a cluster runs:
- *   /status        JSON: attempt, restarts, history, every node
+ *   /status        JSON: attempt, restarts, history, the feed, every node
  *   /metrics       Prometheus text format
- *   /              a live page (the table, refreshed every second)
+ *   /feed/history  JSON: the feed rate, one sample a second (last 300 s)
+ *   /              a live page (the table, the feed chart, TensorBoard
+ *                  links; refreshed every second)
  *   /logs/<job>-<index>.log   a node's log (its last 256 KiB)
- * Bound to 127.0.0.1 unless asked otherwise. */
+ * Bound to 127.0.0.1 unless asked otherwise.
+ *
+ * Also the feed meter: the launcher's loop reads the feeder's live counters
+ * into it (tfos__feed_meter_update); everything here runs on that one
+ * thread, so the handler reads the meter without locks. */
 #include "run/status.h"
 
 #include "core/json.h"
+#include "platform/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char page[] =
-    "<!doctype html><html><head><meta charset=\"utf-8\"><title>tfos cluster</title>"
-    "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}"
-    "td,th{border:1px solid #bbb;padding:4px 10px;text-align:left}.running{color:#070}"
-    ".exited{color:#555}.failed{color:#b00}pre{background:#f4f4f4;padding:8px}</style></head><body>"
-    "<h1>tfos cluster</h1><p id=\"summary\">loading…</p>"
-    "<table><thead><tr><th>node</th><th>executor</th><th>address</th><th>state</th><th>pid</th><th>exit</th>"
-    "<th>log</th></tr></thead><tbody id=\"nodes\"></tbody></table>"
-    "<h2>history</h2><pre id=\"history\">(no failure)</pre>"
-    "<script>\n"
-    "function esc(s){return String(s).replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));}\n"
-    "async function refresh(){\n"
-    " try{const r=await fetch('/status');const s=await r.json();\n"
-    "  document.getElementById('summary').textContent='state: '+s.cluster.state+' | attempt '+s.attempt+' of '+"
-    "(s.max_restarts+1)+' | coordinator '+s.cluster.address;\n"
-    "  document.getElementById('nodes').innerHTML=s.cluster.nodes.map(n=>{const name=n.job+':'+n.index;"
-    "const cls=n.state==='exited'&&n.exit_code!==0?'failed':n.state;"
-    "return '<tr class=\"'+cls+'\"><td>'+esc(name)+'</td><td>'+n.executor_id+'</td><td>'+esc(n.host)+':'+n.port+"
-    "'</td><td>'+esc(n.state)+'</td><td>'+n.pid+'</td><td>'+(n.exit_code>=0?n.exit_code:'')+'</td>'+"
-    "'<td><a href=\"/logs/'+n.job+'-'+n.index+'.log\">log</a></td></tr>';}).join('');\n"
-    "  document.getElementById('history').textContent=s.history.length?s.history.join('\\n'):'(no failure)';\n"
-    " }catch(e){document.getElementById('summary').textContent='not reachable: '+e;}\n"
-    "}\nrefresh();setInterval(refresh,1000);\n</script></body></html>\n";
+#define WIN (TFOS__FEED_RATE_WINDOW + 1)
 
+/* The live page: no external resources, no libraries. render() and chart()
+ * draw only from the JSON of /status and /feed/history (the chart is inline
+ * SVG), so the page can be checked against canned documents. */
+static const char page[] =
+    "<!doctype html><html><head><meta charset=\"utf-8\"><title>tfos cluster</title>\n"
+    "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}\n"
+    "td,th{border:1px solid #bbb;padding:4px 10px;text-align:left}td.n{text-align:right}.running{color:#070}\n"
+    ".exited{color:#555}.failed{color:#b00}pre{background:#f4f4f4;padding:8px}\n"
+    "#feedchart{border:1px solid #ddd;background:#fcfcfc}</style></head><body>\n"
+    "<h1>tfos cluster</h1><p id=\"summary\">loading…</p><p id=\"tensorboard\"></p>\n"
+    "<table><thead><tr><th>node</th><th>executor</th><th>address</th><th>state</th><th>pid</th><th>exit</th>\n"
+    "<th>log</th><th>TensorBoard</th><th>rows fed</th><th>rows/s</th><th>partitions</th></tr></thead>\n"
+    "<tbody id=\"nodes\"></tbody></table>\n"
+    "<h2>feed</h2><p id=\"feed\">no feed (tfos run --input FILE feeds files to the chief and workers)</p>\n"
+    "<svg id=\"feedchart\" width=\"640\" height=\"180\" viewBox=\"0 0 640 180\" role=\"img\"\n"
+    " aria-label=\"feed throughput\"></svg>\n"
+    "<h2>history</h2><pre id=\"history\">(no failure)</pre>\n"
+    "<script>\n"
+    "function esc(s){return String(s).replace(/[&<>\"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c]));}\n"
+    "function size(b){return b>=1e9?(b/1e9).toFixed(2)+' GB':b>=1e6?(b/1e6).toFixed(1)+' MB':\n"
+    " b>=1e3?(b/1e3).toFixed(1)+' kB':Math.round(b)+' B';}\n"
+    "function num(v){return v==null?'':String(Math.round(v));}\n"
+    "function dur(s){s=Math.round(s);return s<90?s+' s':s<5400?Math.floor(s/60)+' min '+s%60+' s':\n"
+    " Math.floor(s/3600)+' h '+Math.round(s%3600/60)+' min';}\n"
+    "function tbUrl(n){return n.tensorboard_port>0?'http://'+n.host+':'+n.tensorboard_port+'/':'';}\n"
+    "function tbLink(n){const u=tbUrl(n);return u?'<a class=\"tb\" href=\"'+esc(u)+'\">'+esc(u)+'</a>':'';}\n"
+    "function feedLine(f){\n"
+    " if(!f)return 'no feed (tfos run --input FILE feeds files to the chief and workers)';\n"
+    " let t=f.state+': ';\n"
+    " if(f.rows!=null)t+=f.rows+(f.rows_expected!=null?' of '+f.rows_expected:'')+' rows, ';\n"
+    " t+=size(f.bytes)+', partitions '+f.partitions_completed+\n"
+    "  (f.partitions_expected!=null?' of '+f.partitions_expected:'')+' done'+\n"
+    "  (f.partitions_aborted?', '+f.partitions_aborted+' aborted':'');\n"
+    " if(f.rows_per_s!=null)t+=' | '+num(f.rows_per_s)+' rows/s';\n"
+    " t+=' | '+size(f.bytes_per_s)+'/s';\n"
+    " if(f.input_bytes)t+=' | '+Math.floor(100*f.input_bytes_read/f.input_bytes)+'% of the input read';\n"
+    " if(f.eta_s!=null)t+=' | ETA '+dur(f.eta_s);\n"
+    " return t;\n"
+    "}\n"
+    "function render(s){\n"
+    " const c=s.cluster;\n"
+    " const of=' of '+(s.max_restarts+1);\n"
+    " document.getElementById('summary').textContent=c?'state: '+c.state+' | attempt '+s.attempt+of+\n"
+    "  ' | coordinator '+c.address:'attempt '+s.attempt+of+': the cluster is forming again';\n"
+    " const fed={};if(s.feed)s.feed.nodes.forEach(f=>{fed[f.executor_id]=f;});\n"
+    " const nodes=c?c.nodes:[];\n"
+    " document.getElementById('nodes').innerHTML=nodes.map(n=>{const name=n.job+':'+n.index;\n"
+    "  const cls=n.state==='exited'&&n.exit_code!==0?'failed':n.state;const f=fed[n.executor_id];\n"
+    "  return '<tr class=\"'+esc(cls)+'\"><td>'+esc(name)+'</td><td>'+n.executor_id+'</td><td>'+esc(n.host)+':'+n.port+\n"
+    "   '</td><td>'+esc(n.state)+'</td><td>'+n.pid+'</td><td>'+(n.exit_code>=0?n.exit_code:'')+'</td>'+\n"
+    "   '<td><a href=\"/logs/'+esc(n.job)+'-'+n.index+'.log\">log</a></td><td>'+tbLink(n)+'</td>'+\n"
+    "   '<td class=\"n\">'+(f?num(f.rows):'')+'</td><td class=\"n\">'+(f?num(f.rows_per_s):'')+'</td><td class=\"n\">'+\n"
+    "   (f?f.partitions_completed:'')+'</td></tr>';}).join('');\n"
+    " const tbs=nodes.filter(n=>n.tensorboard_port>0);\n"
+    " document.getElementById('tensorboard').innerHTML=\n"
+    "  tbs.map(n=>'TensorBoard ('+esc(n.job+':'+n.index)+'): '+tbLink(n)).join(' ');\n"
+    " document.getElementById('feed').textContent=feedLine(s.feed);\n"
+    " document.getElementById('history').textContent=s.history.length?s.history.join('\\n'):'(no failure)';\n"
+    "}\n"
+    "function chart(h){\n"
+    " const svg=document.getElementById('feedchart'),W=640,H=180,L=64,R=12,T=12,B=24,s=h.samples||[];\n"
+    " if(!s.length){svg.innerHTML='<text x=\"320\" y=\"95\" text-anchor=\"middle\" fill=\"#888\">no feed yet</text>';return;}\n"
+    " const k=s[s.length-1].rows_per_s!=null?'rows_per_s':'bytes_per_s',unit=k==='rows_per_s'?'rows/s':'bytes/s';\n"
+    " const t1=s[s.length-1].t,t0=Math.min(s[0].t,t1-60),top=Math.max(1,...s.map(p=>p[k]||0));\n"
+    " const x=t=>(L+(t-t0)/(t1-t0)*(W-L-R)).toFixed(1),y=v=>(T+(1-(v||0)/top)*(H-T-B)).toFixed(1);\n"
+    " svg.innerHTML='<line x1=\"'+L+'\" y1=\"'+(H-B)+'\" x2=\"'+(W-R)+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>'+\n"
+    "  '<line x1=\"'+L+'\" y1=\"'+T+'\" x2=\"'+L+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>'+\n"
+    "  '<text x=\"'+(L-4)+'\" y=\"'+(T+10)+'\" text-anchor=\"end\" font-size=\"11\">'+Math.round(top)+'</text>'+\n"
+    "  '<text x=\"'+(L-4)+'\" y=\"'+(H-B)+'\" text-anchor=\"end\" font-size=\"11\">0</text>'+\n"
+    "  '<text x=\"'+L+'\" y=\"'+(H-6)+'\" font-size=\"11\">'+Math.round(t0-t1)+' s</text>'+\n"
+    "  '<text x=\"'+(W-R)+'\" y=\"'+(H-6)+'\" text-anchor=\"end\" font-size=\"11\">now</text>'+\n"
+    "  '<text x=\"'+(L+6)+'\" y=\"'+(T+10)+'\" font-size=\"11\" fill=\"#555\">'+unit+'</text>'+\n"
+    "  '<polyline id=\"feedline\" fill=\"none\" stroke=\"#0a6ed1\" stroke-width=\"1.5\" points=\"'+\n"
+    "  s.map(p=>x(p.t)+','+y(p[k])).join(' ')+'\"/>';\n"
+    "}\n"
+    "async function refresh(){\n"
+    " try{const r=await fetch('/status');render(await r.json());\n"
+    "  const h=await fetch('/feed/history');chart(await h.json());\n"
+    " }catch(e){document.getElementById('summary').textContent='not reachable: '+e;}\n"
+    "}\n"
+    "refresh();setInterval(refresh,1000);\n"
+    "</script></body></html>\n";
+
+/* ---- the feed meter ------------------------------------------------------ */
+
+void tfos__feed_meter_init(tfos__feed_meter *m, int64_t now_ms)
+{
+    memset(m, 0, sizeof *m);
+    m->t0_ms = now_ms;
+    m->state = "none";
+    m->source = "files";
+}
+
+void tfos__feed_meter_fini(tfos__feed_meter *m)
+{
+    free(m->nodes);
+    m->nodes = NULL;
+    m->nnodes = 0;
+}
+
+static void add_counts(tfos__feed_counts *to, const tfos__feed_counts *c)
+{
+    to->rows += c->rows;
+    to->bytes += c->bytes;
+    to->records += c->records;
+    to->partitions_completed += c->partitions_completed;
+    to->partitions_aborted += c->partitions_aborted;
+}
+
+int tfos__feed_meter_start(tfos__feed_meter *m, const tfos__feed_progress *p, const char *source, int64_t now_ms)
+{
+    tfos__feed_node_meter *nodes = calloc((size_t)(p->nnodes > 0 ? p->nnodes : 1), sizeof *nodes);
+    if (!nodes)
+        return TFOS_ENOMEM;
+    for (int i = 0; i < p->nnodes; i++) {
+        snprintf(nodes[i].name, sizeof nodes[i].name, "%s", p->nodes[i].name);
+        nodes[i].executor_id = p->nodes[i].executor_id;
+    }
+    free(m->nodes);
+    m->nodes = nodes;
+    m->nnodes = p->nnodes;
+    add_counts(&m->base, &m->total); /* an earlier attempt's feed */
+    memset(&m->total, 0, sizeof m->total);
+    m->rows_per_s = m->bytes_per_s = m->read_per_s = 0;
+    m->input_bytes = m->input_bytes_read = m->rows_expected = m->partitions_expected = 0;
+    memset(m->snap_read, 0, sizeof m->snap_read); /* read counts restart with the attempt */
+    m->active = 1;
+    m->state = "feeding";
+    m->source = source;
+    m->rows_counted = p->rows_counted;
+    m->feed_t0_ms = m->node_since_ms = now_ms;
+    m->feed_t1_ms = 0;
+    if (!m->snap_n)
+        m->next_sample_ms = now_ms; /* the first sample at once: the chart starts at 0 */
+    return 0;
+}
+
+/* Average rate between two snapshots; counts that restart with an attempt
+ * count from `since` (when they were 0). */
+static double rate(uint64_t now_v, uint64_t old_v, int64_t now_t, int64_t old_t, int64_t since)
+{
+    if (old_t < since) {
+        old_t = since;
+        old_v = 0;
+    }
+    if (now_v < old_v || now_t <= old_t)
+        return 0;
+    return (double)(now_v - old_v) * 1000.0 / (double)(now_t - old_t);
+}
+
+static void sample(tfos__feed_meter *m, int64_t now_ms)
+{
+    int k = m->snap_head;
+    m->snap_t[k] = now_ms;
+    m->snap_rows[k] = m->base.rows + m->total.rows;
+    m->snap_bytes[k] = m->base.bytes + m->total.bytes;
+    m->snap_read[k] = m->input_bytes_read;
+    for (int i = 0; i < m->nnodes; i++) {
+        m->nodes[i].snap_rows[k] = m->nodes[i].c.rows;
+        m->nodes[i].snap_bytes[k] = m->nodes[i].c.bytes;
+    }
+    m->snap_head = (k + 1) % WIN;
+    if (m->snap_n < WIN)
+        m->snap_n++;
+    int o = (k - (m->snap_n - 1) + WIN) % WIN; /* the oldest snapshot, up to WINDOW s ago */
+    m->rows_per_s = rate(m->snap_rows[k], m->snap_rows[o], now_ms, m->snap_t[o], INT64_MIN);
+    m->bytes_per_s = rate(m->snap_bytes[k], m->snap_bytes[o], now_ms, m->snap_t[o], INT64_MIN);
+    m->read_per_s = rate(m->snap_read[k], m->snap_read[o], now_ms, m->snap_t[o], m->node_since_ms);
+    for (int i = 0; i < m->nnodes; i++) {
+        tfos__feed_node_meter *n = &m->nodes[i];
+        n->rows_per_s = rate(n->snap_rows[k], n->snap_rows[o], now_ms, m->snap_t[o], m->node_since_ms);
+        n->bytes_per_s = rate(n->snap_bytes[k], n->snap_bytes[o], now_ms, m->snap_t[o], m->node_since_ms);
+    }
+    tfos__feed_sample *h = &m->hist[m->hist_head];
+    h->t_ms = now_ms - m->t0_ms;
+    h->rows = m->snap_rows[k];
+    h->bytes = m->snap_bytes[k];
+    h->rows_per_s = m->rows_per_s;
+    h->bytes_per_s = m->bytes_per_s;
+    m->hist_head = (m->hist_head + 1) % TFOS__FEED_HISTORY;
+    if (m->hist_n < TFOS__FEED_HISTORY)
+        m->hist_n++;
+    /* one a second; after a stall (a long step), start again from now */
+    m->next_sample_ms = (now_ms - m->next_sample_ms >= 1000 ? now_ms : m->next_sample_ms) + 1000;
+}
+
+void tfos__feed_meter_update(tfos__feed_meter *m, tfos__feed_progress *p, int64_t now_ms)
+{
+    if (!m->active)
+        return;
+    if (p && p->nodes) {
+        memset(&m->total, 0, sizeof m->total);
+        for (int i = 0; i < m->nnodes && i < p->nnodes; i++) {
+            tfos__feed_node *pn = &p->nodes[i];
+            tfos__feed_counts *c = &m->nodes[i].c;
+            tfos__ring *obs = atomic_load(&pn->observer);
+            if (obs) {
+                tfos__ring_stats st;
+                tfos__ring_stats_get(obs, &st);
+                c->bytes = st.bytes;
+                c->records = st.records;
+                c->partitions_completed = st.partitions_completed;
+                c->partitions_aborted = st.partitions_aborted;
+            }
+            c->rows = atomic_load(&pn->rows);
+            add_counts(&m->total, c);
+        }
+        m->input_bytes = atomic_load(&p->input_bytes);
+        m->input_bytes_read = atomic_load(&p->input_bytes_read);
+        m->rows_expected = atomic_load(&p->rows_expected);
+        m->partitions_expected = atomic_load(&p->partitions_expected);
+    }
+    if (now_ms >= m->next_sample_ms)
+        sample(m, now_ms);
+}
+
+void tfos__feed_meter_end(tfos__feed_meter *m, const char *state, int64_t now_ms)
+{
+    if (!m->active || strcmp(m->state, "feeding"))
+        return;
+    m->state = state;
+    m->feed_t1_ms = now_ms;
+}
+
+double tfos__feed_meter_eta(const tfos__feed_meter *m)
+{
+    if (!m->active || strcmp(m->state, "feeding"))
+        return -1;
+    if (m->rows_counted && m->rows_expected && m->rows_per_s > 0)
+        return m->rows_expected > m->total.rows ? (double)(m->rows_expected - m->total.rows) / m->rows_per_s : 0;
+    if (m->input_bytes && m->read_per_s > 0)
+        return m->input_bytes > m->input_bytes_read ? (double)(m->input_bytes - m->input_bytes_read) / m->read_per_s
+                                                    : 0;
+    return -1;
+}
+
+static void human_bytes(double b, char *out, size_t len)
+{
+    if (b >= 1e9)
+        snprintf(out, len, "%.2f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(out, len, "%.1f MB", b / 1e6);
+    else if (b >= 1e3)
+        snprintf(out, len, "%.1f kB", b / 1e3);
+    else
+        snprintf(out, len, "%.0f B", b);
+}
+
+static void human_secs(double s, char *out, size_t len)
+{
+    long v = (long)(s + 0.5);
+    if (v < 90)
+        snprintf(out, len, "%ld s", v);
+    else if (v < 5400)
+        snprintf(out, len, "%ld min %02ld s", v / 60, v % 60);
+    else
+        snprintf(out, len, "%ld h %02ld min", v / 3600, (v % 3600 + 30) / 60);
+}
+
+void tfos__feed_meter_line(const tfos__feed_meter *m, uint64_t partition_rows, char *buf, size_t len)
+{
+    const tfos__feed_counts *t = &m->total;
+    char parts[64], size[32], speed[32], tail[96] = "";
+    uint64_t done = t->partitions_completed;
+    if (m->partitions_expected) {
+        snprintf(parts, sizeof parts, "%llu/%llu", (unsigned long long)done,
+                 (unsigned long long)m->partitions_expected);
+    } else if (m->rows_counted && partition_rows && m->input_bytes && m->input_bytes_read && t->rows) {
+        /* CSV and JSON lines are not counted in advance: estimate the rows
+         * from the share of the input read so far */
+        uint64_t rows = (uint64_t)((double)t->rows * (double)m->input_bytes / (double)m->input_bytes_read);
+        uint64_t est = (rows + partition_rows - 1) / partition_rows;
+        snprintf(parts, sizeof parts, "%llu/~%llu", (unsigned long long)done,
+                 (unsigned long long)(est > done ? est : done));
+    } else {
+        snprintf(parts, sizeof parts, "%llu", (unsigned long long)done);
+    }
+    human_bytes((double)t->bytes, size, sizeof size);
+    human_bytes(m->bytes_per_s, speed, sizeof speed);
+    size_t n = 0;
+    if (m->input_bytes)
+        n += (size_t)snprintf(tail + n, sizeof tail - n, ", %.0f%% of the input read",
+                              100.0 * (double)m->input_bytes_read / (double)m->input_bytes);
+    double eta = tfos__feed_meter_eta(m);
+    if (eta >= 0 && n < sizeof tail) {
+        char e[32];
+        human_secs(eta, e, sizeof e);
+        snprintf(tail + n, sizeof tail - n, ", ETA %s", e);
+    }
+    if (m->rows_counted)
+        snprintf(buf, len, "feed: partitions %s%s, %llu rows (%s), %.0f rows/s (%s/s)%s", parts,
+                 t->partitions_aborted ? " (some aborted)" : "", (unsigned long long)t->rows, size, m->rows_per_s,
+                 speed, tail);
+    else
+        snprintf(buf, len, "feed: partitions %s%s, %s, %s/s%s", parts, t->partitions_aborted ? " (some aborted)" : "",
+                 size, speed, tail);
+}
+
+/* ---- /status, /feed/history, /metrics -------------------------------------- */
+
+static void counts_json(FILE *f, const tfos__feed_counts *c, int rows_counted, double rows_per_s, double bytes_per_s)
+{
+    if (rows_counted)
+        fprintf(f, "\"rows\": %llu, ", (unsigned long long)c->rows);
+    else
+        fprintf(f, "\"rows\": null, ");
+    fprintf(f, "\"bytes\": %llu, \"records\": %llu, \"partitions_completed\": %llu, \"partitions_aborted\": %llu, ",
+            (unsigned long long)c->bytes, (unsigned long long)c->records, (unsigned long long)c->partitions_completed,
+            (unsigned long long)c->partitions_aborted);
+    if (rows_counted)
+        fprintf(f, "\"rows_per_s\": %.1f, ", rows_per_s);
+    else
+        fprintf(f, "\"rows_per_s\": null, ");
+    fprintf(f, "\"bytes_per_s\": %.1f", bytes_per_s);
+}
+
+static void opt_u64(FILE *f, const char *key, uint64_t v, int known)
+{
+    if (known)
+        fprintf(f, ", \"%s\": %llu", key, (unsigned long long)v);
+    else
+        fprintf(f, ", \"%s\": null", key);
+}
+
+/* The "feed" object of /status (null without a feed). Keys of the totals
+ * come before "nodes": `tfos status` finds them by name. */
+static void feed_json(FILE *f, const tfos__feed_meter *m)
+{
+    if (!m || !m->active) {
+        fprintf(f, "null");
+        return;
+    }
+    fprintf(f, "{\"state\": \"%s\", \"source\": \"%s\", ", m->state, m->source);
+    counts_json(f, &m->total, m->rows_counted, m->rows_per_s, m->bytes_per_s);
+    opt_u64(f, "input_bytes", m->input_bytes, m->input_bytes != 0);
+    opt_u64(f, "input_bytes_read", m->input_bytes_read, m->input_bytes != 0);
+    opt_u64(f, "rows_expected", m->rows_expected, m->rows_counted && m->rows_expected);
+    opt_u64(f, "partitions_expected", m->partitions_expected, m->partitions_expected != 0);
+    double eta = tfos__feed_meter_eta(m);
+    if (eta >= 0)
+        fprintf(f, ", \"eta_s\": %.1f", eta);
+    else
+        fprintf(f, ", \"eta_s\": null");
+    int64_t end = m->feed_t1_ms ? m->feed_t1_ms : tfos__now_ms();
+    fprintf(f, ", \"elapsed_s\": %.1f, \"nodes\": [", (double)(end - m->feed_t0_ms) / 1000.0);
+    for (int i = 0; i < m->nnodes; i++) {
+        const tfos__feed_node_meter *n = &m->nodes[i];
+        fprintf(f, "%s{\"node\": ", i ? ", " : "");
+        tfos__json_str(f, n->name);
+        fprintf(f, ", \"executor_id\": %d, ", n->executor_id);
+        counts_json(f, &n->c, m->rows_counted, n->rows_per_s, n->bytes_per_s);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]}");
+}
+
+static char *feed_history(const tfos__feed_meter *m)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    fprintf(f, "{\"interval_s\": 1, \"window_s\": %d, \"now\": %.1f, \"samples\": [", TFOS__FEED_RATE_WINDOW,
+            (double)(tfos__now_ms() - (m ? m->t0_ms : 0)) / 1000.0);
+    for (int i = 0; m && i < m->hist_n; i++) {
+        const tfos__feed_sample *s =
+            &m->hist[(m->hist_head - m->hist_n + i + TFOS__FEED_HISTORY) % TFOS__FEED_HISTORY];
+        fprintf(f, "%s{\"t\": %.1f, ", i ? ", " : "", (double)s->t_ms / 1000.0);
+        if (m->rows_counted)
+            fprintf(f, "\"rows\": %llu, \"rows_per_s\": %.1f, ", (unsigned long long)s->rows, s->rows_per_s);
+        else
+            fprintf(f, "\"rows\": null, \"rows_per_s\": null, ");
+        fprintf(f, "\"bytes\": %llu, \"bytes_per_s\": %.1f}", (unsigned long long)s->bytes, s->bytes_per_s);
+    }
+    fprintf(f, "]}");
+    fclose(f);
+    return buf;
+}
 
 static char *status_json(const tfos__status_src *src)
 {
@@ -66,10 +430,72 @@ static char *status_json(const tfos__status_src *src)
         first = 0;
         h = nl ? nl + 1 : h + l;
     }
-    fprintf(f, "], \"cluster\": %s}", cluster ? cluster : "null");
+    /* "feed" before "cluster": `tfos status` reads the cluster's nodes as
+     * every object after its "nodes" key */
+    fprintf(f, "], \"feed\": ");
+    feed_json(f, src->feed);
+    fprintf(f, ", \"cluster\": %s}", cluster ? cluster : "null");
     free(cluster);
     fclose(f);
     return buf;
+}
+
+static void feed_metric(FILE *f, const tfos__feed_meter *m, const char *name, const char *type, const char *help,
+                        int which)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (int i = 0; i < m->nnodes; i++) {
+        const tfos__feed_node_meter *n = &m->nodes[i];
+        fprintf(f, "%s{node=\"%s\"} ", name, n->name);
+        switch (which) {
+        case 0: fprintf(f, "%llu\n", (unsigned long long)n->c.rows); break;
+        case 1: fprintf(f, "%llu\n", (unsigned long long)n->c.bytes); break;
+        case 2: fprintf(f, "%llu\n", (unsigned long long)n->c.records); break;
+        case 3: fprintf(f, "%llu\n", (unsigned long long)n->c.partitions_completed); break;
+        case 4: fprintf(f, "%llu\n", (unsigned long long)n->c.partitions_aborted); break;
+        case 5: fprintf(f, "%.1f\n", n->rows_per_s); break;
+        default: fprintf(f, "%.1f\n", n->bytes_per_s); break;
+        }
+    }
+}
+
+/* Per-node series (sum() them for the run: Prometheus practice is not to
+ * export a total beside its parts), then run-wide gauges. */
+static void feed_metrics(FILE *f, const tfos__feed_meter *m)
+{
+    if (!m || !m->active)
+        return;
+    if (m->rows_counted)
+        feed_metric(f, m, "tfos_feed_rows_total", "counter",
+                    "Rows fed into the node's input ring by tfos run --input (this attempt).", 0);
+    feed_metric(f, m, "tfos_feed_bytes_total", "counter", "Payload bytes committed to the node's input ring.", 1);
+    feed_metric(f, m, "tfos_feed_records_total", "counter", "Records (batches) committed to the node's input ring.",
+                2);
+    feed_metric(f, m, "tfos_feed_partitions_completed_total", "counter",
+                "Partitions written whole into the node's input ring.", 3);
+    feed_metric(f, m, "tfos_feed_partitions_aborted_total", "counter",
+                "Partitions marked aborted in the node's input ring (their producer died).", 4);
+    if (m->rows_counted)
+        feed_metric(f, m, "tfos_feed_rows_per_second", "gauge", "Rows fed per second over the last 5 s.", 5);
+    feed_metric(f, m, "tfos_feed_bytes_per_second", "gauge", "Bytes fed per second over the last 5 s.", 6);
+    static const char *const states[] = {"feeding", "done", "failed", "stopped"};
+    fprintf(f, "# HELP tfos_feed_state 1 for the feed's current state.\n# TYPE tfos_feed_state gauge\n");
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "tfos_feed_state{state=\"%s\"} %d\n", states[k], !strcmp(m->state, states[k]));
+    if (m->input_bytes)
+        fprintf(f, "# HELP tfos_feed_input_bytes Bytes of input the feed reads (file sizes x epochs).\n"
+                   "# TYPE tfos_feed_input_bytes gauge\ntfos_feed_input_bytes %llu\n"
+                   "# HELP tfos_feed_input_read_bytes Bytes of input read so far.\n"
+                   "# TYPE tfos_feed_input_read_bytes gauge\ntfos_feed_input_read_bytes %llu\n",
+                (unsigned long long)m->input_bytes, (unsigned long long)m->input_bytes_read);
+    if (m->rows_counted && m->rows_expected)
+        fprintf(f, "# HELP tfos_feed_rows_expected Rows the whole feed holds (known for .npy inputs).\n"
+                   "# TYPE tfos_feed_rows_expected gauge\ntfos_feed_rows_expected %llu\n",
+                (unsigned long long)m->rows_expected);
+    double eta = tfos__feed_meter_eta(m);
+    if (eta >= 0)
+        fprintf(f, "# HELP tfos_feed_eta_seconds Estimated seconds until the feed is written.\n"
+                   "# TYPE tfos_feed_eta_seconds gauge\ntfos_feed_eta_seconds %.1f\n", eta);
 }
 
 static char *metrics(const tfos__status_src *src)
@@ -108,6 +534,7 @@ static char *metrics(const tfos__status_src *src)
         for (int k = 0; k < 5; k++)
             fprintf(f, "tfos_cluster_state{state=\"%s\"} %d\n", states[k], st == k);
     }
+    feed_metrics(f, src->feed);
     fclose(f);
     return buf;
 }
@@ -150,6 +577,10 @@ char *tfos__status_handle(const char *path, const char **ctype, int *status, voi
     if (!strcmp(path, "/metrics")) {
         *ctype = "text/plain; version=0.0.4";
         return metrics(src);
+    }
+    if (!strcmp(path, "/feed/history")) {
+        *ctype = "application/json";
+        return feed_history(src->feed);
     }
     if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
         *ctype = "text/html; charset=utf-8";

@@ -1,13 +1,20 @@
 """The launcher's status endpoints while a cluster runs and after a restart:
-/status (JSON), /metrics (Prometheus text), the live page, node logs."""
+/status (JSON), /metrics (Prometheus text), the live page, node logs; and
+while `tfos run --input` feeds: feed statistics, /feed/history, the chart,
+TensorBoard links and the console progress lines."""
+import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 
-from conftest import PY, pids_with, tfos_cli, wait_for
+import pytest
+
+from conftest import PY, pids_with, run_tfos, tfos_cli, wait_for
 
 PROGRAM = ("import os, sys, time\n"
            "a = int(os.environ['TFOS_ATTEMPT'])\n"
@@ -36,6 +43,29 @@ def get(url):
         return r.status, r.headers.get("Content-Type"), r.read().decode()
 
 
+def chromium():
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    return browser
+
+
+def chromium_flags(tmp_path):
+    return ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--user-data-dir=%s" % (tmp_path / "profile"), "--virtual-time-budget=3000"]
+
+
+def dump_dom(tmp_path, url):
+    """The page's DOM once its script has run (Chromium, headless)."""
+    r = subprocess.run([chromium()] + chromium_flags(tmp_path) + ["--dump-dom", url], capture_output=True, text=True,
+                       timeout=90)
+    return r.stdout, r.stderr
+
+
+METRIC_LINE = r"[a-z_]+(\{[^}]*\})? -?\d+(\.\d+)?"
+
+
 def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
     go = tmp_path / marker / "go"
     go.parent.mkdir()
@@ -62,7 +92,9 @@ def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
         assert 'tfos_node_up{job="worker",index="1",executor="1"} 1\n' in text
         assert 'tfos_cluster_state{state="running"} 1\n' in text
         for line in text.splitlines():  # every sample line is "name{labels} value" or "name value"
-            assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? -?\d+", line), line
+            assert line.startswith("#") or re.fullmatch(METRIC_LINE, line), line
+        assert "tfos_feed_" not in text  # no --input: no feed series
+        assert json.loads(get(url + "status")[2])["feed"] is None
 
         code, ctype, html = get(url)
         assert code == 200 and ctype.startswith("text/html") and "<table" in html and "fetch('/status')" in html
@@ -84,11 +116,7 @@ def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
 
 def test_live_page_in_headless_chromium(tmp_path, marker):
     """The page as a person sees it: Chromium runs its script and renders the table."""
-    import shutil
-    import pytest
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser:
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    browser = chromium()
     go = tmp_path / marker / "go"
     go.parent.mkdir()
     wait_go = ("import os, sys, time\n"
@@ -101,9 +129,7 @@ def test_live_page_in_headless_chromium(tmp_path, marker):
         url = status_url(proc)
         assert wait_for(lambda: all(n["state"] == "running" for n in
                                     json.loads(get(url + "status")[2])["cluster"]["nodes"]), 30)
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--user-data-dir=%s" % (tmp_path / "profile"), "--virtual-time-budget=3000"]
+        flags = chromium_flags(tmp_path)
         dom = subprocess.run([browser] + flags + ["--dump-dom", url], capture_output=True, text=True, timeout=90)
         assert "attempt 1 of 4" in dom.stdout, dom.stdout[-2000:] + dom.stderr[-2000:]
         rows = re.findall(r'<tr class="running"><td>(worker:\d)</td><td>(\d)</td><td>127\.0\.0\.1:\d+</td>'
@@ -111,6 +137,8 @@ def test_live_page_in_headless_chromium(tmp_path, marker):
         assert sorted(r[0] for r in rows) == ["worker:0", "worker:1"]
         assert all(int(r[2]) > 0 for r in rows)
         assert '<a href="/logs/worker-1.log">log</a>' in dom.stdout
+        assert '<svg id="feedchart"' in dom.stdout and "no feed yet" in dom.stdout  # no --input: an empty chart
+        assert '<a class="tb" href="http' not in dom.stdout  # no node announced TensorBoard
         shot = tmp_path / "page.png"
         subprocess.run([browser] + flags + ["--window-size=900,400", "--screenshot=%s" % shot, url],
                        capture_output=True, timeout=90)
@@ -162,3 +190,235 @@ def test_tfos_status_and_logs_commands(tmp_path, marker):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# Reads its feed at `rate` rows/s, then waits for the go file: the feed lasts
+# several seconds (the 1 MiB rings fill up) and the status page stays up
+# after it, for the final counts.
+SLOW_READER = ("import os, sys, time\n"
+               "from tfos import TFNode\n"
+               "rate, go = float(sys.argv[1]), sys.argv[2]\n"
+               "ctx = TFNode.get_context()\n"
+               "df = TFNode.DataFeed(ctx.mgr)\n"
+               "n = 0\n"
+               "t0 = time.monotonic()\n"
+               "while not df.should_stop():\n"
+               "    cols = df.next_batch_arrays(500)\n"
+               "    if not cols or len(cols[0]) == 0:\n"
+               "        break\n"
+               "    n += len(cols[0])\n"
+               "    while n > rate * (time.monotonic() - t0):\n"
+               "        time.sleep(0.01)\n"
+               "print('node %s:%d read %d' % (ctx.job_name, ctx.task_index, n), flush=True)\n"
+               "t0 = time.monotonic()\n"
+               "while not os.path.exists(go) and time.monotonic() - t0 < 120:\n"
+               "    time.sleep(0.05)\n")
+
+PROGRESS = re.compile(r"tfos: feed: partitions (\d+)/~?(\d+), (\d+) rows \([\d.]+ [kMG]?B\), (\d+) rows/s "
+                      r"\([\d.]+ [kMG]?B/s\), (\d+)% of the input read(, ETA [\dminhs ]+)?\n")
+
+
+def test_feed_statistics_history_chart_and_progress(tmp_path, marker):
+    rows = 300000
+    data = tmp_path / marker / "d.csv"
+    data.parent.mkdir()
+    with open(data, "w") as f:
+        f.write("a,b,c\n")
+        f.writelines("%d,%.1f,%d\n" % (i, i * 0.5, i % 7) for i in range(rows))
+    go = tmp_path / "go"
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--feed-mb", "1", "--batch-rows", "500",
+                             "--partition-rows", "10000", "--log-dir", str(logs), "--input", str(data), "--",
+                             PY, "-c", SLOW_READER, "10000", str(go)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = status_url(proc)
+
+        def feeding():
+            s = json.loads(get(url + "status")[2])
+            f = s["feed"]
+            return s if f and f["state"] == "feeding" and f["rows"] > 0 and f["rows_per_s"] > 0 else None
+
+        mid = wait_for(feeding, 60, interval=0.2)
+        assert mid, get(url + "status")[2]
+        f = mid["feed"]
+        assert f["source"] == "files" and f["bytes"] > 0 and f["records"] > 0 and f["input_bytes"] == data.stat().st_size
+        assert f["rows_expected"] is None and f["partitions_expected"] is None  # CSV: not counted in advance
+        assert [n["node"] for n in f["nodes"]] == ["worker:0", "worker:1"]
+        assert sum(n["rows"] for n in f["nodes"]) == f["rows"]
+
+        code, _, text = get(url + "metrics")
+        assert code == 200
+        for line in text.splitlines():
+            assert line.startswith("#") or re.fullmatch(METRIC_LINE, line), line
+        for name, kind in [("tfos_feed_rows_total", "counter"), ("tfos_feed_bytes_total", "counter"),
+                           ("tfos_feed_records_total", "counter"), ("tfos_feed_partitions_completed_total", "counter"),
+                           ("tfos_feed_partitions_aborted_total", "counter"), ("tfos_feed_rows_per_second", "gauge"),
+                           ("tfos_feed_bytes_per_second", "gauge")]:
+            assert "# TYPE %s %s\n" % (name, kind) in text and "# HELP %s " % name in text
+            assert re.search(r'^%s\{node="worker:0"\} \d' % name, text, re.M)
+            assert re.search(r'^%s\{node="worker:1"\} \d' % name, text, re.M)
+        assert 'tfos_feed_state{state="feeding"} 1\n' in text
+        assert "tfos_feed_input_bytes %d\n" % data.stat().st_size in text
+
+        st = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
+        assert re.search(r"^feed (feeding|done): \d+ rows, [\d.]+ MB, \d+ partitions", st.stdout, re.M), st.stdout
+
+        # the live page while it feeds: the chart is drawn from /feed/history
+        dom, err = dump_dom(tmp_path, url)
+        assert '<svg id="feedchart"' in dom, dom[-2000:] + err[-2000:]
+        points = re.search(r'<polyline id="feedline"[^>]* points="([^"]+)"', dom)
+        assert points and len(points.group(1).split()) >= 2, dom[-3000:]
+        assert re.search(r'<p id="feed">(feeding|done): \d+ rows, ', dom)
+        assert re.search(r"<td>worker:0</td>.*?<td class=\"n\">\d+</td>", dom)
+
+        def done():
+            s = json.loads(get(url + "status")[2])
+            return s if s["feed"]["state"] == "done" else None
+
+        end = wait_for(done, 120, interval=0.2)
+        assert end, get(url + "status")[2]
+        f = end["feed"]
+        assert f["rows"] == rows and sum(n["rows"] for n in f["nodes"]) == rows
+        assert f["partitions_completed"] == 30 and sum(n["partitions_completed"] for n in f["nodes"]) == 30
+        assert f["partitions_aborted"] == 0
+        assert f["bytes"] == sum(n["bytes"] for n in f["nodes"]) and f["records"] == rows // 500
+        assert f["input_bytes_read"] == f["input_bytes"] and f["eta_s"] is None
+        assert all(n["rows"] == 150000 for n in f["nodes"])  # 30 partitions of 10000 rows, in turn
+        metrics = get(url + "metrics")[2]
+        assert sum(int(v) for v in re.findall(r'^tfos_feed_rows_total\{node="worker:\d"\} (\d+)$', metrics,
+                                              re.M)) == rows
+
+        hist = json.loads(get(url + "feed/history")[2])
+        samples = hist["samples"]
+        assert hist["interval_s"] == 1 and len(samples) >= 5
+        assert all(b["t"] > a["t"] for a, b in zip(samples, samples[1:]))
+        assert max(s["rows_per_s"] for s in samples) > 0
+        assert wait_for(lambda: json.loads(get(url + "feed/history")[2])["samples"][-1]["rows"] == rows, 5)
+
+        go.write_text("go")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-3000:]
+        assert "[worker:0] node worker:0 read 150000" in out and "[worker:1] node worker:1 read 150000" in out
+        fed = re.search(r"fed 300000 rows \(30 partitions, [\d.]+ MB\) in ([\d.]+) s", err)
+        assert fed, err
+        lines = PROGRESS.findall(err)
+        assert lines, err  # the feed lasted over 5 s: at least one progress line
+        assert len(lines) <= float(fed.group(1)) / 5 + 1, err  # about every 5 s, not more often
+        assert all(0 < int(n) <= rows and 0 < int(pct) <= 100 for _, _, n, _, pct, _ in lines)
+        assert any(eta for *_, eta in lines)  # CSV: an ETA from the share of the input read
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+CANNED_STATUS = {
+    "attempt": 1, "max_restarts": 3, "log_dir": "/tmp/x", "history": [],
+    "feed": {"state": "feeding", "source": "files", "rows": 4000, "bytes": 96000, "records": 8,
+             "partitions_completed": 3, "partitions_aborted": 1, "rows_per_s": 1500.0, "bytes_per_s": 36000.0,
+             "input_bytes": 100000, "input_bytes_read": 40000, "rows_expected": None, "partitions_expected": None,
+             "eta_s": 12.0, "elapsed_s": 3.0,
+             "nodes": [{"node": "chief:0", "executor_id": 0, "rows": 2500, "bytes": 60000, "records": 5,
+                        "partitions_completed": 2, "partitions_aborted": 0, "rows_per_s": 900.0,
+                        "bytes_per_s": 21600.0},
+                       {"node": "worker:0", "executor_id": 1, "rows": 1500, "bytes": 36000, "records": 3,
+                        "partitions_completed": 1, "partitions_aborted": 1, "rows_per_s": 600.0,
+                        "bytes_per_s": 14400.0}]},
+    "cluster": {"state": "running", "address": "127.0.0.1:5000", "attempt": 1, "registered": 2, "size": 2,
+                "failure": "",
+                "nodes": [{"executor_id": 0, "job": "chief", "index": 0, "host": "127.0.0.1", "port": 5001,
+                           "state": "running", "pid": 101, "exit_code": -1, "tensorboard_port": 6006},
+                          {"executor_id": 1, "job": "worker", "index": 0, "host": "127.0.0.1", "port": 5002,
+                           "state": "running", "pid": 102, "exit_code": -1, "tensorboard_port": 0}]},
+}
+CANNED_HISTORY = {"interval_s": 1, "window_s": 5, "now": 4.0,
+                  "samples": [{"t": float(t), "rows": 1000 * t, "rows_per_s": 1000.0 + 100 * t, "bytes": 24000 * t,
+                               "bytes_per_s": 24000.0} for t in range(5)]}
+
+
+def test_page_renders_tensorboard_links_and_chart_from_status_json(tmp_path, marker):
+    """The page's data path with a node that announced TensorBoard. `tfos run`
+    starts its agents without --tensorboard-port (only Spark's nodes announce
+    one), so the real page from a running launcher is served here beside
+    canned /status and /feed/history, and Chromium renders it."""
+    chromium()
+    go = tmp_path / marker / "go"
+    go.parent.mkdir()
+    wait_go = ("import os, sys, time\n"
+               "t0 = time.monotonic()\n"
+               "while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 120:\n"
+               "    time.sleep(0.05)\n")
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--",
+                             PY, "-c", wait_go, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = status_url(proc)
+        page = get(url)[2]
+        hist = json.loads(get(url + "feed/history")[2])
+        assert hist["samples"] == [] and hist["interval_s"] == 1  # no --input: nothing sampled
+        assert all(n["tensorboard_port"] == 0 for n in json.loads(get(url + "status")[2])["cluster"]["nodes"])
+        go.write_text("go")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    class Canned(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body, ctype = {"/": (page, "text/html; charset=utf-8"),
+                           "/status": (json.dumps(CANNED_STATUS), "application/json"),
+                           "/feed/history": (json.dumps(CANNED_HISTORY), "application/json")}.get(
+                self.path, ("not found", "text/plain"))
+            data = body.encode()
+            self.send_response(200 if body != "not found" else 404)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        dom, err = dump_dom(tmp_path, "http://127.0.0.1:%d/" % server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "attempt 1 of 4" in dom, dom[-2000:] + err[-2000:]
+    # the chief announced TensorBoard on 6006: a link in its row and above the table; the worker has none
+    link = '<a class="tb" href="http://127.0.0.1:6006/">http://127.0.0.1:6006/</a>'
+    assert re.search(r'<td>chief:0</td>.*?<td><a href="/logs/chief-0.log">log</a></td><td>%s</td>' % re.escape(link),
+                     dom)
+    assert re.search(r'<td>worker:0</td>.*?<td><a href="/logs/worker-0.log">log</a></td><td></td>', dom)
+    assert dom.count(link) == 2 and "TensorBoard (chief:0): " in dom
+    # feed columns per node, the feed line, and one chart point per sample
+    assert re.search(r'<td>chief:0</td>.*?<td class="n">2500</td><td class="n">900</td><td class="n">2</td>', dom)
+    assert ("feeding: 4000 rows, 96.0 kB, partitions 3 done, 1 aborted | 1500 rows/s | 36.0 kB/s | "
+            "40% of the input read | ETA 12 s") in dom
+    points = re.search(r'<polyline id="feedline"[^>]* points="([^"]+)"', dom)
+    assert points and len(points.group(1).split()) == 5
+    assert ">rows/s</text>" in dom and ">1400</text>" in dom  # unit and the y axis's top
+
+
+def test_quiet_run_prints_no_feed_progress(tmp_path, marker):
+    """--quiet: a feed that lasts well over the 5 s progress interval prints
+    no progress line (the same feed without --quiet prints some: above)."""
+    rows = 150000
+    data = tmp_path / marker / "d.csv"
+    data.parent.mkdir()
+    with open(data, "w") as f:
+        f.write("a,b,c\n")
+        f.writelines("%d,%.1f,%d\n" % (i, i * 0.5, i % 7) for i in range(rows))
+    go = tmp_path / "go"
+    go.write_text("")
+    start = time.monotonic()
+    res = run_tfos(["run", "--quiet", "--workers", "1", "--feed-mb", "1", "--batch-rows", "500",
+                    "--partition-rows", "10000", "--log-dir", str(tmp_path / "logs"), "--input", str(data), "--",
+                    PY, "-c", SLOW_READER, "20000", str(go)], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - start > 6  # long enough for a progress line
+    assert "tfos: feed:" not in res.stderr, res.stderr
