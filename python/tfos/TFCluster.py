@@ -54,30 +54,58 @@ class TFClusterError(ClusterError):
 
 
 class _Driver(object):
-    """The coordinator in this process and a thread that runs its event loop."""
+    """The coordinator in this process and a thread that runs its event loop
+    (which also answers the status page's requests, see status_port).
 
-    def __init__(self, coord):
+    status_port: serve the status page on 127.0.0.1 at this port (0: any
+    free one; -1: none); the port taken is ``self.status_port`` (-1 when
+    none). info: a callable returning set_status()'s keywords (attempt,
+    history...), read about once a second."""
+
+    def __init__(self, coord, status_port=-1, info=None):
         self.coord = coord
         self.lock = threading.Lock()
         self.closed = False
+        self.status_port = -1
+        self.info = info
+        if status_port is not None and status_port >= 0:
+            try:
+                self.status_port = coord.serve_status("127.0.0.1", int(status_port))
+            except OSError as exc:
+                logger.warning("tfos: no status page: %s", exc)
         self.thread = threading.Thread(target=self._loop, name="tfos-coordinator", daemon=True)
         self.thread.start()
 
     def _loop(self):
+        next_info = 0.0
         while True:
+            info = None
+            if self.info is not None and self.status_port >= 0 and time.monotonic() >= next_info:
+                next_info = time.monotonic() + 1.0
+                try:
+                    info = self.info()
+                except Exception:
+                    info = None
             with self.lock:
                 if self.closed:
                     return
-                self.coord.step(0)
+                if info:
+                    self.coord.set_status(**info)
+                self.coord.step(0)  # also answers the status page
             # step with the lock released between calls so that status
             # queries never wait long
             time.sleep(0.02)
 
-    def call(self, fn, *args):
+    def set_feed(self, **feed):
+        """The feed's totals for the status page (see Coordinator.set_feed)."""
+        if self.status_port >= 0:
+            self.call(self.coord.set_feed, **feed)
+
+    def call(self, fn, *args, **kw):
         with self.lock:
             if self.closed:
                 raise TFClusterError("the cluster is shut down")
-            return fn(*args)
+            return fn(*args, **kw)
 
     def state(self):
         return self.call(lambda: self.coord.state)
@@ -195,7 +223,13 @@ class TFCluster(object):
             conf["port"] = int(coord.address.rsplit(":", 1)[1])
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
             self.cluster_meta["server_addr"] = spec.coord_addr
-        self.driver = _Driver(coord)
+        info = lambda: {"attempt": self.attempt, "max_restarts": conf["max_restarts"],  # noqa: E731
+                        "history": list(self.history), "partitions_refed": self.partitions_refed,
+                        "node_log_dir": spec.log_dir}
+        self.driver = _Driver(coord, conf.get("status_port", -1), info)
+        if first and self.driver.status_port >= 0:
+            conf["status_port"] = self.driver.status_port  # the same port on every attempt
+            logger.info("tfos: status page at %s", self.status_url())
         node_errors = []
         try:
             if not first:  # an executor may have been lost: wait for Spark to replace it
@@ -258,6 +292,13 @@ class TFCluster(object):
             return
         if self.driver.failed():
             raise TFClusterError(self._failure_text(self.driver.failure())) from cause
+
+    def status_url(self):
+        """The status page's URL (``http://127.0.0.1:PORT/``: /status,
+        /metrics, /feed/history and the live page), or None without one
+        (``run(..., status_port=-1)``)."""
+        port = self._conf.get("status_port", -1)
+        return "http://127.0.0.1:%d/" % port if port is not None and port > 0 else None
 
     def status(self):
         """The coordinator's view of every node (a dict, as /status serves
@@ -327,11 +368,36 @@ class TFCluster(object):
         if _is_dstream(dataRDD):
             acc = self._terminated
 
+            def feed_ended():
+                """A chief/worker whose map_fun returned: its feed is over
+                (its agent is gone, so feed tasks on its executor would find
+                no node). As with TFoS, the stream is then not wanted any
+                more: shutdown(ssc) stops the streaming context."""
+                try:
+                    return any(n["state"] == "exited" and n["exit_code"] == 0 and n["job"] in ("chief", "worker")
+                               for n in self.driver.status()["nodes"])
+                except TFClusterError:  # shut down meanwhile
+                    return True
+
             def each(rdd):
+                # runs on the driver, once per micro-batch (pyspark hands an
+                # empty one-partition RDD once a queueStream runs dry)
                 if self._shut or self.driver.closed:
                     return
+                if feed_ended():
+                    acc.add(1)
+                    return
                 outcomes = self.sc.accumulator({}, _Outcomes())
-                rdd.mapPartitionsWithIndex(TFSparkNode.feed_task(spec, feed_timeout, outcomes)).count()
+                try:
+                    rdd.mapPartitionsWithIndex(TFSparkNode.feed_task(spec, feed_timeout, outcomes)).count()
+                except Exception:
+                    # a node finished while this batch was being fed: its
+                    # partitions found no node there; not an error
+                    if self.driver.closed or self.driver.failed() or not feed_ended():
+                        raise
+                    acc.add(1)
+                    logger.info("tfos: a streaming batch was not fed: a node had finished its feed")
+                    return
                 res = outcomes.value
                 acc.add(sum(1 for st, _ in res.values() if st == "terminated"))
                 lost = [info for st, info in res.values() if st in ("aborted", "skipped")]
@@ -351,7 +417,7 @@ class TFCluster(object):
         delivered, terminated = set(), 0
         while True:
             outcomes = self.sc.accumulator({}, _Outcomes())
-            progress = _Progress(total, len(delivered), outcomes, self.attempt)
+            progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver)
             job_error = None
             try:
                 if _is_dataframe(data):
@@ -449,10 +515,35 @@ class TFCluster(object):
             time.sleep(0.1)
 
     def _await_streaming(self, ssc):
-        while not ssc.awaitTerminationOrTimeout(1):
-            if self._terminated.value or self.driver.state() != _tfos.STATE_RUNNING:
-                ssc.stop(stopSparkContext=False, stopGraceFully=True)
-                return
+        """Wait until the streaming context ends, a node terminated its feed
+        (a feed task found it terminated), or the cluster stopped running;
+        then stop the streaming context (gracefully, unless the cluster
+        failed). A failed streaming job (awaitTermination raises it) stops it
+        too and is raised: as TFClusterError when the cluster failed."""
+        def _stop_streaming(ssc, graceful):
+            try:
+                ssc.stop(stopSparkContext=False, stopGraceFully=graceful)
+            except Exception as exc:
+                logger.warning("tfos: stopping the StreamingContext failed: %s", _short(exc, 500))
+
+        try:
+            while not ssc.awaitTerminationOrTimeout(1):
+                if self._terminated.value or self.driver.state() != _tfos.STATE_RUNNING:
+                    break
+            else:
+                return  # the streaming context ended by itself
+        except Exception as exc:
+            _stop_streaming(ssc, graceful=False)
+            if isinstance(exc, TFClusterError) or self.driver.closed:
+                raise
+            # a feed task sees a dead node a moment before the coordinator
+            # has recorded why
+            deadline = time.monotonic() + 5
+            while not self.driver.failed() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self._raise_if_failed(exc)
+            raise
+        _stop_streaming(ssc, graceful=not self.driver.failed())
 
     def _close(self):
         self.driver.close()  # agents still connected lose their coordinator and stop
@@ -516,7 +607,8 @@ def _layout(num_executors, num_ps, master_node, eval_node):
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
         log_dir=None, driver_ps_nodes=False, master_node=None, reservation_timeout=600,
         queues=("input", "output", "error"), eval_node=False, release_port=True, max_restarts=3,
-        checkpoint_dir=None, feed_mb=64, heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs"):
+        checkpoint_dir=None, feed_mb=64, heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs",
+        status_port=0):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -534,8 +626,9 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     driver's working directory, or the user's home on HDFS: it must be visible
     to every executor), ``feed_mb`` (input ring size per node),
     ``heartbeat_timeout``, ``grace`` (seconds between SIGTERM and SIGKILL when
-    stopping) and ``node_log_dir`` (per-node logs, relative to each executor's
-    working directory).
+    stopping), ``node_log_dir`` (per-node logs, relative to each executor's
+    working directory) and ``status_port`` (the driver's status page on
+    127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
     """
     from pyspark import cloudpickle
 
@@ -570,7 +663,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
-            "local": local, "driver_ps_nodes": bool(driver_ps_nodes)}
+            "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port)}
     cluster = TFCluster(sc, spec, conf)
     cluster._start_attempt(first=True)
     logger.info("tfos: cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
@@ -596,22 +689,40 @@ class _Progress(object):
 
     INTERVAL = 5.0
 
-    def __init__(self, total, already, outcomes, attempt):
+    def __init__(self, total, already, outcomes, attempt, driver=None):
         self.total, self.already, self.outcomes, self.attempt = total, already, outcomes, attempt
+        self.driver = driver  # the status page's feed numbers, every second
         self.t0 = time.monotonic()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="tfos-progress", daemon=True)
         self.thread.start()
 
+    def _feed(self, final=False):
+        """Partitions delivered and rows, to the status page; (parts, rows)."""
+        res = dict(self.outcomes.value)
+        parts = self.already + sum(1 for st, _ in res.values() if st in ("done", "terminated"))
+        rows = sum(n for st, n in res.values() if st == "done" and isinstance(n, int))
+        state = "feeding" if not final else "done" if parts >= self.total else "stopped"
+        if self.driver is not None:
+            try:
+                self.driver.set_feed(rows=rows, partitions_done=parts, partitions_expected=self.total,
+                                     partitions_aborted=sum(1 for st, _ in res.values() if st == "aborted"),
+                                     state=state)
+            except TFClusterError:
+                pass
+        return parts, rows
+
     def _loop(self):
         import sys
-        while not self.done.wait(self.INTERVAL):
+        next_line = time.monotonic() + self.INTERVAL
+        while not self.done.wait(min(1.0, self.INTERVAL)):
             try:
-                res = dict(self.outcomes.value)
+                parts, rows = self._feed()
             except Exception:
                 continue
-            parts = self.already + sum(1 for st, _ in res.values() if st in ("done", "terminated"))
-            rows = sum(n for st, n in res.values() if st == "done" and isinstance(n, int))
+            if time.monotonic() < next_line:
+                continue
+            next_line = time.monotonic() + self.INTERVAL
             elapsed = time.monotonic() - self.t0
             rate = rows / elapsed if elapsed > 0 else 0.0
             fresh = parts - self.already
@@ -625,6 +736,11 @@ class _Progress(object):
     def stop(self):
         self.done.set()
         self.thread.join(2)
+        if self.driver is not None:
+            try:
+                self._feed(final=True)
+            except Exception:
+                pass
 
 
 def _start_node_job(sc, spec, spark_ids, local, errors):

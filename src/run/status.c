@@ -4,8 +4,11 @@
  *   /feed/history  JSON: the feed rate, one sample a second (last 300 s)
  *   /              a live page (the table, the feed chart, TensorBoard
  *                  links; refreshed every second)
- *   /logs/<job>-<index>.log   a node's log (its last 256 KiB)
- * Bound to 127.0.0.1 unless asked otherwise.
+ *   /logs/<job>-<index>.log   a node's log (its last 256 KiB), when the
+ *                  logs are on this machine (log_dir)
+ * Bound to 127.0.0.1 unless asked otherwise. The same endpoints serve a
+ * coordinator on Spark's driver (tfos._tfos.Coordinator.serve_status): no
+ * local logs there, and a feed counted by the driver (tfos__feed_meter_set).
  *
  * Also the feed meter: the launcher's loop reads the feeder's live counters
  * into it (tfos__feed_meter_update); everything here runs on that one
@@ -46,16 +49,19 @@ static const char page[] =
     "function dur(s){s=Math.round(s);return s<90?s+' s':s<5400?Math.floor(s/60)+' min '+s%60+' s':\n"
     " Math.floor(s/3600)+' h '+Math.round(s%3600/60)+' min';}\n"
     "function tbUrl(n){return n.tensorboard_port>0?'http://'+n.host+':'+n.tensorboard_port+'/':'';}\n"
+    "function logCell(s,n){const f=n.job+'-'+n.index+'.log';\n"
+    " if(s.log_dir!==null)return '<a href=\"/logs/'+esc(n.job)+'-'+n.index+'.log\">log</a>';\n"
+    " return s.node_log_dir?'<span class=\"remote\" title=\"on the node\\'s host\">'+esc(s.node_log_dir+'/'+f)+'</span>':'';}\n"
     "function tbLink(n){const u=tbUrl(n);return u?'<a class=\"tb\" href=\"'+esc(u)+'\">'+esc(u)+'</a>':'';}\n"
     "function feedLine(f){\n"
     " if(!f)return 'no feed (tfos run --input FILE feeds files to the chief and workers)';\n"
     " let t=f.state+': ';\n"
     " if(f.rows!=null)t+=f.rows+(f.rows_expected!=null?' of '+f.rows_expected:'')+' rows, ';\n"
-    " t+=size(f.bytes)+', partitions '+f.partitions_completed+\n"
+    " t+=(f.bytes!=null?size(f.bytes)+', ':'')+'partitions '+f.partitions_completed+\n"
     "  (f.partitions_expected!=null?' of '+f.partitions_expected:'')+' done'+\n"
     "  (f.partitions_aborted?', '+f.partitions_aborted+' aborted':'');\n"
     " if(f.rows_per_s!=null)t+=' | '+num(f.rows_per_s)+' rows/s';\n"
-    " t+=' | '+size(f.bytes_per_s)+'/s';\n"
+    " if(f.bytes_per_s!=null)t+=' | '+size(f.bytes_per_s)+'/s';\n"
     " if(f.input_bytes)t+=' | '+Math.floor(100*f.input_bytes_read/f.input_bytes)+'% of the input read';\n"
     " if(f.eta_s!=null)t+=' | ETA '+dur(f.eta_s);\n"
     " return t;\n"
@@ -71,14 +77,15 @@ static const char page[] =
     "  const cls=n.state==='exited'&&n.exit_code!==0?'failed':n.state;const f=fed[n.executor_id];\n"
     "  return '<tr class=\"'+esc(cls)+'\"><td>'+esc(name)+'</td><td>'+n.executor_id+'</td><td>'+esc(n.host)+':'+n.port+\n"
     "   '</td><td>'+esc(n.state)+'</td><td>'+n.pid+'</td><td>'+(n.exit_code>=0?n.exit_code:'')+'</td>'+\n"
-    "   '<td><a href=\"/logs/'+esc(n.job)+'-'+n.index+'.log\">log</a></td><td>'+tbLink(n)+'</td>'+\n"
+    "   '<td>'+logCell(s,n)+'</td><td>'+tbLink(n)+'</td>'+\n"
     "   '<td class=\"n\">'+(f?num(f.rows):'')+'</td><td class=\"n\">'+(f?num(f.rows_per_s):'')+'</td><td class=\"n\">'+\n"
     "   (f?f.partitions_completed:'')+'</td></tr>';}).join('');\n"
     " const tbs=nodes.filter(n=>n.tensorboard_port>0);\n"
     " document.getElementById('tensorboard').innerHTML=\n"
     "  tbs.map(n=>'TensorBoard ('+esc(n.job+':'+n.index)+'): '+tbLink(n)).join(' ');\n"
     " document.getElementById('feed').textContent=feedLine(s.feed);\n"
-    " document.getElementById('history').textContent=s.history.length?s.history.join('\\n'):'(no failure)';\n"
+    " document.getElementById('history').textContent=(s.history.length?s.history.join('\\n'):'(no failure)')+\n"
+    "  (s.partitions_refed?'\\n'+s.partitions_refed+' partitions fed again after a failure':'');\n"
     "}\n"
     "function chart(h){\n"
     " const svg=document.getElementById('feedchart'),W=640,H=180,L=64,R=12,T=12,B=24,s=h.samples||[];\n"
@@ -156,6 +163,43 @@ int tfos__feed_meter_start(tfos__feed_meter *m, const tfos__feed_progress *p, co
     if (!m->snap_n)
         m->next_sample_ms = now_ms; /* the first sample at once: the chart starts at 0 */
     return 0;
+}
+
+static const char *static_state(const char *state)
+{
+    static const char *const states[] = {"feeding", "done", "failed", "stopped"};
+    for (int k = 0; k < 4; k++)
+        if (state && !strcmp(state, states[k]))
+            return states[k];
+    return "feeding";
+}
+
+void tfos__feed_meter_set(tfos__feed_meter *m, const char *state, uint64_t rows, uint64_t partitions_completed,
+                          uint64_t partitions_aborted, uint64_t partitions_expected, int64_t now_ms)
+{
+    state = static_state(state);
+    int starts = !m->active || (strcmp(m->state, "feeding") && !strcmp(state, "feeding"));
+    if (starts) {
+        if (m->active)
+            add_counts(&m->base, &m->total); /* an earlier feed of this run */
+        memset(&m->total, 0, sizeof m->total);
+        m->active = 1;
+        m->source = "spark";
+        m->rows_counted = 1;
+        m->bytes_uncounted = 1;
+        m->feed_t0_ms = m->node_since_ms = now_ms;
+        m->feed_t1_ms = 0;
+        if (!m->snap_n)
+            m->next_sample_ms = now_ms;
+    }
+    m->total.rows = rows;
+    m->total.partitions_completed = partitions_completed;
+    m->total.partitions_aborted = partitions_aborted;
+    m->partitions_expected = partitions_expected;
+    if (strcmp(state, "feeding") && !strcmp(m->state, "feeding"))
+        m->feed_t1_ms = now_ms;
+    m->state = state;
+    tfos__feed_meter_update(m, NULL, now_ms);
 }
 
 /* Average rate between two snapshots; counts that restart with an attempt
@@ -254,6 +298,12 @@ double tfos__feed_meter_eta(const tfos__feed_meter *m)
     if (m->input_bytes && m->read_per_s > 0)
         return m->input_bytes > m->input_bytes_read ? (double)(m->input_bytes - m->input_bytes_read) / m->read_per_s
                                                     : 0;
+    /* Spark: from the partitions delivered so far */
+    uint64_t done = m->total.partitions_completed;
+    if (m->bytes_uncounted && m->partitions_expected && done) {
+        double elapsed = (double)(tfos__now_ms() - m->feed_t0_ms) / 1000.0;
+        return done < m->partitions_expected ? elapsed / (double)done * (double)(m->partitions_expected - done) : 0;
+    }
     return -1;
 }
 
@@ -321,20 +371,28 @@ void tfos__feed_meter_line(const tfos__feed_meter *m, uint64_t partition_rows, c
 
 /* ---- /status, /feed/history, /metrics -------------------------------------- */
 
-static void counts_json(FILE *f, const tfos__feed_counts *c, int rows_counted, double rows_per_s, double bytes_per_s)
+static void counts_json(FILE *f, const tfos__feed_counts *c, int rows_counted, int bytes_counted, double rows_per_s,
+                        double bytes_per_s)
 {
     if (rows_counted)
         fprintf(f, "\"rows\": %llu, ", (unsigned long long)c->rows);
     else
         fprintf(f, "\"rows\": null, ");
-    fprintf(f, "\"bytes\": %llu, \"records\": %llu, \"partitions_completed\": %llu, \"partitions_aborted\": %llu, ",
-            (unsigned long long)c->bytes, (unsigned long long)c->records, (unsigned long long)c->partitions_completed,
-            (unsigned long long)c->partitions_aborted);
+    if (bytes_counted)
+        fprintf(f, "\"bytes\": %llu, \"records\": %llu, ", (unsigned long long)c->bytes,
+                (unsigned long long)c->records);
+    else
+        fprintf(f, "\"bytes\": null, \"records\": null, ");
+    fprintf(f, "\"partitions_completed\": %llu, \"partitions_aborted\": %llu, ",
+            (unsigned long long)c->partitions_completed, (unsigned long long)c->partitions_aborted);
     if (rows_counted)
         fprintf(f, "\"rows_per_s\": %.1f, ", rows_per_s);
     else
         fprintf(f, "\"rows_per_s\": null, ");
-    fprintf(f, "\"bytes_per_s\": %.1f", bytes_per_s);
+    if (bytes_counted)
+        fprintf(f, "\"bytes_per_s\": %.1f", bytes_per_s);
+    else
+        fprintf(f, "\"bytes_per_s\": null");
 }
 
 static void opt_u64(FILE *f, const char *key, uint64_t v, int known)
@@ -354,7 +412,7 @@ static void feed_json(FILE *f, const tfos__feed_meter *m)
         return;
     }
     fprintf(f, "{\"state\": \"%s\", \"source\": \"%s\", ", m->state, m->source);
-    counts_json(f, &m->total, m->rows_counted, m->rows_per_s, m->bytes_per_s);
+    counts_json(f, &m->total, m->rows_counted, !m->bytes_uncounted, m->rows_per_s, m->bytes_per_s);
     opt_u64(f, "input_bytes", m->input_bytes, m->input_bytes != 0);
     opt_u64(f, "input_bytes_read", m->input_bytes_read, m->input_bytes != 0);
     opt_u64(f, "rows_expected", m->rows_expected, m->rows_counted && m->rows_expected);
@@ -371,7 +429,7 @@ static void feed_json(FILE *f, const tfos__feed_meter *m)
         fprintf(f, "%s{\"node\": ", i ? ", " : "");
         tfos__json_str(f, n->name);
         fprintf(f, ", \"executor_id\": %d, ", n->executor_id);
-        counts_json(f, &n->c, m->rows_counted, n->rows_per_s, n->bytes_per_s);
+        counts_json(f, &n->c, m->rows_counted, !m->bytes_uncounted, n->rows_per_s, n->bytes_per_s);
         fprintf(f, "}");
     }
     fprintf(f, "]}");
@@ -410,8 +468,16 @@ static char *status_json(const tfos__status_src *src)
         return NULL;
     char *cluster = src->coord ? tfos_coord_status_json(src->coord) : NULL;
     fprintf(f, "{\"attempt\": %d, \"max_restarts\": %d, \"log_dir\": ", src->attempt, src->max_restarts);
-    tfos__json_str(f, src->log_dir);
-    fprintf(f, ", \"history\": [");
+    if (src->log_dir)
+        tfos__json_str(f, src->log_dir);
+    else
+        fprintf(f, "null");
+    fprintf(f, ", \"node_log_dir\": ");
+    if (src->node_log_dir)
+        tfos__json_str(f, src->node_log_dir);
+    else
+        fprintf(f, "null");
+    fprintf(f, ", \"partitions_refed\": %d, \"history\": [", src->partitions_refed);
     const char *h = src->history;
     int first = 1;
     while (h && *h) {
@@ -444,6 +510,16 @@ static void feed_metric(FILE *f, const tfos__feed_meter *m, const char *name, co
                         int which)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    if (!m->nnodes) { /* a feed counted as a whole (Spark's driver): one series */
+        switch (which) {
+        case 0: fprintf(f, "%s %llu\n", name, (unsigned long long)m->total.rows); break;
+        case 3: fprintf(f, "%s %llu\n", name, (unsigned long long)m->total.partitions_completed); break;
+        case 4: fprintf(f, "%s %llu\n", name, (unsigned long long)m->total.partitions_aborted); break;
+        case 5: fprintf(f, "%s %.1f\n", name, m->rows_per_s); break;
+        default: break;
+        }
+        return;
+    }
     for (int i = 0; i < m->nnodes; i++) {
         const tfos__feed_node_meter *n = &m->nodes[i];
         fprintf(f, "%s{node=\"%s\"} ", name, n->name);
@@ -467,17 +543,26 @@ static void feed_metrics(FILE *f, const tfos__feed_meter *m)
         return;
     if (m->rows_counted)
         feed_metric(f, m, "tfos_feed_rows_total", "counter",
-                    "Rows fed into the node's input ring by tfos run --input (this attempt).", 0);
-    feed_metric(f, m, "tfos_feed_bytes_total", "counter", "Payload bytes committed to the node's input ring.", 1);
-    feed_metric(f, m, "tfos_feed_records_total", "counter", "Records (batches) committed to the node's input ring.",
-                2);
+                    m->bytes_uncounted ? "Rows delivered to the nodes by train() (partitions delivered whole)."
+                                       : "Rows fed into the node's input ring by tfos run --input (this attempt).",
+                    0);
+    if (!m->bytes_uncounted) {
+        feed_metric(f, m, "tfos_feed_bytes_total", "counter", "Payload bytes committed to the node's input ring.", 1);
+        feed_metric(f, m, "tfos_feed_records_total", "counter",
+                    "Records (batches) committed to the node's input ring.", 2);
+    }
     feed_metric(f, m, "tfos_feed_partitions_completed_total", "counter",
                 "Partitions written whole into the node's input ring.", 3);
     feed_metric(f, m, "tfos_feed_partitions_aborted_total", "counter",
                 "Partitions marked aborted in the node's input ring (their producer died).", 4);
     if (m->rows_counted)
         feed_metric(f, m, "tfos_feed_rows_per_second", "gauge", "Rows fed per second over the last 5 s.", 5);
-    feed_metric(f, m, "tfos_feed_bytes_per_second", "gauge", "Bytes fed per second over the last 5 s.", 6);
+    if (!m->bytes_uncounted)
+        feed_metric(f, m, "tfos_feed_bytes_per_second", "gauge", "Bytes fed per second over the last 5 s.", 6);
+    if (m->bytes_uncounted && m->partitions_expected)
+        fprintf(f, "# HELP tfos_feed_partitions_expected Partitions the feed delivers (every epoch).\n"
+                   "# TYPE tfos_feed_partitions_expected gauge\ntfos_feed_partitions_expected %llu\n",
+                (unsigned long long)m->partitions_expected);
     static const char *const states[] = {"feeding", "done", "failed", "stopped"};
     fprintf(f, "# HELP tfos_feed_state 1 for the feed's current state.\n# TYPE tfos_feed_state gauge\n");
     for (int k = 0; k < 4; k++)
@@ -511,6 +596,10 @@ static char *metrics(const tfos__status_src *src)
                "tfos_restarts_total %d\n", src->attempt - 1);
     fprintf(f, "# HELP tfos_max_restarts Restarts allowed.\n# TYPE tfos_max_restarts gauge\ntfos_max_restarts %d\n",
             src->max_restarts);
+    if (src->partitions_refed)
+        fprintf(f, "# HELP tfos_partitions_refed_total Partitions fed again after a node failure.\n"
+                   "# TYPE tfos_partitions_refed_total counter\ntfos_partitions_refed_total %d\n",
+                src->partitions_refed);
     if (src->coord) {
         int n = tfos_coord_node_count(src->coord);
         fprintf(f, "# HELP tfos_node_up 1 while the node's program runs.\n# TYPE tfos_node_up gauge\n");
@@ -541,6 +630,10 @@ static char *metrics(const tfos__status_src *src)
 
 static char *node_log(const tfos__status_src *src, const char *name, int *status)
 {
+    if (!src->log_dir) {
+        *status = 404;
+        return NULL;
+    }
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.') || !strncmp(p, "..", 2)) {
             *status = 404;

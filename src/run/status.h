@@ -38,8 +38,9 @@ typedef struct tfos__feed_sample {
 typedef struct tfos__feed_meter {
     int active;             /* a feed started in this run */
     const char *state;      /* "feeding", "done", "failed", "stopped" (static strings) */
-    const char *source;     /* "files" (counted by the C feeder) or "arrow" */
+    const char *source;     /* "files" (counted by the C feeder), "arrow" or "spark" */
     int rows_counted;
+    int bytes_uncounted;    /* no byte counts (a feed counted by Spark's driver) */
     int nnodes;
     tfos__feed_node_meter *nodes;
     tfos__feed_counts total, base; /* this attempt; earlier attempts */
@@ -72,18 +73,27 @@ double tfos__feed_meter_eta(const tfos__feed_meter *m);
 /* The console progress line ("feed: partitions 3/~12, ..."), into buf. */
 void tfos__feed_meter_line(const tfos__feed_meter *m, uint64_t partition_rows, char *buf, size_t len);
 void tfos__feed_meter_fini(tfos__feed_meter *m);
+/* A feed counted elsewhere (Spark's driver: totals only, no nodes, no
+ * bytes): set the totals and sample. A feed that starts again after one
+ * ended folds the earlier counts into the run totals. state: "feeding",
+ * "done", "failed" or "stopped". */
+void tfos__feed_meter_set(tfos__feed_meter *m, const char *state, uint64_t rows, uint64_t partitions_completed,
+                          uint64_t partitions_aborted, uint64_t partitions_expected, int64_t now_ms);
 
-/* What the handler reads; the launcher keeps it current. */
+/* What the handler reads; its owner (the launcher, or a Python
+ * Coordinator on Spark's driver) keeps it current. */
 typedef struct tfos__status_src {
     tfos_coord *coord; /* NULL between attempts */
     int attempt, max_restarts;
-    const char *log_dir;
-    const char *history; /* one line per failed attempt */
+    const char *log_dir;      /* the nodes' logs on this machine (/logs/...); NULL: none here */
+    const char *node_log_dir; /* NULL, or where each node's log is on its own host (shown as text) */
+    const char *history;      /* one line per failed attempt */
+    int partitions_refed;     /* partitions fed again after a failure (Spark) */
     const tfos__feed_meter *feed;
 } tfos__status_src;
 
 /* A tfos__http_handler; `user` is a tfos__status_src. Serves /status,
- * /metrics, /feed/history, / and /logs/<job>-<index>.log. */
+ * /metrics, /feed/history, / and (with a log_dir) /logs/<job>-<index>.log. */
 char *tfos__status_handle(const char *path, const char **ctype, int *status, void *user);
 
 #endif
