@@ -33,11 +33,21 @@ def run(sc, map_fun, tf_args, num_executors, use_barrier=True):
         out = []
         for i in iterator:
             gpus = TFSparkNode.gpu_addresses()
+            saved = os.environ.get("CUDA_VISIBLE_DEVICES")
             if gpus is not None:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-            ctx = NodeContext(job_name="default", task_index=i, executor_id=i, cluster_spec={}, num_workers=n,
-                              defaultFS=default_fs, working_dir=os.getcwd())
-            out.append(map_fun(tf_args, ctx))
+            try:
+                ctx = NodeContext(job_name="default", task_index=i, executor_id=i, cluster_spec={}, num_workers=n,
+                                  defaultFS=default_fs, working_dir=os.getcwd())
+                out.append(map_fun(tf_args, ctx))
+            finally:
+                # Python workers are reused (spark.python.worker.reuse): the
+                # next task on this one must not inherit this task's GPUs
+                if gpus is not None:
+                    if saved is None:
+                        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                    else:
+                        os.environ["CUDA_VISIBLE_DEVICES"] = saved
         return iter(out)
 
     rdd = sc.parallelize(range(n), n)

@@ -42,6 +42,12 @@ def start_tensorboard(ctx):
         logdir = logdir[len("file://"):]
     if "://" not in logdir:
         os.makedirs(logdir, exist_ok=True)
+    import importlib.util
+    if importlib.util.find_spec("tensorboard") is None:
+        # TensorFlow 2.21 no longer installs it: say so instead of announcing
+        # a URL nothing will ever answer on (TFoS failed here too)
+        raise RuntimeError("TFCluster.run(tensorboard=True): TensorBoard is not installed in %s on this executor "
+                           "(pip install tensorboard)" % sys.executable)
     host = os.environ.get("TFOS_HOST") or "127.0.0.1"
     argv = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", host, "--port", port]
     sys.stderr.write("tfos: TensorBoard at http://%s:%s (logdir %s)\n" % (host, port, logdir))
@@ -57,17 +63,31 @@ def _wait_for_stop():
         time.sleep(3600)
 
 
+def _stop_tensorboard(tb):
+    if tb is None or tb.poll() is not None:
+        return
+    tb.terminate()
+    try:
+        tb.wait(10)
+    except subprocess.TimeoutExpired:
+        tb.kill()
+        tb.wait()
+
+
 def main():
     from . import TFNode
     map_fun, tf_args = _read_payload()
     ctx = TFNode.get_context()
-    tb = start_tensorboard(ctx) if ctx.job_name in ("chief", "worker") else None
+    tb = None
     try:
+        if ctx.job_name in ("chief", "worker"):
+            tb = start_tensorboard(ctx)
         map_fun(tf_args, ctx)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             sys.stderr.write("tfos: map_fun on %s:%d called sys.exit(%r)\n" % (ctx.job_name, ctx.task_index, exc.code))
             sys.stderr.flush()
+            _stop_tensorboard(tb)
             os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException:
         sys.stdout.flush()
@@ -75,15 +95,10 @@ def main():
                                                                            ctx.executor_id))
         traceback.print_exc()
         sys.stderr.flush()
+        _stop_tensorboard(tb)
         os._exit(1)
     finally:
-        if tb is not None:
-            tb.terminate()
-            try:
-                tb.wait(10)
-            except subprocess.TimeoutExpired:
-                tb.kill()
-                tb.wait()
+        _stop_tensorboard(tb)
     sys.stdout.flush()
     sys.stderr.flush()
     if ctx.job_name == "ps":

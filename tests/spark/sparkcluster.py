@@ -238,6 +238,8 @@ class SparkCluster:
         python: Optional[str] = None,
         keep_tmp: Optional[bool] = None,
         die_with_parent: bool = True,
+        worker_opts=None,
+        worker_env=None,
     ):
         self.n_workers = n_workers
         self.worker_cores = worker_cores
@@ -248,6 +250,13 @@ class SparkCluster:
             keep_tmp = os.environ.get("TFOS_SPARK_KEEP_TMP", "") not in ("", "0")
         self.keep_tmp = keep_tmp
         self.die_with_parent = die_with_parent
+        # Extra JVM options (SPARK_WORKER_OPTS) and environment for the
+        # workers, e.g. Spark's resource scheduling:
+        #   worker_opts="-Dspark.worker.resource.gpu.amount=1 "
+        #               "-Dspark.worker.resource.gpu.discoveryScript=/path/gpus.sh"
+        # Each is one value for every worker, or a list with one per worker.
+        self.worker_opts = worker_opts
+        self.worker_env = worker_env
         self.spark_home = pyspark_home()
         self.java_home = find_java_home()
         self.tmp_dir: Optional[str] = None
@@ -292,6 +301,25 @@ class SparkCluster:
             "PYTHONHASHSEED": "0",
         })
         os.makedirs(env["SPARK_LOCAL_DIRS"], exist_ok=True)
+        return env
+
+    def _per_worker(self, value, i: int):
+        if isinstance(value, (list, tuple)):
+            return value[i] if i < len(value) else None
+        return value
+
+    def _worker_env(self, env: Dict[str, str], i: int) -> Dict[str, str]:
+        """The environment of worker i: the cluster's, plus worker_opts and
+        worker_env (unchanged when neither is given)."""
+        opts = self._per_worker(self.worker_opts, i)
+        extra = self._per_worker(self.worker_env, i)
+        if not opts and not extra:
+            return env
+        env = dict(env)
+        if opts:
+            env["SPARK_WORKER_OPTS"] = opts if isinstance(opts, str) else " ".join(opts)
+        if extra:
+            env.update({k: str(v) for k, v in extra.items()})
         return env
 
     def _spawn(self, name: str, args: List[str], env: Dict[str, str], cwd: str) -> None:
@@ -350,7 +378,7 @@ class SparkCluster:
                     "--host", HOST, "--cores", str(self.worker_cores),
                     "--memory", self.worker_memory, "--webui-port", str(wport),
                     "--work-dir", wdir, self.master_url,
-                ], env, wdir)
+                ], self._worker_env(env, i), wdir)
             self._wait_alive(t0 + timeout)
         except BaseException:
             # Never leave half a cluster behind (the error carries the log
