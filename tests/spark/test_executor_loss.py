@@ -13,6 +13,7 @@ import pytest
 from pyspark import cloudpickle
 
 from tfos import TFCluster, TFNode
+from tfos.TFSparkNode import _ppid
 
 from sparkcluster import SparkCluster
 from tfoshelpers import tfos_processes, wait_for
@@ -41,12 +42,6 @@ def three_workers():
         yield cluster
     finally:
         cluster.stop()
-
-
-def _ppid(pid):
-    with open("/proc/%d/stat" % pid, "rb") as f:
-        stat = f.read()
-    return int(stat[stat.rindex(b")") + 2:].split()[1])
 
 
 def _watch_pid(agent_pid):
