@@ -70,25 +70,6 @@ def gpu_spark(gpu_cluster):
         shutdown_gateway()
 
 
-def _has_marker(pid, marker):
-    """pid, or an ancestor, runs under this cluster (agents carry the marker;
-    their programs, which do not, are their children)."""
-    needle = ("TFOS_SPARKCLUSTER=%s" % marker).encode()
-    for _ in range(8):
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    return True
-            with open("/proc/%d/stat" % pid, "rb") as f:
-                stat = f.read()
-            pid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if pid <= 1:
-            return False
-    return False
-
-
 @pytest.fixture(autouse=True)
 def no_tfos_leftovers(gpu_cluster):
     """(Overrides conftest's: the same check, for this cluster's processes
@@ -96,12 +77,8 @@ def no_tfos_leftovers(gpu_cluster):
     yield
     import signal
     marker = gpu_cluster.tmp_dir
-
-    def own():
-        return [(pid, cmd) for pid, cmd in tfos_processes() if _has_marker(pid, marker)]
-
-    wait_for(lambda: not own(), 30)
-    left = own()
+    wait_for(lambda: not tfos_processes(marker), 30)
+    left = tfos_processes(marker)
     for pid, _ in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -20,35 +20,15 @@ from tfoshelpers import tfos_processes, wait_for
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-# ---- only this test cluster's processes ----------------------------------------
-# Other Spark jobs may run on this host at the same time: look only at (and
-# only ever kill) processes started under this module's Spark cluster. Agents
-# carry its TFOS_SPARKCLUSTER marker in their environment (inherited from the
-# executor); the agent leaves TFOS_* variables out of its program's
-# environment, so programs (and their TensorBoard) are found by an ancestor.
-
-def _has_marker(pid, marker):
-    needle = ("TFOS_SPARKCLUSTER=%s" % marker).encode()
-    for _ in range(8):
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    return True
-            with open("/proc/%d/stat" % pid, "rb") as f:
-                stat = f.read()
-            pid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if pid <= 1:
-            return False
-    return False
-
-
-def own_tfos_processes(marker):
-    return [(pid, cmd) for pid, cmd in tfos_processes() if _has_marker(pid, marker)]
-
+# ---- TensorBoard processes ------------------------------------------------------
 
 def tensorboard_processes(marker, port=None):
+    """TensorBoard servers (on ``port``) among this cluster's processes
+    (tfoshelpers: agents carrying the cluster's marker and their descendants),
+    or, with ``marker`` None, anywhere on the host (orphans included)."""
+    if marker is not None:
+        return [(pid, cmd) for pid, cmd in tfos_processes(marker)
+                if "tensorboard.main" in cmd.split() and (port is None or str(port) in cmd.split())]
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -62,26 +42,9 @@ def tensorboard_processes(marker, port=None):
             continue
         if stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X"):
             continue
-        if "tensorboard.main" in argv and (marker is None or _has_marker(int(d), marker)) and (
-                port is None or str(port) in argv):
+        if "tensorboard.main" in argv and (port is None or str(port) in argv):
             found.append((int(d), " ".join(argv)))
     return found
-
-
-@pytest.fixture(autouse=True)
-def no_tfos_leftovers(spark_cluster):
-    """(Overrides conftest's: the same check, for this cluster's processes.)"""
-    yield
-    import signal
-    marker = spark_cluster.tmp_dir
-    wait_for(lambda: not own_tfos_processes(marker), 30)
-    left = own_tfos_processes(marker)
-    for pid, _ in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    assert not left, "tfos processes left running after the test: %s" % left
 
 
 # ---- functions run on the executors ----------------------------------------------
