@@ -1,0 +1,561 @@
+"""TensorFlowOnSpark's TFCluster on tfos's runtime: run() and the TFCluster
+object it returns (attempts and restarts, train/inference feeding jobs,
+shutdown). tfos.TFCluster re-exports it under TensorFlowOnSpark's name; see
+that module for how it differs from TensorFlowOnSpark."""
+import logging
+import os
+import threading
+import time
+import uuid
+
+from .. import _tfos
+from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Outcomes, _Progress,
+                     _start_driver_ps)
+from .feeding import feed_task, feed_task_arrow, inference_task
+from .nodes import NodeSpec, node_task
+
+logger = logging.getLogger("tfos")
+
+CANCEL_AFTER_S = 10.0  # a failed cluster's feeding job is cancelled after this
+
+
+class InputMode(object):
+    """How a cluster gets its data (TensorFlowOnSpark's constants)."""
+    TENSORFLOW = 0  #: map_fun reads its own data
+    SPARK = 1       #: Spark feeds RDD/DataFrame partitions to the nodes
+
+
+class TFCluster(object):
+    """A running cluster (returned by :func:`run`)."""
+
+    def __init__(self, sc, spec, conf):
+        self.sc = sc
+        self.spec = spec
+        self._conf = conf                 # how to form an attempt (see run())
+        self.driver = None
+        self.input_mode = conf["input_mode"]
+        self.num_executors = conf["total"]
+        self._node_thread = None
+        self._driver_agents = []
+        self._terminated = sc.accumulator(0)
+        self._shut = False
+        self.attempt = 0
+        self.restarts_left = conf["max_restarts"]
+        self.history = []                 # one line per failed attempt
+        self.partitions_refed = 0         # partitions fed again after a node failure
+        self.cluster_id = spec.cluster_id
+        self.cluster_info = None
+        self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": conf["total"],
+                             "server_addr": spec.coord_addr}
+
+    # -- attempts
+    def _start_attempt(self, first):
+        """Form the cluster: a coordinator (same address, secret and cluster
+        id on every attempt, so tasks shipped earlier still find it) and one
+        node task per node. Raises TFClusterError when it does not form."""
+        conf, spec = self._conf, self.spec
+        self.attempt += 1
+        lay = spec.layout
+        coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
+                                  evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
+                                  reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
+                                  heartbeat_timeout=conf["heartbeat_timeout"], attempt=self.attempt)
+        if first:
+            conf["port"] = int(coord.address.rsplit(":", 1)[1])
+            spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
+            self.cluster_meta["server_addr"] = spec.coord_addr
+        info = lambda: {"attempt": self.attempt, "max_restarts": conf["max_restarts"],  # noqa: E731
+                        "history": list(self.history), "partitions_refed": self.partitions_refed,
+                        "node_log_dir": spec.log_dir}
+        self.driver = _Driver(coord, conf.get("status_port", -1), info)
+        if first and self.driver.status_port >= 0:
+            conf["status_port"] = self.driver.status_port  # the same port on every attempt
+            logger.info("tfos: status page at %s", self.status_url())
+        node_errors = []
+        try:
+            if not first:  # an executor may have been lost: wait for Spark to replace it
+                _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
+            if conf["driver_ps_nodes"]:
+                self._driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
+            self._node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], conf["local"], node_errors)
+            _wait_formed(self, node_errors, conf["reservation_timeout"])
+        except BaseException:
+            self._stop_attempt("the cluster did not form")
+            raise
+        logger.info("tfos: cluster %s attempt %d formed", spec.cluster_id, self.attempt)
+
+    def _stop_attempt(self, reason, wait=True):
+        """Stop this attempt's nodes (bounded), close its coordinator, reap."""
+        driver = self.driver
+        if driver is None or driver.closed:
+            return
+        try:
+            driver.call(driver.coord.stop, reason)
+        except TFClusterError:
+            pass
+        self.sc.cancelJobGroup(_node_group(self.spec))  # node tasks not started yet never start
+        deadline = time.monotonic() + (self._conf["grace"] + 30 if wait else 0)
+        while time.monotonic() < deadline:
+            if driver.state() in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
+                    n["state"] in ("exited", "waiting") for n in driver.status()["nodes"]):
+                break
+            time.sleep(0.1)
+        self._close()
+
+    def _restart_or_raise(self, context=""):
+        """The current attempt failed: form the cluster again when restarts
+        are left and the failure was a node's (not a timeout or a stop);
+        else raise TFClusterError with the history of the attempts."""
+        failure = self.driver.failure() or "the cluster stopped"
+        code = self.driver.call(lambda: self.driver.coord.failure_code)
+        self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
+                                                     failure.splitlines()[0]))
+        if self.restarts_left <= 0 or code != _tfos.EFAILED or self._shut:
+            self._stop_attempt("the cluster failed", wait=True)
+            raise TFClusterError(self._failure_text(failure, context))
+        self.restarts_left -= 1
+        logger.warning("tfos: %s; re-forming the cluster (attempt %d, %d restarts left)", failure.splitlines()[0],
+                       self.attempt + 1, self.restarts_left)
+        self._stop_attempt("restarting after a failure", wait=True)
+        self._start_attempt(first=False)
+
+    def _failure_text(self, failure, context=""):
+        text = "the tfos cluster failed: %s" % failure
+        if context:
+            text += "\n" + context
+        if len(self.history) > 1:
+            text += "\nattempts (%d restarts):\n  %s" % (len(self.history) - 1, "\n  ".join(self.history))
+        return text
+
+    # -- state
+    def _raise_if_failed(self, cause=None):
+        if self.driver.closed:
+            return
+        if self.driver.failed():
+            raise TFClusterError(self._failure_text(self.driver.failure())) from cause
+
+    def status_url(self):
+        """The status page's URL (``http://127.0.0.1:PORT/``: /status,
+        /metrics, /feed/history and the live page), or None without one
+        (``run(..., status_port=-1)``)."""
+        port = self._conf.get("status_port", -1)
+        return "http://127.0.0.1:%d/" % port if port is not None and port > 0 else None
+
+    def status(self):
+        """The coordinator's view of every node (a dict, as /status serves
+        it), plus ``history`` (one line per failed attempt) and
+        ``partitions_refed``."""
+        st = self.driver.status()
+        st["history"] = list(self.history)
+        st["partitions_refed"] = self.partitions_refed
+        return st
+
+    def _run_job(self, what, fn):
+        """Run a Spark job; cancel it when the cluster fails meanwhile, and
+        raise the cluster's failure rather than the task errors it caused."""
+        group = "tfos-%s-%s" % (self.cluster_id, uuid.uuid4().hex[:8])
+        self.sc.setJobGroup(group, "tfos %s" % what, interruptOnCancel=True)
+        done = threading.Event()
+
+        def watch():
+            # Tasks feeding a failed node fail by themselves within moments,
+            # saying which node died and why; tasks blocked elsewhere are
+            # cancelled a little later.
+            failed_at = None
+            while not done.wait(0.5):
+                try:
+                    if failed_at is None and self.driver.failed():
+                        failed_at = time.monotonic()
+                    if failed_at is not None and time.monotonic() - failed_at >= CANCEL_AFTER_S:
+                        self.sc.cancelJobGroup(group)
+                        return
+                except TFClusterError:
+                    return
+
+        watcher = threading.Thread(target=watch, name="tfos-watch", daemon=True)
+        watcher.start()
+        try:
+            return fn()
+        except Exception as exc:
+            self._raise_if_failed(exc)
+            raise
+        finally:
+            done.set()
+            watcher.join()
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+            self.sc.setLocalProperty("spark.job.description", None)
+            self.sc.setLocalProperty("spark.job.interruptOnCancel", None)
+
+    # -- InputMode.SPARK
+    def _check_spark_mode(self, what):
+        if self.input_mode != InputMode.SPARK:
+            raise TFClusterError("cluster.%s() needs TFCluster.run(..., input_mode=InputMode.SPARK)" % what)
+        if self._shut:
+            raise TFClusterError("cluster.%s() after shutdown()" % what)
+        if self.driver.failed():
+            self._restart_or_raise()
+
+    def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):
+        """Feed an RDD (or a DataFrame, through Arrow; or a DStream, batch by
+        batch) to the nodes, ``num_epochs`` times (0 or 1: once). Partitions
+        go to the node on the executor that computes them. A partition counts
+        as delivered once its node has read it; when a node fails, the cluster
+        is formed again (``max_restarts``) and every partition not delivered
+        is fed again (at-least-once; ``partitions_refed`` counts those that
+        were in flight)."""
+        self._check_spark_mode("train")
+        epochs = max(1, int(num_epochs or 1))
+        spec = self.spec
+        if _is_dstream(dataRDD):
+            acc = self._terminated
+
+            def feed_ended():
+                """A chief/worker whose map_fun returned: its feed is over
+                (its agent is gone, so feed tasks on its executor would find
+                no node). As with TFoS, the stream is then not wanted any
+                more: shutdown(ssc) stops the streaming context."""
+                try:
+                    return any(n["state"] == "exited" and n["exit_code"] == 0 and n["job"] in ("chief", "worker")
+                               for n in self.driver.status()["nodes"])
+                except TFClusterError:  # shut down meanwhile
+                    return True
+
+            def each(rdd):
+                # runs on the driver, once per micro-batch (pyspark hands an
+                # empty one-partition RDD once a queueStream runs dry)
+                if self._shut or self.driver.closed:
+                    return
+                if feed_ended():
+                    acc.add(1)
+                    return
+                outcomes = self.sc.accumulator({}, _Outcomes())
+                try:
+                    rdd.mapPartitionsWithIndex(feed_task(spec, feed_timeout, outcomes)).count()
+                except Exception:
+                    # a node finished while this batch was being fed: its
+                    # partitions found no node there; not an error
+                    if self.driver.closed or self.driver.failed() or not feed_ended():
+                        raise
+                    acc.add(1)
+                    logger.info("tfos: a streaming batch was not fed: a node had finished its feed")
+                    return
+                res = outcomes.value
+                acc.add(sum(1 for st, _ in res.values() if st == "terminated"))
+                lost = [info for st, info in res.values() if st in ("aborted", "skipped")]
+                if lost:
+                    raise TFClusterError(self._failure_text(self.driver.failure() or lost[0]))
+
+            dataRDD.foreachRDD(each)
+            return
+        if _is_dataframe(dataRDD):
+            data = dataRDD
+            for _ in range(epochs - 1):
+                data = data.union(dataRDD)
+            total = data.rdd.getNumPartitions()
+        else:
+            data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
+            total = data.getNumPartitions()
+        delivered, terminated = set(), 0
+        while True:
+            outcomes = self.sc.accumulator({}, _Outcomes())
+            progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver)
+            job_error = None
+            try:
+                if _is_dataframe(data):
+                    fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered)
+                    self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
+                else:
+                    fn = feed_task(spec, feed_timeout, outcomes, delivered)
+                    self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
+            except TFClusterError as exc:
+                job_error = exc
+            finally:
+                progress.stop()
+            res = outcomes.value
+            for part, (state, _) in res.items():
+                if state in ("done", "terminated"):
+                    delivered.add(part)
+                    terminated += state == "terminated"
+            lost = sorted((part, info) for part, (state, info) in res.items() if state == "aborted")
+            if len(delivered) >= total:
+                break
+            if not self.driver.failed():
+                if job_error is not None:
+                    raise job_error
+                raise TFClusterError("%d of %d partitions were not delivered, and no node failed: %s" % (
+                    total - len(delivered), total, lost[:3]))
+            context = ""
+            if lost:
+                context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
+            self._restart_or_raise(context)
+            self.partitions_refed += len(lost)
+            logger.warning("tfos: attempt %d: feeding again %d partitions not delivered before the failure "
+                           "(%d of them were in flight)", self.attempt, total - len(delivered), len(lost))
+        if terminated:
+            self._terminated.add(terminated)
+            logger.info("tfos: %d partitions were not fed: the nodes had terminated their feed", terminated)
+
+    def inference(self, dataRDD, feed_timeout=600, qname="input"):
+        """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
+        an RDD of their results: exactly one per input row, in order (lazy,
+        like any RDD: the feeding runs when it is computed)."""
+        self._check_spark_mode("inference")
+        spec = self.spec
+        if _is_dataframe(dataRDD):
+            import pickle
+            fn = inference_task(spec, feed_timeout, arrow=True)
+            packed = dataRDD.mapInArrow(fn, "results binary").rdd
+            return packed.flatMap(lambda row: pickle.loads(row[0]))
+        return dataRDD.mapPartitions(inference_task(spec, feed_timeout))
+
+    # -- end
+    def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
+        """End the feed, wait (at most ``timeout`` seconds) for every program
+        to finish, stop the ps nodes, and raise :class:`TFClusterError` if a
+        node failed. With ``ssc`` (a StreamingContext), first wait until the
+        streaming context ends or a node calls ``terminate()``, then stop it."""
+        if self._shut:
+            return
+        try:
+            if ssc is not None:
+                self._await_streaming(ssc)
+            if self.input_mode == InputMode.SPARK and not self.driver.closed:
+                self.driver.call(self.driver.coord.end_feed)
+            deadline = time.monotonic() + timeout
+            while True:
+                if self.input_mode == InputMode.TENSORFLOW and self.driver.failed():
+                    # map_fun reads its own data and resumes from its
+                    # checkpoint: form the cluster again while restarts are left
+                    self._restart_or_raise()
+                    continue
+                state = self.driver.state()
+                if state in (_tfos.STATE_DONE, _tfos.STATE_FAILED):
+                    break
+                if time.monotonic() >= deadline:
+                    running = [n for n in self.driver.status()["nodes"] if n["state"] != "exited"]
+                    names = ", ".join("%s:%d" % (n["job"], n["index"]) for n in running)
+                    self.driver.call(self.driver.coord.stop, "shutdown timed out after %g s" % timeout)
+                    self._wait_stopped(30)
+                    raise TFClusterError("shutdown timed out after %g s; still running: %s" % (timeout, names))
+                time.sleep(0.1)
+            self._wait_stopped(60)
+            if state == _tfos.STATE_FAILED:
+                self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
+                                                             self.driver.failure().splitlines()[0]))
+                raise TFClusterError(self._failure_text(self.driver.failure()))
+        finally:
+            self._shut = True
+            self._close()
+
+    def _wait_stopped(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.driver.status()["nodes"]
+            if all(n["state"] in ("exited", "waiting") for n in nodes):
+                return
+            time.sleep(0.1)
+
+    def _await_streaming(self, ssc):
+        """Wait until the streaming context ends, a node terminated its feed
+        (a feed task found it terminated), or the cluster stopped running;
+        then stop the streaming context (gracefully, unless the cluster
+        failed). A failed streaming job (awaitTermination raises it) stops it
+        too and is raised: as TFClusterError when the cluster failed."""
+        def _stop_streaming(ssc, graceful):
+            try:
+                ssc.stop(stopSparkContext=False, stopGraceFully=graceful)
+            except Exception as exc:
+                logger.warning("tfos: stopping the StreamingContext failed: %s", _short(exc, 500))
+
+        try:
+            while not ssc.awaitTerminationOrTimeout(1):
+                if self._terminated.value or self.driver.state() != _tfos.STATE_RUNNING:
+                    break
+            else:
+                return  # the streaming context ended by itself
+        except Exception as exc:
+            _stop_streaming(ssc, graceful=False)
+            if isinstance(exc, TFClusterError) or self.driver.closed:
+                raise
+            # a feed task sees a dead node a moment before the coordinator
+            # has recorded why
+            deadline = time.monotonic() + 5
+            while not self.driver.failed() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self._raise_if_failed(exc)
+            raise
+        _stop_streaming(ssc, graceful=not self.driver.failed())
+
+    def _close(self):
+        self.driver.close()  # agents still connected lose their coordinator and stop
+        for p in self._driver_agents:
+            try:
+                p.wait(30)
+            except Exception:
+                p.kill()
+                p.wait()
+        self._driver_agents = []
+        if self._node_thread is not None:
+            self._node_thread.join(60)
+            self._node_thread = None
+
+    def tensorboard_url(self):
+        """URL of the TensorBoard started on the chief (or worker 0) with
+        ``tensorboard=True``; None without one. Still answers after
+        ``shutdown()`` (with the address it had), as TensorFlowOnSpark's did."""
+        url = getattr(self, "_tb_url", None)
+        if url is not None or self.driver.closed:
+            return url
+        try:
+            nodes = self.driver.status()["nodes"]
+        except TFClusterError:  # shut down meanwhile
+            return getattr(self, "_tb_url", None)
+        for n in nodes:
+            if n.get("tensorboard_port"):
+                self._tb_url = "http://%s:%d" % (n["host"], n["tensorboard_port"])
+                return self._tb_url
+        return None
+
+
+def _is_dataframe(x):
+    try:
+        from pyspark.sql import DataFrame
+    except ImportError:
+        return False
+    return isinstance(x, DataFrame)
+
+
+def _is_dstream(x):
+    try:
+        from pyspark.streaming import DStream
+    except ImportError:
+        return False
+    return isinstance(x, DStream)
+
+
+def _layout(num_executors, num_ps, master_node, eval_node):
+    chief = master_node is not None
+    if master_node not in (None, "chief", "master"):
+        raise TFClusterError("master_node=%r: tfos names the chief job 'chief' (TF_CONFIG's name); pass "
+                             "master_node='chief'" % (master_node,))
+    workers = num_executors - num_ps - int(chief) - int(bool(eval_node))
+    if workers < 0 or num_executors < 1:
+        raise TFClusterError("num_executors=%d is too small for num_ps=%d%s%s" % (
+            num_executors, num_ps, ", a chief" if chief else "", ", an evaluator" if eval_node else ""))
+    return {"num_ps": num_ps, "num_workers": workers, "chief": chief, "evaluator": bool(eval_node)}
+
+
+def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
+        log_dir=None, driver_ps_nodes=False, master_node=None, reservation_timeout=600,
+        queues=("input", "output", "error"), eval_node=False, release_port=True, max_restarts=3,
+        checkpoint_dir=None, feed_mb=64, heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs",
+        status_port=0):
+    """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
+    servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
+    return a :class:`TFCluster` once every node has registered.
+
+    Roles follow TensorFlowOnSpark: ps first, then ``master_node`` ('chief'),
+    then the evaluator (``eval_node``), then workers. ``log_dir`` is the
+    TensorBoard log dir (``tensorboard=True`` starts TensorBoard on the chief,
+    or worker 0). ``driver_ps_nodes`` runs the ps nodes on the driver instead
+    of executors.
+
+    tfos's own options: ``max_restarts`` (when a node fails, every node is
+    stopped and the cluster formed again, up to this many times; programs see
+    ``ctx.attempt`` and resume from ``ctx.checkpoint_dir``), ``checkpoint_dir``
+    (kept across restarts; default ``tfos-checkpoints/<cluster id>`` under the
+    driver's working directory, or the user's home on HDFS: it must be visible
+    to every executor), ``feed_mb`` (input ring size per node),
+    ``heartbeat_timeout``, ``grace`` (seconds between SIGTERM and SIGKILL when
+    stopping), ``node_log_dir`` (per-node logs, relative to each executor's
+    working directory) and ``status_port`` (the driver's status page on
+    127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
+    """
+    from pyspark import cloudpickle
+
+    layout = _layout(int(num_executors), int(num_ps), master_node, eval_node)
+    local = sc.master.startswith("local")
+    total = int(num_executors)
+    spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
+    _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
+                     int(input_mode) == InputMode.SPARK)
+
+    cluster_id = uuid.uuid4().hex[:12]
+    listen, advertise = _bind_host(sc)
+    try:
+        default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
+    except Exception:
+        default_fs = "file://"
+    if default_fs.startswith("file:"):
+        default_fs = "file://"
+    if checkpoint_dir is None:
+        if default_fs == "file://":
+            checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", cluster_id))
+        else:
+            import getpass
+            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), getpass.getuser(),
+                                                                cluster_id)
+    spec = NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
+                                cloudpickle.dumps((map_fun, tf_args)), local, float(reservation_timeout),
+                                feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
+                                tb_logdir=log_dir, default_fs=default_fs,
+                                heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
+                                checkpoint_dir=checkpoint_dir)
+    conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
+            "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
+            "grace": float(grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
+            "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port)}
+    cluster = TFCluster(sc, spec, conf)
+    cluster._start_attempt(first=True)
+    logger.info("tfos: cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
+                spec.coord_addr, total, layout, checkpoint_dir)
+    return cluster
+
+
+def _start_node_job(sc, spec, spark_ids, local, errors):
+    """Run the node stage in a background thread (node tasks of ps nodes, and
+    of every node with InputMode.TENSORFLOW, last as long as the cluster)."""
+    rdd = sc.parallelize(spark_ids, len(spark_ids))
+    fn = node_task(spec)
+    conf = sc.getConf()
+    barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
+
+    def job():
+        sc.setJobGroup(_node_group(spec), "tfos nodes of cluster %s" % spec.cluster_id, interruptOnCancel=True)
+        try:
+            stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
+            for r in stage.collect():
+                if r.get("error"):
+                    errors.append(r["error"])
+        except Exception as exc:
+            errors.append("the Spark job that starts the nodes failed: %s" % _short(exc))
+
+    t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
+    t.start()
+    return t
+
+
+def _node_group(spec):
+    return "tfos-nodes-%s" % spec.cluster_id
+
+
+def _short(exc, limit=4000):
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _wait_formed(cluster, errors, timeout):
+    """Wait until every node registered; raise what went wrong otherwise."""
+    driver = cluster.driver
+    deadline = time.monotonic() + timeout + 5
+    while True:
+        state = driver.state()
+        if driver.failed():
+            raise TFClusterError("the tfos cluster failed to start: %s" % driver.failure())
+        if state in (_tfos.STATE_RUNNING, _tfos.STATE_DONE):
+            return
+        if errors:
+            raise TFClusterError("the tfos cluster failed to start: %s" % "; ".join(errors))
+        if time.monotonic() >= deadline:
+            raise TFClusterError("the tfos cluster did not form within %g s" % timeout)
+        time.sleep(0.1)

@@ -1,0 +1,249 @@
+"""The driver's side of a Spark cluster, besides the TFCluster object: the
+coordinator and the thread that runs its event loop (_Driver), where it
+listens (_bind_host), the checks that the application's executors can hold
+one node each, feed progress on the console and the status page, and ps
+nodes started on the driver (``driver_ps_nodes=True``)."""
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+from .._launch import ClusterError
+
+logger = logging.getLogger("tfos")
+
+
+
+class TFClusterError(ClusterError):
+    """The cluster failed: the message names the node, its exit status or
+    signal, and its last lines (the traceback of an exception in map_fun)."""
+
+    def __init__(self, message):
+        super().__init__(message, 1, None)
+
+
+class _Driver(object):
+    """The coordinator in this process and a thread that runs its event loop
+    (which also answers the status page's requests, see status_port).
+
+    status_port: serve the status page on 127.0.0.1 at this port (0: any
+    free one; -1: none); the port taken is ``self.status_port`` (-1 when
+    none). info: a callable returning set_status()'s keywords (attempt,
+    history...), read about once a second."""
+
+    def __init__(self, coord, status_port=-1, info=None):
+        self.coord = coord
+        self.lock = threading.Lock()
+        self.closed = False
+        self.status_port = -1
+        self.info = info
+        if status_port is not None and status_port >= 0:
+            try:
+                self.status_port = coord.serve_status("127.0.0.1", int(status_port))
+            except OSError as exc:
+                logger.warning("tfos: no status page: %s", exc)
+        self.thread = threading.Thread(target=self._loop, name="tfos-coordinator", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        next_info = 0.0
+        while True:
+            info = None
+            if self.info is not None and self.status_port >= 0 and time.monotonic() >= next_info:
+                next_info = time.monotonic() + 1.0
+                try:
+                    info = self.info()
+                except Exception:
+                    info = None
+            with self.lock:
+                if self.closed:
+                    return
+                if info:
+                    self.coord.set_status(**info)
+                self.coord.step(0)  # also answers the status page
+            # step with the lock released between calls so that status
+            # queries never wait long
+            time.sleep(0.02)
+
+    def set_feed(self, **feed):
+        """The feed's totals for the status page (see Coordinator.set_feed)."""
+        if self.status_port >= 0:
+            self.call(self.coord.set_feed, **feed)
+
+    def call(self, fn, *args, **kw):
+        with self.lock:
+            if self.closed:
+                raise TFClusterError("the cluster is shut down")
+            return fn(*args, **kw)
+
+    def state(self):
+        return self.call(lambda: self.coord.state)
+
+    def status(self):
+        return json.loads(self.call(self.coord.status))
+
+    def failure(self):
+        return self.call(lambda: self.coord.failure)
+
+    def failed(self):
+        """True as soon as a failure is recorded (the cluster may still be
+        stopping its other nodes)."""
+        return bool(self.call(lambda: self.coord.failure))
+
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.coord.close()
+        self.thread.join(5)
+
+
+def _bind_host(sc):
+    """(address to listen on, address to advertise) for the coordinator."""
+    host = sc.getConf().get("spark.driver.host", None) or socket.gethostname()
+    try:
+        ip = socket.gethostbyname(host)
+    except OSError:
+        ip = host
+    if ip.startswith("127."):
+        return ip, ip
+    return "0.0.0.0", ip
+
+
+def _executor_count(sc):
+    return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # minus the driver
+
+
+def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
+    """Clear errors for clusters that cannot run one node per executor."""
+    conf = sc.getConf()
+    if local:
+        slots = sc.defaultParallelism
+        if n_tasks > slots:
+            raise TFClusterError(
+                "TFCluster.run needs %d nodes running at once, but the local master %s has %d task slots: use "
+                "local[%d] or more, or fewer num_executors" % (n_tasks, sc.master, slots, n_tasks))
+        return
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        raise TFClusterError("TFCluster.run needs a fixed set of executors, one per node: set "
+                             "spark.dynamicAllocation.enabled=false")
+    deadline = time.monotonic() + wait_s
+    count = _executor_count(sc)
+    while count < n_tasks and time.monotonic() < deadline:
+        time.sleep(0.5)
+        count = _executor_count(sc)
+    if count < n_tasks:
+        raise TFClusterError(
+            "TFCluster.run needs %d Spark executors (one per node), but the application has %d after %.0f s. Ask "
+            "for more executors (spark.executor.instances / --num-executors on YARN and Kubernetes; spark.cores.max "
+            "together with spark.executor.cores on a standalone master), or lower num_executors"
+            % (n_tasks, count, wait_s))
+    if spark_mode and count > n_tasks:
+        raise TFClusterError(
+            "InputMode.SPARK feeds each partition to the node on the executor that computes it, but the application "
+            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. Give the "
+            "application exactly %d executors (spark.executor.instances / --num-executors, or spark.cores.max with "
+            "spark.executor.cores on a standalone master), or set num_executors=%d" % (count, n_tasks, n_tasks, count))
+    cores = conf.get("spark.executor.cores", None)
+    cpus = int(conf.get("spark.task.cpus", "1"))
+    if cores is not None and int(cores) // cpus > 1:
+        logger.warning("tfos: spark.executor.cores=%s and spark.task.cpus=%d let one executor run %d tasks at once; "
+                       "two nodes landing on one executor is an error: set spark.task.cpus=%s", cores, cpus,
+                       int(cores) // cpus, cores)
+
+
+class _Outcomes(object):
+    """Accumulator of {partition: (state, detail)} reported by feed tasks (an
+    AccumulatorParam by duck typing: tfos imports without pyspark)."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        a.update(b)
+        return a
+
+
+class _Progress(object):
+    """Feed progress on the driver's console (stderr) every few seconds:
+    partitions delivered, rows, rows/s, ETA."""
+
+    INTERVAL = 5.0
+
+    def __init__(self, total, already, outcomes, attempt, driver=None):
+        self.total, self.already, self.outcomes, self.attempt = total, already, outcomes, attempt
+        self.driver = driver  # the status page's feed numbers, every second
+        self.t0 = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="tfos-progress", daemon=True)
+        self.thread.start()
+
+    def _feed(self, final=False):
+        """Partitions delivered and rows, to the status page; (parts, rows)."""
+        res = dict(self.outcomes.value)
+        parts = self.already + sum(1 for st, _ in res.values() if st in ("done", "terminated"))
+        rows = sum(n for st, n in res.values() if st == "done" and isinstance(n, int))
+        state = "feeding" if not final else "done" if parts >= self.total else "stopped"
+        if self.driver is not None:
+            try:
+                self.driver.set_feed(rows=rows, partitions_done=parts, partitions_expected=self.total,
+                                     partitions_aborted=sum(1 for st, _ in res.values() if st == "aborted"),
+                                     state=state)
+            except TFClusterError:
+                pass
+        return parts, rows
+
+    def _loop(self):
+        import sys
+        next_line = time.monotonic() + self.INTERVAL
+        while not self.done.wait(min(1.0, self.INTERVAL)):
+            try:
+                parts, rows = self._feed()
+            except Exception:
+                continue
+            if time.monotonic() < next_line:
+                continue
+            next_line = time.monotonic() + self.INTERVAL
+            elapsed = time.monotonic() - self.t0
+            rate = rows / elapsed if elapsed > 0 else 0.0
+            fresh = parts - self.already
+            eta = ""
+            if fresh and parts < self.total:
+                eta = ", ETA %.0f s" % (elapsed / fresh * (self.total - parts))
+            sys.stderr.write("tfos: feeding (attempt %d): %d/%d partitions, %d rows, %.0f rows/s%s\n" % (
+                self.attempt, parts, self.total, rows, rate, eta))
+            sys.stderr.flush()
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(2)
+        if self.driver is not None:
+            try:
+                self._feed(final=True)
+            except Exception:
+                pass
+
+
+def _start_driver_ps(spec, ids):
+    """ps nodes on the driver (``driver_ps_nodes=True``): agents started here,
+    tied to this process (parent-death signal)."""
+    import subprocess
+    import sys
+    from ._launch import agent_path
+    procs = []
+    env = dict(os.environ)
+    env["TFOS_SECRET"] = spec.secret
+    for i in ids:
+        r = os.memfd_create("tfos-payload", 0)
+        os.write(r, spec.payload)
+        env_i = dict(env, TFOS_PAYLOAD_FD=str(r), TFOS_INPUT_MODE=str(spec.input_mode),
+                     TFOS_DEFAULT_FS=spec.default_fs)
+        argv = [agent_path(), "node", "--coord", spec.coord_addr, "--executor-id", str(i),
+                "--host", spec.coord_addr.rsplit(":", 1)[0], "--watch-pid", str(os.getpid()),
+                "--", sys.executable, "-m", "tfos._sparkprog"]
+        procs.append(subprocess.Popen(argv, env=env_i, pass_fds=(r,), stdin=subprocess.DEVNULL))
+        os.close(r)
+    return procs

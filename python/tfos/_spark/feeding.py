@@ -1,0 +1,234 @@
+"""Feed and inference tasks: a Spark task streams its partition into the
+node on its own executor (found by the tag names of nodes.py) through the
+node's shared-memory feed, and a partition counts as delivered once the
+node's program has read it. Runs on executors, as nodes.py."""
+import errno
+import json
+import pickle
+import socket
+import time
+
+from .. import _tfos
+from .. import feed as _feed
+from .nodes import _bind_name, _pid_alive, _task_context, executor_key, local_nodes
+
+def _cluster_failure(spec, wait=5.0):
+    """The coordinator's failure text. A feed task sees a dead node a moment
+    before its agent has reported why, so wait (bounded) for the report."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+        except Exception as exc:
+            return "the coordinator at %s cannot be reached (%s)" % (spec.coord_addr, exc)
+        if st.get("failure"):
+            return st["failure"]
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+class FeedTaskError(RuntimeError):
+    pass
+
+
+class NodeLost(Exception):
+    """The node this partition was going to failed (or its cluster did)."""
+
+
+def _pick_node(spec, partition):
+    key = executor_key()
+    ids = local_nodes(spec, key)
+    if not ids:
+        failure = _cluster_failure(spec, wait=0)
+        if failure:  # its node was stopped with the rest of the cluster
+            raise NodeLost("feeding partition %d failed: the cluster failed: %s" % (partition, failure))
+        raise FeedTaskError(
+            "partition %d: the Spark task feeding it runs on an executor (host %s, JVM pid %s) that has no tfos "
+            "node of this cluster. Every executor of the application must run one node: give it exactly "
+            "num_executors=%d executors (spark.executor.instances, or spark.cores.max with spark.executor.cores "
+            "in standalone; no dynamic allocation) and make ps nodes run on the driver (driver_ps_nodes=True) or "
+            "count them in num_executors" % (partition, socket.gethostname(), key, spec.total()))
+    return ids[partition % len(ids)]
+
+
+class _NodeLock(object):
+    """One inference task at a time per node (the output ring has one reader):
+    an abstract socket name held while collecting results. Bounded wait."""
+
+    def __init__(self, spec, executor_id, timeout):
+        self.name = "tfos-infer-%s-%d" % (spec.cluster_id, executor_id)
+        self.timeout = timeout
+        self.sock = None
+
+    def __enter__(self):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self.sock = _bind_name(self.name)
+                return self
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+
+def _explain(spec, executor_id, partition, exc):
+    failure = _cluster_failure(spec)
+    what = "feeding partition %d to %s (executor %d) failed: %s" % (partition, spec.label(executor_id),
+                                                                     executor_id, exc)
+    if failure:
+        what += "\nthe cluster failed: " + failure
+    return FeedTaskError(what)
+
+
+def _open_client(spec, executor_id, partition, timeout):
+    try:
+        return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret, timeout=timeout)
+    except (_feed.FeedError, OSError) as exc:
+        err = _explain(spec, executor_id, partition, exc)
+        if "the cluster failed" in str(err):
+            raise NodeLost(str(err))
+        raise err
+
+
+def _terminated(client):
+    try:
+        return bool(client.input.stats().get("consumer_terminated"))
+    except Exception:
+        return False
+
+
+def _wait_consumed(client, timeout):
+    """Wait until the program has taken every row of our partition (its
+    DataFeed acknowledges each partition end it passes, in ring order): a
+    partition counts as delivered only then, so a node that dies with rows
+    still in its ring or its DataFeed gets them again (at-least-once)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    st = client.input.stats()
+    target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this place
+    while True:
+        st = client.input.stats()
+        if st["acked"] >= target or st["consumer_terminated"]:
+            return
+        if st["consumer_closed"] or (st["consumer_pid"] and not _pid_alive(st["consumer_pid"])):
+            raise _feed.FeedClosed("the node's program died before it read the whole partition")
+        if time.monotonic() >= deadline:
+            raise TimeoutError("the node did not read the partition within %g s" % timeout)
+        time.sleep(pause)
+        pause = min(0.02, pause * 2)
+
+
+def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):
+    """Feed this task's partition to the node on this executor and wait until
+    it is consumed. Records the outcome in ``outcomes`` (an accumulator of
+    {partition: (state, message)}): 'done', 'terminated' (the node did not
+    want more data), 'aborted' (its node failed while it was being fed) or
+    'skipped' (the cluster had failed before it began). Returns the rows fed
+    (Arrow) or None. Errors that are not a node failure are raised."""
+    tc = _task_context()
+    partition = tc.partitionId() if tc is not None else 0
+    rows = None
+    try:
+        executor_id = _pick_node(spec, partition)
+        client = _open_client(spec, executor_id, partition, feed_timeout)
+    except NodeLost as exc:
+        outcomes.add({partition: ("skipped", str(exc))})
+        return rows
+    try:
+        if arrow:
+            batches = list(iterator)
+            rows = sum(rb.num_rows for rb in batches)
+            client.feed_arrow(batches, partition)
+        else:
+            rows = client.feed_partition(iterator, partition)
+        _wait_consumed(client, feed_timeout)
+        outcomes.add({partition: ("done", rows)})
+    except _feed.FeedClosed as exc:
+        # the node called terminate(), or its program ended without reading
+        # on (not a failure): the rest of the feed is not wanted
+        if _terminated(client) or _cluster_failure(spec, wait=2.0) is None:
+            outcomes.add({partition: ("terminated", None)})
+            for _ in iterator:
+                pass
+        else:
+            outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
+    except (_feed.FeedError, TimeoutError) as exc:
+        failure = _cluster_failure(spec, wait=1.0)
+        if failure is None:
+            raise _explain(spec, executor_id, partition, exc)
+        outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
+    finally:
+        client.close()
+    return rows
+
+
+def feed_task(spec, feed_timeout, outcomes, skip=()):
+    """The function of a train() stage on an RDD (foreachPartition over
+    mapPartitionsWithIndex): partitions in ``skip`` were delivered before."""
+    skip = frozenset(skip)
+
+    def run(index, iterator):
+        if index not in skip:
+            _feed_one(spec, iterator, feed_timeout, outcomes, False)
+        return iter(())
+
+    return run
+
+
+def feed_task_arrow(spec, feed_timeout, outcomes, skip=()):
+    """The function of a train() stage on a DataFrame (mapInArrow): record
+    batches pass through as Arrow IPC, with no per-row work."""
+    skip = frozenset(skip)
+
+    def run(iterator):
+        import pyarrow as pa
+        tc = _task_context()
+        rows = None
+        if tc is None or tc.partitionId() not in skip:
+            rows = _feed_one(spec, iterator, feed_timeout, outcomes, True)
+        yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+    return run
+
+
+def inference_task(spec, feed_timeout, arrow=False):
+    """The function of an inference() stage: feed this partition to the node
+    on this executor and yield its results, one per row, in order."""
+
+    def run(iterator):
+        tc = _task_context()
+        partition = tc.partitionId() if tc is not None else 0
+        executor_id = _pick_node(spec, partition)
+        with _NodeLock(spec, executor_id, feed_timeout):
+            client = _open_client(spec, executor_id, partition, feed_timeout)
+            try:
+                count = [0]
+                if arrow:
+                    batches = list(iterator)
+                    count[0] = sum(rb.num_rows for rb in batches)
+                    client.feed_arrow(batches, partition)
+                else:
+                    def counted(it):
+                        for row in it:
+                            count[0] += 1
+                            yield row
+                    client.feed_partition(counted(iterator), partition)
+                results = client.collect_results(partition, count[0]) if count[0] else []
+            except (_feed.FeedError, TimeoutError) as exc:
+                raise _explain(spec, executor_id, partition, exc)
+            finally:
+                client.close(detach_output=True)
+        if arrow:
+            import pyarrow as pa
+            yield pa.RecordBatch.from_pydict({"results": [pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)]},
+                                             schema=pa.schema([("results", pa.binary())]))
+        else:
+            for r in results:
+                yield r
+
+    return run

@@ -1,0 +1,433 @@
+"""Node tasks and where they run: what a Spark task does to start a tfos node
+agent on its executor, and how a task tells which executor it is on.
+
+Everything here (and in feeding.py) is executed on executors (shipped by
+Spark in closures), so it only uses the standard library, tfos itself and
+pyspark's TaskContext.
+
+How a feed task finds its node. A node task binds two abstract unix-socket
+names (datagram sockets, never read) and hands them to its agent, so they live
+exactly as long as the agent:
+
+- ``tfos-exec-<cluster>-<key>``: the claim. ``<key>`` is the executor's JVM
+  pid; binding is atomic, so a second node of the same cluster on the same
+  executor fails at once with an error that says what to change (on a local
+  master all nodes share the one executor, and the claim is skipped);
+- ``tfos-node-<cluster>-<key>-<executor_id>``: the tag a feed task looks for
+  (a datagram ``connect`` to an abstract name succeeds only when it is bound).
+"""
+import errno
+import json
+import os
+import socket
+import sys
+import time
+
+from .. import _tfos
+from .._launch import agent_path
+
+TASK_JOBS_BLOCKING = ("ps", "evaluator")  # node tasks of these hold their executor (TFoS does the same)
+
+
+class NodeSpec(object):
+    """What every node and feed task of one cluster needs (pickled by Spark)."""
+
+    def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
+                 reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
+                 default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None):
+        self.cluster_id = cluster_id
+        self.secret = secret
+        self.coord_addr = coord_addr
+        self.layout = layout          # dict: num_ps, num_workers, chief, evaluator
+        self.input_mode = input_mode  # 0 TENSORFLOW, 1 SPARK
+        self.payload = payload        # cloudpickled (map_fun, tf_args)
+        self.local_master = local_master
+        self.reservation_timeout = reservation_timeout
+        self.feed_mb = feed_mb
+        self.log_dir = log_dir
+        self.tensorboard = tensorboard
+        self.tb_logdir = tb_logdir
+        self.default_fs = default_fs
+        self.heartbeat_timeout = heartbeat_timeout
+        self.spark_ids = spark_ids    # executor ids started by Spark tasks (not on the driver)
+        self.checkpoint_dir = checkpoint_dir  # kept across restarts (TFOS_CHECKPOINT_DIR)
+
+    def role(self, executor_id):
+        """(job, index) of an executor id, in TensorFlowOnSpark's order."""
+        lay = self.layout
+        i = executor_id
+        if i < lay["num_ps"]:
+            return "ps", i
+        i -= lay["num_ps"]
+        if lay["chief"]:
+            if i == 0:
+                return "chief", 0
+            i -= 1
+        if lay["evaluator"]:
+            if i == 0:
+                return "evaluator", 0
+            i -= 1
+        return "worker", i
+
+    def total(self):
+        lay = self.layout
+        return lay["num_ps"] + lay["num_workers"] + int(lay["chief"]) + int(lay["evaluator"])
+
+    def feed_ids(self):
+        """Executor ids of the nodes that read a feed (chief and workers)."""
+        return [i for i in range(self.total()) if self.role(i)[0] in ("chief", "worker")]
+
+    def label(self, executor_id):
+        job, index = self.role(executor_id)
+        return "%s:%d" % (job, index)
+
+    def tensorboard_id(self):
+        """The node that runs TensorBoard: the chief, else worker 0."""
+        for i in range(self.total()):
+            if self.role(i)[0] == "chief":
+                return i
+        for i in range(self.total()):
+            if self.role(i) == ("worker", 0):
+                return i
+        return None
+
+
+# ---- where am I ---------------------------------------------------------------
+
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def _comm(pid):
+    with open("/proc/%d/comm" % pid, "rb") as f:
+        return f.read().strip().decode("utf-8", "replace")
+
+
+def executor_jvm_pid():
+    """The pid of the JVM (Spark executor, or the driver on a local master)
+    this Python worker belongs to, or None when there is none above us."""
+    pid = os.getpid()
+    for _ in range(16):
+        try:
+            pid = _ppid(pid)
+            if pid <= 1:
+                return None
+            if _comm(pid) == "java":
+                return pid
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def executor_key():
+    """A name for this executor, unique on this host: its JVM's pid."""
+    jvm = executor_jvm_pid()
+    return str(jvm) if jvm else "pid%d" % os.getppid()
+
+
+def _abstract(name):
+    return "\0" + name
+
+
+def _tag_name(spec, key, executor_id):
+    return "tfos-node-%s-%s-%d" % (spec.cluster_id, key, executor_id)
+
+
+def _bind_name(name):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.bind(_abstract(name))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _name_bound(name):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.connect(_abstract(name))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def local_nodes(spec, key=None):
+    """Executor ids of this cluster's feed nodes running on this executor."""
+    key = key or executor_key()
+    return [i for i in spec.feed_ids() if _name_bound(_tag_name(spec, key, i))]
+
+
+def host_address(coord_addr):
+    """The address other nodes reach this host at: SPARK_LOCAL_IP, else the
+    interface used to reach the coordinator."""
+    env = os.environ.get("SPARK_LOCAL_IP")
+    if env:
+        return env
+    host = coord_addr.rsplit(":", 1)[0]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((host, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        s.close()
+
+
+def _task_context():
+    try:
+        from pyspark import TaskContext
+        return TaskContext.get()
+    except ImportError:
+        return None
+
+
+def gpu_addresses():
+    """The GPUs Spark gave this task (``TaskContext.resources()['gpu']``), or None."""
+    tc = _task_context()
+    if tc is None:
+        return None
+    try:
+        res = tc.resources()
+    except Exception:
+        return None
+    gpu = res.get("gpu") if res else None
+    return list(gpu.addresses) if gpu is not None else None
+
+
+# ---- node tasks -----------------------------------------------------------------
+
+def _free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def _spawn_detached(argv, env, keep_fds):
+    """Start argv as a grandchild in its own session (so it outlives this
+    Spark task and never becomes our zombie). Returns its pid."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only system calls until exec
+        try:
+            os.close(r)
+            os.setsid()
+            pid2 = os.fork()
+            if pid2 == 0:
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                for fd in keep_fds:
+                    os.set_inheritable(fd, True)
+                os.execve(argv[0], argv, env)
+            os.write(w, str(pid2).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        os.waitpid(pid, 0)
+        data = b""
+        while True:
+            chunk = os.read(r, 64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(r)
+    if not data:
+        raise OSError("could not start %s" % argv[0])
+    return int(data)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
+    except OSError:
+        return False
+
+
+def _wait_pid_gone(pid, timeout=None):
+    """Wait until the (not our child) process pid is gone; bounded by timeout
+    seconds when given. True when it is gone."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        import select
+        while _pid_alive(pid):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if fd is not None:
+                select.select([fd], [], [], 1.0)
+            else:
+                time.sleep(0.2)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _node_state(spec, executor_id):
+    st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+    for nd in st.get("nodes", []):
+        if nd.get("executor_id") == executor_id:
+            return st, nd
+    return st, None
+
+
+def _abort(spec, executor_id, message):
+    try:
+        _tfos.report_abort(spec.coord_addr, spec.secret, executor_id, message, 10000)
+    except Exception as exc:  # the driver is gone: nothing to tell
+        sys.stderr.write("tfos: could not tell the coordinator: %s\n" % exc)
+    return {"executor_id": executor_id, "error": message}
+
+
+def _collision_message(spec, executor_id, key):
+    tc = _task_context()
+    cpus = ""
+    if tc is not None:
+        try:
+            cpus = " (this task has spark.task.cpus=%d)" % tc.cpus()
+        except Exception:
+            pass
+    return ("%s (executor_id %d) landed on a Spark executor (host %s, JVM pid %s) that already runs a node of "
+            "this cluster%s. tfos runs one node per executor: set spark.task.cpus equal to spark.executor.cores "
+            "so an executor runs one task at a time, and give the application exactly num_executors=%d "
+            "executors (no dynamic allocation)"
+            % (spec.label(executor_id), executor_id, socket.gethostname(), key, cpus, spec.total()))
+
+
+def _claim(spec, key, wait=10.0):
+    """Bind this executor's claim; None when another node holds it. After a
+    restart the previous attempt's agent may still be exiting: wait a little."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return _bind_name("tfos-exec-%s-%s" % (spec.cluster_id, key))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+
+def start_node(spec, executor_id):
+    """Start the node agent for ``executor_id`` on this executor. Returns
+    (agent pid, None) or (None, error dict)."""
+    key = executor_key()
+    job, _ = spec.role(executor_id)
+    keep = []
+    claim = tag = payload_fd = None
+    try:
+        if not spec.local_master:
+            claim = _claim(spec, key)
+            if claim is None:
+                return None, _abort(spec, executor_id, _collision_message(spec, executor_id, key))
+            keep.append(claim.fileno())
+        tag = _bind_name(_tag_name(spec, key, executor_id))
+        keep.append(tag.fileno())
+        payload_fd = os.memfd_create("tfos-payload", 0)
+        os.write(payload_fd, spec.payload)
+        keep.append(payload_fd)
+
+        env = dict(os.environ)
+        env.update({
+            "TFOS_SECRET": spec.secret,
+            "TFOS_PAYLOAD_FD": str(payload_fd),
+            "TFOS_INPUT_MODE": str(spec.input_mode),
+            "TFOS_DEFAULT_FS": spec.default_fs or "file://",
+            "TFOS_EXECUTOR_KEY": key,
+            # modules Spark added at run time (addPyFile, --py-files) are on
+            # this worker's sys.path but not in its environment
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        })
+        gpus = gpu_addresses()
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        argv = [agent_path(), "node", "--coord", spec.coord_addr, "--executor-id", str(executor_id),
+                "--host", host_address(spec.coord_addr), "--cluster-id", spec.cluster_id,
+                "--feed-mb", str(spec.feed_mb)]
+        if spec.log_dir:
+            argv += ["--log-dir", spec.log_dir]
+        if spec.checkpoint_dir:
+            argv += ["--checkpoint-dir", spec.checkpoint_dir]
+        jvm = executor_jvm_pid()
+        if jvm and not spec.local_master:
+            argv += ["--watch-pid", str(jvm)]
+        if spec.tensorboard and executor_id == spec.tensorboard_id():
+            port = _free_port()
+            argv += ["--tensorboard-port", str(port)]
+            env["TFOS_TENSORBOARD_PORT"] = str(port)
+            if spec.tb_logdir:
+                env["TFOS_TENSORBOARD_LOGDIR"] = spec.tb_logdir
+        argv += ["--", sys.executable, "-m", "tfos._sparkprog"]
+        pid = _spawn_detached(argv, env, keep)
+    finally:
+        for s in (claim, tag):
+            if s is not None:
+                s.close()
+        if payload_fd is not None:
+            os.close(payload_fd)
+    return pid, None
+
+
+def _wait_registered(spec, executor_id, pid):
+    """Wait until the coordinator has this node (or the cluster failed, or
+    the agent died). Returns None or an error message."""
+    deadline = time.monotonic() + spec.reservation_timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return ("the tfos node agent of %s exited before it registered with the coordinator at %s "
+                    "(see this executor's stderr log)" % (spec.label(executor_id), spec.coord_addr))
+        try:
+            st, nd = _node_state(spec, executor_id)
+        except Exception as exc:  # coordinator gone: the cluster is over
+            return "the coordinator at %s cannot be reached: %s" % (spec.coord_addr, exc)
+        if st.get("state") not in ("reserving", "running") or (nd and nd.get("state") != "waiting"):
+            return None
+        time.sleep(0.2)
+    return None  # the coordinator's reservation timeout names the node
+
+
+def node_task(spec):
+    """The function of the node stage: one partition per executor id."""
+
+    def run(iterator):
+        out = []
+        for executor_id in iterator:
+            pid, err = start_node(spec, executor_id)
+            if err:
+                out.append(err)
+                continue
+            job, _ = spec.role(executor_id)
+            if spec.input_mode == 1 and job not in TASK_JOBS_BLOCKING:
+                # InputMode.SPARK: the executor must stay free for feed tasks
+                why = _wait_registered(spec, executor_id, pid)
+                if why:
+                    out.append(_abort(spec, executor_id, why))
+                    continue
+            else:
+                _wait_pid_gone(pid)
+            out.append({"executor_id": executor_id, "agent_pid": pid, "host": socket.gethostname()})
+        return iter(out)
+
+    return run

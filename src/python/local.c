@@ -1,0 +1,257 @@
+/* local.c: tfos._tfos.LocalCluster, the `tfos run` launcher (libtfos's
+ * tfos_local) driven step by step, so that Python can deliver
+ * KeyboardInterrupt between steps. Every blocking wait runs with the GIL
+ * released. */
+#include "tfosmod.h"
+
+#include "tfos/tfos.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A NULL-terminated char* array copied from a Python sequence of str. */
+static char **argv_from_seq(PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "argv must be a sequence of str");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "argv must not be empty");
+        Py_DECREF(fast);
+        return NULL;
+    }
+    char **argv = calloc((size_t)n + 1, sizeof *argv);
+    if (!argv) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        const char *s = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (!s) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "argv[%zd] must be str", i);
+            goto fail;
+        }
+        if (!(argv[i] = strdup(s))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    Py_DECREF(fast);
+    return argv;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++)
+        free(argv[i]);
+    free(argv);
+    Py_DECREF(fast);
+    return NULL;
+}
+
+static void argv_free(char **argv)
+{
+    if (!argv)
+        return;
+    for (char **a = argv; *a; a++)
+        free(*a);
+    free(argv);
+}
+
+static char *dup_opt(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    tfos_local *local;
+    char **argv;
+    char *agent_path, *log_dir, *python, *checkpoint_dir;
+    int finished;
+} LocalObject;
+
+static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"argv", "agent_path", "workers", "ps", "chief", "evaluator", "log_dir",
+                             "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
+                             "max_restarts", "checkpoint_dir", NULL};
+    PyObject *argv_obj;
+    const char *agent_path, *log_dir = NULL, *python = NULL;
+    int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = 3;
+    double rt = 60, grace = 5, hb = 30;
+    const char *ckpt = NULL;
+    if (self->local) {
+        PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpziz", kwlist, &argv_obj, &agent_path, &workers, &ps,
+                                     &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
+                                     &max_restarts, &ckpt))
+        return -1;
+    self->argv = argv_from_seq(argv_obj);
+    if (!self->argv)
+        return -1;
+    self->agent_path = strdup(agent_path);
+    self->log_dir = dup_opt(log_dir);
+    self->python = dup_opt(python);
+    self->checkpoint_dir = dup_opt(ckpt);
+    tfos_run_opts o = {.layout = {.num_ps = ps, .num_workers = workers, .chief = chief, .evaluator = evaluator},
+                       .argv = self->argv, .agent_path = self->agent_path, .log_dir = self->log_dir,
+                       .reservation_timeout = rt, .stop_grace = grace, .heartbeat_timeout = hb,
+                       .ps_runs_program = ps_runs, .python = self->python, .max_restarts = max_restarts,
+                       .checkpoint_dir = self->checkpoint_dir};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_local_open(&self->local, &o);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        tfos__py_raise(rc, "cannot start the local cluster");
+        return -1;
+    }
+    return 0;
+}
+
+static int local_ready(LocalObject *self)
+{
+    if (!self->local) {
+        PyErr_SetString(PyExc_RuntimeError, "LocalCluster is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Local_step(LocalObject *self, PyObject *args)
+{
+    int timeout = 100, done;
+    if (!PyArg_ParseTuple(args, "|i", &timeout) || !local_ready(self))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    done = tfos_local_step(self->local, timeout);
+    Py_END_ALLOW_THREADS
+    self->finished = done;
+    return PyBool_FromLong(done);
+}
+
+static PyObject *Local_stop(LocalObject *self, PyObject *args)
+{
+    const char *reason = NULL;
+    int signo = 0;
+    if (!PyArg_ParseTuple(args, "|zi", &reason, &signo) || !local_ready(self))
+        return NULL;
+    tfos_local_stop(self->local, reason, signo);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Local_status(LocalObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!local_ready(self))
+        return NULL;
+    char *json = tfos_coord_status_json(tfos_local_coord(self->local));
+    if (!json)
+        return PyErr_NoMemory();
+    PyObject *r = PyUnicode_FromString(json);
+    free(json);
+    return r;
+}
+
+static PyObject *Local_close(LocalObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->local) {
+        tfos_local *l = self->local;
+        self->local = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        tfos_local_close(l);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Local_get_exit_code(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    if (!self->finished)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(tfos_local_exit_code(self->local));
+}
+
+static PyObject *Local_get_failure(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    return PyUnicode_FromString(tfos_local_failure(self->local));
+}
+
+static PyObject *Local_get_attempt(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    return PyLong_FromLong(tfos_local_attempt(self->local));
+}
+
+static PyObject *Local_get_log_dir(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    return PyUnicode_FromString(tfos_local_log_dir(self->local));
+}
+
+static PyObject *Local_get_address(LocalObject *self, void *Py_UNUSED(c))
+{
+    if (!local_ready(self))
+        return NULL;
+    return PyUnicode_FromString(tfos_coord_address(tfos_local_coord(self->local)));
+}
+
+static void Local_dealloc(LocalObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->local)
+        tfos_local_close(self->local);
+    argv_free(self->argv);
+    free(self->agent_path);
+    free(self->log_dir);
+    free(self->python);
+    free(self->checkpoint_dir);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Local_methods[] = {
+    {"step", (PyCFunction)Local_step, METH_VARARGS,
+     "step(timeout_ms=100) -> bool: drive the cluster; True once it has ended."},
+    {"stop", (PyCFunction)Local_stop, METH_VARARGS, "stop(reason=None, signo=0): stop every node."},
+    {"status", (PyCFunction)Local_status, METH_NOARGS, "status() -> str: the coordinator's JSON status."},
+    {"close", (PyCFunction)Local_close, METH_NOARGS, "close(): stop what still runs and reap every agent."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Local_getset[] = {
+    {"exit_code", (getter)Local_get_exit_code, NULL, "exit code once ended, else None", NULL},
+    {"failure", (getter)Local_get_failure, NULL, "failure summary, or ''", NULL},
+    {"log_dir", (getter)Local_get_log_dir, NULL, "directory of the per-node logs", NULL},
+    {"attempt", (getter)Local_get_attempt, NULL, "the current attempt (1 for the first)", NULL},
+    {"address", (getter)Local_get_address, NULL, "coordinator address host:port", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Local_slots[] = {
+    {Py_tp_doc, "LocalCluster(argv, agent_path, workers=1, ps=0, chief=False, evaluator=False, *, log_dir=None, "
+                "reservation_timeout=60, grace=5, heartbeat_timeout=30, ps_runs_program=False, python=None)\n"
+                "A cluster of local node agents, as `tfos run` forms it."},
+    {Py_tp_init, Local_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, Local_dealloc},
+    {Py_tp_methods, Local_methods},
+    {Py_tp_getset, Local_getset},
+    {0, NULL},
+};
+
+PyType_Spec tfos__py_local_spec = {
+    .name = "tfos._tfos.LocalCluster",
+    .basicsize = sizeof(LocalObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Local_slots,
+};

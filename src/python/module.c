@@ -1,0 +1,368 @@
+/* module.c: the CPython extension `tfos._tfos`, a thin layer over libtfos.
+ *
+ * This file owns the module: its state, multi-phase init, the module-level
+ * functions (batch encode/decode, feed rings and sockets, clients of a
+ * coordinator) and the constants. The heap types live one per file and are
+ * created here from their specs (see tfosmod.h). Every blocking wait runs
+ * with the GIL released.
+ */
+#include "tfosmod.h"
+
+#include "core/auth.h"
+#include "core/batch.h"
+#include "core/feedsock.h"
+#include "core/ring.h"
+#include "encode.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+PyObject *tfos__py_raise(int rc, const char *what)
+{
+    if (rc == TFOS_ESYS)
+        return PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
+    if (rc == TFOS_EINVAL)
+        return PyErr_Format(PyExc_ValueError, "%s: %s", what, tfos_strerror(rc));
+    return PyErr_Format(PyExc_RuntimeError, "%s: %s", what, tfos_strerror(rc));
+}
+
+static PyObject *encode_plan_to_bytes(tfos_plan *p)
+{
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)p->total);
+    if (!out) {
+        tfos_plan_release(p);
+        return NULL;
+    }
+    int frc = tfos_plan_fill(p, PyBytes_AS_STRING(out));
+    tfos_plan_release(p);
+    if (frc) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *mod_encode_rows(PyObject *Py_UNUSED(m), PyObject *rows)
+{
+    tfos_plan p;
+    if (tfos_plan_rows(&p, rows))
+        return NULL;
+    return encode_plan_to_bytes(&p);
+}
+
+static PyObject *mod_encode_columns(PyObject *Py_UNUSED(m), PyObject *cols)
+{
+    tfos_plan p;
+    if (tfos_plan_columns(&p, cols))
+        return NULL;
+    return encode_plan_to_bytes(&p);
+}
+
+/* decode_columns(buffer) -> (flags, [(name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)]) */
+static PyObject *mod_decode_columns(PyObject *m, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t n = tfos__batch_ncols(b.buf, (size_t)b.len);
+    tfos__col stack[64], *cols = n <= 64 ? stack : PyMem_Calloc(n ? n : 1, sizeof *cols);
+    tfos__batch_view v;
+    char err[256];
+    PyObject *res = NULL;
+    if (!cols) {
+        PyBuffer_Release(&b);
+        return PyErr_NoMemory();
+    }
+    if (tfos__batch_open(b.buf, (size_t)b.len, &v, cols, n ? n : 1, err, sizeof err)) {
+        PyErr_Format(get_state(m)->feed_error, "corrupt columnar batch in the feed: %s", err);
+        goto out;
+    }
+    PyObject *list = PyList_New(v.ncols);
+    if (!list)
+        goto out;
+    for (uint32_t i = 0; i < v.ncols; i++) {
+        tfos__col *c = &v.cols[i];
+        PyObject *shape = PyTuple_New(c->kind == TFOS_COL_FIXED ? c->ndim : 0);
+        for (int d = 0; shape && c->kind == TFOS_COL_FIXED && d < c->ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromUnsignedLong(c->shape[d]));
+        const char *kind = c->kind == TFOS_COL_FIXED ? "fixed" : c->kind == TFOS_COL_STR ? "str" : "bytes";
+        PyObject *name = shape ? PyUnicode_DecodeUTF8(c->name, (Py_ssize_t)c->name_len, "replace") : NULL;
+        PyObject *item = name ? Py_BuildValue("(NssNIKKK)", name, kind,
+                                               c->kind == TFOS_COL_FIXED ? tfos__dtype_numpy(c->dtype) : "",
+                                               shape, v.nrows, (unsigned long long)c->data_off,
+                                               (unsigned long long)c->data_len,
+                                               (unsigned long long)c->offsets_off)
+                             : NULL;
+        if (!name)
+            Py_XDECREF(shape);
+        if (!item) {
+            Py_DECREF(list);
+            goto out;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    res = Py_BuildValue("(IN)", v.flags, list);
+out:
+    if (cols != stack)
+        PyMem_Free(cols);
+    PyBuffer_Release(&b);
+    return res;
+}
+
+/* ring_create(capacity) -> fd: a new ring in a memfd (the caller owns the fd). */
+static PyObject *mod_ring_create(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "K", &cap))
+        return NULL;
+    tfos__ring *r;
+    int fd, rc = tfos__ring_create(&r, &fd, (size_t)cap, TFOS_RING_OBSERVER);
+    if (rc) {
+        if (rc == TFOS_ESYS)
+            return PyErr_Format(PyExc_OSError, "cannot create a feed ring: %s", strerror(errno));
+        return PyErr_Format(PyExc_ValueError, "cannot create a feed ring of %llu bytes: %s (a power of two "
+                            "between 4 KiB and 1 GiB)", cap, tfos_strerror(rc));
+    }
+    tfos__ring_close(r);
+    return PyLong_FromLong(fd);
+}
+
+/* feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node) */
+static PyObject *mod_feed_connect(PyObject *m, PyObject *args)
+{
+    const char *cluster_id, *secret;
+    int executor_id, timeout = 30000, in_fd, out_fd, rc;
+    char node[64], err[512];
+    if (!PyArg_ParseTuple(args, "sis|i", &cluster_id, &executor_id, &secret, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__feed_connect(cluster_id, executor_id, secret, timeout, &in_fd, &out_fd, node, sizeof node, err,
+                            sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        module_state *st = get_state(m);
+        PyErr_SetString(rc == TFOS_ECLOSED ? st->feed_closed : st->feed_error, err);
+        return NULL;
+    }
+    return Py_BuildValue("(iis)", in_fd, out_fd, node);
+}
+
+/* ---- clients of a coordinator ------------------------------------------ */
+
+/* The exception for a failed client call, naming the coordinator. */
+static PyObject *raise_client(int rc, int err, const char *what, const char *addr, int timeout)
+{
+    switch (rc) {
+    case TFOS_EINVAL:
+        return PyErr_Format(PyExc_ValueError, "%s: bad coordinator address '%s' (want host:port)",
+                            what, addr);
+    case TFOS_ESYS:
+        return PyErr_Format(PyExc_ConnectionError, "%s: cannot reach the coordinator at %s: %s", what, addr,
+                            strerror(err));
+    case TFOS_ETIMEDOUT:
+        return PyErr_Format(PyExc_TimeoutError, "%s: the coordinator at %s did not answer within %d ms", what, addr,
+                            timeout);
+    case TFOS_EAUTH:
+        return PyErr_Format(PyExc_PermissionError, "%s: the coordinator at %s refused the cluster secret", what,
+                            addr);
+    case TFOS_ECLOSED:
+        return PyErr_Format(PyExc_ConnectionError, "%s: the coordinator at %s closed the connection", what, addr);
+    default:
+        return PyErr_Format(PyExc_RuntimeError, "%s: the coordinator at %s: %s", what, addr, tfos_strerror(rc));
+    }
+}
+
+/* report_abort(coord_addr, secret, executor_id, message, timeout_ms=10000) */
+static PyObject *mod_report_abort(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"coord_addr", "secret", "executor_id", "message", "timeout_ms", NULL};
+    const char *addr, *secret, *message;
+    int executor_id, timeout = 10000, rc, err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssis|i", kwlist, &addr, &secret, &executor_id, &message, &timeout))
+        return NULL;
+    if (executor_id < 0 || timeout < 0)
+        return PyErr_Format(PyExc_ValueError, "report_abort: executor_id and timeout_ms must be >= 0");
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_report_abort(addr, secret, executor_id, message, timeout);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_client(rc, err, "cannot report that the node could not start", addr, timeout);
+    Py_RETURN_NONE;
+}
+
+/* query_status(coord_addr, secret, timeout_ms=10000) -> str */
+static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"coord_addr", "secret", "timeout_ms", NULL};
+    const char *addr, *secret;
+    int timeout = 10000, rc, err;
+    char *json = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|i", kwlist, &addr, &secret, &timeout))
+        return NULL;
+    if (timeout < 0)
+        return PyErr_Format(PyExc_ValueError, "query_status: timeout_ms must be >= 0");
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_query_status(addr, secret, timeout, &json);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc == TFOS_ENOMEM)
+        return PyErr_NoMemory();
+    if (rc)
+        return raise_client(rc, err, "cannot query the cluster's status", addr, timeout);
+    PyObject *r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
+    free(json);
+    return r;
+}
+
+static PyObject *mod_random_secret(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    char buf[TFOS_HEX_SECRET_LEN + 1];
+    if (tfos__random_hex(buf, 32))
+        return PyErr_Format(PyExc_OSError, "no randomness available");
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *mod_strerror(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(tfos_strerror((int)code));
+}
+
+static PyMethodDef module_methods[] = {
+    {"random_secret", mod_random_secret, METH_NOARGS, "random_secret() -> str: a fresh 256-bit cluster secret."},
+    {"strerror", mod_strerror, METH_O, "strerror(code) -> str"},
+    {"encode_rows", mod_encode_rows, METH_O,
+     "encode_rows(rows) -> bytes: a columnar batch; TypeError/ValueError naming the row and field when the rows "
+     "have no columnar layout."},
+    {"encode_columns", mod_encode_columns, METH_O, "encode_columns([(name, array), ...]) -> bytes: a columnar batch."},
+    {"decode_columns", mod_decode_columns, METH_O,
+     "decode_columns(buffer) -> (flags, [(name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)]), "
+     "after validating every field and range (FeedError if corrupt)."},
+    {"ring_create", mod_ring_create, METH_VARARGS,
+     "ring_create(capacity) -> fd: a new feed ring in a sealed memfd; attach with Ring(fd, role)."},
+    {"report_abort", (PyCFunction)(void (*)(void))mod_report_abort, METH_VARARGS | METH_KEYWORDS,
+     "report_abort(coord_addr, secret, executor_id, message, timeout_ms=10000): tell the coordinator that node "
+     "executor_id could not start; the cluster fails with the message and stops. Raises ConnectionError, "
+     "TimeoutError, PermissionError (wrong secret) or ValueError."},
+    {"query_status", (PyCFunction)(void (*)(void))mod_query_status, METH_VARARGS | METH_KEYWORDS,
+     "query_status(coord_addr, secret, timeout_ms=10000) -> str: the coordinator's JSON status (with \"state\" "
+     "and \"failure\"). Raises as report_abort."},
+    {"feed_connect", mod_feed_connect, METH_VARARGS,
+     "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
+     "a node on this machine (the caller owns them)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *m)
+{
+    module_state *st = get_state(m);
+    st->local_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_local_spec, NULL);
+    if (!st->local_type || PyModule_AddType(m, st->local_type) < 0)
+        return -1;
+    st->coord_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_coord_spec, NULL);
+    if (!st->coord_type || PyModule_AddType(m, st->coord_type) < 0)
+        return -1;
+    st->ring_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_ring_spec, NULL);
+    if (!st->ring_type || PyModule_AddType(m, st->ring_type) < 0)
+        return -1;
+    st->buffer_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_buffer_spec, NULL);
+    if (!st->buffer_type || PyModule_AddType(m, st->buffer_type) < 0)
+        return -1;
+    st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
+                                               NULL);
+    if (!st->feed_error || PyModule_AddObjectRef(m, "FeedError", st->feed_error) < 0)
+        return -1;
+    st->feed_closed = PyErr_NewExceptionWithDoc("tfos._tfos.FeedClosed",
+                                                "The other side of the feed went away (died or closed).",
+                                                st->feed_error, NULL);
+    if (!st->feed_closed || PyModule_AddObjectRef(m, "FeedClosed", st->feed_closed) < 0)
+        return -1;
+    st->feed_ended = PyErr_NewExceptionWithDoc("tfos._tfos.FeedEnded", "The feed has ended (end of feed).",
+                                               st->feed_error, NULL);
+    if (!st->feed_ended || PyModule_AddObjectRef(m, "FeedEnded", st->feed_ended) < 0)
+        return -1;
+    if (PyModule_AddStringConstant(m, "VERSION", TFOS_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "PROTOCOL_VERSION", TFOS_PROTOCOL_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_RESERVING", TFOS_COORD_RESERVING) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_RUNNING", TFOS_COORD_RUNNING) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_STOPPING", TFOS_COORD_STOPPING) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_DONE", TFOS_COORD_DONE) < 0 ||
+        PyModule_AddIntConstant(m, "STATE_FAILED", TFOS_COORD_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "ETIMEDOUT", TFOS_ETIMEDOUT) < 0 ||
+        PyModule_AddIntConstant(m, "ESTOPPED", TFOS_ESTOPPED) < 0 ||
+        PyModule_AddIntConstant(m, "EFAILED", TFOS_EFAILED) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_OBSERVER", TFOS_RING_OBSERVER) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_PRODUCER", TFOS_RING_PRODUCER) < 0 ||
+        PyModule_AddIntConstant(m, "ROLE_CONSUMER", TFOS_RING_CONSUMER) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_DATA", TFOS_RING_DATA) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_BEGIN", TFOS_RING_PARTITION_BEGIN) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_END", TFOS_RING_PARTITION_END) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_PARTITION_ABORT", TFOS_RING_PARTITION_ABORT) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_USER", TFOS_RING_TAG_USER) < 0 ||
+        PyModule_AddIntConstant(m, "BATCH_FLAT_ROWS", TFOS_BATCH_FLAT_ROWS) < 0 ||
+        PyModule_AddIntConstant(m, "BATCH_LIST_ROWS", TFOS_BATCH_LIST_ROWS) < 0)
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    module_state *st = get_state(m);
+    Py_VISIT(st->local_type);
+    Py_VISIT(st->coord_type);
+    Py_VISIT(st->ring_type);
+    Py_VISIT(st->buffer_type);
+    Py_VISIT(st->feed_error);
+    Py_VISIT(st->feed_closed);
+    Py_VISIT(st->feed_ended);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    module_state *st = get_state(m);
+    Py_CLEAR(st->local_type);
+    Py_CLEAR(st->coord_type);
+    Py_CLEAR(st->ring_type);
+    Py_CLEAR(st->buffer_type);
+    for (int i = 0; i < st->pool_n; i++)
+        free(st->pool_mem[i]);
+    st->pool_n = 0;
+    st->pool_bytes = 0;
+    Py_CLEAR(st->feed_error);
+    Py_CLEAR(st->feed_closed);
+    Py_CLEAR(st->feed_ended);
+    return 0;
+}
+
+static void module_free(void *m)
+{
+    module_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef tfos_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tfos._tfos",
+    .m_doc = "Native core of tfos: the coordinator and the local launcher (libtfos).",
+    .m_size = sizeof(module_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__tfos(void)
+{
+    return PyModuleDef_Init(&tfos_module);
+}

@@ -1,0 +1,367 @@
+/* ring.c: tfos._tfos.Ring, one side (producer, consumer or observer) of a
+ * shared-memory feed ring (core/ring.h). Writes encode batches straight
+ * into ring memory (encode.h); reads copy records out, large ones into
+ * pooled FeedBuffers (buffer.c). Blocking calls run without the GIL; errors
+ * are FeedError and its subclasses from module state. */
+#include "tfosmod.h"
+
+#include "core/ring.h"
+#include "encode.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define POOLED_MIN ((size_t)64 << 10) /* records smaller than this become bytes */
+
+typedef struct {
+    PyObject_HEAD
+    tfos__ring *ring;
+    int role;
+    PyObject *module; /* for the exception types in module state */
+} RingObject;
+
+static PyObject *ring_raise(RingObject *self, int rc, const char *what)
+{
+    module_state *st = get_state(self->module);
+    PyObject *type = st->feed_error;
+    if (rc == TFOS_ECLOSED)
+        type = st->feed_closed;
+    else if (rc == TFOS_EEND)
+        type = st->feed_ended;
+    else if (rc == TFOS_ETIMEDOUT || rc == TFOS_EAGAIN || rc == TFOS_EFULL)
+        type = PyExc_TimeoutError;
+    else if (rc == TFOS_ESYS)
+        return PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
+    PyObject *exc = PyObject_CallFunction(type, "s", what);
+    if (exc) {
+        PyObject *code = PyLong_FromLong(rc);
+        PyObject *text = PyUnicode_FromString(tfos_strerror(rc));
+        if (code && text) {
+            PyObject_SetAttrString(exc, "code", code);
+            PyObject_SetAttrString(exc, "reason", text);
+        }
+        Py_XDECREF(code);
+        Py_XDECREF(text);
+        PyErr_SetObject(type, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static int Ring_init(RingObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", "role", NULL};
+    int fd, role;
+    if (self->ring) {
+        PyErr_SetString(PyExc_RuntimeError, "Ring is already attached");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii", kwlist, &fd, &role))
+        return -1;
+    int rc = tfos__ring_attach(&self->ring, fd, role);
+    if (rc) {
+        if (rc == TFOS_ESYS)
+            PyErr_Format(PyExc_OSError, "cannot attach the feed ring (fd %d): %s", fd, strerror(errno));
+        else
+            PyErr_Format(PyExc_ValueError, "cannot attach the feed ring (fd %d) as %s: %s", fd,
+                         role == TFOS_RING_CONSUMER ? "consumer" : role == TFOS_RING_PRODUCER ? "producer" : "observer",
+                         tfos_strerror(rc));
+        return -1;
+    }
+    self->role = role;
+    PyTypeObject *tp = Py_TYPE(self);
+    self->module = PyType_GetModule(tp);
+    Py_XINCREF(self->module);
+    return self->module ? 0 : -1;
+}
+
+static int ring_ready(RingObject *self)
+{
+    if (!self->ring) {
+        PyErr_SetString(PyExc_ValueError, "the feed ring is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Ring_write(RingObject *self, PyObject *args)
+{
+    unsigned int tag;
+    Py_buffer buf;
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|i", &tag, &buf, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_write(self->ring, tag, buf.buf, (size_t)buf.len, timeout);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc)
+        return ring_raise(self, rc, "writing to the feed ring");
+    Py_RETURN_NONE;
+}
+
+
+/* Encode a plan straight into ring memory: reserve, fill, commit. */
+static PyObject *ring_write_plan(RingObject *self, tfos_plan *p, unsigned int tag, int timeout)
+{
+    void *dst = NULL;
+    int rc;
+    if (p->total > tfos__ring_max_record(self->ring)) {
+        tfos_plan_release(p);
+        return PyErr_Format(PyExc_ValueError, "a batch of %llu bytes is larger than the ring's largest record "
+                            "(%zu bytes): send fewer rows per batch", (unsigned long long)p->total,
+                            tfos__ring_max_record(self->ring));
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_reserve(self->ring, tag, (size_t)p->total, &dst, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        tfos_plan_release(p);
+        return ring_raise(self, rc, "writing to the feed ring");
+    }
+    int frc;
+    if (tfos_plan_needs_gil(p)) {
+        frc = tfos_plan_fill(p, dst);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        frc = tfos_plan_fill(p, dst);
+        Py_END_ALLOW_THREADS
+    }
+    tfos_plan_release(p);
+    if (frc) {
+        tfos__ring_cancel(self->ring);
+        return NULL;
+    }
+    rc = tfos__ring_commit(self->ring, (size_t)p->total);
+    if (rc)
+        return ring_raise(self, rc, "committing to the feed ring");
+    return PyLong_FromUnsignedLongLong(p->total);
+}
+
+static PyObject *Ring_write_rows(RingObject *self, PyObject *args)
+{
+    PyObject *rows;
+    unsigned int tag;
+    int timeout = -1;
+    tfos_plan p;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "IO|i", &tag, &rows, &timeout))
+        return NULL;
+    if (tfos_plan_rows(&p, rows))
+        return NULL;
+    return ring_write_plan(self, &p, tag, timeout);
+}
+
+static PyObject *Ring_write_columns(RingObject *self, PyObject *args)
+{
+    PyObject *cols;
+    unsigned int tag;
+    int timeout = -1;
+    tfos_plan p;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "IO|i", &tag, &cols, &timeout))
+        return NULL;
+    if (tfos_plan_columns(&p, cols))
+        return NULL;
+    return ring_write_plan(self, &p, tag, timeout);
+}
+
+static PyObject *Ring_partition_begin(RingObject *self, PyObject *args)
+{
+    unsigned long long pid;
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "K|i", &pid, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_partition_begin(self->ring, pid, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "beginning a partition");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_partition_end(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|i", &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_partition_end(self->ring, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "ending a partition");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_end_feed(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|i", &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_end_feed(self->ring, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc && rc != TFOS_EEND)
+        return ring_raise(self, rc, "ending the feed");
+    Py_RETURN_NONE;
+}
+
+/* read(timeout_ms=-1, max_records=64) -> list of (tag, partition, bytes).
+ * Waits for at least one record, copies every record out of shared memory
+ * (the copy is the one the consumer needs anyway) and releases them. */
+static PyObject *Ring_read(RingObject *self, PyObject *args)
+{
+    int timeout = -1, rc;
+    Py_ssize_t max = 64;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|in", &timeout, &max))
+        return NULL;
+    if (max < 1 || max > 4096)
+        return PyErr_Format(PyExc_ValueError, "max_records must be in 1..4096");
+    tfos__ring_rec recs[4096];
+    size_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_read_batch(self->ring, recs, (size_t)max, &n, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, "reading from the feed ring");
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list) {
+        tfos__ring_release(self->ring);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *data;
+        if (recs[i].len >= POOLED_MIN) {
+            data = tfos__py_buffer_copy(self->module, recs[i].data, recs[i].len);
+        } else {
+            data = PyBytes_FromStringAndSize(NULL, recs[i].len);
+            if (data)
+                memcpy(PyBytes_AS_STRING(data), recs[i].data, recs[i].len);
+        }
+        PyObject *item = data ? Py_BuildValue("(IKN)", recs[i].tag, (unsigned long long)recs[i].partition, data) : NULL;
+        if (!item) {
+            Py_DECREF(list);
+            tfos__ring_release(self->ring);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    tfos__ring_release(self->ring);
+    return list;
+}
+
+static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!ring_ready(self))
+        return NULL;
+    tfos__ring_stats st;
+    tfos__ring_stats_get(self->ring, &st);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:O,s:O,s:O}", "capacity",
+                         (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
+                         (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
+                         (unsigned long long)st.partitions_begun, "partitions_completed",
+                         (unsigned long long)st.partitions_completed, "partitions_aborted",
+                         (unsigned long long)st.partitions_aborted, "producers", st.producers, "unclean_exits",
+                         st.unclean_exits, "consumer_pid", st.consumer_pid, "acked", st.acked, "feed_ended",
+                         st.feed_ended ? Py_True : Py_False, "consumer_closed",
+                         st.consumer_closed ? Py_True : Py_False, "consumer_terminated",
+                         st.consumer_terminated ? Py_True : Py_False);
+}
+
+static PyObject *Ring_ack(RingObject *self, PyObject *args)
+{
+    unsigned int n = 1;
+    if (!PyArg_ParseTuple(args, "|I", &n) || !ring_ready(self))
+        return NULL;
+    tfos__ring_ack(self->ring, n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->ring) {
+        tfos__ring *r = self->ring;
+        self->ring = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        tfos__ring_close(r);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_detach(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->ring) {
+        tfos__ring *r = self->ring;
+        self->ring = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        tfos__ring_detach(r);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_get_max_record(RingObject *self, void *Py_UNUSED(c))
+{
+    if (!ring_ready(self))
+        return NULL;
+    return PyLong_FromSize_t(tfos__ring_max_record(self->ring));
+}
+
+static void Ring_dealloc(RingObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->ring)
+        tfos__ring_close(self->ring);
+    Py_XDECREF(self->module);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Ring_methods[] = {
+    {"write", (PyCFunction)Ring_write, METH_VARARGS, "write(tag, data, timeout_ms=-1): one record."},
+    {"write_rows", (PyCFunction)Ring_write_rows, METH_VARARGS,
+     "write_rows(tag, rows, timeout_ms=-1) -> bytes written: rows encoded as a columnar batch straight into the "
+     "ring. TypeError/ValueError when the rows have no columnar layout (nothing is written)."},
+    {"write_columns", (PyCFunction)Ring_write_columns, METH_VARARGS,
+     "write_columns(tag, [(name, array), ...], timeout_ms=-1) -> bytes written: whole columns, one memcpy each, "
+     "without the GIL."},
+    {"partition_begin", (PyCFunction)Ring_partition_begin, METH_VARARGS,
+     "partition_begin(partition_id, timeout_ms=-1): hold the ring for one whole partition."},
+    {"partition_end", (PyCFunction)Ring_partition_end, METH_VARARGS, "partition_end(timeout_ms=-1)"},
+    {"end_feed", (PyCFunction)Ring_end_feed, METH_VARARGS, "end_feed(timeout_ms=-1): no more records, ever."},
+    {"read", (PyCFunction)Ring_read, METH_VARARGS,
+     "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
+     "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
+    {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
+    {"ack", (PyCFunction)Ring_ack, METH_VARARGS,
+     "ack(n=1): consumer: the application has taken every row of n more partitions (stats()['acked'])."},
+    {"close", (PyCFunction)Ring_close, METH_NOARGS,
+     "close(): let go of the ring; a consumer closes it for good (producers get FeedClosed)."},
+    {"detach", (PyCFunction)Ring_detach, METH_NOARGS,
+     "detach(): let go of the ring; a consumer hands its role over (a later Ring(fd, ROLE_CONSUMER) reads on "
+     "from the first record not read). Other roles: the same as close()."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Ring_getset[] = {
+    {"max_record", (getter)Ring_get_max_record, NULL, "largest record payload in bytes", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Ring_slots[] = {
+    {Py_tp_doc, "Ring(fd, role): a handle on a shared-memory feed ring (role: ROLE_PRODUCER, ROLE_CONSUMER, "
+                "ROLE_OBSERVER). The fd stays the caller's."},
+    {Py_tp_init, Ring_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, Ring_dealloc},
+    {Py_tp_methods, Ring_methods},
+    {Py_tp_getset, Ring_getset},
+    {0, NULL},
+};
+
+PyType_Spec tfos__py_ring_spec = {
+    .name = "tfos._tfos.Ring",
+    .basicsize = sizeof(RingObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Ring_slots,
+};

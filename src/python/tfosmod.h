@@ -1,0 +1,57 @@
+/* tfosmod.h: what the files of the extension `tfos._tfos` share (internal).
+ *
+ * module.c owns the module (state, multi-phase init, module-level
+ * functions, constants); each heap type lives in a file of its own and
+ * hands module.c its spec: local.c (LocalCluster), coord.c (Coordinator),
+ * ring.c (Ring) and buffer.c (FeedBuffer, the pooled records Ring.read
+ * returns). encode.{c,h} plan and write columnar batches. Types and
+ * exceptions live in module state, never in statics.
+ */
+#ifndef TFOS_PY_TFOSMOD_H
+#define TFOS_PY_TFOSMOD_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+
+#define POOL_SLOTS 16
+#define POOL_MAX_BYTES ((size_t)512 << 20)
+
+typedef struct {
+    PyTypeObject *local_type;
+    PyTypeObject *coord_type;
+    PyTypeObject *ring_type;
+    PyTypeObject *buffer_type;
+    /* recycled FeedBuffer memory: large records land in memory that is
+     * already faulted in instead of fresh pages the kernel must zero */
+    void *pool_mem[POOL_SLOTS];
+    size_t pool_cap[POOL_SLOTS];
+    int pool_n;
+    size_t pool_bytes;
+    PyObject *feed_error;   /* tfos._tfos.FeedError */
+    PyObject *feed_closed;  /* FeedClosed(FeedError): the peer went away */
+    PyObject *feed_ended;   /* FeedEnded(FeedError): end of feed */
+} module_state;
+
+static inline module_state *get_state(PyObject *module)
+{
+    return (module_state *)PyModule_GetState(module);
+}
+
+/* Set the Python exception for a libtfos error code rc: OSError (with
+ * errno's text) for TFOS_ESYS, ValueError for TFOS_EINVAL, RuntimeError
+ * otherwise; the message is "what: reason". Always returns NULL. */
+PyObject *tfos__py_raise(int rc, const char *what);
+
+/* A new FeedBuffer of the module's pool holding a copy of data[0..len) (the
+ * copy runs without the GIL); NULL with MemoryError set. The caller owns
+ * the returned reference. (buffer.c) */
+PyObject *tfos__py_buffer_copy(PyObject *module, const void *data, size_t len);
+
+/* The heap types, created from these by module_exec (module.c). */
+extern PyType_Spec tfos__py_local_spec;  /* tfos._tfos.LocalCluster (local.c) */
+extern PyType_Spec tfos__py_coord_spec;  /* tfos._tfos.Coordinator (coord.c) */
+extern PyType_Spec tfos__py_ring_spec;   /* tfos._tfos.Ring (ring.c) */
+extern PyType_Spec tfos__py_buffer_spec; /* tfos._tfos.FeedBuffer (buffer.c) */
+
+#endif
