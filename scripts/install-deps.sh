@@ -8,6 +8,9 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+# jansson: JSON lines input and `tfos status` read JSON with it
+test -f /usr/include/jansson.h || dpkg -s libjansson-dev >/dev/null 2>&1 || need+=(libjansson-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -5,7 +5,9 @@
  *                                          (from /status)
  *   tfos logs [-f] [NODE] [--log-dir D]    the nodes' logs; -f follows them
  *                                          until the run ends
- * Without a target, the newest tfos-logs/run-* under the current directory. */
+ * Without a target, the newest tfos-logs/run-* under the current directory.
+ * The status document is read with jansson, by key: its layout is status.c's
+ * and the coordinator's to choose. */
 #include "cli/inspect.h"
 
 #include "platform/clock.h"
@@ -14,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,24 +138,41 @@ fail:
     return NULL;
 }
 
-/* The value after "key": in obj (a string's content or a number), into out. */
-static void field(const char *obj, const char *end, const char *key, char *out, size_t len)
+/* Member `key` of obj as table text into buf: a string's content, an
+ * integer, a real; "" when missing or null. */
+static const char *text_of(const json_t *obj, const char *key, char *buf, size_t len)
 {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    out[0] = 0;
-    const char *p = strstr(obj, pat);
-    if (!p || p > end)
-        return;
-    p += strlen(pat);
-    if (*p == '"') {
-        p++;
-        size_t n = strcspn(p, "\"");
-        snprintf(out, len, "%.*s", (int)n, p);
-    } else {
-        size_t n = strcspn(p, ",}");
-        snprintf(out, len, "%.*s", (int)n, p);
-    }
+    const json_t *v = json_object_get(obj, key);
+    buf[0] = 0;
+    if (json_is_string(v))
+        snprintf(buf, len, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, len, "%g", json_real_value(v));
+    return buf;
+}
+
+/* The feed's totals line of `tfos status` ("feed feeding: 1200 rows, ..."). */
+static void print_feed(const json_t *feed)
+{
+    char state[32];
+    const json_t *rows = json_object_get(feed, "rows"), *rps = json_object_get(feed, "rows_per_s"),
+                 *eta = json_object_get(feed, "eta_s");
+    json_int_t done = json_integer_value(json_object_get(feed, "partitions_completed")),
+               aborted = json_integer_value(json_object_get(feed, "partitions_aborted"));
+    printf("feed %s: ", text_of(feed, "state", state, sizeof state));
+    if (json_is_integer(rows))
+        printf("%" JSON_INTEGER_FORMAT " rows, ", json_integer_value(rows));
+    printf("%.1f MB, %" JSON_INTEGER_FORMAT " partitions", json_number_value(json_object_get(feed, "bytes")) / 1e6,
+           done);
+    if (aborted)
+        printf(" (%" JSON_INTEGER_FORMAT " aborted)", aborted);
+    if (json_is_number(rps))
+        printf(", %.0f rows/s", json_number_value(rps));
+    if (json_is_number(eta))
+        printf(", ETA %.0f s", json_number_value(eta));
+    printf("\n");
 }
 
 int tfos__cmd_status(const char *target, int json)
@@ -170,62 +190,54 @@ int tfos__cmd_status(const char *target, int json)
         free(body);
         return 0;
     }
-    char attempt[16], maxr[16], state[32], addr[128];
-    field(body, body + strlen(body), "attempt", attempt, sizeof attempt);
-    field(body, body + strlen(body), "max_restarts", maxr, sizeof maxr);
-    const char *cl = strstr(body, "\"cluster\": ");
-    const char *cend = body + strlen(body);
-    field(cl ? cl : body, cend, "state", state, sizeof state);
-    field(cl ? cl : body, cend, "address", addr, sizeof addr);
-    printf("cluster %s, attempt %s of %d, coordinator %s, status %s\n", state, attempt, atoi(maxr) + 1, addr, url);
-    printf("%-14s %-8s %-22s %-11s %-8s %s\n", "NODE", "EXECUTOR", "ADDRESS", "STATE", "PID", "EXIT");
-    const char *p = cl ? strstr(cl, "\"nodes\": [") : NULL;
-    while (p && (p = strchr(p, '{'))) {
-        const char *e = strchr(p, '}');
-        if (!e)
-            break;
-        char job[16], idx[16], eid[16], host[256], port[16], st[16], pid[16], ex[16], node[40], where[300];
-        field(p, e, "job", job, sizeof job);
-        field(p, e, "index", idx, sizeof idx);
-        field(p, e, "executor_id", eid, sizeof eid);
-        field(p, e, "host", host, sizeof host);
-        field(p, e, "port", port, sizeof port);
-        field(p, e, "state", st, sizeof st);
-        field(p, e, "pid", pid, sizeof pid);
-        field(p, e, "exit_code", ex, sizeof ex);
-        snprintf(node, sizeof node, "%s:%s", job, idx);
-        snprintf(where, sizeof where, "%s:%s", host, port);
-        printf("%-14s %-8s %-22s %-11s %-8s %s\n", node, eid, where, st, pid, strcmp(ex, "-1") ? ex : "");
-        p = e + 1;
+    json_error_t je;
+    json_t *st = json_loads(body, 0, &je);
+    free(body);
+    if (!json_is_object(st)) {
+        fprintf(stderr, "tfos: %s/status is not a tfos status document (%s)\n", url,
+                st ? "not a JSON object" : je.text);
+        json_decref(st);
+        return 1;
     }
-    /* the feed's totals: the keys of "feed" before its "nodes" */
-    const char *fd = strstr(body, "\"feed\": {");
-    const char *fe = fd ? strstr(fd, "\"nodes\": [") : NULL;
-    if (fd && fe) {
-        char fstate[16], rows[32], bytes[32], done[32], aborted[32], rps[32], eta[32];
-        field(fd, fe, "state", fstate, sizeof fstate);
-        field(fd, fe, "rows", rows, sizeof rows);
-        field(fd, fe, "bytes", bytes, sizeof bytes);
-        field(fd, fe, "partitions_completed", done, sizeof done);
-        field(fd, fe, "partitions_aborted", aborted, sizeof aborted);
-        field(fd, fe, "rows_per_s", rps, sizeof rps);
-        field(fd, fe, "eta_s", eta, sizeof eta);
-        printf("feed %s: ", fstate);
-        if (strcmp(rows, "null"))
-            printf("%s rows, ", rows);
-        printf("%.1f MB, %s partitions", atof(bytes) / 1e6, done);
-        if (strcmp(aborted, "0"))
-            printf(" (%s aborted)", aborted);
-        if (strcmp(rps, "null"))
-            printf(", %.0f rows/s", atof(rps));
-        if (strcmp(eta, "null") && eta[0])
-            printf(", ETA %.0f s", atof(eta));
+    const json_t *cluster = json_object_get(st, "cluster");
+    char state[32], addr[128];
+    if (json_is_object(cluster)) {
+        text_of(cluster, "state", state, sizeof state);
+        text_of(cluster, "address", addr, sizeof addr);
+    } else { /* between attempts */
+        snprintf(state, sizeof state, "starting");
+        snprintf(addr, sizeof addr, "-");
+    }
+    printf("cluster %s, attempt %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT ", coordinator %s, status %s\n",
+           state, json_integer_value(json_object_get(st, "attempt")),
+           json_integer_value(json_object_get(st, "max_restarts")) + 1, addr, url);
+    printf("%-14s %-8s %-22s %-11s %-8s %s\n", "NODE", "EXECUTOR", "ADDRESS", "STATE", "PID", "EXIT");
+    const json_t *nodes = json_object_get(cluster, "nodes"), *n;
+    size_t i;
+    json_array_foreach(nodes, i, n) {
+        char job[16], idx[16], eid[16], host[256], port[16], nst[16], pid[16], node[40], where[300];
+        const json_t *ex = json_object_get(n, "exit_code");
+        char exit_code[16] = "";
+        if (json_is_integer(ex) && json_integer_value(ex) != -1)
+            snprintf(exit_code, sizeof exit_code, "%" JSON_INTEGER_FORMAT, json_integer_value(ex));
+        snprintf(node, sizeof node, "%s:%s", text_of(n, "job", job, sizeof job), text_of(n, "index", idx, sizeof idx));
+        snprintf(where, sizeof where, "%s:%s", text_of(n, "host", host, sizeof host),
+                 text_of(n, "port", port, sizeof port));
+        printf("%-14s %-8s %-22s %-11s %-8s %s\n", node, text_of(n, "executor_id", eid, sizeof eid), where,
+               text_of(n, "state", nst, sizeof nst), text_of(n, "pid", pid, sizeof pid), exit_code);
+    }
+    const json_t *feed = json_object_get(st, "feed");
+    if (json_is_object(feed))
+        print_feed(feed);
+    const json_t *history = json_object_get(st, "history");
+    if (json_array_size(history)) {
+        printf("earlier attempts:");
+        json_array_foreach(history, i, n) {
+            printf("%s %s", i ? ";" : "", json_is_string(n) ? json_string_value(n) : "?");
+        }
         printf("\n");
     }
-    const char *h = strstr(body, "\"history\": [");
-    if (h && h[12] != ']')
-        printf("earlier attempts: %.*s\n", (int)strcspn(h + 12, "]"), h + 12);
-    free(body);
+    json_decref(st);
     return 0;
 }
 

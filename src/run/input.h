@@ -1,4 +1,6 @@
 /* input.h: files read by `tfos run --input`, turned into columnar batches.
+ * One reader a format (input_csv.c, input_jsonl.c, input_npy.c) behind the
+ * ops table of input_ops.h; input.c picks one.
  *
  * Formats:
  *   CSV    RFC 4180 (quoted fields, doubled quotes, newlines inside quotes,
@@ -14,7 +16,10 @@
  *          object (columns by key, in the first row's order; later rows need
  *          the same keys). Values: numbers, true/false, strings, and flat
  *          arrays of numbers (one array column, same length in every row).
- *          null is an error naming the line.
+ *          null is an error naming the line. Each line is parsed by jansson:
+ *          text must be UTF-8, a key may appear once in a row, strings may
+ *          hold \u0000; a line that is not JSON is an error naming the line
+ *          and the byte where parsing stopped.
  *   NPY    NumPy .npy v1-v3, C order, little-endian numbers or bool; an array
  *          of shape (N, ...) gives N rows of shape (...). Read in chunks.
  * Lines longer than 16 MiB are an error (TFOS_ETOOBIG) naming the line. */

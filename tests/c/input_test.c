@@ -42,6 +42,19 @@ static int read_all(const char *path, uint32_t max, tfos__batch_view *v, tfos__c
     return rc;
 }
 
+/* Open path and read its first batch (up to 100 rows); the batch's bytes. */
+static const uint8_t *first_batch(const char *path, tfos__input **in, tfos__batch_view *v, tfos__col *st)
+{
+    char err[256];
+    const void *b;
+    size_t len;
+    uint64_t first;
+    CHECK_EQ(tfos__input_open(in, path, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next(*in, 100, &b, &len, &first, err, sizeof err), 0);
+    CHECK_EQ(tfos__batch_open(b, len, v, st, 64, err, sizeof err), 0);
+    return b;
+}
+
 static const uint8_t *var_value(const tfos__batch_view *v, const void *base, int col, int row, size_t *n)
 {
     const uint8_t *b = base;
@@ -181,6 +194,20 @@ static void jsonl_errors(void)
         {"[\"\\q\"]\n", "line 1: bad escape"},
         {"\"just a string\"\n", "line 1: a row must be a JSON array or object"},
         {"[1]\n[\"s\"]\n", "line 2: column 1: a string where the first row has a number"},
+        /* what jansson reports, in this reader's words */
+        {"[\"a\xff\"]\n", "line 1: not valid UTF-8"},
+        {"{\"a\": 1, \"a\": 2}\n", "line 1: a key appears twice"},
+        {"[1]\n[1] x\n", "line 2: text after the row"},
+        {"[99999999999999999999]\n", "line 1: a number out of range"},
+        {"{\"a\" 1}\n", "line 1: expected :"},
+        /* what the walk over the parsed row rejects */
+        {"[{\"a\": 1}]\n", "line 1: column 1: an object"},
+        {"[[1, \"a\"]]\n", "line 1: arrays may hold numbers only"},
+        {"[[1, 2]]\n[[1, 2.5]]\n", "line 2: column 1: a float in an integer array column"},
+        {"[1, 2]\n[1, 2, 3]\n", "line 2: more columns than the first row"},
+        {"[1, 2]\n[1]\n", "line 2: 1 columns where the first row has 2"},
+        {"[true]\n[1]\n", "line 2: column 1: a number where the first row has another type"},
+        {"[]\n", "line 1: empty row"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *p = write_file("e.jsonl", cases[i].text, strlen(cases[i].text));
@@ -195,6 +222,23 @@ static void jsonl_errors(void)
         }
         tfos__input_close(in);
     }
+}
+
+/* A float array column takes integers; strings may hold \u0000. */
+static void jsonl_floats_and_nul(void)
+{
+    const char text[] = "[[1.5, 2], \"a\\u0000b\"]\n[[3, 4], \"\"]\n";
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    size_t n;
+    const uint8_t *b = first_batch(write_file("d.jsonl", text, sizeof text - 1), &in, &v, st);
+    CHECK(v.nrows == 2 && v.cols[0].dtype == TFOS_DT_F64 && v.cols[0].shape[0] == 2);
+    const double *x = (const double *)(const void *)(b + v.cols[0].data_off);
+    CHECK(x[0] == 1.5 && x[1] == 2 && x[2] == 3 && x[3] == 4);
+    const uint8_t *s = var_value(&v, b, 1, 0, &n);
+    CHECK(n == 3 && !memcmp(s, "a\0b", 3));
+    tfos__input_close(in);
 }
 
 static size_t npy_bytes(uint8_t *out, int version, const char *descr, const char *shape, const void *data,
@@ -330,6 +374,7 @@ int main(void)
     RUN(csv_errors);
     RUN(jsonl_rows);
     RUN(jsonl_errors);
+    RUN(jsonl_floats_and_nul);
     RUN(npy_files);
     RUN(empty_and_unknown);
     RUN(fuzz);

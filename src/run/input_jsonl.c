@@ -1,0 +1,302 @@
+/* input_jsonl.c: the JSON lines reader of `tfos run --input` (semantics in
+ * input.h), behind tfos__input_jsonl_ops. Each line is parsed by jansson;
+ * this file only walks the parsed row, types the columns from the first row
+ * and appends the values to a batch builder (core/batchbuild.h). */
+#include "core/log.h"
+#include "run/input.h"
+#include "run/input_ops.h"
+#include "tfos/tfos.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LINE ((size_t)16 << 20)
+
+typedef struct jsonl_reader {
+    tfos__input_text t; /* first: the path, the stream, the builder */
+    uint64_t line;      /* the line last read, from 1 */
+    int typed;          /* the first row has set the columns */
+    char *linebuf;      /* getline's, kept across lines */
+    size_t linecap;
+} jsonl_reader;
+
+/* An error about the current line: "<path> line <n>: <what>". */
+static int fail(const jsonl_reader *in, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(const jsonl_reader *in, char *err, size_t errlen, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: %s", in->t.path, (unsigned long long)in->line, what);
+}
+
+/* A line jansson could not parse. jansson gives one code to every syntax
+ * error (json_error_invalid_syntax, or premature_end_of_input for a row cut
+ * short), and says what it expected only in its message; the structural
+ * ones are put in this reader's words by that message's start, and any other
+ * is passed on as jansson wrote it. Either way the message ends with the
+ * byte of the line where parsing stopped and jansson's own text. */
+static int parse_error(const jsonl_reader *in, const json_error_t *je, char *err, size_t errlen)
+{
+    static const struct {
+        const char *jansson, *ours;
+    } syntax[] = {
+        {"']' expected", "expected , or ]"},
+        {"'}' expected", "expected , or }"},
+        {"':' expected", "expected :"},
+        {"string or '}' expected", "expected a key"},
+        {"invalid escape", "bad escape in a string"},
+        {"invalid Unicode", "bad \\u escape in a string"},
+    };
+    const char *what = "not valid JSON";
+    switch (json_error_code(je)) {
+    case json_error_out_of_memory:
+        return TFOS_ENOMEM;
+    case json_error_end_of_input_expected:
+        what = "text after the row";
+        break;
+    case json_error_invalid_utf8:
+        what = "not valid UTF-8";
+        break;
+    case json_error_duplicate_key:
+        what = "a key appears twice";
+        break;
+    case json_error_null_byte_in_key:
+        what = "\\u0000 in a key";
+        break;
+    case json_error_numeric_overflow:
+        what = "a number out of range (integers are int64)";
+        break;
+    case json_error_stack_overflow:
+        what = "values nested too deep";
+        break;
+    default:
+        for (size_t i = 0; i < sizeof syntax / sizeof *syntax; i++)
+            if (!strncmp(je->text, syntax[i].jansson, strlen(syntax[i].jansson)))
+                what = syntax[i].ours;
+        break;
+    }
+    return fail(in, err, errlen, "%s (byte %d: %s)", what, je->position, je->text);
+}
+
+/* A number as short as it reads back, for messages. */
+static void number_text(const json_t *v, char *buf, size_t len)
+{
+    if (json_is_integer(v)) {
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return;
+    }
+    double d = json_real_value(v);
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, d);
+        if (strtod(buf, NULL) == d)
+            return;
+    }
+}
+
+/* A flat array of numbers for column c (index col); typing: the first row. */
+static int add_array(jsonl_reader *in, tfos__build_col *c, int col, int typing, const json_t *v, char *err,
+                     size_t errlen)
+{
+    size_t count = json_array_size(v);
+    if (count == 0)
+        return fail(in, err, errlen, "empty array");
+    int any_float = 0;
+    for (size_t k = 0; k < count; k++) {
+        const json_t *e = json_array_get(v, k);
+        if (!json_is_number(e))
+            return fail(in, err, errlen, "arrays may hold numbers only");
+        any_float |= json_is_real(e);
+    }
+    if (typing) {
+        c->kind = TFOS_COL_FIXED;
+        c->ndim = 1;
+        c->len = (uint32_t)count;
+        c->dtype = any_float ? TFOS_DT_F64 : TFOS_DT_I64;
+    } else if (c->kind != TFOS_COL_FIXED || c->ndim != 1 || c->len != count) {
+        return fail(in, err, errlen, "column %d: an array of %zu numbers where the first row has %s", col + 1, count,
+                    c->ndim ? "another length" : "a scalar");
+    } else if (c->dtype == TFOS_DT_I64 && any_float) {
+        return fail(in, err, errlen, "column %d: a float in an integer array column", col + 1);
+    }
+    for (size_t k = 0; k < count; k++) {
+        const json_t *e = json_array_get(v, k);
+        int rc;
+        if (c->dtype == TFOS_DT_I64) {
+            int64_t x = json_integer_value(e);
+            rc = tfos__batch_build_push_fixed(c, &x, 8);
+        } else {
+            double x = json_number_value(e);
+            rc = tfos__batch_build_push_fixed(c, &x, 8);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* One value for column c (index col); typing: the first row sets its type. */
+static int add_value(jsonl_reader *in, tfos__build_col *c, int col, int typing, const json_t *v, char *err,
+                     size_t errlen)
+{
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+        return fail(in, err, errlen, "null in column %d (every value needs a type)", col + 1);
+    case JSON_TRUE:
+    case JSON_FALSE: {
+        if (typing) {
+            c->kind = TFOS_COL_FIXED;
+            c->dtype = TFOS_DT_BOOL;
+        } else if (c->kind != TFOS_COL_FIXED || c->dtype != TFOS_DT_BOOL || c->ndim) {
+            return fail(in, err, errlen, "column %d: a boolean where the first row has another type", col + 1);
+        }
+        uint8_t b = json_is_true(v);
+        return tfos__batch_build_push_fixed(c, &b, 1);
+    }
+    case JSON_STRING:
+        if (!typing && c->kind != TFOS_COL_STR)
+            return fail(in, err, errlen, "column %d: a string where the first row has a number", col + 1);
+        c->kind = TFOS_COL_STR;
+        return tfos__batch_build_push_var(c, in->t.b.nrows, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER:
+    case JSON_REAL: {
+        int is_int = json_is_integer(v);
+        if (typing) {
+            c->kind = TFOS_COL_FIXED;
+            c->dtype = is_int ? TFOS_DT_I64 : TFOS_DT_F64;
+        } else if (c->kind != TFOS_COL_FIXED || c->ndim || (c->dtype != TFOS_DT_I64 && c->dtype != TFOS_DT_F64)) {
+            return fail(in, err, errlen, "column %d: a number where the first row has another type", col + 1);
+        } else if (c->dtype == TFOS_DT_I64 && !is_int) {
+            char num[40];
+            number_text(v, num, sizeof num);
+            return fail(in, err, errlen,
+                        "column %d: %s in an integer column (write the first row's value as a float)", col + 1, num);
+        }
+        if (c->dtype == TFOS_DT_I64) {
+            int64_t x = json_integer_value(v);
+            return tfos__batch_build_push_fixed(c, &x, 8);
+        }
+        double x = json_number_value(v);
+        return tfos__batch_build_push_fixed(c, &x, 8);
+    }
+    case JSON_ARRAY:
+        return add_array(in, c, col, typing, v, err, errlen);
+    case JSON_OBJECT:
+        break;
+    }
+    return fail(in, err, errlen, "column %d: an object (values are numbers, true/false, strings and arrays of "
+                "numbers)", col + 1);
+}
+
+/* Column col of a row: its key (objects; NULL for arrays) and value. */
+static int add_column(jsonl_reader *in, int col, int typing, const char *key, const json_t *v, char *err,
+                      size_t errlen)
+{
+    if (col >= TFOS__BUILD_MAX_COLS)
+        return fail(in, err, errlen, "more than %d columns", TFOS__BUILD_MAX_COLS);
+    if (!typing && col >= in->t.b.ncols)
+        return fail(in, err, errlen, "more columns than the first row");
+    tfos__build_col *c = &in->t.b.cols[col];
+    if (key && typing) {
+        size_t kl = strlen(key);
+        if (kl >= sizeof c->name)
+            return fail(in, err, errlen, "key '%.40s...' is over %zu bytes", key, sizeof c->name - 1);
+        memcpy(c->name, key, kl + 1);
+    } else if (key && strcmp(c->name, key)) {
+        return fail(in, err, errlen, "key '%.100s' where the first row has '%.100s' (keys and their order must "
+                    "match the first row)", key, c->name);
+    }
+    return add_value(in, c, col, typing, v, err, errlen);
+}
+
+/* Parse one line and append its row. 1 for a blank line, 0, or an error (a
+ * failed row leaves partial values behind: the whole read fails). */
+static int add_row(jsonl_reader *in, const char *line, size_t len, char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n'))
+        i++;
+    if (i == len)
+        return 1;
+    if (line[i] != '[' && line[i] != '{')
+        return fail(in, err, errlen, "a row must be a JSON array or object");
+    json_error_t je;
+    json_t *row = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!row)
+        return parse_error(in, &je, err, errlen);
+    int typing = !in->typed, col = 0, rc = 0;
+    if (json_is_array(row)) {
+        size_t k;
+        json_t *v;
+        json_array_foreach(row, k, v) {
+            if ((rc = add_column(in, col++, typing, NULL, v, err, errlen)))
+                break;
+        }
+    } else {
+        const char *key;
+        json_t *v;
+        json_object_foreach(row, key, v) {
+            if ((rc = add_column(in, col++, typing, key, v, err, errlen)))
+                break;
+        }
+    }
+    json_decref(row);
+    if (rc)
+        return rc;
+    if (col == 0)
+        return fail(in, err, errlen, "empty row");
+    if (typing) {
+        in->t.b.ncols = col;
+        in->typed = 1;
+    } else if (col != in->t.b.ncols) {
+        return fail(in, err, errlen, "%d columns where the first row has %d", col, in->t.b.ncols);
+    }
+    in->t.b.nrows++;
+    return 0;
+}
+
+static int jsonl_open(void **state, int fd, const char *path, int csv_header, char *err, size_t errlen)
+{
+    (void)csv_header;
+    return tfos__input_text_open(state, sizeof(jsonl_reader), fd, path, err, errlen);
+}
+
+static int jsonl_next(void *state, uint32_t max_rows, const void **batch, size_t *len, uint32_t *nrows, char *err,
+                      size_t errlen)
+{
+    jsonl_reader *in = state;
+    while (in->t.b.nrows < max_rows) {
+        ssize_t n = getline(&in->linebuf, &in->linecap, in->t.f);
+        if (n < 0)
+            break;
+        in->line++;
+        if ((size_t)n > MAX_LINE)
+            return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s line %llu: over %zu bytes", in->t.path,
+                              (unsigned long long)in->line, MAX_LINE);
+        int rc = add_row(in, in->linebuf, (size_t)n, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return tfos__input_text_finish(&in->t, batch, len, nrows, err, errlen);
+}
+
+static void jsonl_close(void *state)
+{
+    jsonl_reader *in = state;
+    free(in->linebuf);
+    tfos__input_text_close(&in->t);
+}
+
+const struct tfos__input_ops tfos__input_jsonl_ops = {
+    .open = jsonl_open,
+    .next = jsonl_next,
+    .progress = tfos__input_text_progress,
+    .rows = NULL,
+    .close = jsonl_close,
+};
