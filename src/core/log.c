@@ -77,13 +77,23 @@ void tfos__log(int level, const char *fmt, ...)
     pthread_mutex_unlock(&log_lock);
 }
 
+/* The calling thread's last error message (tfos_last_error). */
+static _Thread_local char last_msg[1024];
+static _Thread_local int last_code;
+
 int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    last_code = rc;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", last_msg);
     return rc;
+}
+
+const char *tfos_last_error(void)
+{
+    return last_msg[0] ? last_msg : tfos_strerror(last_code);
 }

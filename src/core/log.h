@@ -9,8 +9,10 @@
 /* printf-style; one line, no trailing newline. Thread-safe. */
 void tfos__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Format a one-line error message into err[errlen] and return rc: the
- * pattern of every function that reports "what failed, where" to its caller. */
+/* Format a one-line error message, keep it as the calling thread's last
+ * error (tfos_last_error) and, when err is not NULL, copy it into
+ * err[errlen]; return rc. The pattern of every function that reports "what
+ * failed, where" to its caller: `return tfos__errf(NULL, 0, TFOS_EPROTO, "...")`. */
 int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #define TFOS_DEBUG(...) tfos__log(TFOS_LOG_DEBUG, __VA_ARGS__)

@@ -38,6 +38,8 @@
 #endif
 #include "core/ring.h"
 
+#include "platform/proc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -219,40 +221,11 @@ static void futex_wake(_Atomic uint32_t *word)
     syscall(SYS_futex, (void *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Whether process `pid` still runs: kill(pid, 0), then /proc/<pid>/stat to
- * count an unreaped zombie as dead (its parent may never reap it soon).
- * Without /proc, kill's answer stands. */
+/* Liveness of a peer: one definition for the ring and everything else
+ * (platform/proc.h). */
 static bool pid_alive(int32_t pid)
 {
-    if (pid <= 0)
-        return false;
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return false;
-    char path[32] = "/proc/";
-    char digits[12];
-    int nd = 0;
-    for (uint32_t v = (uint32_t)pid; v; v /= 10)
-        digits[nd++] = (char)('0' + v % 10);
-    size_t at = 6;
-    while (nd)
-        path[at++] = digits[--nd];
-    memcpy(path + at, "/stat", 6);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return true;
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf);
-    close(fd);
-    if (n <= 0)
-        return true;
-    /* "pid (comm) S ...": comm may hold ')' itself, so take the last one. */
-    const char *rp = NULL;
-    for (ssize_t i = 0; i < n; i++)
-        if (buf[i] == ')')
-            rp = buf + i;
-    if (!rp || rp + 2 >= buf + n)
-        return true;
-    return rp[2] != 'Z' && rp[2] != 'X';
+    return tfos__pid_alive(pid);
 }
 
 /* True at most once per slice: time to look at the peers again. */
@@ -709,8 +682,32 @@ size_t tfos__ring_max_record(const tfos__ring *r)
 
 void tfos__ring_ack(tfos__ring *r, uint32_t n)
 {
-    if (r && r->role == TFOS_RING_CONSUMER)
+    if (r && r->role == TFOS_RING_CONSUMER && n) {
         atomic_fetch_add(&r->shm->parts_acked, n);
+        futex_wake(&r->shm->parts_acked); /* producers in tfos__ring_wait_acked */
+    }
+}
+
+int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms)
+{
+    if (!r)
+        return TFOS_EINVAL;
+    struct ring_shm *s = r->shm;
+    deadline dl = dl_make(timeout_ms);
+    for (;;) {
+        uint32_t acked = atomic_load(&s->parts_acked);
+        if ((int32_t)(acked - target) >= 0) /* wrap-around order */
+            return 0;
+        uint32_t f = atomic_load(&s->flags);
+        if (f & FLAG_CONSUMER_TERMINATED)
+            return TFOS_EEND;
+        int32_t c = atomic_load(&s->consumer_pid);
+        if ((f & FLAG_CONSUMER_CLOSED) || (c != 0 && !pid_alive(c)))
+            return TFOS_ECLOSED;
+        if (dl_expired(&dl))
+            return dl_fail(&dl, TFOS_EAGAIN);
+        futex_wait(&s->parts_acked, acked, dl_slice_ns(&dl));
+    }
 }
 
 void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)

@@ -219,6 +219,16 @@ void tfos__ring_release(tfos__ring *r);
  * (tfos__ring_stats.acked) to pass their partition's place in the ring. */
 void tfos__ring_ack(tfos__ring *r, uint32_t n);
 
+/* Any handle: wait until the consumer has acknowledged `target` partitions
+ * (tfos__ring_stats.acked reaches it, compared in wrap-around order) -- a
+ * producer that read acked+pending before writing its partition END waits
+ * here for its partition to be taken, not only written. A futex wait on the
+ * counter, woken by tfos__ring_ack, checking the consumer every slice.
+ * Returns 0, TFOS_EEND (the consumer terminated its feed on purpose: the rest
+ * is not wanted), TFOS_ECLOSED (it closed or died first), TFOS_EAGAIN
+ * (timeout 0, not yet) or TFOS_ETIMEDOUT. */
+int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms);
+
 /* ---- passing the fd ---------------------------------------------------- */
 
 /* Send `fd` over the connected AF_UNIX socket `sock` (SCM_RIGHTS, one byte

@@ -45,6 +45,22 @@ int tfos_layout_role(const tfos_layout *l, int id, const char **job, int *index)
     return 0;
 }
 
+int tfos_layout_feed_ids(const tfos_layout *l, int *ids, int max)
+{
+    int n = 0, total = tfos_layout_total(l);
+    for (int i = 0; i < total; i++) {
+        const char *job;
+        int index;
+        tfos_layout_role(l, i, &job, &index);
+        if (tfos__job_is_trainer(job)) {
+            if (n < max)
+                ids[n] = i;
+            n++;
+        }
+    }
+    return n;
+}
+
 static const char *const job_order[] = {"chief", "worker", "ps", "evaluator"};
 
 int tfos__job_valid(const char *job)

@@ -10,7 +10,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,4 +127,128 @@ int tfos__wait_pid(pid_t pid, int timeout_ms, int *status)
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* Whether process `pid` still runs: kill(pid, 0), then /proc/<pid>/stat to
+ * count an unreaped zombie as dead (its parent may never reap it soon).
+ * Without /proc, kill's answer stands. */
+int tfos__pid_alive(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[32] = "/proc/";
+    char digits[12];
+    int nd = 0;
+    for (uint32_t v = (uint32_t)pid; v; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    size_t at = 6;
+    while (nd)
+        path[at++] = digits[--nd];
+    memcpy(path + at, "/stat", 6);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    /* "pid (comm) S ...": comm may hold ')' itself, so take the last one. */
+    const char *rp = NULL;
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i] == ')')
+            rp = buf + i;
+    if (!rp || rp + 2 >= buf + n)
+        return 1;
+    return rp[2] != 'Z' && rp[2] != 'X';
+}
+
+int tfos__pidfd_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec by definition */
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static ssize_t read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+int tfos__spawn_detached(const tfos__spawn_opts *o, pid_t *pid_out)
+{
+    /* pids: the middle child tells the grandchild's pid; errs: the
+     * grandchild tells its exec errno (close-on-exec: EOF means it exec'd) */
+    int pids[2], errs[2];
+    if (pipe2(pids, O_CLOEXEC) < 0)
+        return TFOS_ESYS;
+    if (pipe2(errs, O_CLOEXEC) < 0) {
+        int e = errno;
+        close(pids[0]);
+        close(pids[1]);
+        errno = e;
+        return TFOS_ESYS;
+    }
+    tfos__spawn_opts go = *o;
+    go.pdeathsig = 0;  /* detached: it outlives us on purpose */
+    go.new_pgroup = 0; /* it leads a session of its own (setsid) */
+    pid_t mid = fork();
+    if (mid < 0) {
+        int e = errno;
+        close(pids[0]);
+        close(pids[1]);
+        close(errs[0]);
+        close(errs[1]);
+        errno = e;
+        return TFOS_ESYS;
+    }
+    if (mid == 0) { /* middle: async-signal-safe calls only */
+        close(pids[0]);
+        close(errs[0]);
+        setsid();
+        pid_t g = fork();
+        if (g == 0) {
+            close(pids[1]);
+            child_exec(&go, errs[1], getppid());
+        }
+        ssize_t w = write(pids[1], &g, sizeof g);
+        (void)w;
+        _exit(g < 0 ? 1 : 0);
+    }
+    close(pids[1]);
+    close(errs[1]);
+    pid_t g = -1;
+    int child_errno = 0;
+    ssize_t n = read_full(pids[0], &g, sizeof g);
+    ssize_t m = read_full(errs[0], &child_errno, sizeof child_errno);
+    close(pids[0]);
+    close(errs[0]);
+    int st;
+    while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (n != (ssize_t)sizeof g || g <= 0) {
+        errno = EAGAIN; /* the middle could not fork */
+        return TFOS_ESYS;
+    }
+    if (m == (ssize_t)sizeof child_errno) {
+        errno = child_errno;
+        return TFOS_ESYS;
+    }
+    *pid_out = g;
+    return 0;
 }

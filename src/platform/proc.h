@@ -25,6 +25,24 @@ typedef struct tfos__spawn_opts {
  * child's exec errno (and the child is already reaped). */
 int tfos__spawn(const tfos__spawn_opts *o, pid_t *pid);
 
+/* Start a child detached from us: it runs in a session of its own as our
+ * grandchild (the middle process exits at once), so it is never our zombie,
+ * no signal of our group or terminal reaches it, and it outlives us -- what a
+ * Spark task needs for a node agent that must outlive the task. o->pdeathsig
+ * and o->new_pgroup are ignored. Like tfos__spawn, a failed exec is reported
+ * at once, through a close-on-exec pipe: TFOS_ESYS with errno set to the
+ * exec's errno (ENOENT, EACCES...). *pid gets the grandchild's pid. */
+int tfos__spawn_detached(const tfos__spawn_opts *o, pid_t *pid);
+
+/* Whether process pid runs: kill(pid, 0), then /proc/<pid>/stat so an
+ * unreaped zombie counts as dead. The one liveness check of tfos (rings,
+ * feeds, the Python glue through the extension). */
+int tfos__pid_alive(pid_t pid);
+
+/* A pidfd for pid (readable once it has exited; close-on-exec), or -1 with
+ * errno (ENOSYS on kernels before 5.3, ESRCH). */
+int tfos__pidfd_open(pid_t pid);
+
 /* Describe a waitpid status: "exit code 3", "signal 9 (Killed)". */
 void tfos__describe_status(int status, char *buf, size_t len);
 /* Shell-style exit code of a status: the code, or 128+signal. */

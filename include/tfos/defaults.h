@@ -1,0 +1,47 @@
+/*
+ * defaults.h: every default of tfos, in one place.
+ *
+ * The C launcher, the agent, the coordinator, the CLI's help text and the
+ * Python API (tfos._tfos.DEFAULTS, read by TFCluster.run and tfos.run) all
+ * take their defaults from here; nothing else spells these numbers.
+ */
+#ifndef TFOS_DEFAULTS_H
+#define TFOS_DEFAULTS_H
+
+/* Seconds for every node to register: `tfos run` forms a local cluster in
+ * well under a second, so a minute means something is wrong; on Spark an
+ * executor may first have to be granted (TensorFlowOnSpark's 600). */
+#define TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL 60.0
+#define TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK 600.0
+/* Seconds between SIGTERM and SIGKILL when a cluster is stopped on purpose
+ * (finished, Ctrl-C, shutdown()). */
+#define TFOS_DEFAULT_STOP_GRACE 5.0
+/* Seconds the survivors of a failed node get between SIGTERM and SIGKILL.
+ * Their attempt is void (the cluster restarts or fails as a whole) and a
+ * trainer blocked in a collective with a dead peer never reaches its SIGTERM
+ * handler, so waiting out the stop grace buys nothing; half a second still
+ * lets a program that is not blocked end on its SIGTERM (flush its logs).
+ * 0 kills them at once. */
+#define TFOS_DEFAULT_FAILURE_GRACE 0.5
+/* A running node whose agent is silent this long has failed. */
+#define TFOS_DEFAULT_HEARTBEAT_TIMEOUT 30.0
+/* How often an agent beats, in milliseconds. */
+#define TFOS_HEARTBEAT_INTERVAL_MS 1000
+/* Seconds an agent keeps trying to reach its coordinator. */
+#define TFOS_DEFAULT_CONNECT_TIMEOUT 30.0
+/* Restarts of the whole cluster after a node fails. */
+#define TFOS_DEFAULT_MAX_RESTARTS 3
+/* A connection to the coordinator must authenticate within this time. */
+#define TFOS_AUTH_TIMEOUT_MS 10000
+/* Feed rings per node, MiB (powers of two). */
+#define TFOS_DEFAULT_FEED_MB 64
+#define TFOS_DEFAULT_RESULT_MB 16
+/* `tfos run --input`: rows per feed record and per partition. */
+#define TFOS_DEFAULT_BATCH_ROWS 1024
+#define TFOS_DEFAULT_PARTITION_ROWS 10000
+/* Bounded waits of the small coordinator clients (status query, abort), ms. */
+#define TFOS_DEFAULT_CLIENT_TIMEOUT_MS 10000
+/* Lines of a failed program's output kept in its failure report. */
+#define TFOS_FAILURE_TAIL_LINES 20
+
+#endif
