@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tfos/defaults.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,6 +47,16 @@ enum {
 
 /* Short English text for a TFOS_E* code (static storage, never NULL). */
 const char *tfos_strerror(int err);
+
+/* The error convention of libtfos. Every function that can fail returns an
+ * int: 0 on success or a negative TFOS_E* code (the kind of failure, what
+ * callers decide on). Where a function failed because of a system call, errno
+ * still holds the OS's reason. Functions that know more than the code says
+ * (which node, file, line or peer) also leave a one-line message for the
+ * calling thread, readable until that thread's next failing call:
+ * tfos_last_error() returns it, or tfos_strerror() of the last code when
+ * there is no message. Messages are for people; code never parses them. */
+const char *tfos_last_error(void);
 
 /* ---- logging ----------------------------------------------------------- */
 enum { TFOS_LOG_DEBUG = 0, TFOS_LOG_INFO = 1, TFOS_LOG_WARN = 2, TFOS_LOG_ERROR = 3 };
@@ -78,6 +90,119 @@ int tfos_layout_total(const tfos_layout *l);
  * "worker") and its task index. Returns TFOS_EINVAL when id is out of range. */
 int tfos_layout_role(const tfos_layout *l, int id, const char **job, int *index);
 
+/* Executor ids of the nodes that read a feed (chief and workers), in id
+ * order, into ids[0..max); returns how many there are. */
+int tfos_layout_feed_ids(const tfos_layout *l, int *ids, int max);
+
+/* ---- failures and the restart policy ------------------------------------ */
+
+/* Why a cluster attempt failed: the kind, not the text. */
+enum {
+    TFOS_CAUSE_NONE = 0,
+    TFOS_CAUSE_EXIT = 1,          /* a program exited with a non-zero code */
+    TFOS_CAUSE_SIGNAL = 2,        /* a program was killed by a signal */
+    TFOS_CAUSE_HEARTBEAT = 3,     /* an agent went silent (hung, or its host is unreachable) */
+    TFOS_CAUSE_AGENT_LOST = 4,    /* an agent's connection dropped (it died) */
+    TFOS_CAUSE_EXECUTOR_LOST = 5, /* the process owning an agent (a Spark executor) is gone */
+    TFOS_CAUSE_START = 6,         /* a node or its program could not start */
+    TFOS_CAUSE_PS_EXITED = 7,     /* a ps node ended while the trainers ran */
+    TFOS_CAUSE_RESERVATION = 8,   /* not every node registered in time */
+    TFOS_CAUSE_FEED = 9,          /* the input feed failed (bad data, a feeder error) */
+    TFOS_CAUSE_STOPPED = 10,      /* stopped on purpose (a signal, shutdown) */
+    TFOS_CAUSE_MAX_ = 10,
+};
+/* "exit", "signal", "heartbeat", ... (static storage; "unknown" out of range). */
+const char *tfos_cause_name(int cause);
+
+/* One failure, as the coordinator records it. */
+typedef struct tfos_failure {
+    int cause;              /* TFOS_CAUSE_* */
+    int attempt;            /* the attempt it ended */
+    double time;            /* seconds since the epoch */
+    char node[48];          /* "worker:1"; "" when no single node is to blame */
+    char job[16];           /* "worker", ...; "" as node */
+    int executor_id;        /* -1 as node */
+    char host[256];
+    int exit_code;          /* CAUSE_EXIT: the program's code; else -1 */
+    int signo;              /* CAUSE_SIGNAL: the signal; else 0 */
+    /* When the program's last output lines end in a Python traceback: the
+     * exception's type ("ValueError") and its innermost frame
+     * ("/path/train.py:42"); else "". */
+    char exc_type[128];
+    char exc_where[320];
+    char summary[512];      /* one line: what failed, where, why */
+} tfos_failure;
+
+/* Parse the innermost Python exception out of a program's last output
+ * lines (oldest first): fills f->exc_type and f->exc_where, or leaves them
+ * "" when the lines hold no traceback. */
+void tfos_failure_parse_traceback(tfos_failure *f, const char *const *lines, int n);
+
+/* The restart policy: the one place that decides, for every launcher,
+ * whether a failed attempt is restarted (the whole cluster re-formed, as
+ * torchrun restarts all workers) or the run fails. Rules, in order:
+ *   1. causes that retrying cannot fix fail the run: RESERVATION, FEED,
+ *      STOPPED;
+ *   2. a deterministic failure fails the run: the same job (chief, worker,
+ *      ...) failed again with the same exception type at the same place, and
+ *      the checkpoint dir did not change in between (a bug in the program
+ *      costs one restart, not the whole budget);
+ *   3. with restarts left, restart; else fail (the budget is spent).
+ * Every decision leaves one history record. */
+enum { TFOS_RESTART = 1, TFOS_RAISE = 2 };
+enum {
+    TFOS_WHY_RESTART = 0,       /* restarts left and worth one */
+    TFOS_WHY_NOT_RETRYABLE = 1, /* rule 1 */
+    TFOS_WHY_DETERMINISTIC = 2, /* rule 2 */
+    TFOS_WHY_EXHAUSTED = 3,     /* rule 3: max_restarts used up */
+};
+
+typedef struct tfos_attempt_record {
+    tfos_failure failure;
+    int decision;           /* TFOS_RESTART / TFOS_RAISE */
+    int why;                /* TFOS_WHY_* */
+    char progress[80];      /* checkpoint fingerprint when it failed ("" unknown) */
+} tfos_attempt_record;
+
+typedef struct tfos_policy tfos_policy;
+
+/* A policy allowing max_restarts restarts (>= 0). The caller owns *out. */
+int tfos_policy_open(tfos_policy **out, int max_restarts);
+void tfos_policy_close(tfos_policy *p);
+/* Decide about failure f of the current attempt. `progress` is the
+ * checkpoint fingerprint when it failed (tfos_checkpoint_progress; NULL or
+ * "" when unknown). Records the decision; a RESTART moves the policy to the
+ * next attempt. Returns TFOS_RESTART or TFOS_RAISE (*why, when not NULL,
+ * gets TFOS_WHY_*); TFOS_EINVAL for a failure with no cause. */
+int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progress, int *why);
+/* The current attempt (1 for the first), and the budget. */
+int tfos_policy_attempt(const tfos_policy *p);
+int tfos_policy_max_restarts(const tfos_policy *p);
+/* The history: one record per failed attempt, oldest first (owned by p,
+ * valid until the next decide or close). */
+int tfos_policy_count(const tfos_policy *p);
+const tfos_attempt_record *tfos_policy_record(const tfos_policy *p, int i);
+/* The history as text, one line per failed attempt
+ * ("attempt 1 at 12:00:03: worker:1 ...: exit code 1 [ValueError at x.py:3] -> restarted"),
+ * and as a JSON array of objects. Callers free the returned strings; NULL
+ * on out of memory. */
+char *tfos_policy_render(const tfos_policy *p);
+/* One record's line of that text, into buf (no newline). */
+void tfos_policy_line(const tfos_attempt_record *r, char *buf, size_t len);
+char *tfos_policy_json(const tfos_policy *p);
+/* Why the run failed, in one sentence ("the same ValueError at x.py:3 ended
+ * attempts 1 and 2 with no checkpoint progress in between: the failure is
+ * deterministic, so tfos stops retrying"); "" when the last decision was a
+ * restart or there is none. Owned by p. */
+const char *tfos_policy_verdict(const tfos_policy *p);
+
+/* A fingerprint of a checkpoint dir on this machine (files, bytes and the
+ * newest modification time under it), for rule 2: two equal fingerprints
+ * mean no checkpoint was written in between. "" (and 0) for a dir that is
+ * not local (a URL such as hdfs://...) or not there yet. TFOS_EINVAL for a
+ * NULL dir or a buffer under 64 bytes. */
+int tfos_checkpoint_progress(const char *dir, char *buf, size_t len);
+
 /* ---- coordinator --------------------------------------------------------- */
 
 typedef struct tfos_coord tfos_coord;
@@ -89,8 +214,14 @@ typedef struct tfos_coord_opts {
     const char *secret;          /* per-cluster secret (hex); required */
     double reservation_timeout;  /* seconds for all nodes to register; default 600 */
     double stop_grace;           /* seconds an agent waits after SIGTERM before SIGKILL; default 5 */
+    double failure_grace;        /* the same for survivors of a failed node; default 0 (<0: 0) */
     double heartbeat_timeout;    /* a running node silent this long has failed; default 30, <0: never */
-    int attempt;                 /* attempt number handed to nodes; default 1 */
+    int attempt;                 /* attempt number handed to nodes; default 1 (the policy's, with one) */
+    /* The restart policy the coordinator applies when the cluster fails
+     * (borrowed: it outlives coordinators, one per attempt); NULL: none, the
+     * decision is then always TFOS_RAISE. */
+    tfos_policy *policy;
+    const char *checkpoint_dir;  /* fingerprinted for the policy when a node fails; may be NULL */
 } tfos_coord_opts;
 
 /* Cluster state as the coordinator sees it. */
@@ -123,6 +254,15 @@ void tfos_coord_end_feed(tfos_coord *c);
 /* A human summary of why the cluster failed (node, exit code or signal, last
  * log lines), or "" when it has not failed. Owned by c. */
 const char *tfos_coord_failure(const tfos_coord *c);
+/* The failure as a record: 0 with *out filled, or TFOS_EAGAIN when the
+ * cluster has not failed. */
+int tfos_coord_failure_info(const tfos_coord *c, tfos_failure *out);
+/* What the policy decided about the failure: TFOS_RESTART, TFOS_RAISE, or
+ * 0 while the cluster has not failed. */
+int tfos_coord_decision(const tfos_coord *c);
+/* Fail the cluster with a cause of the caller's (e.g. TFOS_CAUSE_FEED):
+ * records `reason`, applies the policy and stops every node. */
+void tfos_coord_fail(tfos_coord *c, int cause, const char *reason);
 /* Why the cluster failed, as a code: 0 (not failed), TFOS_ETIMEDOUT
  * (reservation timed out), TFOS_ESTOPPED (tfos_coord_stop with a reason),
  * TFOS_EFAILED (a node failed or was lost). */
@@ -220,7 +360,8 @@ typedef struct tfos_run_opts {
     /* restarts: when a node fails, every node is stopped and the cluster is
      * formed again (fresh TF_CONFIG, TFOS_ATTEMPT + 1) up to max_restarts
      * times; programs resume from checkpoint_dir. */
-    int max_restarts;           /* 0: fail at the first node failure */
+    int max_restarts;           /* 0: fail at the first node failure (see tfos_policy) */
+    double failure_grace;       /* SIGTERM -> SIGKILL for survivors of a failed node; default 0 */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics
      * (Prometheus), /feed/history (the feed rate, JSON), / (live page) */
@@ -250,6 +391,8 @@ const char *tfos_local_failure(const tfos_local *l);
 int tfos_local_status_port(const tfos_local *l);
 /* The current attempt number (1 for the first). */
 int tfos_local_attempt(const tfos_local *l);
+/* The run's restart policy and its history (owned by l). */
+const tfos_policy *tfos_local_policy(const tfos_local *l);
 /* Exit code of the run: 0 when every chief/worker/evaluator exited 0; 1 for a
  * failed node; 124 for a reservation timeout; 128+sig when stopped by a
  * signal. Valid once tfos_local_step returned 1. */

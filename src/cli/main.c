@@ -20,6 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 static const char usage_text[] =
     "usage: tfos run [options] -- CMD [ARGS...]\n"
     "       tfos node --coord HOST:PORT --executor-id N [options] -- CMD [ARGS...]\n"
@@ -36,22 +39,31 @@ static const char usage_text[] =
     "  --ps M                   parameter-server nodes (default 0)\n"
     "  --chief                  add one chief node\n"
     "  --evaluator              add one evaluator node\n"
-    "  --reservation-timeout S  seconds for every node to register (run: 60, coordinator: 600)\n"
-    "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
-    "  --heartbeat-timeout S    a node silent this long has failed (default 30)\n"
+    "  --reservation-timeout S  seconds for every node to register (run: " STR(TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL)
+    ", coordinator: " STR(TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK) ")\n"
+    "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default "
+    STR(TFOS_DEFAULT_STOP_GRACE) ")\n"
+    "  --failure-grace S        the same for the survivors of a failed node (default "
+    STR(TFOS_DEFAULT_FAILURE_GRACE) ")\n"
+    "  --heartbeat-timeout S    a node silent this long has failed (default " STR(TFOS_DEFAULT_HEARTBEAT_TIMEOUT) ")\n"
     "run options:\n"
-    "  --max-restarts N         re-form the cluster up to N times after a node fails (default 3)\n"
+    "  --max-restarts N         re-form the cluster up to N times after a node fails (default "
+    STR(TFOS_DEFAULT_MAX_RESTARTS) ";\n"
+    "                           the same exception at the same place twice without a new checkpoint\n"
+    "                           stops at once: the failure is deterministic)\n"
     "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
     "  --status-port P          serve /status, /metrics and a live page on 127.0.0.1:P (0: any port, -1: off)\n"
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
-    "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default 64)\n"
+    "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default "
+    STR(TFOS_DEFAULT_FEED_MB) ")\n"
     "  --input FILE             feed FILE (.csv, .jsonl, .npy) to the chief and workers; repeatable\n"
     "  --input-format F         csv, jsonl, npy (default: by extension)\n"
     "  --epochs K               feed every file K times (default 1)\n"
-    "  --batch-rows N           rows per feed record (default 1024)\n"
-    "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default 10000)\n"
+    "  --batch-rows N           rows per feed record (default " STR(TFOS_DEFAULT_BATCH_ROWS) ")\n"
+    "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default "
+    STR(TFOS_DEFAULT_PARTITION_ROWS) ")\n"
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
     "  --quiet                  no feed progress lines on stderr\n"
     "coordinator options:\n"
@@ -64,7 +76,7 @@ static const char usage_text[] =
     "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
     "  --cluster-id ID          enable the node's feed socket under this cluster id\n"
     "  --checkpoint-dir D       handed to the program as TFOS_CHECKPOINT_DIR\n"
-    "  --feed-mb N              input feed ring size in MiB (default 64)\n"
+    "  --feed-mb N              input feed ring size in MiB (default " STR(TFOS_DEFAULT_FEED_MB) ")\n"
     "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
     "                           stop the program, report it to the coordinator and exit\n"
     "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
@@ -99,23 +111,30 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-static int parse_secs(const char *opt, const char *s, double *out)
+/* Seconds: positive, or with zero_ok also 0. */
+static int parse_secs_from(const char *opt, const char *s, int zero_ok, double *out)
 {
     char *end;
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
-    if (!s || errno || end == s || *end || v <= 0 || v > 1e7) {
-        fprintf(stderr, "tfos: %s needs a positive number of seconds, got '%s'\n", opt, s ? s : "");
+    if (!s || errno || end == s || *end || v < 0 || (v == 0 && !zero_ok) || v > 1e7) {
+        fprintf(stderr, "tfos: %s needs a %s number of seconds, got '%s'\n", opt,
+                zero_ok ? "non-negative" : "positive", s ? s : "");
         return -1;
     }
     *out = v;
     return 0;
 }
 
+static int parse_secs(const char *opt, const char *s, double *out)
+{
+    return parse_secs_from(opt, s, 0, out);
+}
+
 typedef struct cli {
     tfos_layout layout;
     int have_workers;
-    double reservation_timeout, grace, heartbeat_timeout;
+    double reservation_timeout, grace, failure_grace, heartbeat_timeout;
     const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
     int feed_mb;
     char *inputs[256];
@@ -132,7 +151,8 @@ static int parse(int argc, char **argv, cli *c)
     memset(c, 0, sizeof *c);
     c->executor_id = -1;
     c->csv_header = -1;
-    c->max_restarts = 3;
+    c->max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
+    c->failure_grace = TFOS_DEFAULT_FAILURE_GRACE;
     c->status_port = 0;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
@@ -161,6 +181,9 @@ static int parse(int argc, char **argv, cli *c)
                 return 2;
         } else if (!strcmp(a, "--grace")) {
             if (parse_secs(a, NEXT(), &c->grace))
+                return 2;
+        } else if (!strcmp(a, "--failure-grace")) {
+            if (parse_secs_from(a, NEXT(), 1, &c->failure_grace))
                 return 2;
         } else if (!strcmp(a, "--heartbeat-timeout")) {
             if (parse_secs(a, NEXT(), &c->heartbeat_timeout))
@@ -280,6 +303,7 @@ static int cmd_run(cli *c)
     }
     tfos_run_opts o = {.layout = c->layout, .argv = c->argv, .agent_path = exe, .log_dir = c->log_dir,
                        .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
+                       .failure_grace = c->failure_grace,
                        .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
                        .python = c->python, .feed_mb = c->feed_mb, .inputs = c->inputs, .ninputs = c->ninputs,
                        .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,

@@ -28,6 +28,7 @@
 #include "core/auth.h"
 #include "core/feedsock.h"
 #include "core/log.h"
+#include "core/loop.h"
 #include "core/ring.h"
 #include "core/spec.h"
 #include "core/wire.h"
@@ -52,8 +53,7 @@
 
 extern char **environ;
 
-#define HEARTBEAT_MS 1000
-#define TAIL_LINES 20
+#define TAIL_LINES TFOS_FAILURE_TAIL_LINES
 #define TAIL_WIDTH 300
 #define LINE_MAX_ 8192
 #define END_FEED_RETRY_MS 50 /* a full or busy input ring: try again this soon */
@@ -71,15 +71,22 @@ static const char builtin_ps_server[] =
     " task_index=c['task']['index'], protocol='grpc', start=True)\n"
     "s.join()\n";
 
+typedef struct agent agent;
+
 typedef struct linebuf {
+    agent *a;
     int fd; /* read end of the program's pipe, -1 at EOF */
     int out; /* our fd the lines go to (1 or 2) */
     char buf[LINE_MAX_];
     size_t len;
 } linebuf;
 
-typedef struct agent {
+struct agent {
     const tfos_agent_opts *o;
+    tfos__loop *loop;
+    int done;              /* leave the loop */
+    tfos__timer hb_timer, kill_timer, end_feed_timer;
+    int start_failed;      /* the program (or what it needs) could not be started */
     tfos__conn conn;
     int connected;
     int sfd;
@@ -107,13 +114,12 @@ typedef struct agent {
     int feed_lfd;
     /* END_FEED: 0 not asked, 1 asked and pending, 2 done or given up */
     int end_feed;
-    int64_t end_feed_next;        /* next try while pending */
     tfos__ring *feed_producer;    /* our producer handle on the input ring */
     /* the owner (--watch-pid) */
     int owner_fd;                 /* its pidfd; -1: none, or polled with kill() */
     int owner_gone;
     int owner_stop;               /* the program was stopped because of it */
-} agent;
+};
 
 static void tail_push(agent *a, const char *line, size_t len)
 {
@@ -176,6 +182,7 @@ static int pump(agent *a, linebuf *lb)
             if (lb->len)
                 emit_line(a, lb->out, lb->buf, lb->len);
             lb->len = 0;
+            tfos__loop_unwatch(a->loop, lb->fd);
             close(lb->fd);
             lb->fd = -1;
             return 1;
@@ -198,17 +205,39 @@ static int send_msg(agent *a, tfos__msg *m)
     if (rc == 0 && a->connected)
         rc = tfos__conn_send(&a->conn, m);
     tfos__msg_fini(m);
+    if (a->connected)
+        tfos__loop_events(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0));
     return rc;
 }
 
+static void on_kill_deadline(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    agent *a = user;
+    if (a->killed_hard || a->child <= 0 || a->child_done)
+        return;
+    TFOS_WARN("agent %s: program did not stop after SIGTERM; sending SIGKILL", a->label);
+    kill(-a->child, SIGKILL);
+    a->killed_hard = 1;
+}
+
+/* Stop the program's whole group: SIGTERM, then SIGKILL after grace_ms; a
+ * grace of 0 (the survivors of a failed node) kills at once. */
 static void begin_stop(agent *a, int grace_ms, const char *why)
 {
     if (a->kill_deadline)
         return;
     a->kill_deadline = tfos__now_ms() + grace_ms;
     if (a->child > 0 && !a->child_done) {
-        TFOS_DEBUG("agent %s: stopping program (pid %d): %s", a->label, (int)a->child, why);
+        TFOS_DEBUG("agent %s: stopping program (pid %d, grace %d ms): %s", a->label, (int)a->child, grace_ms, why);
+        if (grace_ms <= 0) {
+            kill(-a->child, SIGKILL);
+            a->killed_hard = 1;
+            return;
+        }
         kill(-a->child, SIGTERM);
+        tfos__timer_arm(a->loop, &a->kill_timer, a->kill_deadline, on_kill_deadline, a);
     }
 }
 
@@ -251,28 +280,36 @@ static int open_log(agent *a)
     return 0;
 }
 
+static void on_pipe(tfos__loop *l, int fd, int events, void *user);
+static void on_feed(tfos__loop *l, int fd, int events, void *user);
+
 /* Create the input and output rings and listen for producers. */
 static int open_feed(agent *a)
 {
     const tfos_agent_opts *o = a->o;
-    size_t in_cap = o->feed_capacity ? o->feed_capacity : (size_t)64 << 20;
-    size_t out_cap = o->result_capacity ? o->result_capacity : (size_t)16 << 20;
+    size_t in_cap = o->feed_capacity ? o->feed_capacity : (size_t)TFOS_DEFAULT_FEED_MB << 20;
+    size_t out_cap = o->result_capacity ? o->result_capacity : (size_t)TFOS_DEFAULT_RESULT_MB << 20;
     int rc = tfos__ring_create(&a->in_ring, &a->in_fd, in_cap, TFOS_RING_OBSERVER);
     if (rc == 0)
         rc = tfos__ring_create(&a->out_ring, &a->out_fd, out_cap, TFOS_RING_OBSERVER);
     if (rc == 0)
         rc = tfos__feed_listen(o->cluster_id, o->executor_id, &a->feed_lfd);
+    if (rc == 0)
+        rc = tfos__loop_watch(a->loop, a->feed_lfd, TFOS_EV_READ, on_feed, a);
     if (rc)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
     return rc;
 }
 
-static void report_exit(agent *a, int code, const char *desc)
+/* EXITED: how the program ended (kind: exit, signal, start, owner), its
+ * exit code, a description and its last lines. */
+static void report_exit(agent *a, int code, const char *kind, const char *desc)
 {
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_EXITED);
     tfos__msg_add(&m, "code", "%d", code);
+    tfos__msg_add(&m, "kind", "%s", kind);
     tfos__msg_add(&m, "desc", "%s", desc);
     int first = a->tail_count < TAIL_LINES ? 0 : a->tail_next;
     for (int i = 0; i < a->tail_count; i++)
@@ -287,7 +324,9 @@ static void start_program(agent *a)
     snprintf(a->label, sizeof a->label, "%s:%d", me->job, me->index);
     snprintf(a->prefix, sizeof a->prefix, "[%s] ", a->label);
     if (open_log(a)) {
-        report_exit(a, 1, "could not open the node's log file");
+        const char *desc = "could not open the node's log file";
+        tail_push(a, desc, strlen(desc));
+        a->start_failed = 1;
         a->child_done = 1;
         a->child_status = 1 << 8;
         return;
@@ -307,7 +346,9 @@ static void start_program(agent *a)
         }
     }
     if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {
-        report_exit(a, 1, "could not create the node's feed rings");
+        const char *desc = "could not create the node's feed rings";
+        tail_push(a, desc, strlen(desc));
+        a->start_failed = 1;
         a->child_done = 1;
         a->child_status = 1 << 8;
         return;
@@ -341,8 +382,11 @@ static void start_program(agent *a)
     a->lb[0].out = 1;
     a->lb[1].fd = errp[0];
     a->lb[1].out = 2;
-    tfos__set_nonblock(outp[0]);
-    tfos__set_nonblock(errp[0]);
+    for (int i = 0; i < 2; i++) {
+        tfos__set_nonblock(a->lb[i].fd);
+        if (tfos__loop_watch(a->loop, a->lb[i].fd, TFOS_EV_READ, on_pipe, &a->lb[i]))
+            TFOS_WARN("agent %s: cannot watch the program's output: %s", a->label, strerror(errno));
+    }
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STARTED);
     tfos__msg_add(&m, "pid", "%d", (int)a->child);
@@ -365,12 +409,24 @@ fail:;
     }
     tfos__env_free(env);
     tail_push(a, desc, strlen(desc));
+    a->start_failed = 1;
     a->child_done = 1;
     a->child_status = 127 << 8;
 }
 
 /* Try once to end the input feed (never waits): the ring may be full, or a
  * producer may hold its lock inside a partition; then try again later. */
+static void try_end_feed(agent *a);
+
+static void on_end_feed_retry(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    agent *a = user;
+    if (a->end_feed == 1 && !a->kill_deadline && !a->child_done) /* not once stopping */
+        try_end_feed(a);
+}
+
 static void try_end_feed(agent *a)
 {
     int rc = 0;
@@ -380,7 +436,7 @@ static void try_end_feed(agent *a)
         rc = tfos__ring_end_feed(a->feed_producer, 0);
     if (rc == TFOS_EFULL || rc == TFOS_EAGAIN || rc == TFOS_ETIMEDOUT) {
         a->end_feed = 1;
-        a->end_feed_next = tfos__now_ms() + END_FEED_RETRY_MS;
+        tfos__timer_arm(a->loop, &a->end_feed_timer, tfos__now_ms() + END_FEED_RETRY_MS, on_end_feed_retry, a);
         return;
     }
     a->end_feed = 2;
@@ -562,7 +618,7 @@ static int dial_coord(const char *addr, const char *secret, int64_t deadline, in
 static int connect_and_register(agent *a)
 {
     const tfos_agent_opts *o = a->o;
-    int64_t deadline = tfos__now_ms() + (int64_t)(o->connect_timeout > 0 ? o->connect_timeout * 1000 : 30000);
+    int64_t deadline = tfos__now_ms() + (int64_t)((o->connect_timeout > 0 ? o->connect_timeout : TFOS_DEFAULT_CONNECT_TIMEOUT) * 1000);
     char mac[TFOS_MAC_HEX_LEN + 1], err[512];
     int rc = dial_coord(o->coord_addr, o->secret, deadline, 1, 1000, &a->conn, mac, err, sizeof err);
     a->connected = a->conn.fd >= 0;
@@ -582,140 +638,143 @@ static int connect_and_register(agent *a)
     return send_msg(a, &m);
 }
 
+/* ---- the agent's loop callbacks ------------------------------------------ */
+
+static void on_pipe(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    (void)fd;
+    (void)events;
+    linebuf *lb = user;
+    pump(lb->a, lb);
+}
+
+static void on_feed(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    (void)events;
+    agent *a = user;
+    int frc = tfos__feed_serve_one(fd, a->o->secret, a->label, a->in_fd, a->out_fd, 2000);
+    if (frc)
+        TFOS_WARN("agent %s: refused a feed producer: %s", a->label, tfos_strerror(frc));
+}
+
+static void on_signal(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    (void)events;
+    agent *a = user;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+            int st;
+            if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
+                a->child_done = 1;
+                a->child_status = st;
+                a->done = 1;
+            }
+            continue;
+        }
+        TFOS_DEBUG("agent %d: got signal %d", a->o->executor_id, (int)si.ssi_signo);
+        if (!a->child || a->child_done) {
+            a->error_exit = 128 + (int)si.ssi_signo;
+            a->done = 1;
+            return;
+        }
+        begin_stop(a, 2000, "the agent was signalled");
+    }
+}
+
+static void on_owner(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)events;
+    agent *a = user;
+    tfos__loop_unwatch(l, fd);
+    if (owner_lost(a))
+        a->done = 1;
+}
+
+static void lost_coordinator(agent *a)
+{
+    tfos__loop_unwatch(a->loop, a->conn.fd);
+    a->connected = 0;
+    if (!a->child) {
+        TFOS_ERROR("agent %d: lost the coordinator before the cluster formed", a->o->executor_id);
+        a->error_exit = 1;
+        a->done = 1;
+    } else if (!a->child_done) {
+        TFOS_ERROR("agent %s: lost the coordinator; stopping the program", a->label);
+        begin_stop(a, 2000, "coordinator lost");
+    }
+}
+
+static void on_conn(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    (void)fd;
+    agent *a = user;
+    if (events & TFOS_EV_WRITE)
+        tfos__conn_flush(&a->conn);
+    int rc = (events & TFOS_EV_READ) ? tfos__conn_read(&a->conn) : 0;
+    for (;;) {
+        tfos__frame f;
+        const char *why = NULL;
+        int fr = tfos__conn_frame(&a->conn, &f, &why);
+        if (fr == TFOS_EAGAIN)
+            break;
+        if (fr) {
+            TFOS_ERROR("agent %d: bad frame from the coordinator: %s", a->o->executor_id,
+                       why ? why : tfos_strerror(fr));
+            rc = TFOS_EPROTO;
+            break;
+        }
+        int end = handle_frame(a, &f);
+        tfos__conn_consume(&a->conn);
+        if (end) {
+            if (!a->error_exit)
+                a->error_exit = 1;
+            a->done = 1;
+            return;
+        }
+    }
+    if (rc) {
+        lost_coordinator(a);
+        return;
+    }
+    if (a->connected)
+        tfos__loop_events(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0));
+}
+
+/* Every TFOS_HEARTBEAT_INTERVAL_MS: beat, and check an owner that has no pidfd. */
+static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
+{
+    agent *a = user;
+    tfos__timer_arm(l, t, tfos__now_ms() + TFOS_HEARTBEAT_INTERVAL_MS, on_heartbeat, a);
+    if (a->o->watch_pid > 0 && a->owner_fd < 0 && !a->owner_gone && kill((pid_t)a->o->watch_pid, 0) < 0 &&
+        errno == ESRCH && owner_lost(a)) {
+        a->done = 1;
+        return;
+    }
+    if (a->connected) {
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+        send_msg(a, &m);
+    }
+}
+
 static void agent_loop(agent *a)
 {
-    a->next_heartbeat = tfos__now_ms() + HEARTBEAT_MS;
-    for (;;) {
-        struct pollfd p[6];
-        int np = 0, ic = -1, is = -1, il[2] = {-1, -1}, ifeed = -1, iowner = -1;
-        if (a->connected) {
-            ic = np;
-            p[np].fd = a->conn.fd;
-            p[np++].events = POLLIN | (a->conn.out_len ? POLLOUT : 0);
-        }
-        is = np;
-        p[np].fd = a->sfd;
-        p[np++].events = POLLIN;
-        for (int i = 0; i < 2; i++) {
-            if (a->lb[i].fd >= 0) {
-                il[i] = np;
-                p[np].fd = a->lb[i].fd;
-                p[np++].events = POLLIN;
-            }
-        }
-        if (a->feed_lfd >= 0) {
-            ifeed = np;
-            p[np].fd = a->feed_lfd;
-            p[np++].events = POLLIN;
-        }
-        if (a->owner_fd >= 0) {
-            iowner = np;
-            p[np].fd = a->owner_fd;
-            p[np++].events = POLLIN; /* readable once the process has exited */
-        }
-        int64_t now = tfos__now_ms();
-        int64_t wake = a->next_heartbeat;
-        if (a->kill_deadline && !a->killed_hard && a->kill_deadline < wake)
-            wake = a->kill_deadline;
-        int end_feed_due = a->end_feed == 1 && !a->kill_deadline; /* not once stopping */
-        if (end_feed_due && a->end_feed_next < wake)
-            wake = a->end_feed_next;
-        int timeout = wake > now ? (int)(wake - now) : 0;
-        int n = poll(p, (nfds_t)np, timeout);
-        if (n < 0 && errno != EINTR)
+    tfos__loop_watch(a->loop, a->sfd, TFOS_EV_READ, on_signal, a);
+    if (a->connected)
+        tfos__loop_watch(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0), on_conn, a);
+    if (a->owner_fd >= 0) /* a pidfd is readable once its process has exited */
+        tfos__loop_watch(a->loop, a->owner_fd, TFOS_EV_READ, on_owner, a);
+    tfos__timer_arm(a->loop, &a->hb_timer, tfos__now_ms() + TFOS_HEARTBEAT_INTERVAL_MS, on_heartbeat, a);
+    while (!a->done && !a->child_done) {
+        if (tfos__loop_run(a->loop, -1) < 0 && errno != EINTR) {
+            TFOS_ERROR("agent %d: event loop failed: %s", a->o->executor_id, strerror(errno));
             break;
-        if (is >= 0 && (p[is].revents & POLLIN)) {
-            struct signalfd_siginfo si;
-            while (read(a->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD) {
-                    int st;
-                    if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
-                        a->child_done = 1;
-                        a->child_status = st;
-                    }
-                } else {
-                    TFOS_DEBUG("agent %d: got signal %d", a->o->executor_id, (int)si.ssi_signo);
-                    if (!a->child || a->child_done) {
-                        a->error_exit = 128 + (int)si.ssi_signo;
-                        return;
-                    }
-                    begin_stop(a, 2000, "the agent was signalled");
-                }
-            }
         }
-        if (iowner >= 0 && p[iowner].revents && owner_lost(a))
-            return;
-        for (int i = 0; i < 2; i++)
-            if (il[i] >= 0 && p[il[i]].revents)
-                pump(a, &a->lb[i]);
-        if (ifeed >= 0 && (p[ifeed].revents & POLLIN)) {
-            int frc = tfos__feed_serve_one(a->feed_lfd, a->o->secret, a->label, a->in_fd, a->out_fd, 2000);
-            if (frc)
-                TFOS_WARN("agent %s: refused a feed producer: %s", a->label, tfos_strerror(frc));
-        }
-        if (ic >= 0 && p[ic].revents) {
-            if (p[ic].revents & POLLOUT)
-                tfos__conn_flush(&a->conn);
-            int rc = (p[ic].revents & (POLLIN | POLLHUP | POLLERR)) ? tfos__conn_read(&a->conn) : 0;
-            int done = 0;
-            for (;;) {
-                tfos__frame f;
-                const char *why = NULL;
-                int fr = tfos__conn_frame(&a->conn, &f, &why);
-                if (fr == TFOS_EAGAIN)
-                    break;
-                if (fr) {
-                    TFOS_ERROR("agent %d: bad frame from the coordinator: %s", a->o->executor_id,
-                               why ? why : tfos_strerror(fr));
-                    rc = TFOS_EPROTO;
-                    break;
-                }
-                done = handle_frame(a, &f);
-                tfos__conn_consume(&a->conn);
-                if (done)
-                    break;
-            }
-            if (done) {
-                if (!a->error_exit)
-                    a->error_exit = 1;
-                return;
-            }
-            if (rc) {
-                a->connected = 0;
-                if (!a->child || a->child_done) {
-                    if (!a->child) {
-                        TFOS_ERROR("agent %d: lost the coordinator before the cluster formed",
-                                   a->o->executor_id);
-                        a->error_exit = 1;
-                        return;
-                    }
-                } else {
-                    TFOS_ERROR("agent %s: lost the coordinator; stopping the program", a->label);
-                    begin_stop(a, 2000, "coordinator lost");
-                }
-            }
-        }
-        now = tfos__now_ms();
-        if (end_feed_due && now >= a->end_feed_next && !a->child_done)
-            try_end_feed(a);
-        if (a->kill_deadline && !a->killed_hard && now >= a->kill_deadline && a->child > 0 && !a->child_done) {
-            TFOS_WARN("agent %s: program did not stop after SIGTERM; sending SIGKILL", a->label);
-            kill(-a->child, SIGKILL);
-            a->killed_hard = 1;
-        }
-        if (now >= a->next_heartbeat && a->o->watch_pid > 0 && a->owner_fd < 0 && !a->owner_gone &&
-            kill((pid_t)a->o->watch_pid, 0) < 0 && errno == ESRCH && owner_lost(a))
-            return;
-        if (a->connected && now >= a->next_heartbeat) {
-            tfos__msg m;
-            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
-            send_msg(a, &m);
-            a->next_heartbeat = now + HEARTBEAT_MS;
-        } else if (now >= a->next_heartbeat) {
-            a->next_heartbeat = now + HEARTBEAT_MS;
-        }
-        if (a->child_done)
-            return;
     }
 }
 
@@ -730,6 +789,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     a.sfd = a.resv_fd = a.logfd = -1;
     a.in_fd = a.out_fd = a.feed_lfd = a.owner_fd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
+    a.lb[0].a = a.lb[1].a = &a;
     a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
     *exit_code = 1;
@@ -741,7 +801,10 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &old);
-    int rc = TFOS_ESYS;
+    int rc = tfos__loop_open(&a.loop);
+    if (rc)
+        goto out;
+    rc = TFOS_ESYS;
     a.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (a.sfd < 0)
         goto out;
@@ -777,8 +840,12 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     if (a.child_done) {
         char desc[96];
         *exit_code = tfos__exit_code(a.child_status);
-        if (a.child_status == (127 << 8) && a.tail_count && !strncmp(a.tail[(a.tail_next + TAIL_LINES - 1) % TAIL_LINES], "could not start", 15))
-            snprintf(desc, sizeof desc, "could not start the program (exit code 127)");
+        const char *kind = a.start_failed               ? "start"
+                           : a.owner_stop                 ? "owner"
+                           : WIFSIGNALED(a.child_status) ? "signal"
+                                                          : "exit";
+        if (a.start_failed)
+            snprintf(desc, sizeof desc, "could not start the program (exit code %d)", *exit_code);
         else if (a.owner_stop)
             snprintf(desc, sizeof desc, "its Spark executor (pid %d) is gone", o->watch_pid);
         else
@@ -787,7 +854,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
          * program's own exit code */
         if (a.owner_stop && *exit_code == 0)
             *exit_code = 1;
-        report_exit(&a, *exit_code, desc);
+        report_exit(&a, *exit_code, kind, desc);
         TFOS_DEBUG("agent %s: program ended: %s", a.label, desc);
     } else {
         *exit_code = a.error_exit ? a.error_exit : 1;
@@ -817,6 +884,7 @@ out:
     tfos__ring_close(a.in_ring);
     tfos__ring_close(a.out_ring);
     free(a.nodes);
+    tfos__loop_close(a.loop);
     sigprocmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
@@ -844,8 +912,10 @@ static int client_exchange(tfos__conn *conn, tfos__msg *m, int64_t deadline, con
     if (f->type == TFOS_MSG_ERROR) {
         char text[512] = "(no message)";
         tfos__kv_str(f->payload, f->len, "message", text, sizeof text);
-        return tfos__errf(err, errlen, strstr(text, "authentication failed") ? TFOS_EAUTH : TFOS_EPROTO,
-                          "the coordinator at %s refused: %s", addr, text);
+        long long code = TFOS_EPROTO; /* the kind of refusal travels as a code, never in the text */
+        if (tfos__kv_int(f->payload, f->len, "code", -100, 0, &code) || code >= 0)
+            code = TFOS_EPROTO;
+        return tfos__errf(err, errlen, (int)code, "the coordinator at %s refused: %s", addr, text);
     }
     if (f->type != TFOS_MSG_STATUS)
         return tfos__errf(err, errlen, TFOS_EPROTO, "unexpected answer from the coordinator at %s", addr);

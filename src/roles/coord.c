@@ -1,17 +1,32 @@
-/* coord.c: the coordinator: reservation, cluster spec, liveness, shutdown.
+/* coord.c: the coordinator: reservation, cluster spec, liveness, shutdown,
+ * and the restart decision.
  *
- * One thread, one poll loop (tfos_coord_step). Peers connect over TCP, are
- * greeted with a nonce, and must answer with a REGISTER (agents), QUERY
- * (status clients) or ABORT (a node task that could not start its node)
- * carrying HMAC(secret, nonce). Anything malformed, oversized or
- * unauthenticated is logged with the peer's address and dropped; it never
- * stops the coordinator.
+ * It registers with an event loop (core/loop.h): its listening socket, one
+ * watch per peer, and one timer armed for the earliest deadline it has (the
+ * reservation, a heartbeat, an unauthenticated peer, the stop), so it sleeps
+ * exactly until something can happen. Peers connect over TCP, are greeted
+ * with a nonce, and must answer with a REGISTER (agents), QUERY (status
+ * clients) or ABORT (a node task that could not start its node) carrying
+ * HMAC(secret, nonce). Anything malformed, oversized or unauthenticated is
+ * logged with the peer's address and dropped; it never stops the coordinator.
  *
  * Node lifecycle: EMPTY -> REGISTERED (agent holds its port) -> RUNNING
  * (program started) -> EXITED. When every node has registered the spec is
  * published to all of them at once. Tracked nodes (chief, workers, evaluator)
  * decide the outcome; ps nodes are stopped once the tracked ones succeed.
- */
+ *
+ * Failures. The first failure is recorded as a tfos_failure (cause, node,
+ * exit code or signal, the Python exception its output ended with) plus a
+ * text for people; the policy the launcher handed in decides at once whether
+ * the cluster will be re-formed (tfos_coord_decision). Survivors of a failed
+ * node are stopped with the failure grace (default 0: killed at once: a
+ * trainer blocked in a collective with a dead peer never gets to its SIGTERM
+ * handler); a stop on purpose or a finished run uses the stop grace.
+ *
+ * Peers are freed only between callbacks (the graveyard), so a handler may
+ * drop any peer, its own included. */
+#include "roles/coord.h"
+
 #include "core/auth.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -22,25 +37,26 @@
 #include "tfos/tfos.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_PEERS 1024
-#define AUTH_TIMEOUT_MS 10000 /* a connection must authenticate this fast */
 #define TAIL_MAX 4096
 
 enum { N_EMPTY, N_REGISTERED, N_RUNNING, N_EXITED };
 static const char *const node_state_names[] = {"waiting", "registered", "running", "exited"};
 
+typedef struct peer peer;
+
 typedef struct cnode {
     tfos__node_addr addr;
     int state;
-    int peer;       /* index in peers, -1 when not connected */
+    peer *peer;     /* NULL when not connected */
     int agent_pid;
     int prog_pid;
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
@@ -51,54 +67,44 @@ typedef struct cnode {
     int stop_sent;
 } cnode;
 
-typedef struct peer {
+struct peer {
     tfos__conn conn;
     char name[64];
     char nonce[33];
     int node;        /* -1 until registered */
     int authed;
     int closing;     /* drop once the output is flushed */
+    int gone;        /* dropped: in the graveyard, freed after the callback */
     int64_t accepted;
-} peer;
+    peer *next_dead;
+};
 
 struct tfos_coord {
     tfos_coord_opts opts;
     char *secret;
+    char *checkpoint_dir;
     char address[TFOS_HOST_MAX + 16];
+    tfos__loop *loop;
+    int own_loop;
+    tfos__timer timer;
     int lfd;
     int state;
     int n;
     int registered;
     cnode *nodes;
-    peer *peers;
+    peer **peers;
     int npeers;
+    peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
     int failed;
     int failure_code;
+    int decision;
+    tfos_failure info;
     char failure[8192];
 };
 
-static void set_failure(tfos_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_failure(tfos_coord *c, const char *fmt, ...)
-{
-    if (c->failed)
-        return;
-    c->failed = 1;
-    c->failure_code = TFOS_EFAILED;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->failure, sizeof c->failure, fmt, ap);
-    va_end(ap);
-}
-
-/* Log the first line of the failure; the whole text goes to the summary. */
-static void log_failure(const tfos_coord *c)
-{
-    const char *nl = strchr(c->failure, '\n');
-    int len = nl ? (int)(nl - c->failure) : (int)strlen(c->failure);
-    TFOS_ERROR("coordinator: %.*s; stopping the cluster", len, c->failure);
-}
+static void schedule(tfos_coord *c);
 
 static const char *node_label(const cnode *nd, char *buf, size_t len)
 {
@@ -111,47 +117,119 @@ static int is_tracked(const cnode *nd)
     return strcmp(nd->addr.job, "ps") != 0;
 }
 
-static void send_msg(tfos_coord *c, int pi, tfos__msg *m)
+/* Causes that end the attempt because one node failed: its survivors are
+ * stopped with the failure grace. */
+static int node_failure(int cause)
 {
-    peer *p = &c->peers[pi];
+    return cause != TFOS_CAUSE_STOPPED && cause != TFOS_CAUSE_RESERVATION && cause != TFOS_CAUSE_FEED;
+}
+
+/* Record the first failure: its record (cause, node), its text, and the
+ * policy's decision. Later failures are consequences and are only logged. */
+static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *const *tail, int ntail,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *const *tail, int ntail,
+                        const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = 1;
+    c->failure_code = cause == TFOS_CAUSE_RESERVATION ? TFOS_ETIMEDOUT
+                      : cause == TFOS_CAUSE_STOPPED || cause == TFOS_CAUSE_FEED ? TFOS_ESTOPPED
+                                                                                : TFOS_EFAILED;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->failure, sizeof c->failure, fmt, ap);
+    va_end(ap);
+    tfos_failure *f = &c->info;
+    memset(f, 0, sizeof *f);
+    f->cause = cause;
+    f->attempt = c->opts.attempt;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    f->time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    f->executor_id = -1;
+    f->exit_code = -1;
+    if (nd) {
+        node_label(nd, f->node, sizeof f->node);
+        snprintf(f->job, sizeof f->job, "%s", nd->addr.job);
+        f->executor_id = nd->addr.executor_id;
+        snprintf(f->host, sizeof f->host, "%s", nd->addr.host);
+        if (cause == TFOS_CAUSE_EXIT)
+            f->exit_code = nd->exit_code;
+        if (cause == TFOS_CAUSE_SIGNAL)
+            f->signo = nd->exit_code > 128 ? nd->exit_code - 128 : 0;
+    }
+    if (tail && ntail)
+        tfos_failure_parse_traceback(f, tail, ntail);
+    const char *nl = strchr(c->failure, '\n');
+    int len = nl ? (int)(nl - c->failure) : (int)strlen(c->failure);
+    snprintf(f->summary, sizeof f->summary, "%.*s", len, c->failure);
+    c->decision = TFOS_RAISE;
+    if (c->opts.policy) {
+        char progress[96] = "";
+        if (c->checkpoint_dir)
+            tfos_checkpoint_progress(c->checkpoint_dir, progress, sizeof progress);
+        c->decision = tfos_policy_decide(c->opts.policy, f, progress, NULL);
+        if (c->decision < 0)
+            c->decision = TFOS_RAISE;
+    }
+    if (cause != TFOS_CAUSE_STOPPED)
+        TFOS_ERROR("coordinator: %s; stopping the cluster", f->summary);
+}
+
+static peer *peer_of(const cnode *nd)
+{
+    return nd->peer;
+}
+
+static void peer_sync(tfos_coord *c, peer *p);
+
+static void send_msg(tfos_coord *c, peer *p, tfos__msg *m)
+{
     int rc = tfos__msg_end(m);
     if (rc == 0)
         rc = tfos__conn_send(&p->conn, m);
     if (rc && rc != TFOS_ECLOSED)
         TFOS_WARN("coordinator: sending to %s failed: %s", p->name, tfos_strerror(rc));
     tfos__msg_fini(m);
+    peer_sync(c, p);
 }
 
-static void send_error(tfos_coord *c, int pi, const char *text)
+/* An ERROR frame, then the peer is dropped once it is sent. `code` is the
+ * TFOS_E* kind the peer decides on (the text is for people). */
+static void send_error(tfos_coord *c, peer *p, int code, const char *text)
 {
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_ERROR);
+    tfos__msg_add(&m, "code", "%d", code);
     tfos__msg_add(&m, "message", "%s", text);
-    send_msg(c, pi, &m);
-    c->peers[pi].closing = 1;
+    p->closing = 1;
+    send_msg(c, p, &m);
 }
 
 static void enter_stopping(tfos_coord *c);
 
-static void drop_peer(tfos_coord *c, int pi, const char *why)
+static void drop_peer(tfos_coord *c, peer *p, const char *why)
 {
-    peer *p = &c->peers[pi];
+    if (p->gone)
+        return;
     if (why)
         TFOS_WARN("coordinator: dropped peer %s: %s", p->name, why);
+    p->gone = 1;
+    tfos__loop_unwatch(c->loop, p->conn.fd);
+    for (int i = 0; i < c->npeers; i++)
+        if (c->peers[i] == p) {
+            c->peers[i] = c->peers[--c->npeers];
+            break;
+        }
+    p->next_dead = c->graveyard;
+    c->graveyard = p;
     int ni = p->node;
-    tfos__conn_fini(&p->conn);
-    /* keep indexes stable for nodes: move the last peer into this slot */
-    int last = c->npeers - 1;
-    if (pi != last) {
-        c->peers[pi] = c->peers[last];
-        if (c->peers[pi].node >= 0)
-            c->nodes[c->peers[pi].node].peer = pi;
-    }
-    c->npeers--;
     if (ni < 0)
         return;
     cnode *nd = &c->nodes[ni];
-    nd->peer = -1;
+    nd->peer = NULL;
     char label[48];
     node_label(nd, label, sizeof label);
     if (nd->state == N_EXITED)
@@ -165,9 +243,9 @@ static void drop_peer(tfos_coord *c, int pi, const char *why)
         return;
     }
     if (c->state == TFOS_COORD_RUNNING) {
-        set_failure(c, "%s (executor %d, host %s) lost contact with the coordinator: its agent died or was killed",
+        set_failure(c, TFOS_CAUSE_AGENT_LOST, nd, NULL, 0,
+                    "%s (executor %d, host %s) lost contact with the coordinator: its agent died or was killed",
                     label, nd->addr.executor_id, nd->addr.host);
-        log_failure(c);
         nd->state = N_EXITED;
         nd->exit_code = -1;
         snprintf(nd->exit_desc, sizeof nd->exit_desc, "agent lost");
@@ -179,14 +257,37 @@ static void drop_peer(tfos_coord *c, int pi, const char *why)
         nd->exit_code = -1;
 }
 
-static void send_stop(tfos_coord *c, cnode *nd, const char *reason)
+static void bury(tfos_coord *c)
 {
-    if (nd->stop_sent || nd->peer < 0 || nd->state == N_EXITED)
+    while (c->graveyard) {
+        peer *p = c->graveyard;
+        c->graveyard = p->next_dead;
+        tfos__conn_fini(&p->conn);
+        free(p);
+    }
+}
+
+/* Keep a peer's watch in line with its output, and drop it once a closing
+ * peer's last frame is out. */
+static void peer_sync(tfos_coord *c, peer *p)
+{
+    if (p->gone)
+        return;
+    if (p->closing && p->conn.out_len == 0) {
+        drop_peer(c, p, NULL);
+        return;
+    }
+    tfos__loop_events(c->loop, p->conn.fd, TFOS_EV_READ | (p->conn.out_len ? TFOS_EV_WRITE : 0));
+}
+
+static void send_stop(tfos_coord *c, cnode *nd, const char *reason, double grace)
+{
+    if (nd->stop_sent || !nd->peer || nd->state == N_EXITED)
         return;
     nd->stop_sent = 1;
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STOP);
-    tfos__msg_add(&m, "grace_ms", "%d", (int)(c->opts.stop_grace * 1000));
+    tfos__msg_add(&m, "grace_ms", "%d", (int)(grace * 1000));
     tfos__msg_add(&m, "reason", "%s", reason);
     send_msg(c, nd->peer, &m);
 }
@@ -195,24 +296,27 @@ static void enter_stopping(tfos_coord *c)
 {
     if (c->state == TFOS_COORD_STOPPING || c->state >= TFOS_COORD_DONE)
         return;
+    int after_failure = c->failed && node_failure(c->info.cause);
+    double grace = after_failure ? c->opts.failure_grace : c->opts.stop_grace;
     c->state = TFOS_COORD_STOPPING;
-    c->stop_deadline = tfos__now_ms() + (int64_t)(c->opts.stop_grace * 1000) + 10000;
+    c->stop_deadline = tfos__now_ms() + (int64_t)(grace * 1000) + 10000;
     for (int i = 0; i < c->n; i++)
-        send_stop(c, &c->nodes[i], c->failed ? "the cluster is stopping after a failure" : "training finished");
+        send_stop(c, &c->nodes[i], c->failed ? "the cluster is stopping after a failure" : "training finished",
+                  grace);
 }
 
 /* Stop the cluster from whatever state it is in: while reserving, the
  * registered agents are told with an ERROR (no program runs yet); once
  * running, every agent gets a STOP. */
-static void stop_cluster(tfos_coord *c, const char *reason)
+static void stop_cluster(tfos_coord *c, int code, const char *reason)
 {
     if (c->state != TFOS_COORD_RESERVING) {
         enter_stopping(c);
         return;
     }
     for (int i = 0; i < c->n; i++)
-        if (c->nodes[i].peer >= 0)
-            send_error(c, c->nodes[i].peer, reason);
+        if (c->nodes[i].peer)
+            send_error(c, c->nodes[i].peer, code, reason);
     c->state = TFOS_COORD_STOPPING;
     c->stop_deadline = tfos__now_ms() + 5000;
 }
@@ -249,17 +353,31 @@ static int host_valid(const char *h)
     return 1;
 }
 
-static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
+/* Check the mac of a peer's first frame; on failure answer with an ERROR
+ * (the peer is then dropped) and return 0. `what` names the request in the log. */
+static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char *what)
 {
-    peer *p = &c->peers[pi];
     char mac[TFOS_MAC_HEX_LEN + 2] = "";
     tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
     if (tfos__auth_check(c->secret, p->nonce, mac)) {
-        TFOS_WARN("coordinator: rejected peer %s: it does not know the cluster secret", p->name);
-        send_error(c, pi, "authentication failed: wrong cluster secret");
-        return;
+        TFOS_WARN("coordinator: rejected %s from %s: it does not know the cluster secret", what, p->name);
+        send_error(c, p, TFOS_EAUTH, "authentication failed: wrong cluster secret");
+        return 0;
     }
     p->authed = 1;
+    return 1;
+}
+
+static void refuse(tfos_coord *c, peer *p, int code, const char *msg)
+{
+    TFOS_WARN("coordinator: %s (peer %s)", msg, p->name);
+    send_error(c, p, code, msg);
+}
+
+static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
+{
+    if (!peer_authed(c, p, f, "registration"))
+        return;
     long long id, port, pid, tb_port = 0;
     char host[TFOS_HOST_MAX], tb[16];
     /* tb_port is optional (agents before it was added do not send it), but
@@ -270,23 +388,20 @@ static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid) ||
         tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !host_valid(host) ||
         (has_tb && tfos__kv_int(f->payload, f->len, "tb_port", 0, 65535, &tb_port))) {
-        TFOS_WARN("coordinator: peer %s sent an invalid registration", p->name);
-        send_error(c, pi, "invalid registration (executor_id, host, port and pid are required; tb_port must be a "
-                   "port)");
+        refuse(c, p, TFOS_EPROTO,
+               "invalid registration (executor_id, host, port and pid are required; tb_port must be a port)");
         return;
     }
     char msg[512];
     if (c->state != TFOS_COORD_RESERVING) {
         snprintf(msg, sizeof msg, "executor %lld registered after the cluster was formed", id);
-        TFOS_WARN("coordinator: %s (peer %s)", msg, p->name);
-        send_error(c, pi, msg);
+        refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
     if (id >= c->n) {
         snprintf(msg, sizeof msg, "executor %lld is out of range: this cluster has %d nodes (executors 0..%d)", id,
                  c->n, c->n - 1);
-        TFOS_WARN("coordinator: %s (peer %s)", msg, p->name);
-        send_error(c, pi, msg);
+        refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
     cnode *nd = &c->nodes[id];
@@ -295,8 +410,7 @@ static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
     if (nd->state != N_EMPTY) {
         snprintf(msg, sizeof msg, "executor %lld (%s) is already registered by pid %d on %s; two nodes landed on "
                  "one executor", id, label, nd->agent_pid, nd->addr.host);
-        TFOS_WARN("coordinator: %s (peer %s)", msg, p->name);
-        send_error(c, pi, msg);
+        refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
     snprintf(nd->addr.host, sizeof nd->addr.host, "%s", host);
@@ -304,7 +418,7 @@ static void handle_register(tfos_coord *c, int pi, const tfos__frame *f)
     nd->agent_pid = (int)pid;
     nd->tb_port = (int)tb_port;
     nd->state = N_REGISTERED;
-    nd->peer = pi;
+    nd->peer = p;
     p->node = (int)id;
     c->registered++;
     TFOS_INFO("coordinator: registered executor %lld as %s at %s:%lld (%d/%d)", id, label, host, port, c->registered,
@@ -324,9 +438,24 @@ static void check_done(tfos_coord *c)
     enter_stopping(c);
 }
 
-static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
+/* The agent's EXITED "kind": how its program ended. */
+static int exit_cause(const tfos__frame *f, long long code)
 {
-    peer *p = &c->peers[pi];
+    char kind[16] = "";
+    tfos__kv_str(f->payload, f->len, "kind", kind, sizeof kind);
+    if (!strcmp(kind, "signal"))
+        return TFOS_CAUSE_SIGNAL;
+    if (!strcmp(kind, "start"))
+        return TFOS_CAUSE_START;
+    if (!strcmp(kind, "owner"))
+        return TFOS_CAUSE_EXECUTOR_LOST;
+    if (!strcmp(kind, "exit"))
+        return TFOS_CAUSE_EXIT;
+    return code > 128 ? TFOS_CAUSE_SIGNAL : TFOS_CAUSE_EXIT; /* an agent that does not say */
+}
+
+static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
+{
     if (p->node < 0)
         return;
     cnode *nd = &c->nodes[p->node];
@@ -335,13 +464,21 @@ static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
     nd->exit_code = (int)code;
     if (tfos__kv_str(f->payload, f->len, "desc", nd->exit_desc, sizeof nd->exit_desc))
         snprintf(nd->exit_desc, sizeof nd->exit_desc, "exit code %lld", code);
-    /* gather tail lines */
+    /* gather tail lines: as text for people, and as lines for the traceback parser */
     size_t pos = 0, kl, vl, tl = 0;
     const char *k, *v;
+    const char *lines[TFOS_FAILURE_TAIL_LINES];
+    char copies[TFOS_FAILURE_TAIL_LINES][320];
+    int nlines = 0;
     nd->tail[0] = '\0';
     while (tfos__kv_next(f->payload, f->len, &pos, &k, &kl, &v, &vl) == 0) {
         if (kl != 4 || memcmp(k, "tail", 4))
             continue;
+        if (nlines < TFOS_FAILURE_TAIL_LINES) {
+            snprintf(copies[nlines], sizeof copies[nlines], "%.*s", (int)vl, v);
+            lines[nlines] = copies[nlines];
+            nlines++;
+        }
         int w = snprintf(nd->tail + tl, sizeof nd->tail - tl, "  | %.*s\n", (int)vl, v);
         if (w < 0 || (size_t)w >= sizeof nd->tail - tl)
             break;
@@ -358,15 +495,14 @@ static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
             char pid[32] = "";
             if (nd->prog_pid > 0) /* 0: the program never started */
                 snprintf(pid, sizeof pid, ", pid %d", nd->prog_pid);
-            set_failure(c, "%s (executor %d, host %s%s) failed: %s\nlast lines of %s:\n%s", label,
-                        nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
+            set_failure(c, exit_cause(f, code), nd, lines, nlines, "%s (executor %d, host %s%s) failed: %s\nlast "
+                        "lines of %s:\n%s", label, nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
                         nd->tail[0] ? nd->tail : "  | (no output)\n");
-        }
-        else
-            set_failure(c, "%s (executor %d, host %s) exited before training finished (%s); ps nodes must run "
-                        "until the workers are done",
+        } else {
+            set_failure(c, TFOS_CAUSE_PS_EXITED, nd, NULL, 0, "%s (executor %d, host %s) exited before training "
+                        "finished (%s); ps nodes must run until the workers are done",
                         label, nd->addr.executor_id, nd->addr.host, nd->exit_desc);
-        log_failure(c);
+        }
         enter_stopping(c);
         return;
     }
@@ -374,53 +510,30 @@ static void handle_exited(tfos_coord *c, int pi, const tfos__frame *f)
     check_done(c);
 }
 
-/* Check the mac of a client's first frame; on failure answer with an ERROR
- * (the peer is then dropped) and return 0. `what` names the request in the log. */
-static int client_authed(tfos_coord *c, int pi, const tfos__frame *f, const char *what)
-{
-    peer *p = &c->peers[pi];
-    char mac[TFOS_MAC_HEX_LEN + 2] = "";
-    tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
-    if (tfos__auth_check(c->secret, p->nonce, mac)) {
-        TFOS_WARN("coordinator: rejected %s from %s: it does not know the cluster secret", what, p->name);
-        send_error(c, pi, "authentication failed: wrong cluster secret");
-        return 0;
-    }
-    p->authed = 1;
-    return 1;
-}
-
 /* Answer a client with the status JSON, then drop it once that is sent. */
-static void send_status(tfos_coord *c, int pi)
+static void send_status(tfos_coord *c, peer *p)
 {
     char *json = tfos_coord_status_json(c);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
     tfos__msg_add(&m, "json", "%s", json ? json : "{}");
     free(json);
-    send_msg(c, pi, &m);
-    c->peers[pi].closing = 1;
-}
-
-static void handle_query(tfos_coord *c, int pi, const tfos__frame *f)
-{
-    if (client_authed(c, pi, f, "status query"))
-        send_status(c, pi);
+    p->closing = 1;
+    send_msg(c, p, &m);
 }
 
 /* A node task could not start its node: that node will never register (or
  * run), so the cluster has failed. Recorded, logged, and the cluster stopped
  * whether it is reserving or running; answered with STATUS. */
-static void handle_abort(tfos_coord *c, int pi, const tfos__frame *f)
+static void handle_abort(tfos_coord *c, peer *p, const tfos__frame *f)
 {
-    if (!client_authed(c, pi, f, "abort report"))
+    if (!peer_authed(c, p, f, "abort report"))
         return;
     long long id;
     if (tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &id) || id >= c->n) {
         char msg[160];
         snprintf(msg, sizeof msg, "invalid abort report: executor_id is missing or not in 0..%d", c->n - 1);
-        TFOS_WARN("coordinator: %s (peer %s)", msg, c->peers[pi].name);
-        send_error(c, pi, msg);
+        refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
     /* the message comes as one "message=" line per line of text */
@@ -444,29 +557,28 @@ static void handle_abort(tfos_coord *c, int pi, const tfos__frame *f)
     char label[48];
     node_label(nd, label, sizeof label);
     if (c->state == TFOS_COORD_RESERVING || c->state == TFOS_COORD_RUNNING) {
-        set_failure(c, "%s (executor %lld) could not start: %s", label, id, text);
-        log_failure(c);
-        stop_cluster(c, tfos_coord_failure(c));
+        set_failure(c, TFOS_CAUSE_START, nd, NULL, 0, "%s (executor %lld) could not start: %s", label, id, text);
+        stop_cluster(c, TFOS_EFAILED, c->failure);
     } else {
         const char *nl = strchr(text, '\n');
         TFOS_WARN("coordinator: %s (executor %lld) could not start: %.*s (the cluster is already %s)", label, id,
                   nl ? (int)(nl - text) : (int)strlen(text), text,
                   c->state == TFOS_COORD_STOPPING ? "stopping" : "over");
     }
-    send_status(c, pi);
+    send_status(c, p);
 }
 
-/* Returns 0 to keep the peer, or a reason to drop it. */
-static const char *handle_frame(tfos_coord *c, int pi, const tfos__frame *f)
+/* Returns NULL to keep the peer, or a reason to drop it. */
+static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
 {
-    peer *p = &c->peers[pi];
     if (!p->authed) {
         if (f->type == TFOS_MSG_REGISTER)
-            handle_register(c, pi, f);
-        else if (f->type == TFOS_MSG_QUERY)
-            handle_query(c, pi, f);
-        else if (f->type == TFOS_MSG_ABORT)
-            handle_abort(c, pi, f);
+            handle_register(c, p, f);
+        else if (f->type == TFOS_MSG_QUERY) {
+            if (peer_authed(c, p, f, "status query"))
+                send_status(c, p);
+        } else if (f->type == TFOS_MSG_ABORT)
+            handle_abort(c, p, f);
         else
             return "first message was not an authenticated REGISTER, QUERY or ABORT";
         return NULL;
@@ -488,7 +600,7 @@ static const char *handle_frame(tfos_coord *c, int pi, const tfos__frame *f)
         return NULL;
     }
     case TFOS_MSG_EXITED:
-        handle_exited(c, pi, f);
+        handle_exited(c, p, f);
         return NULL;
     case TFOS_MSG_ERROR: {
         char text[512] = "";
@@ -496,8 +608,8 @@ static const char *handle_frame(tfos_coord *c, int pi, const tfos__frame *f)
         char label[48];
         node_label(nd, label, sizeof label);
         if (c->state == TFOS_COORD_RUNNING || c->state == TFOS_COORD_RESERVING) {
-            set_failure(c, "%s (executor %d, host %s): %s", label, nd->addr.executor_id, nd->addr.host, text);
-            log_failure(c);
+            set_failure(c, TFOS_CAUSE_START, nd, NULL, 0, "%s (executor %d, host %s): %s", label,
+                        nd->addr.executor_id, nd->addr.host, text);
             enter_stopping(c);
         }
         return NULL;
@@ -507,14 +619,20 @@ static const char *handle_frame(tfos_coord *c, int pi, const tfos__frame *f)
     }
 }
 
-static void accept_peers(tfos_coord *c)
+static void on_peer(tfos__loop *l, int fd, int events, void *user);
+
+static void on_listen(tfos__loop *l, int lfd, int events, void *user)
 {
+    (void)l;
+    (void)lfd;
+    (void)events;
+    tfos_coord *c = user;
     for (;;) {
         int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
                 TFOS_WARN("coordinator: accept failed: %s", strerror(errno));
-            return;
+            break;
         }
         char name[64];
         tfos__peer_name(fd, name, sizeof name);
@@ -523,77 +641,106 @@ static void accept_peers(tfos_coord *c)
             close(fd);
             continue;
         }
-        peer *p = &c->peers[c->npeers];
-        memset(p, 0, sizeof *p);
+        peer *p = calloc(1, sizeof *p);
+        if (!p || tfos__random_hex(p->nonce, 16)) {
+            free(p);
+            close(fd);
+            continue;
+        }
         tfos__conn_init(&p->conn, fd, TFOS_WIRE_MAX_PAYLOAD);
         snprintf(p->name, sizeof p->name, "%s", name);
         p->node = -1;
         p->accepted = tfos__now_ms();
-        if (tfos__random_hex(p->nonce, 16)) {
+        if (tfos__loop_watch(c->loop, fd, TFOS_EV_READ, on_peer, c)) {
             tfos__conn_fini(&p->conn);
+            free(p);
             continue;
         }
-        int pi = c->npeers++;
+        c->peers[c->npeers++] = p;
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_HELLO);
         tfos__msg_add(&m, "nonce", "%s", p->nonce);
         tfos__msg_add(&m, "protocol", "%d", TFOS_PROTOCOL_VERSION);
-        send_msg(c, pi, &m);
+        send_msg(c, p, &m);
     }
+    bury(c);
+    schedule(c);
 }
 
-static void service_peer(tfos_coord *c, int pi, short revents)
+static peer *find_peer(tfos_coord *c, int fd)
 {
-    peer *p = &c->peers[pi];
-    if (revents & POLLOUT)
+    for (int i = 0; i < c->npeers; i++)
+        if (c->peers[i]->conn.fd == fd)
+            return c->peers[i];
+    return NULL;
+}
+
+static void service_peer(tfos_coord *c, peer *p, int events)
+{
+    if (events & TFOS_EV_WRITE)
         tfos__conn_flush(&p->conn);
-    if (!(revents & (POLLIN | POLLHUP | POLLERR)))
+    if (!(events & TFOS_EV_READ)) {
+        peer_sync(c, p);
         return;
+    }
     int rc = tfos__conn_read(&p->conn);
     int closed = rc == TFOS_ECLOSED;
     if (rc && !closed) {
-        drop_peer(c, pi, tfos_strerror(rc));
+        drop_peer(c, p, tfos_strerror(rc));
         return;
     }
-    for (;;) {
+    while (!p->gone) {
         tfos__frame f;
         const char *why = NULL;
-        rc = tfos__conn_frame(&c->peers[pi].conn, &f, &why);
+        rc = tfos__conn_frame(&p->conn, &f, &why);
         if (rc == TFOS_EAGAIN)
             break;
         if (rc) {
             char reason[160];
             snprintf(reason, sizeof reason, "%s: %s", rc == TFOS_ETOOBIG ? "oversized frame" : "malformed frame",
                      why ? why : tfos_strerror(rc));
-            drop_peer(c, pi, reason);
+            drop_peer(c, p, reason);
             return;
         }
-        const char *drop = c->peers[pi].closing ? NULL : handle_frame(c, pi, &f);
-        tfos__conn_consume(&c->peers[pi].conn);
+        const char *drop = p->closing ? NULL : handle_frame(c, p, &f);
+        tfos__conn_consume(&p->conn);
         if (drop) {
-            drop_peer(c, pi, drop);
+            drop_peer(c, p, drop);
             return;
         }
     }
+    if (p->gone)
+        return;
     if (closed) {
-        peer *q = &c->peers[pi];
         const char *why = NULL;
-        if (!q->authed)
-            why = q->conn.in_len ? "closed in the middle of a frame (truncated)" : "closed before authenticating";
-        drop_peer(c, pi, why);
+        if (!p->authed)
+            why = p->conn.in_len ? "closed in the middle of a frame (truncated)" : "closed before authenticating";
+        drop_peer(c, p, why);
+        return;
     }
+    peer_sync(c, p);
 }
 
+static void on_peer(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    tfos_coord *c = user;
+    peer *p = find_peer(c, fd);
+    if (p)
+        service_peer(c, p, events);
+    bury(c);
+    schedule(c);
+}
+
+/* Every deadline the coordinator keeps; arms nothing, acts on what is due. */
 static void check_timers(tfos_coord *c)
 {
     int64_t now = tfos__now_ms();
     /* unauthenticated connections may not linger */
     for (int i = c->npeers - 1; i >= 0; i--) {
-        peer *p = &c->peers[i];
-        if (!p->authed && now - p->accepted > AUTH_TIMEOUT_MS)
-            drop_peer(c, i, "did not authenticate within 10 s");
-        else if (p->closing && p->conn.out_len == 0)
-            drop_peer(c, i, NULL);
+        peer *p = c->peers[i];
+        if (!p->authed && now - p->accepted >= TFOS_AUTH_TIMEOUT_MS)
+            drop_peer(c, p, "did not authenticate in time");
     }
     if (c->state == TFOS_COORD_RESERVING && now >= c->reserve_deadline) {
         char missing[4096];
@@ -607,28 +754,26 @@ static void check_timers(tfos_coord *c)
             if (w > 0)
                 ml += (size_t)w;
         }
-        set_failure(c, "reservation timed out after %g s: %d of %d nodes registered; missing: %s",
+        set_failure(c, TFOS_CAUSE_RESERVATION, NULL, NULL, 0,
+                    "reservation timed out after %g s: %d of %d nodes registered; missing: %s",
                     c->opts.reservation_timeout, c->registered, c->n, missing);
-        c->failure_code = TFOS_ETIMEDOUT;
-        log_failure(c);
         for (int i = 0; i < c->n; i++)
-            if (c->nodes[i].peer >= 0)
-                send_error(c, c->nodes[i].peer, c->failure);
+            if (c->nodes[i].peer)
+                send_error(c, c->nodes[i].peer, TFOS_ETIMEDOUT, c->failure);
         c->state = TFOS_COORD_STOPPING;
         c->stop_deadline = now + 5000;
     }
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0) {
         for (int i = 0; i < c->n; i++) {
             cnode *nd = &c->nodes[i];
-            if (nd->state == N_EXITED || nd->peer < 0)
+            if (nd->state == N_EXITED || !nd->peer)
                 continue;
-            if (now - nd->last_heartbeat > (int64_t)(c->opts.heartbeat_timeout * 1000)) {
+            if (now - nd->last_heartbeat >= (int64_t)(c->opts.heartbeat_timeout * 1000)) {
                 char label[48];
-                set_failure(c, "%s (executor %d, host %s) sent no heartbeat for %g s: its agent hangs or the host "
-                            "is unreachable",
+                set_failure(c, TFOS_CAUSE_HEARTBEAT, nd, NULL, 0, "%s (executor %d, host %s) sent no heartbeat for "
+                            "%g s: its agent hangs or the host is unreachable",
                             node_label(nd, label, sizeof label), nd->addr.executor_id, nd->addr.host,
                             c->opts.heartbeat_timeout);
-                log_failure(c);
                 enter_stopping(c);
                 break;
             }
@@ -637,18 +782,63 @@ static void check_timers(tfos_coord *c)
     if (c->state == TFOS_COORD_STOPPING) {
         int live = 0;
         for (int i = 0; i < c->n; i++)
-            if (c->nodes[i].state != N_EXITED && c->nodes[i].peer >= 0)
+            if (c->nodes[i].state != N_EXITED && c->nodes[i].peer)
                 live++;
         if (live && now >= c->stop_deadline) {
             TFOS_WARN("coordinator: %d agent(s) did not confirm the stop in time; giving up on them", live);
             live = 0;
         }
-        if (!live)
+        if (!live) {
             c->state = c->failed ? TFOS_COORD_FAILED : TFOS_COORD_DONE;
+        }
     }
 }
 
-int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
+static void on_timer(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    tfos_coord *c = user;
+    check_timers(c);
+    bury(c);
+    schedule(c);
+}
+
+/* Arm the one timer for the earliest deadline, or act now when one is due
+ * (the STOPPING state ends as soon as its last agent is gone). */
+static void schedule(tfos_coord *c)
+{
+    if (c->state == TFOS_COORD_STOPPING) {
+        int live = 0;
+        for (int i = 0; i < c->n; i++)
+            live += c->nodes[i].state != N_EXITED && c->nodes[i].peer;
+        if (!live) {
+            check_timers(c);
+            bury(c);
+        }
+    }
+    int64_t at = INT64_MAX;
+    for (int i = 0; i < c->npeers; i++)
+        if (!c->peers[i]->authed && c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS < at)
+            at = c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS;
+    if (c->state == TFOS_COORD_RESERVING && c->reserve_deadline < at)
+        at = c->reserve_deadline;
+    if (c->state == TFOS_COORD_STOPPING && c->stop_deadline < at)
+        at = c->stop_deadline;
+    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
+        for (int i = 0; i < c->n; i++) {
+            const cnode *nd = &c->nodes[i];
+            int64_t d = nd->last_heartbeat + (int64_t)(c->opts.heartbeat_timeout * 1000);
+            if (nd->state != N_EXITED && nd->peer && d < at)
+                at = d;
+        }
+    if (at == INT64_MAX)
+        tfos__timer_disarm(c->loop, &c->timer);
+    else
+        tfos__timer_arm(c->loop, &c->timer, at, on_timer, c);
+}
+
+int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loop *loop)
 {
     if (!out || !opts || !opts->secret || !*opts->secret)
         return TFOS_EINVAL;
@@ -662,31 +852,47 @@ int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
     if (!c->opts.bind_host)
         c->opts.bind_host = "127.0.0.1";
     if (c->opts.reservation_timeout <= 0)
-        c->opts.reservation_timeout = 600;
+        c->opts.reservation_timeout = TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK;
     if (c->opts.stop_grace <= 0)
-        c->opts.stop_grace = 5;
+        c->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
+    if (c->opts.failure_grace < 0)
+        c->opts.failure_grace = 0;
     if (c->opts.heartbeat_timeout == 0)
-        c->opts.heartbeat_timeout = 30;
+        c->opts.heartbeat_timeout = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
+    if (c->opts.policy)
+        c->opts.attempt = tfos_policy_attempt(c->opts.policy);
     if (c->opts.attempt <= 0)
         c->opts.attempt = 1;
     c->lfd = -1;
     int rc = TFOS_ENOMEM;
     c->secret = strdup(opts->secret);
+    c->checkpoint_dir = opts->checkpoint_dir ? strdup(opts->checkpoint_dir) : NULL;
     c->nodes = calloc((size_t)n, sizeof *c->nodes);
     c->peers = calloc(MAX_PEERS, sizeof *c->peers);
-    if (!c->secret || !c->nodes || !c->peers)
+    if (!c->secret || !c->nodes || !c->peers || (opts->checkpoint_dir && !c->checkpoint_dir))
         goto fail;
+    c->opts.secret = c->secret;
+    c->opts.checkpoint_dir = c->checkpoint_dir;
     c->n = n;
     for (int i = 0; i < n; i++) {
         const char *job;
         tfos_layout_role(&opts->layout, i, &job, &c->nodes[i].addr.index);
         snprintf(c->nodes[i].addr.job, sizeof c->nodes[i].addr.job, "%s", job);
         c->nodes[i].addr.executor_id = i;
-        c->nodes[i].peer = -1;
         c->nodes[i].exit_code = -1;
+    }
+    if (loop) {
+        c->loop = loop;
+    } else {
+        if ((rc = tfos__loop_open(&c->loop)))
+            goto fail;
+        c->own_loop = 1;
     }
     int port;
     rc = tfos__tcp_listen(c->opts.bind_host, opts->port, 128, &c->lfd, &port);
+    if (rc)
+        goto fail;
+    rc = tfos__loop_watch(c->loop, c->lfd, TFOS_EV_READ, on_listen, c);
     if (rc)
         goto fail;
     if (strchr(c->opts.bind_host, ':'))
@@ -695,6 +901,7 @@ int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
         snprintf(c->address, sizeof c->address, "%s:%d", c->opts.bind_host, port);
     c->state = TFOS_COORD_RESERVING;
     c->reserve_deadline = tfos__now_ms() + (int64_t)(c->opts.reservation_timeout * 1000);
+    schedule(c);
     TFOS_DEBUG("coordinator: listening on %s for %d nodes", c->address, n);
     *out = c;
     return 0;
@@ -703,36 +910,24 @@ fail:
     return rc;
 }
 
+int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
+{
+    return tfos__coord_open_on(out, opts, NULL);
+}
+
+tfos__loop *tfos__coord_loop(tfos_coord *c)
+{
+    return c->loop;
+}
+
 int tfos_coord_step(tfos_coord *c, int timeout_ms)
 {
-    struct pollfd pfd[MAX_PEERS + 1];
-    pfd[0].fd = c->lfd;
-    pfd[0].events = POLLIN;
-    int np = c->npeers;
-    for (int i = 0; i < np; i++) {
-        pfd[i + 1].fd = c->peers[i].conn.fd;
-        pfd[i + 1].events = POLLIN | (c->peers[i].conn.out_len ? POLLOUT : 0);
-    }
-    /* never sleep past a deadline we must act on; once the cluster is over
-     * nothing changes any more, but clients that come to ask (a node task
-     * wanting the failure) are still answered: without waiting, so callers
-     * that step until the end see no difference */
-    int wait = timeout_ms;
-    if (wait > 200)
-        wait = 200;
+    /* once the cluster is over nothing changes any more, but clients that
+     * come to ask (a node task wanting the failure) are still answered:
+     * without waiting, so callers that step until the end see no difference */
     if (c->state >= TFOS_COORD_DONE)
-        wait = 0;
-    int n = poll(pfd, (nfds_t)np + 1, wait);
-    if (n > 0) {
-        /* service peers from the last: drop_peer moves the last peer into a
-         * freed slot, which we have then already serviced */
-        for (int i = np - 1; i >= 0; i--)
-            if (pfd[i + 1].revents && i < c->npeers)
-                service_peer(c, i, pfd[i + 1].revents);
-        if (pfd[0].revents & POLLIN)
-            accept_peers(c);
-    }
-    check_timers(c);
+        timeout_ms = 0;
+    tfos__loop_run(c->loop, timeout_ms);
     return c->state;
 }
 
@@ -746,18 +941,23 @@ const char *tfos_coord_address(const tfos_coord *c)
     return c->address;
 }
 
-void tfos_coord_stop(tfos_coord *c, const char *reason)
+void tfos_coord_fail(tfos_coord *c, int cause, const char *reason)
 {
     if (c->state >= TFOS_COORD_DONE)
         return;
     if (reason) {
-        int was = c->failed;
-        set_failure(c, "%s", reason);
-        if (!was)
-            c->failure_code = TFOS_ESTOPPED;
-        TFOS_WARN("coordinator: stopping: %s", reason);
+        set_failure(c, cause, NULL, NULL, 0, "%s", reason);
+        if (cause == TFOS_CAUSE_STOPPED)
+            TFOS_WARN("coordinator: stopping: %s", reason);
     }
-    stop_cluster(c, reason ? reason : "cluster stopped");
+    stop_cluster(c, cause == TFOS_CAUSE_STOPPED ? TFOS_ESTOPPED : TFOS_EFAILED, reason ? reason : "cluster stopped");
+    bury(c);
+    schedule(c);
+}
+
+void tfos_coord_stop(tfos_coord *c, const char *reason)
+{
+    tfos_coord_fail(c, TFOS_CAUSE_STOPPED, reason);
 }
 
 void tfos_coord_end_feed(tfos_coord *c)
@@ -765,13 +965,14 @@ void tfos_coord_end_feed(tfos_coord *c)
     int told = 0;
     for (int i = 0; i < c->n; i++) {
         cnode *nd = &c->nodes[i];
-        if (!is_tracked(nd) || nd->state != N_RUNNING || nd->peer < 0)
+        if (!is_tracked(nd) || nd->state != N_RUNNING || !nd->peer)
             continue;
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_END_FEED);
-        send_msg(c, nd->peer, &m);
+        send_msg(c, peer_of(nd), &m);
         told++;
     }
+    bury(c);
     TFOS_DEBUG("coordinator: asked %d running node(s) to end their feed", told);
 }
 
@@ -783,6 +984,19 @@ int tfos_coord_failure_code(const tfos_coord *c)
 const char *tfos_coord_failure(const tfos_coord *c)
 {
     return c->failed ? c->failure : "";
+}
+
+int tfos_coord_failure_info(const tfos_coord *c, tfos_failure *out)
+{
+    if (!c->failed)
+        return TFOS_EAGAIN;
+    *out = c->info;
+    return 0;
+}
+
+int tfos_coord_decision(const tfos_coord *c)
+{
+    return c->failed ? c->decision : 0;
 }
 
 int tfos_coord_node_count(const tfos_coord *c)
@@ -807,7 +1021,6 @@ int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
     return 0;
 }
 
-
 char *tfos_coord_status_json(const tfos_coord *c)
 {
     static const char *const states[] = {"reserving", "running", "stopping", "done", "failed"};
@@ -821,7 +1034,9 @@ char *tfos_coord_status_json(const tfos_coord *c)
     fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"failure\": ", c->opts.attempt,
             c->registered, c->n);
     tfos__json_str(f, tfos_coord_failure(c));
-    fprintf(f, ", \"nodes\": [");
+    fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"nodes\": [",
+            tfos_cause_name(c->failed ? c->info.cause : TFOS_CAUSE_NONE),
+            !c->failed ? "" : c->decision == TFOS_RESTART ? "restart" : "raise");
     for (int i = 0; i < c->n; i++) {
         const cnode *nd = &c->nodes[i];
         fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",
@@ -842,12 +1057,24 @@ void tfos_coord_close(tfos_coord *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < c->npeers; i++)
-        tfos__conn_fini(&c->peers[i].conn);
+    for (int i = 0; i < c->npeers; i++) {
+        tfos__loop_unwatch(c->loop, c->peers[i]->conn.fd);
+        tfos__conn_fini(&c->peers[i]->conn);
+        free(c->peers[i]);
+    }
+    bury(c);
+    if (c->loop) {
+        tfos__timer_disarm(c->loop, &c->timer);
+        if (c->lfd >= 0)
+            tfos__loop_unwatch(c->loop, c->lfd);
+        if (c->own_loop)
+            tfos__loop_close(c->loop);
+    }
     if (c->lfd >= 0)
         close(c->lfd);
     free(c->peers);
     free(c->nodes);
     free(c->secret);
+    free(c->checkpoint_dir);
     free(c);
 }

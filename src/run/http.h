@@ -1,10 +1,12 @@
-/* http.h: a tiny HTTP/1.0 server for the launcher's status page.
+/* http.h: a tiny HTTP/1.0 server for the status page.
  *
- * GET only, small responses, one request per connection. Driven from the
- * launcher's loop: tfos__http_step never blocks (it serves what is ready).
- * Requests over 8 KiB or idle for 5 s are dropped. */
+ * GET only, one request per connection, registered with the program's event
+ * loop (core/loop.h): it reads requests and writes responses only when their
+ * sockets are ready, so a slow or silent client never blocks the loop.
+ * Requests over 8 KiB, and connections idle for 5 s, are dropped. */
 #ifndef TFOS_RUN_HTTP_H
 #define TFOS_RUN_HTTP_H
+#include "core/loop.h"
 
 /* Build the response for `path`: return a malloc'd body (the server frees
  * it) and set *content_type and *status (200, 404...). */
@@ -12,9 +14,12 @@ typedef char *(*tfos__http_handler)(const char *path, const char **content_type,
 
 typedef struct tfos__http tfos__http;
 
-int tfos__http_open(tfos__http **out, const char *host, int port, tfos__http_handler h, void *user);
+/* Listen on host:port (0: any free port) and serve on `loop` (borrowed; it
+ * must outlive the server). TFOS_ESYS (errno says why), TFOS_ENOMEM. */
+int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
+                    void *user);
 int tfos__http_port(const tfos__http *h);
-void tfos__http_step(tfos__http *h);
+/* Stop listening, drop every connection, free. NULL is a no-op. */
 void tfos__http_close(tfos__http *h);
 
 #endif

@@ -214,26 +214,20 @@ static char *status_json(const tfos__status_src *src)
         tfos__json_str(f, src->node_log_dir);
     else
         fprintf(f, "null");
+    /* the policy's history: one line per failed attempt for people, and
+     * the records themselves */
     fprintf(f, ", \"partitions_refed\": %d, \"history\": [", src->partitions_refed);
-    const char *h = src->history;
-    int first = 1;
-    while (h && *h) {
-        const char *nl = strchr(h, '\n');
-        size_t l = nl ? (size_t)(nl - h) : strlen(h);
-        char line[1024];
-        if (l >= sizeof line)
-            l = sizeof line - 1;
-        memcpy(line, h, l);
-        line[l] = 0;
-        char *t = line;
-        while (*t == ' ')
-            t++;
-        fprintf(f, "%s", first ? "" : ", ");
-        tfos__json_str(f, t);
-        first = 0;
-        h = nl ? nl + 1 : h + l;
+    int n = src->policy ? tfos_policy_count(src->policy) : 0;
+    for (int i = 0; i < n; i++) {
+        char line[1200];
+        tfos_policy_line(tfos_policy_record(src->policy, i), line, sizeof line);
+        fprintf(f, "%s", i ? ", " : "");
+        tfos__json_str(f, line);
     }
-    fprintf(f, "], \"feed\": ");
+    char *records = src->policy ? tfos_policy_json(src->policy) : NULL;
+    fprintf(f, "], \"attempts\": %s", records ? records : "[]");
+    free(records);
+    fprintf(f, ", \"feed\": ");
     feed_json(f, src->feed);
     fprintf(f, ", \"cluster\": %s}", cluster ? cluster : "null");
     free(cluster);

@@ -16,7 +16,7 @@ typedef struct tfos__status_src {
     int attempt, max_restarts;
     const char *log_dir;      /* the nodes' logs on this machine (/logs/...); NULL: none here */
     const char *node_log_dir; /* NULL, or where each node's log is on its own host (shown as text) */
-    const char *history;      /* one line per failed attempt */
+    const tfos_policy *policy; /* the restart policy: its history; NULL: none */
     int partitions_refed;     /* partitions fed again after a failure (Spark) */
     const tfos__feed_meter *feed;
 } tfos__status_src;

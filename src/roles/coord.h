@@ -1,0 +1,19 @@
+/* coord.h: the coordinator's internal entry points (the public ones are in
+ * include/tfos/tfos.h). A program that runs the coordinator beside other
+ * components -- the `tfos run` launcher, the Python driver with its status
+ * page -- opens it on its own loop; tfos_coord_open gives it a private one
+ * that tfos_coord_step runs. */
+#ifndef TFOS_ROLES_COORD_H
+#define TFOS_ROLES_COORD_H
+#include "core/loop.h"
+#include "tfos/tfos.h"
+
+/* tfos_coord_open on `loop` (borrowed; it must outlive the coordinator):
+ * the coordinator registers its socket, its peers and its one timer there
+ * and runs whenever the loop's owner runs the loop. */
+int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loop *loop);
+
+/* The loop the coordinator runs on. */
+tfos__loop *tfos__coord_loop(tfos_coord *c);
+
+#endif
