@@ -34,9 +34,13 @@ def agent_path():
                             "or set TFOS_AGENT" % here)
 
 
+_DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
+
+
 def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
-        reservation_timeout=60.0, grace=5.0, heartbeat_timeout=30.0,
-        ps_runs_program=False, python=None, check=True, max_restarts=3, checkpoint_dir=None):
+        reservation_timeout=_DEFAULTS["reservation_timeout_local"], grace=_DEFAULTS["stop_grace"],
+        heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
+        max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]

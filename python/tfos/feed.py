@@ -423,7 +423,8 @@ class FeedClient(object):
     ``collect_results(partition_id, count)`` reads its inference results;
     ``end_feed()`` ends the node's feed for good."""
 
-    def __init__(self, executor_id, cluster_id=None, secret=None, timeout=30.0, batch_rows=1024):
+    def __init__(self, executor_id, cluster_id=None, secret=None, timeout=_tfos.DEFAULTS["connect_timeout"],
+                 batch_rows=_tfos.DEFAULTS["batch_rows"]):
         cluster_id = cluster_id or os.environ.get("TFOS_CLUSTER_ID")
         secret = secret or os.environ.get("TFOS_SECRET")
         if not cluster_id or not secret:

@@ -9,56 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A NULL-terminated char* array copied from a Python sequence of str. */
-static char **argv_from_seq(PyObject *seq)
-{
-    PyObject *fast = PySequence_Fast(seq, "argv must be a sequence of str");
-    if (!fast)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    if (n == 0) {
-        PyErr_SetString(PyExc_ValueError, "argv must not be empty");
-        Py_DECREF(fast);
-        return NULL;
-    }
-    char **argv = calloc((size_t)n + 1, sizeof *argv);
-    if (!argv) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
-        const char *s = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
-        if (!s) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "argv[%zd] must be str", i);
-            goto fail;
-        }
-        if (!(argv[i] = strdup(s))) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-    }
-    Py_DECREF(fast);
-    return argv;
-fail:
-    for (Py_ssize_t i = 0; i < n; i++)
-        free(argv[i]);
-    free(argv);
-    Py_DECREF(fast);
-    return NULL;
-}
-
-static void argv_free(char **argv)
-{
-    if (!argv)
-        return;
-    for (char **a = argv; *a; a++)
-        free(*a);
-    free(argv);
-}
-
 static char *dup_opt(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -79,8 +29,9 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                              "max_restarts", "checkpoint_dir", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
-    int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = 3;
-    double rt = 60, grace = 5, hb = 30;
+    int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
+    double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, grace = TFOS_DEFAULT_STOP_GRACE,
+           hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
     const char *ckpt = NULL;
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
@@ -90,7 +41,7 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                                      &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
                                      &max_restarts, &ckpt))
         return -1;
-    self->argv = argv_from_seq(argv_obj);
+    self->argv = tfos__py_strv(argv_obj, "argv");
     if (!self->argv)
         return -1;
     self->agent_path = strdup(agent_path);
@@ -210,7 +161,7 @@ static void Local_dealloc(LocalObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->local)
         tfos_local_close(self->local);
-    argv_free(self->argv);
+    tfos__py_strv_free(self->argv);
     free(self->agent_path);
     free(self->log_dir);
     free(self->python);

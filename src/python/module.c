@@ -12,10 +12,12 @@
 #include "core/batch.h"
 #include "core/feedsock.h"
 #include "core/ring.h"
+#include "platform/proc.h"
 #include "encode.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,7 +181,7 @@ static PyObject *mod_report_abort(PyObject *Py_UNUSED(m), PyObject *args, PyObje
 {
     static char *kwlist[] = {"coord_addr", "secret", "executor_id", "message", "timeout_ms", NULL};
     const char *addr, *secret, *message;
-    int executor_id, timeout = 10000, rc, err;
+    int executor_id, timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "ssis|i", kwlist, &addr, &secret, &executor_id, &message, &timeout))
         return NULL;
     if (executor_id < 0 || timeout < 0)
@@ -198,7 +200,7 @@ static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObje
 {
     static char *kwlist[] = {"coord_addr", "secret", "timeout_ms", NULL};
     const char *addr, *secret;
-    int timeout = 10000, rc, err;
+    int timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err;
     char *json = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|i", kwlist, &addr, &secret, &timeout))
         return NULL;
@@ -233,6 +235,216 @@ static PyObject *mod_strerror(PyObject *Py_UNUSED(m), PyObject *arg)
     return PyUnicode_FromString(tfos_strerror((int)code));
 }
 
+/* A NULL-terminated char* array copied from a Python sequence of str. */
+char **tfos__py_strv(PyObject *seq, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, "a sequence of str is needed");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n == 0) {
+        PyErr_Format(PyExc_ValueError, "%s must not be empty", what);
+        Py_DECREF(fast);
+        return NULL;
+    }
+    char **argv = calloc((size_t)n + 1, sizeof *argv);
+    if (!argv) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        const char *s = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (!s) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s[%zd] must be str", what, i);
+            goto fail;
+        }
+        if (!(argv[i] = strdup(s))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    Py_DECREF(fast);
+    return argv;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++)
+        free(argv[i]);
+    free(argv);
+    Py_DECREF(fast);
+    return NULL;
+}
+
+void tfos__py_strv_free(char **argv)
+{
+    if (!argv)
+        return;
+    for (char **a = argv; *a; a++)
+        free(*a);
+    free(argv);
+}
+
+
+/* ---- decisions and processes owned by libtfos ------------------------------- */
+
+/* layout_roles(num_ps, num_workers, chief, evaluator) -> [(job, index), ...]
+ * by executor id: tfos_layout_role, the one role table. */
+static PyObject *mod_layout_roles(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int ps, workers, chief, evaluator;
+    if (!PyArg_ParseTuple(args, "iipp", &ps, &workers, &chief, &evaluator))
+        return NULL;
+    if (ps < 0 || workers < 0) {
+        PyErr_SetString(PyExc_ValueError, "num_ps and num_workers must be >= 0");
+        return NULL;
+    }
+    tfos_layout l = {.num_ps = ps, .num_workers = workers, .chief = chief, .evaluator = evaluator};
+    int n = tfos_layout_total(&l);
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        const char *job;
+        int index;
+        tfos_layout_role(&l, i, &job, &index);
+        PyObject *t = Py_BuildValue("(si)", job, index);
+        if (!t) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, t);
+    }
+    return list;
+}
+
+/* spawn_detached(argv, env, keep_fds=()) -> pid (tfos__spawn_detached). */
+static PyObject *mod_spawn_detached(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    PyObject *argv_obj, *env_obj, *keep_obj = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O", &argv_obj, &env_obj, &keep_obj))
+        return NULL;
+    char **argv = tfos__py_strv(argv_obj, "argv");
+    if (!argv)
+        return NULL;
+    char **env = NULL;
+    PyObject *items = NULL;
+    int *keep = NULL;
+    Py_ssize_t nkeep = 0;
+    PyObject *result = NULL;
+    if (!PyMapping_Check(env_obj)) {
+        PyErr_SetString(PyExc_TypeError, "env must be a mapping of str to str");
+        goto out;
+    }
+    items = PyMapping_Items(env_obj);
+    if (!items)
+        goto out;
+    Py_ssize_t ne = PyList_GET_SIZE(items);
+    env = calloc((size_t)ne + 1, sizeof *env);
+    if (!env) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < ne; i++) {
+        const char *k, *v;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, i), "ss", &k, &v))
+            goto out;
+        size_t len = strlen(k) + strlen(v) + 2;
+        if (!(env[i] = malloc(len))) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        snprintf(env[i], len, "%s=%s", k, v);
+    }
+    if (keep_obj && keep_obj != Py_None) {
+        PyObject *seq = PySequence_Fast(keep_obj, "keep_fds must be a sequence of ints");
+        if (!seq)
+            goto out;
+        nkeep = PySequence_Fast_GET_SIZE(seq);
+        keep = calloc((size_t)nkeep + 1, sizeof *keep);
+        for (Py_ssize_t i = 0; keep && i < nkeep; i++)
+            keep[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        Py_DECREF(seq);
+        if (!keep) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        if (PyErr_Occurred())
+            goto out;
+    }
+    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
+                           .keep_fds = keep, .nkeep = (int)nkeep};
+    pid_t pid = 0;
+    int rc, e;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__spawn_detached(&so, &pid);
+    e = errno;
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        /* OSError(errno, text) picks the subclass (FileNotFoundError...) */
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", e, "cannot start the program");
+        if (exc) {
+            PyObject *fn = PyUnicode_FromString(argv[0]);
+            if (fn) {
+                PyObject_SetAttrString(exc, "filename", fn);
+                Py_DECREF(fn);
+            }
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        goto out;
+    }
+    result = PyLong_FromLong((long)pid);
+out:
+    if (env)
+        for (size_t i = 0; env[i]; i++)
+            free(env[i]);
+    free(env);
+    free(keep);
+    Py_XDECREF(items);
+    tfos__py_strv_free(argv);
+    return result;
+}
+
+static PyObject *mod_pid_alive(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long pid = PyLong_AsLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(tfos__pid_alive((pid_t)pid));
+}
+
+static PyObject *mod_checkpoint_progress(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    const char *dir = PyUnicode_AsUTF8(arg);
+    if (!dir)
+        return NULL;
+    char buf[128];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_checkpoint_progress(dir, buf, sizeof buf);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return tfos__py_raise(rc, "checkpoint_progress");
+    return PyUnicode_FromString(buf);
+}
+
+/* The defaults of include/tfos/defaults.h, for the Python API's signatures. */
+static int add_defaults(PyObject *m)
+{
+    PyObject *d = Py_BuildValue(
+        "{s:d,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "reservation_timeout_local",
+        TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, "reservation_timeout_spark", TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK,
+        "stop_grace", TFOS_DEFAULT_STOP_GRACE, "failure_grace", TFOS_DEFAULT_FAILURE_GRACE, "heartbeat_timeout",
+        TFOS_DEFAULT_HEARTBEAT_TIMEOUT, "connect_timeout", TFOS_DEFAULT_CONNECT_TIMEOUT, "max_restarts",
+        TFOS_DEFAULT_MAX_RESTARTS, "feed_mb", TFOS_DEFAULT_FEED_MB, "result_mb", TFOS_DEFAULT_RESULT_MB,
+        "batch_rows", TFOS_DEFAULT_BATCH_ROWS, "partition_rows", TFOS_DEFAULT_PARTITION_ROWS, "client_timeout_ms",
+        TFOS_DEFAULT_CLIENT_TIMEOUT_MS, "heartbeat_interval_ms", TFOS_HEARTBEAT_INTERVAL_MS);
+    if (!d)
+        return -1;
+    int rc = PyModule_AddObjectRef(m, "DEFAULTS", d);
+    Py_DECREF(d);
+    return rc;
+}
+
 static PyMethodDef module_methods[] = {
     {"random_secret", mod_random_secret, METH_NOARGS, "random_secret() -> str: a fresh 256-bit cluster secret."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str"},
@@ -255,6 +467,15 @@ static PyMethodDef module_methods[] = {
     {"feed_connect", mod_feed_connect, METH_VARARGS,
      "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
      "a node on this machine (the caller owns them)."},
+    {"layout_roles", mod_layout_roles, METH_VARARGS,
+     "layout_roles(num_ps, num_workers, chief, evaluator) -> [(job, index), ...]: every node's role by executor "
+     "id, in TensorFlowOnSpark's order (libtfos's role table)."},
+    {"spawn_detached", mod_spawn_detached, METH_VARARGS,
+     "spawn_detached(argv, env, keep_fds=()) -> pid: start argv detached (its own session, not our child); a "
+     "failed exec raises OSError with its errno at once."},
+    {"pid_alive", mod_pid_alive, METH_O, "pid_alive(pid) -> bool: the process runs (a zombie counts as gone)."},
+    {"checkpoint_progress", mod_checkpoint_progress, METH_O,
+     "checkpoint_progress(dir) -> str: the fingerprint the restart policy compares ('' when not local)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -272,6 +493,11 @@ static int module_exec(PyObject *m)
         return -1;
     st->buffer_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_buffer_spec, NULL);
     if (!st->buffer_type || PyModule_AddType(m, st->buffer_type) < 0)
+        return -1;
+    st->policy_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_policy_spec, NULL);
+    if (!st->policy_type || PyModule_AddType(m, st->policy_type) < 0)
+        return -1;
+    if (add_defaults(m) < 0)
         return -1;
     st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
                                                NULL);
@@ -296,6 +522,20 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "ETIMEDOUT", TFOS_ETIMEDOUT) < 0 ||
         PyModule_AddIntConstant(m, "ESTOPPED", TFOS_ESTOPPED) < 0 ||
         PyModule_AddIntConstant(m, "EFAILED", TFOS_EFAILED) < 0 ||
+        PyModule_AddIntConstant(m, "EEND", TFOS_EEND) < 0 ||
+        PyModule_AddIntConstant(m, "ECLOSED", TFOS_ECLOSED) < 0 ||
+        PyModule_AddIntConstant(m, "RESTART", TFOS_RESTART) < 0 ||
+        PyModule_AddIntConstant(m, "RAISE", TFOS_RAISE) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_EXIT", TFOS_CAUSE_EXIT) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_SIGNAL", TFOS_CAUSE_SIGNAL) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_HEARTBEAT", TFOS_CAUSE_HEARTBEAT) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_AGENT_LOST", TFOS_CAUSE_AGENT_LOST) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_EXECUTOR_LOST", TFOS_CAUSE_EXECUTOR_LOST) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_START", TFOS_CAUSE_START) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_PS_EXITED", TFOS_CAUSE_PS_EXITED) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_RESERVATION", TFOS_CAUSE_RESERVATION) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_FEED", TFOS_CAUSE_FEED) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_STOPPED", TFOS_CAUSE_STOPPED) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_OBSERVER", TFOS_RING_OBSERVER) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_PRODUCER", TFOS_RING_PRODUCER) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_CONSUMER", TFOS_RING_CONSUMER) < 0 ||
@@ -315,6 +555,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     module_state *st = get_state(m);
     Py_VISIT(st->local_type);
     Py_VISIT(st->coord_type);
+    Py_VISIT(st->policy_type);
     Py_VISIT(st->ring_type);
     Py_VISIT(st->buffer_type);
     Py_VISIT(st->feed_error);
@@ -328,6 +569,7 @@ static int module_clear(PyObject *m)
     module_state *st = get_state(m);
     Py_CLEAR(st->local_type);
     Py_CLEAR(st->coord_type);
+    Py_CLEAR(st->policy_type);
     Py_CLEAR(st->ring_type);
     Py_CLEAR(st->buffer_type);
     for (int i = 0; i < st->pool_n; i++)

@@ -267,6 +267,25 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
                          st.consumer_terminated ? Py_True : Py_False);
 }
 
+/* wait_acked(target, timeout_ms=-1): block (GIL released, futex) until the
+ * consumer acknowledged `target` partitions; FeedEnded when it terminated
+ * its feed, FeedClosed when it closed or died, TimeoutError. */
+static PyObject *Ring_wait_acked(RingObject *self, PyObject *args)
+{
+    unsigned long long target;
+    int timeout = -1, rc;
+    if (!PyArg_ParseTuple(args, "K|i", &target, &timeout) || !ring_ready(self))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__ring_wait_acked(self->ring, (uint32_t)target, timeout);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return ring_raise(self, rc, rc == TFOS_ECLOSED ? "the consumer closed or died before acknowledging"
+                                    : rc == TFOS_EEND  ? "the consumer terminated its feed"
+                                                       : "not acknowledged in time");
+    Py_RETURN_NONE;
+}
+
 static PyObject *Ring_ack(RingObject *self, PyObject *args)
 {
     unsigned int n = 1;
@@ -333,6 +352,10 @@ static PyMethodDef Ring_methods[] = {
      "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
      "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
+    {"wait_acked", (PyCFunction)Ring_wait_acked, METH_VARARGS,
+     "wait_acked(target, timeout_ms=-1): wait until the consumer has acknowledged target partitions "
+     "(stats()['acked'] reaches it); FeedEnded when it terminated its feed, FeedClosed when it closed or died, "
+     "TimeoutError."},
     {"ack", (PyCFunction)Ring_ack, METH_VARARGS,
      "ack(n=1): consumer: the application has taken every row of n more partitions (stats()['acked'])."},
     {"close", (PyCFunction)Ring_close, METH_NOARGS,

@@ -22,6 +22,7 @@ typedef struct {
     PyTypeObject *coord_type;
     PyTypeObject *ring_type;
     PyTypeObject *buffer_type;
+    PyTypeObject *policy_type;
     /* recycled FeedBuffer memory: large records land in memory that is
      * already faulted in instead of fresh pages the kernel must zero */
     void *pool_mem[POOL_SLOTS];
@@ -48,10 +49,24 @@ PyObject *tfos__py_raise(int rc, const char *what);
  * the returned reference. (buffer.c) */
 PyObject *tfos__py_buffer_copy(PyObject *module, const void *data, size_t len);
 
+/* A NULL-terminated copy of a non-empty sequence of str (module.c);
+ * `what` names it in errors. NULL with an exception set. Free with
+ * tfos__py_strv_free. */
+char **tfos__py_strv(PyObject *seq, const char *what);
+void tfos__py_strv_free(char **v);
+
+/* The libtfos policy of a RestartPolicy object (policy.c); obj must be one. */
+struct tfos_policy;
+struct tfos_policy *tfos__py_policy(PyObject *obj);
+/* A failure record as a dict (policy.c); NULL with an exception set. */
+struct tfos_failure;
+PyObject *tfos__py_failure_dict(const struct tfos_failure *f);
+
 /* The heap types, created from these by module_exec (module.c). */
 extern PyType_Spec tfos__py_local_spec;  /* tfos._tfos.LocalCluster (local.c) */
 extern PyType_Spec tfos__py_coord_spec;  /* tfos._tfos.Coordinator (coord.c) */
 extern PyType_Spec tfos__py_ring_spec;   /* tfos._tfos.Ring (ring.c) */
 extern PyType_Spec tfos__py_buffer_spec; /* tfos._tfos.FeedBuffer (buffer.c) */
+extern PyType_Spec tfos__py_policy_spec; /* tfos._tfos.RestartPolicy (policy.c) */
 
 #endif

@@ -14,6 +14,8 @@ from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Out
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, node_task
 
+_DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
+
 logger = logging.getLogger("tfos")
 
 CANCEL_AFTER_S = 10.0  # a failed cluster's feeding job is cancelled after this
@@ -39,14 +41,25 @@ class TFCluster(object):
         self._driver_agents = []
         self._terminated = sc.accumulator(0)
         self._shut = False
-        self.attempt = 0
-        self.restarts_left = conf["max_restarts"]
-        self.history = []                 # one line per failed attempt
+        # the one restart policy (libtfos): every attempt's coordinator
+        # applies it when a node fails; this class only acts on its decision
+        self.policy = _tfos.RestartPolicy(conf["max_restarts"])
         self.partitions_refed = 0         # partitions fed again after a node failure
         self.cluster_id = spec.cluster_id
         self.cluster_info = None
         self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": conf["total"],
                              "server_addr": spec.coord_addr}
+
+    @property
+    def attempt(self):
+        """The current attempt (1 for the first), as the policy counts it."""
+        return self.policy.attempt
+
+    @property
+    def history(self):
+        """One line per failed attempt (the policy's history, rendered by
+        libtfos); ``self.policy.history`` has them as dicts."""
+        return self.policy.render().splitlines()
 
     # -- attempts
     def _start_attempt(self, first):
@@ -54,20 +67,19 @@ class TFCluster(object):
         id on every attempt, so tasks shipped earlier still find it) and one
         node task per node. Raises TFClusterError when it does not form."""
         conf, spec = self._conf, self.spec
-        self.attempt += 1
         lay = spec.layout
         coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
                                   evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
                                   reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
-                                  heartbeat_timeout=conf["heartbeat_timeout"], attempt=self.attempt)
+                                  heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
+                                  checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"])
         if first:
             conf["port"] = int(coord.address.rsplit(":", 1)[1])
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
             self.cluster_meta["server_addr"] = spec.coord_addr
-        info = lambda: {"attempt": self.attempt, "max_restarts": conf["max_restarts"],  # noqa: E731
-                        "history": list(self.history), "partitions_refed": self.partitions_refed,
-                        "node_log_dir": spec.log_dir}
-        self.driver = _Driver(coord, conf.get("status_port", -1), info)
+        coord.set_status(attempt=self.attempt, max_restarts=conf["max_restarts"],
+                         partitions_refed=self.partitions_refed, node_log_dir=spec.log_dir)
+        self.driver = _Driver(coord, conf.get("status_port", -1))
         if first and self.driver.status_port >= 0:
             conf["status_port"] = self.driver.status_port  # the same port on every attempt
             logger.info("tfos: status page at %s", self.status_url())
@@ -103,19 +115,16 @@ class TFCluster(object):
         self._close()
 
     def _restart_or_raise(self, context=""):
-        """The current attempt failed: form the cluster again when restarts
-        are left and the failure was a node's (not a timeout or a stop);
+        """The current attempt failed: re-form the cluster when the restart
+        policy (applied by the coordinator when the node failed) said so;
         else raise TFClusterError with the history of the attempts."""
         failure = self.driver.failure() or "the cluster stopped"
-        code = self.driver.call(lambda: self.driver.coord.failure_code)
-        self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
-                                                     failure.splitlines()[0]))
-        if self.restarts_left <= 0 or code != _tfos.EFAILED or self._shut:
+        if self.driver.decision() != _tfos.RESTART or self._shut:
             self._stop_attempt("the cluster failed", wait=True)
             raise TFClusterError(self._failure_text(failure, context))
-        self.restarts_left -= 1
-        logger.warning("tfos: %s; re-forming the cluster (attempt %d, %d restarts left)", failure.splitlines()[0],
-                       self.attempt + 1, self.restarts_left)
+        info = self.driver.call(lambda: self.driver.coord.failure_info) or {}
+        logger.warning("tfos: %s; re-forming the cluster (attempt %d of %d)", info.get("summary", failure),
+                       self.attempt, self._conf["max_restarts"] + 1)
         self._stop_attempt("restarting after a failure", wait=True)
         self._start_attempt(first=False)
 
@@ -123,8 +132,12 @@ class TFCluster(object):
         text = "the tfos cluster failed: %s" % failure
         if context:
             text += "\n" + context
-        if len(self.history) > 1:
-            text += "\nattempts (%d restarts):\n  %s" % (len(self.history) - 1, "\n  ".join(self.history))
+        verdict = self.policy.verdict
+        if verdict:
+            text += "\n" + verdict
+        history = self.history
+        if len(history) > 1:
+            text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
         return text
 
     # -- state
@@ -146,7 +159,8 @@ class TFCluster(object):
         it), plus ``history`` (one line per failed attempt) and
         ``partitions_refed``."""
         st = self.driver.status()
-        st["history"] = list(self.history)
+        st["history"] = self.history
+        st["attempts"] = self.policy.history
         st["partitions_refed"] = self.partitions_refed
         return st
 
@@ -289,6 +303,7 @@ class TFCluster(object):
                 context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
             self._restart_or_raise(context)
             self.partitions_refed += len(lost)
+            self.driver.call(self.driver.coord.set_status, partitions_refed=self.partitions_refed)
             logger.warning("tfos: attempt %d: feeding again %d partitions not delivered before the failure "
                            "(%d of them were in flight)", self.attempt, total - len(delivered), len(lost))
         if terminated:
@@ -340,8 +355,6 @@ class TFCluster(object):
                 time.sleep(0.1)
             self._wait_stopped(60)
             if state == _tfos.STATE_FAILED:
-                self.history.append("attempt %d, %s: %s" % (self.attempt, time.strftime("%H:%M:%S"),
-                                                             self.driver.failure().splitlines()[0]))
                 raise TFClusterError(self._failure_text(self.driver.failure()))
         finally:
             self._shut = True
@@ -446,9 +459,11 @@ def _layout(num_executors, num_ps, master_node, eval_node):
 
 
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
-        log_dir=None, driver_ps_nodes=False, master_node=None, reservation_timeout=600,
-        queues=("input", "output", "error"), eval_node=False, release_port=True, max_restarts=3,
-        checkpoint_dir=None, feed_mb=64, heartbeat_timeout=30.0, grace=5.0, node_log_dir="tfos-logs",
+        log_dir=None, driver_ps_nodes=False, master_node=None,
+        reservation_timeout=_DEFAULTS["reservation_timeout_spark"], queues=("input", "output", "error"),
+        eval_node=False, release_port=True, max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None,
+        feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
+        grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], node_log_dir="tfos-logs",
         status_port=0):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
@@ -467,7 +482,10 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     driver's working directory, or the user's home on HDFS: it must be visible
     to every executor), ``feed_mb`` (input ring size per node),
     ``heartbeat_timeout``, ``grace`` (seconds between SIGTERM and SIGKILL when
-    stopping), ``node_log_dir`` (per-node logs, relative to each executor's
+    stopping), ``failure_grace`` (the same for the survivors of a failed
+    node; default 0.5: a trainer blocked in a collective with a dead peer
+    never reaches its SIGTERM handler, so it is not given the full grace),
+    ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
     """
@@ -503,7 +521,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 checkpoint_dir=checkpoint_dir)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
-            "grace": float(grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
+            "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port)}
     cluster = TFCluster(sc, spec, conf)
     cluster._start_attempt(first=True)

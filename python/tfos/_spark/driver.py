@@ -15,7 +15,6 @@ from .._launch import ClusterError
 logger = logging.getLogger("tfos")
 
 
-
 class TFClusterError(ClusterError):
     """The cluster failed: the message names the node, its exit status or
     signal, and its last lines (the traceback of an exception in map_fun)."""
@@ -25,47 +24,26 @@ class TFClusterError(ClusterError):
 
 
 class _Driver(object):
-    """The coordinator in this process and a thread that runs its event loop
-    (which also answers the status page's requests, see status_port).
+    """The coordinator in this process and the thread that runs its event
+    loop (Coordinator.run: C, GIL released, asleep until a node or a status
+    page client has something to say; the page is served from that loop).
 
     status_port: serve the status page on 127.0.0.1 at this port (0: any
     free one; -1: none); the port taken is ``self.status_port`` (-1 when
-    none). info: a callable returning set_status()'s keywords (attempt,
-    history...), read about once a second."""
+    none)."""
 
-    def __init__(self, coord, status_port=-1, info=None):
+    def __init__(self, coord, status_port=-1):
         self.coord = coord
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards `closed` only; the Coordinator locks itself
         self.closed = False
         self.status_port = -1
-        self.info = info
         if status_port is not None and status_port >= 0:
             try:
                 self.status_port = coord.serve_status("127.0.0.1", int(status_port))
             except OSError as exc:
                 logger.warning("tfos: no status page: %s", exc)
-        self.thread = threading.Thread(target=self._loop, name="tfos-coordinator", daemon=True)
+        self.thread = threading.Thread(target=coord.run, name="tfos-coordinator", daemon=True)
         self.thread.start()
-
-    def _loop(self):
-        next_info = 0.0
-        while True:
-            info = None
-            if self.info is not None and self.status_port >= 0 and time.monotonic() >= next_info:
-                next_info = time.monotonic() + 1.0
-                try:
-                    info = self.info()
-                except Exception:
-                    info = None
-            with self.lock:
-                if self.closed:
-                    return
-                if info:
-                    self.coord.set_status(**info)
-                self.coord.step(0)  # also answers the status page
-            # step with the lock released between calls so that status
-            # queries never wait long
-            time.sleep(0.02)
 
     def set_feed(self, **feed):
         """The feed's totals for the status page (see Coordinator.set_feed)."""
@@ -76,7 +54,12 @@ class _Driver(object):
         with self.lock:
             if self.closed:
                 raise TFClusterError("the cluster is shut down")
+        try:
             return fn(*args, **kw)
+        except RuntimeError as exc:  # closed by another thread meanwhile
+            if self.closed:
+                raise TFClusterError("the cluster is shut down") from exc
+            raise
 
     def state(self):
         return self.call(lambda: self.coord.state)
@@ -92,12 +75,17 @@ class _Driver(object):
         stopping its other nodes)."""
         return bool(self.call(lambda: self.coord.failure))
 
+    def decision(self):
+        """What the restart policy decided about the failure (RESTART, RAISE,
+        or 0 while nothing failed)."""
+        return self.call(lambda: self.coord.decision)
+
     def close(self):
         with self.lock:
             if self.closed:
                 return
             self.closed = True
-            self.coord.close()
+        self.coord.close()  # ends run() in the loop's thread
         self.thread.join(5)
 
 

@@ -10,7 +10,7 @@ import time
 
 from .. import _tfos
 from .. import feed as _feed
-from .nodes import _bind_name, _pid_alive, _task_context, executor_key, local_nodes
+from .nodes import _bind_name, _task_context, executor_key, local_nodes
 
 def _cluster_failure(spec, wait=5.0):
     """The coordinator's failure text. A feed task sees a dead node a moment
@@ -77,12 +77,16 @@ class _NodeLock(object):
 
 
 def _explain(spec, executor_id, partition, exc):
+    """A FeedTaskError for a failed feed; ``cluster_failed`` tells whether
+    the coordinator has recorded a failure (the node went with its cluster)."""
     failure = _cluster_failure(spec)
     what = "feeding partition %d to %s (executor %d) failed: %s" % (partition, spec.label(executor_id),
                                                                      executor_id, exc)
     if failure:
         what += "\nthe cluster failed: " + failure
-    return FeedTaskError(what)
+    err = FeedTaskError(what)
+    err.cluster_failed = bool(failure)
+    return err
 
 
 def _open_client(spec, executor_id, partition, timeout):
@@ -90,7 +94,7 @@ def _open_client(spec, executor_id, partition, timeout):
         return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret, timeout=timeout)
     except (_feed.FeedError, OSError) as exc:
         err = _explain(spec, executor_id, partition, exc)
-        if "the cluster failed" in str(err):
+        if err.cluster_failed:
             raise NodeLost(str(err))
         raise err
 
@@ -106,21 +110,18 @@ def _wait_consumed(client, timeout):
     """Wait until the program has taken every row of our partition (its
     DataFeed acknowledges each partition end it passes, in ring order): a
     partition counts as delivered only then, so a node that dies with rows
-    still in its ring or its DataFeed gets them again (at-least-once)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.002
+    still in its ring or its DataFeed gets them again (at-least-once). One
+    blocking call into the ring (a futex wait, GIL released)."""
     st = client.input.stats()
     target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this place
-    while True:
-        st = client.input.stats()
-        if st["acked"] >= target or st["consumer_terminated"]:
-            return
-        if st["consumer_closed"] or (st["consumer_pid"] and not _pid_alive(st["consumer_pid"])):
-            raise _feed.FeedClosed("the node's program died before it read the whole partition")
-        if time.monotonic() >= deadline:
-            raise TimeoutError("the node did not read the partition within %g s" % timeout)
-        time.sleep(pause)
-        pause = min(0.02, pause * 2)
+    try:
+        client.input.wait_acked(target, int(timeout * 1000))
+    except _feed.FeedEnded:
+        return  # the program terminated its feed: the rest is not wanted
+    except _feed.FeedClosed:
+        raise _feed.FeedClosed("the node's program died before it read the whole partition")
+    except TimeoutError:
+        raise TimeoutError("the node did not read the partition within %g s" % timeout)
 
 
 def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):

@@ -52,30 +52,22 @@ class NodeSpec(object):
         self.spark_ids = spark_ids    # executor ids started by Spark tasks (not on the driver)
         self.checkpoint_dir = checkpoint_dir  # kept across restarts (TFOS_CHECKPOINT_DIR)
 
-    def role(self, executor_id):
-        """(job, index) of an executor id, in TensorFlowOnSpark's order."""
+    def roles(self):
+        """[(job, index)] by executor id: libtfos's role table (the order of
+        TensorFlowOnSpark: ps, chief, evaluator, workers)."""
         lay = self.layout
-        i = executor_id
-        if i < lay["num_ps"]:
-            return "ps", i
-        i -= lay["num_ps"]
-        if lay["chief"]:
-            if i == 0:
-                return "chief", 0
-            i -= 1
-        if lay["evaluator"]:
-            if i == 0:
-                return "evaluator", 0
-            i -= 1
-        return "worker", i
+        return _tfos.layout_roles(lay["num_ps"], lay["num_workers"], bool(lay["chief"]), bool(lay["evaluator"]))
+
+    def role(self, executor_id):
+        """(job, index) of an executor id."""
+        return tuple(self.roles()[executor_id])
 
     def total(self):
-        lay = self.layout
-        return lay["num_ps"] + lay["num_workers"] + int(lay["chief"]) + int(lay["evaluator"])
+        return len(self.roles())
 
     def feed_ids(self):
         """Executor ids of the nodes that read a feed (chief and workers)."""
-        return [i for i in range(self.total()) if self.role(i)[0] in ("chief", "worker")]
+        return [i for i, (job, _) in enumerate(self.roles()) if job in ("chief", "worker")]
 
     def label(self, executor_id):
         job, index = self.role(executor_id)
@@ -211,54 +203,9 @@ def _free_port():
         s.close()
 
 
-def _spawn_detached(argv, env, keep_fds):
-    """Start argv as a grandchild in its own session (so it outlives this
-    Spark task and never becomes our zombie). Returns its pid."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: only system calls until exec
-        try:
-            os.close(r)
-            os.setsid()
-            pid2 = os.fork()
-            if pid2 == 0:
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                for fd in keep_fds:
-                    os.set_inheritable(fd, True)
-                os.execve(argv[0], argv, env)
-            os.write(w, str(pid2).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    try:
-        os.waitpid(pid, 0)
-        data = b""
-        while True:
-            chunk = os.read(r, 64)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(r)
-    if not data:
-        raise OSError("could not start %s" % argv[0])
-    return int(data)
-
-
 def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
-    except OSError:
-        return False
+    """libtfos's liveness check (a zombie counts as gone)."""
+    return _tfos.pid_alive(pid)
 
 
 def _wait_pid_gone(pid, timeout=None):
@@ -380,7 +327,13 @@ def start_node(spec, executor_id):
             if spec.tb_logdir:
                 env["TFOS_TENSORBOARD_LOGDIR"] = spec.tb_logdir
         argv += ["--", sys.executable, "-m", "tfos._sparkprog"]
-        pid = _spawn_detached(argv, env, keep)
+        try:
+            # detached (own session, not our child), and a failed exec is an
+            # error here and now, with its errno
+            pid = _tfos.spawn_detached(argv, env, keep)
+        except OSError as exc:
+            return None, _abort(spec, executor_id, "cannot start the tfos node agent %s on host %s: %s"
+                                % (argv[0], socket.gethostname(), exc))
     finally:
         for s in (claim, tag):
             if s is not None:
