@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TFOS_VERSION "0.1.0"
+#define TFOS_VERSION TFOS_PROJECT_VERSION /* CMakeLists.txt project(VERSION): the one source */
 /* Version of the wire protocol spoken between coordinator and agents. */
 #define TFOS_PROTOCOL_VERSION 1
 

@@ -29,7 +29,7 @@ static const char usage_text[] =
     "       tfos coordinator --workers N [options]\n"
     "       tfos status [URL | LOG_DIR] [--json]\n"
     "       tfos logs [-f] [NODE] [--log-dir D]\n"
-    "       tfos version\n"
+    "       tfos version              (also --version, -V)\n"
     "\n"
     "tfos run forms a cluster of local nodes and runs CMD on each with TF_CONFIG,\n"
     "torchrun's and JAX's variables, and TFOS_* context variables set.\n"
@@ -408,7 +408,7 @@ int main(int argc, char **argv)
         fputs(usage_text, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("tfos %s (protocol %d)\n", TFOS_VERSION, TFOS_PROTOCOL_VERSION);
         return 0;
     }

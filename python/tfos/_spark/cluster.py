@@ -489,6 +489,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
     """
+    from .._extras import require
+    require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
     from pyspark import cloudpickle
 
     layout = _layout(int(num_executors), int(num_ps), master_node, eval_node)

@@ -1,0 +1,257 @@
+# Type stubs for tfos._tfos, the CPython extension (src/python/*.c). Keep in
+# step with the method tables there: tests/python/test_typing.py runs mypy's
+# stubtest against the built extension, so a name added in C and not here (or
+# the other way round) fails the suite.
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypedDict, final
+
+from _typeshed import ReadableBuffer
+
+VERSION: Final[str]
+PROTOCOL_VERSION: Final[int]
+
+# Coordinator.state
+STATE_RESERVING: Final[int]
+STATE_RUNNING: Final[int]
+STATE_STOPPING: Final[int]
+STATE_DONE: Final[int]
+STATE_FAILED: Final[int]
+# error codes (Coordinator.failure_code, strerror)
+ETIMEDOUT: Final[int]
+ESTOPPED: Final[int]
+EFAILED: Final[int]
+EEND: Final[int]
+ECLOSED: Final[int]
+# restart policy decisions
+RESTART: Final[int]
+RAISE: Final[int]
+# failure causes (RestartPolicy.decide, failure_info["cause"])
+CAUSE_EXIT: Final[int]
+CAUSE_SIGNAL: Final[int]
+CAUSE_HEARTBEAT: Final[int]
+CAUSE_AGENT_LOST: Final[int]
+CAUSE_EXECUTOR_LOST: Final[int]
+CAUSE_START: Final[int]
+CAUSE_PS_EXITED: Final[int]
+CAUSE_RESERVATION: Final[int]
+CAUSE_FEED: Final[int]
+CAUSE_STOPPED: Final[int]
+# Ring roles
+ROLE_OBSERVER: Final[int]
+ROLE_PRODUCER: Final[int]
+ROLE_CONSUMER: Final[int]
+# record tags
+TAG_DATA: Final[int]
+TAG_PARTITION_BEGIN: Final[int]
+TAG_PARTITION_END: Final[int]
+TAG_PARTITION_ABORT: Final[int]
+TAG_USER: Final[int]
+# columnar batch flags
+BATCH_FLAT_ROWS: Final[int]
+BATCH_LIST_ROWS: Final[int]
+
+class _Defaults(TypedDict):
+    reservation_timeout_local: float
+    reservation_timeout_spark: float
+    stop_grace: float
+    failure_grace: float
+    heartbeat_timeout: float
+    connect_timeout: float
+    max_restarts: int
+    feed_mb: int
+    result_mb: int
+    batch_rows: int
+    partition_rows: int
+    client_timeout_ms: int
+    heartbeat_interval_ms: int
+
+#: include/tfos/defaults.h
+DEFAULTS: Final[_Defaults]
+
+class FeedError(RuntimeError): ...
+class FeedClosed(FeedError): ...
+class FeedEnded(FeedError): ...
+
+# (name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)
+_Column = tuple[str, str, str, tuple[int, ...], int, int, int, int]
+
+def random_secret() -> str: ...
+def strerror(code: int, /) -> str: ...
+def encode_rows(rows: Sequence[Any], /) -> bytes: ...
+def encode_columns(cols: Sequence[tuple[str, Any]], /) -> bytes: ...
+def decode_columns(buffer: ReadableBuffer, /) -> tuple[int, list[_Column]]: ...
+def ring_create(capacity: int, /) -> int: ...
+def report_abort(coord_addr: str, secret: str, executor_id: int, message: str, timeout_ms: int = 10000) -> None: ...
+def query_status(coord_addr: str, secret: str, timeout_ms: int = 10000) -> str: ...
+def feed_connect(cluster_id: str, executor_id: int, secret: str, timeout_ms: int = 30000, /) -> tuple[int, int, str]: ...
+def layout_roles(num_ps: int, num_workers: int, chief: bool, evaluator: bool, /) -> list[tuple[str, int]]: ...
+def spawn_detached(argv: Sequence[str], env: Mapping[str, str], keep_fds: Sequence[int] = (), /) -> int: ...
+def pid_alive(pid: int, /) -> bool: ...
+def checkpoint_progress(dir: str, /) -> str: ...
+
+@final
+class LocalCluster:
+    """A cluster of local node agents, as `tfos run` forms it."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        agent_path: str,
+        workers: int = 1,
+        ps: int = 0,
+        chief: bool = False,
+        evaluator: bool = False,
+        *,
+        log_dir: str | None = None,
+        reservation_timeout: float = ...,
+        grace: float = ...,
+        heartbeat_timeout: float = ...,
+        ps_runs_program: bool = False,
+        python: str | None = None,
+        max_restarts: int = ...,
+        checkpoint_dir: str | None = None,
+    ) -> None: ...
+    def step(self, timeout_ms: int = 100, /) -> bool: ...
+    def stop(self, reason: str | None = None, signo: int = 0, /) -> None: ...
+    def status(self) -> str: ...
+    def close(self) -> None: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def failure(self) -> str: ...
+    @property
+    def log_dir(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def address(self) -> str: ...
+
+@final
+class RestartPolicy:
+    """tfos's one restart policy (tfos_policy in tfos.h)."""
+
+    def __init__(self, max_restarts: int = ...) -> None: ...
+    def render(self) -> str: ...
+    def decide(
+        self,
+        cause: int,
+        *,
+        node: str = "",
+        job: str = "",
+        exception: str = "",
+        where: str = "",
+        summary: str = "",
+        progress: str = "",
+        exit_code: int = -1,
+    ) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def history(self) -> list[dict[str, Any]]: ...
+    @property
+    def verdict(self) -> str: ...
+
+@final
+class Coordinator:
+    """The reservation/rendezvous server of one cluster, in this process."""
+
+    def __init__(
+        self,
+        workers: int,
+        secret: str,
+        ps: int = 0,
+        chief: bool = False,
+        evaluator: bool = False,
+        *,
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
+        reservation_timeout: float = ...,
+        grace: float = ...,
+        heartbeat_timeout: float = ...,
+        attempt: int = 1,
+        policy: RestartPolicy | None = None,
+        checkpoint_dir: str | None = None,
+        failure_grace: float = ...,
+    ) -> None: ...
+    def run(self) -> None: ...
+    def step(self, timeout_ms: int = 100, /) -> int: ...
+    def stop(self, reason: str | None = None, /) -> None: ...
+    def end_feed(self) -> None: ...
+    def status(self) -> str: ...
+    def serve_status(self, host: str = "127.0.0.1", port: int = 0) -> int: ...
+    def set_status(
+        self,
+        *,
+        attempt: int = ...,
+        max_restarts: int = ...,
+        partitions_refed: int = ...,
+        node_log_dir: str | None = None,
+    ) -> None: ...
+    def set_feed(
+        self,
+        *,
+        rows: int = 0,
+        partitions_done: int = 0,
+        partitions_expected: int = 0,
+        partitions_aborted: int = 0,
+        state: str = "feeding",
+    ) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def state(self) -> int: ...
+    @property
+    def failure(self) -> str: ...
+    @property
+    def failure_code(self) -> int: ...
+    @property
+    def failure_info(self) -> dict[str, Any] | None: ...
+    @property
+    def decision(self) -> int: ...
+    @property
+    def status_port(self) -> int: ...
+
+@final
+class FeedBuffer:
+    """A read-only copy of one large feed record (buffer protocol); made by Ring.read."""
+
+    def __len__(self) -> int: ...
+
+class _RingStats(TypedDict):
+    capacity: int
+    used: int
+    records: int
+    bytes: int
+    partitions_begun: int
+    partitions_completed: int
+    partitions_aborted: int
+    producers: int
+    unclean_exits: int
+    consumer_pid: int
+    acked: int
+    feed_ended: bool
+    consumer_closed: bool
+    consumer_terminated: bool
+
+@final
+class Ring:
+    """A handle on a shared-memory feed ring; the fd stays the caller's."""
+
+    def __init__(self, fd: int, role: int) -> None: ...
+    def write(self, tag: int, data: ReadableBuffer, timeout_ms: int = -1, /) -> None: ...
+    def write_rows(self, tag: int, rows: Sequence[Any], timeout_ms: int = -1, /) -> int: ...
+    def write_columns(self, tag: int, cols: Sequence[tuple[str, Any]], timeout_ms: int = -1, /) -> int: ...
+    def partition_begin(self, partition_id: int, timeout_ms: int = -1, /) -> None: ...
+    def partition_end(self, timeout_ms: int = -1, /) -> None: ...
+    def end_feed(self, timeout_ms: int = -1, /) -> None: ...
+    def read(self, timeout_ms: int = -1, max_records: int = 64, /) -> list[tuple[int, int, bytes | FeedBuffer]]: ...
+    def stats(self) -> _RingStats: ...
+    def wait_acked(self, target: int, timeout_ms: int = -1, /) -> None: ...
+    def ack(self, n: int = 1, /) -> None: ...
+    def close(self) -> None: ...
+    def detach(self) -> None: ...
+    @property
+    def max_record(self) -> int: ...
