@@ -94,7 +94,7 @@ def main():
     for i, n in enumerate(names):
         vals = [r[i] for r in rounds]
         print("recovery_%s_s: %.3f (median; min %.3f, max %.3f)" % (n, statistics.median(vals), min(vals), max(vals)))
-    print("recovery_target: training resumed < 10 s after the kill, plus framework start")
+    print("recovery_target: training resumed < 3 s after the kill, plus framework start")
 
 
 if __name__ == "__main__":

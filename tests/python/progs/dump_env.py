@@ -17,9 +17,15 @@ record = {"env": keep, "ctx": {"job_name": ctx.job_name, "task_index": ctx.task_
 with open(os.path.join(out, "%s-%d.json" % (ctx.job_name, ctx.task_index)), "w") as f:
     json.dump(record, f)
 print("wrote context of %s:%d" % (ctx.job_name, ctx.task_index))
+import time
+# the trainers finish only once every node has written its record: a ps that
+# starts slower must not be stopped (trainers done) before it wrote its own
+nodes = sum(len(v) for v in ctx.cluster_spec.values())
+deadline = time.monotonic() + 60
+while len(os.listdir(out)) < nodes and time.monotonic() < deadline:
+    time.sleep(0.05)
 if ctx.job_name == "ps":
     # a ps serves until the cluster is done; tfos then stops it
-    import time
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         time.sleep(0.1)
