@@ -132,6 +132,26 @@ def test_exception_in_map_fun_reaches_the_driver(spark, tmp_path):
     assert wait_no_tfos_processes(30) == []
 
 
+def test_deterministic_map_fun_error_costs_one_restart(spark, tmp_path):
+    """The same exception at the same place twice, with no checkpoint written
+    in between: the restart policy stops after one restart, not after the
+    whole budget of 3."""
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, fail_on_worker1, {"sleep": 120}, num_executors=2, num_ps=0,
+                            reservation_timeout=60, max_restarts=3, checkpoint_dir=str(tmp_path / "ckpt"))
+    with pytest.raises(TFClusterError) as err:
+        cluster.shutdown(timeout=300)
+    msg = str(err.value)
+    assert "the failure is deterministic" in msg and "ValueError" in msg, msg
+    attempts = cluster.policy.history
+    assert [a["decision"] for a in attempts] == ["restart", "raise"], attempts
+    assert all(a["exception"] == "ValueError" and a["node"] == "worker:1" and a["cause"] == "exit"
+               for a in attempts), attempts
+    assert attempts[0]["where"] == attempts[1]["where"] and attempts[0]["where"].endswith(":%d" % (
+        fail_on_worker1.__code__.co_firstlineno + 2)), attempts
+    assert wait_no_tfos_processes(30) == []
+
+
 # ---- InputMode.SPARK -------------------------------------------------------------
 
 def test_train_rdd_every_row_once_per_epoch(spark, tmp_path):
