@@ -220,7 +220,7 @@ def _start_driver_ps(spec, ids):
     tied to this process (parent-death signal)."""
     import subprocess
     import sys
-    from ._launch import agent_path
+    from .._launch import agent_path
     procs = []
     env = dict(os.environ)
     env["TFOS_SECRET"] = spec.secret
