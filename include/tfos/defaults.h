@@ -31,8 +31,9 @@
 #define TFOS_DEFAULT_CONNECT_TIMEOUT 30.0
 /* Restarts of the whole cluster after a node fails. */
 #define TFOS_DEFAULT_MAX_RESTARTS 3
-/* A connection to the coordinator must authenticate within this time. */
-#define TFOS_AUTH_TIMEOUT_MS 10000
+/* A connection to the coordinator must authenticate within this time (a
+ * real agent or client answers its greeting in milliseconds). */
+#define TFOS_AUTH_TIMEOUT_MS 3000
 /* Feed rings per node, MiB (powers of two). */
 #define TFOS_DEFAULT_FEED_MB 64
 #define TFOS_DEFAULT_RESULT_MB 16

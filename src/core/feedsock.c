@@ -1,5 +1,8 @@
 /* feedsock.c: the feed socket handshake on both sides. */
 #include "core/feedsock.h"
+#include <stdlib.h>
+#include "core/loop.h"
+#include "core/log.h"
 
 #include "core/auth.h"
 #include "core/ring.h"
@@ -11,6 +14,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -45,6 +49,229 @@ int tfos__feed_listen(const char *cluster_id, int executor_id, int *fd_out)
     return 0;
 }
 
+/* ---- the agent's side: a handshake per producer, on the agent's loop ---- */
+
+#define PENDING_MAX 16          /* producers in their handshake at once */
+#define HANDSHAKE_MS 2000       /* a producer must finish its handshake this fast */
+
+typedef struct pending {
+    tfos__conn conn; /* fd -1: free slot */
+    char nonce[33];
+    int64_t since;
+} pending;
+
+struct tfos__feed_server {
+    tfos__loop *loop;
+    int lfd, in_fd, out_fd;
+    char *secret, *node;
+    pending p[PENDING_MAX];
+    tfos__timer timer;
+    int64_t warn_window;
+    int warned, suppressed;
+};
+
+/* At most a few warnings per 10 s; the rest are counted and summed up. */
+static void warn_limited(tfos__feed_server *s, const char *what)
+{
+    int64_t now = tfos__now_ms();
+    if (now - s->warn_window >= 10000) {
+        if (s->suppressed)
+            TFOS_WARN("agent %s: %d more feed producers refused in the last 10 s", s->node, s->suppressed);
+        s->warn_window = now;
+        s->warned = s->suppressed = 0;
+    }
+    if (s->warned++ < 3)
+        TFOS_WARN("agent %s: refused a feed producer: %s", s->node, what);
+    else
+        s->suppressed++;
+}
+
+static void drop_pending(tfos__feed_server *s, pending *p, const char *why)
+{
+    if (why)
+        warn_limited(s, why);
+    tfos__loop_unwatch(s->loop, p->conn.fd);
+    tfos__conn_fini(&p->conn);
+    p->conn.fd = -1;
+}
+
+/* Frames here are a few dozen bytes on a fresh unix socket: they go out at
+ * once or the producer is not worth waiting for. */
+static int send_now(pending *p, tfos__msg *m)
+{
+    int rc = tfos__msg_end(m);
+    if (rc == 0)
+        rc = tfos__conn_send(&p->conn, m);
+    if (rc == 0 && p->conn.out_len)
+        rc = tfos__conn_flush(&p->conn);
+    if (rc == 0 && p->conn.out_len)
+        rc = TFOS_EAGAIN;
+    tfos__msg_fini(m);
+    return rc;
+}
+
+static void on_timer(tfos__loop *l, tfos__timer *t, void *user);
+
+static void schedule(tfos__feed_server *s)
+{
+    int64_t at = INT64_MAX;
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (s->p[i].conn.fd >= 0 && s->p[i].since + HANDSHAKE_MS < at)
+            at = s->p[i].since + HANDSHAKE_MS;
+    if (at == INT64_MAX)
+        tfos__timer_disarm(s->loop, &s->timer);
+    else
+        tfos__timer_arm(s->loop, &s->timer, at, on_timer, s);
+}
+
+static void on_timer(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    tfos__feed_server *s = user;
+    int64_t now = tfos__now_ms();
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (s->p[i].conn.fd >= 0 && now - s->p[i].since >= HANDSHAKE_MS)
+            drop_pending(s, &s->p[i], "no handshake in time");
+    schedule(s);
+}
+
+static void on_producer(tfos__loop *l, int fd, int events, void *user)
+{
+    (void)l;
+    (void)events;
+    tfos__feed_server *s = user;
+    pending *p = NULL;
+    for (int i = 0; i < PENDING_MAX && !p; i++)
+        if (s->p[i].conn.fd == fd)
+            p = &s->p[i];
+    if (!p)
+        return;
+    int rc = tfos__conn_read(&p->conn);
+    tfos__frame f;
+    const char *why = NULL;
+    int fr = tfos__conn_frame(&p->conn, &f, &why);
+    if (fr == TFOS_EAGAIN) {
+        if (rc)
+            drop_pending(s, p, "hung up in its handshake");
+        return;
+    }
+    if (fr) {
+        drop_pending(s, p, why ? why : "malformed frame");
+        return;
+    }
+    char mac[TFOS_MAC_HEX_LEN + 2] = "";
+    tfos__kv_str(f.payload, f.len, "mac", mac, sizeof mac);
+    tfos__msg m;
+    if (f.type != TFOS_MSG_FEED_OPEN || tfos__auth_check(s->secret, p->nonce, mac)) {
+        tfos__conn_consume(&p->conn);
+        tfos__msg_begin(&m, TFOS_MSG_ERROR);
+        tfos__msg_add(&m, "code", "%d", TFOS_EAUTH);
+        tfos__msg_add(&m, "message", "%s", "authentication failed: wrong cluster secret");
+        send_now(p, &m);
+        drop_pending(s, p, "it does not know the cluster secret");
+        return;
+    }
+    tfos__conn_consume(&p->conn);
+    /* fds first, then FEED_OK: the producer reads them with recvmsg before
+     * it buffers anything else, so no ancillary data is lost to a plain read */
+    rc = tfos__ring_send_fd(fd, s->in_fd);
+    if (rc == 0)
+        rc = tfos__ring_send_fd(fd, s->out_fd);
+    if (rc == 0) {
+        tfos__msg_begin(&m, TFOS_MSG_FEED_OK);
+        tfos__msg_add(&m, "node", "%s", s->node);
+        rc = send_now(p, &m);
+    }
+    drop_pending(s, p, rc ? "the rings could not be sent" : NULL);
+    schedule(s);
+}
+
+static void on_accept(tfos__loop *l, int lfd, int events, void *user)
+{
+    (void)events;
+    tfos__feed_server *s = user;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            break;
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != geteuid()) {
+            close(fd);
+            warn_limited(s, "it runs as another user");
+            continue;
+        }
+        /* a free slot, or the oldest handshake makes room: a flood of silent
+         * connections can delay a real producer by one handshake at most,
+         * never block the agent */
+        pending *p = NULL, *oldest = NULL;
+        for (int i = 0; i < PENDING_MAX && !p; i++) {
+            if (s->p[i].conn.fd < 0)
+                p = &s->p[i];
+            else if (!oldest || s->p[i].since < oldest->since)
+                oldest = &s->p[i];
+        }
+        if (!p) {
+            drop_pending(s, oldest, "too many producers in their handshake; dropped the oldest");
+            p = oldest;
+        }
+        tfos__conn_init(&p->conn, fd, 4096);
+        p->since = tfos__now_ms();
+        tfos__msg m;
+        if (tfos__random_hex(p->nonce, 16) || tfos__loop_watch(l, fd, TFOS_EV_READ, on_producer, s)) {
+            tfos__conn_fini(&p->conn);
+            p->conn.fd = -1;
+            continue;
+        }
+        tfos__msg_begin(&m, TFOS_MSG_HELLO);
+        tfos__msg_add(&m, "nonce", "%s", p->nonce);
+        if (send_now(p, &m))
+            drop_pending(s, p, "it does not read its greeting");
+    }
+    schedule(s);
+}
+
+int tfos__feed_server_open(tfos__feed_server **out, tfos__loop *loop, int lfd, const char *secret, const char *node,
+                           int in_fd, int out_fd)
+{
+    tfos__feed_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return TFOS_ENOMEM;
+    for (int i = 0; i < PENDING_MAX; i++)
+        s->p[i].conn.fd = -1;
+    s->loop = loop;
+    s->lfd = lfd;
+    s->in_fd = in_fd;
+    s->out_fd = out_fd;
+    s->secret = strdup(secret);
+    s->node = strdup(node);
+    int rc = s->secret && s->node ? tfos__loop_watch(loop, lfd, TFOS_EV_READ, on_accept, s) : TFOS_ENOMEM;
+    if (rc) {
+        free(s->secret);
+        free(s->node);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void tfos__feed_server_close(tfos__feed_server *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (s->p[i].conn.fd >= 0)
+            drop_pending(s, &s->p[i], NULL);
+    tfos__timer_disarm(s->loop, &s->timer);
+    tfos__loop_unwatch(s->loop, s->lfd);
+    free(s->secret);
+    free(s->node);
+    free(s);
+}
+
+/* A frame written out with a bound (the producer's blocking side). */
 static int send_frame(tfos__conn *c, tfos__msg *m, int timeout_ms)
 {
     int rc = tfos__msg_end(m);
@@ -53,53 +280,6 @@ static int send_frame(tfos__conn *c, tfos__msg *m, int timeout_ms)
     if (rc == 0)
         rc = tfos__conn_flush_wait(c, timeout_ms);
     tfos__msg_fini(m);
-    return rc;
-}
-
-int tfos__feed_serve_one(int lfd, const char *secret, const char *node, int in_fd, int out_fd, int timeout_ms)
-{
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-        return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : TFOS_ESYS;
-    struct ucred cred;
-    socklen_t cl = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != geteuid()) {
-        close(fd);
-        return TFOS_EAUTH;
-    }
-    tfos__conn c;
-    tfos__conn_init(&c, fd, 4096);
-    int rc;
-    char nonce[33];
-    tfos__msg m;
-    if ((rc = tfos__random_hex(nonce, 16)))
-        goto out;
-    tfos__msg_begin(&m, TFOS_MSG_HELLO);
-    tfos__msg_add(&m, "nonce", "%s", nonce);
-    if ((rc = send_frame(&c, &m, timeout_ms)))
-        goto out;
-    tfos__frame f;
-    const char *why;
-    if ((rc = tfos__conn_wait_frame(&c, timeout_ms, &f, &why)))
-        goto out;
-    char mac[TFOS_MAC_HEX_LEN + 2] = "";
-    tfos__kv_str(f.payload, f.len, "mac", mac, sizeof mac);
-    if (f.type != TFOS_MSG_FEED_OPEN || tfos__auth_check(secret, nonce, mac)) {
-        rc = TFOS_EAUTH;
-        tfos__msg_begin(&m, TFOS_MSG_ERROR);
-        tfos__msg_add(&m, "message", "%s", "authentication failed: wrong cluster secret");
-        send_frame(&c, &m, timeout_ms);
-        goto out;
-    }
-    /* fds first, then FEED_OK: the producer reads them with recvmsg before
-     * it buffers anything else, so no ancillary data is lost to a plain read */
-    if ((rc = tfos__ring_send_fd(fd, in_fd)) || (rc = tfos__ring_send_fd(fd, out_fd)))
-        goto out;
-    tfos__msg_begin(&m, TFOS_MSG_FEED_OK);
-    tfos__msg_add(&m, "node", "%s", node);
-    rc = send_frame(&c, &m, timeout_ms);
-out:
-    tfos__conn_fini(&c);
     return rc;
 }
 

@@ -14,11 +14,17 @@
 /* Listen on the node's feed socket. *fd is non-blocking, close-on-exec. */
 int tfos__feed_listen(const char *cluster_id, int executor_id, int *fd);
 
-/* Accept one producer from `lfd` (if one is waiting) and run the handshake,
- * giving it in_fd and out_fd. `node` (e.g. "worker:1") goes into FEED_OK.
- * Returns 0 (also when nobody was waiting), or an error for this producer
- * only (logged by the caller); the listener stays usable. */
-int tfos__feed_serve_one(int lfd, const char *secret, const char *node, int in_fd, int out_fd, int timeout_ms);
+/* The agent's side, on its event loop: every producer that connects to
+ * `lfd` gets its handshake (greeting, HMAC check, the two ring fds, FEED_OK
+ * naming `node`) as its bytes arrive; none of it ever blocks the loop. At
+ * most 16 producers are in their handshake at once (a new one evicts the
+ * oldest) and each has 2 s to finish it; refusals are logged, a few per 10 s.
+ * lfd, in_fd and out_fd stay the caller's; they must outlive the server. */
+typedef struct tfos__feed_server tfos__feed_server;
+struct tfos__loop;
+int tfos__feed_server_open(tfos__feed_server **out, struct tfos__loop *loop, int lfd, const char *secret,
+                           const char *node, int in_fd, int out_fd);
+void tfos__feed_server_close(tfos__feed_server *s);
 
 /* Connect to node `executor_id`'s feed socket and receive its ring fds.
  * `node` (may be NULL) receives the node's name. Retries a refused connection

@@ -112,6 +112,7 @@ struct agent {
     tfos__ring *in_ring, *out_ring; /* observer handles (counters) */
     int in_fd, out_fd;
     int feed_lfd;
+    tfos__feed_server *feed_server; /* the producers' handshakes, on the loop */
     /* END_FEED: 0 not asked, 1 asked and pending, 2 done or given up */
     int end_feed;
     tfos__ring *feed_producer;    /* our producer handle on the input ring */
@@ -281,7 +282,6 @@ static int open_log(agent *a)
 }
 
 static void on_pipe(tfos__loop *l, int fd, int events, void *user);
-static void on_feed(tfos__loop *l, int fd, int events, void *user);
 
 /* Create the input and output rings and listen for producers. */
 static int open_feed(agent *a)
@@ -295,7 +295,7 @@ static int open_feed(agent *a)
     if (rc == 0)
         rc = tfos__feed_listen(o->cluster_id, o->executor_id, &a->feed_lfd);
     if (rc == 0)
-        rc = tfos__loop_watch(a->loop, a->feed_lfd, TFOS_EV_READ, on_feed, a);
+        rc = tfos__feed_server_open(&a->feed_server, a->loop, a->feed_lfd, o->secret, a->label, a->in_fd, a->out_fd);
     if (rc)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
@@ -620,10 +620,27 @@ static int connect_and_register(agent *a)
     const tfos_agent_opts *o = a->o;
     int64_t deadline = tfos__now_ms() + (int64_t)((o->connect_timeout > 0 ? o->connect_timeout : TFOS_DEFAULT_CONNECT_TIMEOUT) * 1000);
     char mac[TFOS_MAC_HEX_LEN + 1], err[512];
-    int rc = dial_coord(o->coord_addr, o->secret, deadline, 1, 1000, &a->conn, mac, err, sizeof err);
+    /* A coordinator under a flood of junk connections may drop us before it
+     * greets us: try again, backing off, until the deadline. */
+    int rc, tries = 0, backoff_ms = 100;
+    for (;;) {
+        int64_t attempt_deadline = tfos__now_ms() + 5000;
+        if (attempt_deadline > deadline)
+            attempt_deadline = deadline;
+        rc = dial_coord(o->coord_addr, o->secret, attempt_deadline, 1, 1000, &a->conn, mac, err, sizeof err);
+        tries++;
+        if (rc == 0 || rc == TFOS_EINVAL || tfos__now_ms() + backoff_ms >= deadline)
+            break;
+        tfos__conn_fini(&a->conn);
+        TFOS_DEBUG("agent %d: %s; trying again in %d ms", o->executor_id, err, backoff_ms);
+        struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        if (backoff_ms < 2000)
+            backoff_ms *= 2;
+    }
     a->connected = a->conn.fd >= 0;
     if (rc) {
-        TFOS_ERROR("agent %d: %s", o->executor_id, err);
+        TFOS_ERROR("agent %d: %s (after %d tries)", o->executor_id, err, tries);
         return rc;
     }
     tfos__msg m;
@@ -647,16 +664,6 @@ static void on_pipe(tfos__loop *l, int fd, int events, void *user)
     (void)events;
     linebuf *lb = user;
     pump(lb->a, lb);
-}
-
-static void on_feed(tfos__loop *l, int fd, int events, void *user)
-{
-    (void)l;
-    (void)events;
-    agent *a = user;
-    int frc = tfos__feed_serve_one(fd, a->o->secret, a->label, a->in_fd, a->out_fd, 2000);
-    if (frc)
-        TFOS_WARN("agent %s: refused a feed producer: %s", a->label, tfos_strerror(frc));
 }
 
 static void on_signal(tfos__loop *l, int fd, int events, void *user)
@@ -872,6 +879,7 @@ out:
         close(a.logfd);
     if (a.sfd >= 0)
         close(a.sfd);
+    tfos__feed_server_close(a.feed_server);
     if (a.feed_lfd >= 0)
         close(a.feed_lfd);
     if (a.in_fd >= 0)

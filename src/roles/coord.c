@@ -46,6 +46,13 @@
 #include <unistd.h>
 
 #define MAX_PEERS 1024
+/* Connections that have not authenticated yet: bounded on their own (a new
+ * one evicts the oldest) so a flood of idle connections never takes the
+ * slots registrations need, and each has TFOS_AUTH_TIMEOUT_MS to prove
+ * itself. */
+#define UNAUTH_MAX 64
+#define WARN_WINDOW_MS 10000
+#define WARN_PER_WINDOW 10
 #define TAIL_MAX 4096
 
 enum { N_EMPTY, N_REGISTERED, N_RUNNING, N_EXITED };
@@ -97,6 +104,9 @@ struct tfos_coord {
     peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
+    int unauthed;          /* peers that have not authenticated yet */
+    int64_t warn_window;   /* peer-caused warnings: at most WARN_PER_WINDOW per window */
+    int warned, suppressed;
     int failed;
     int failure_code;
     int decision;
@@ -210,12 +220,47 @@ static void send_error(tfos_coord *c, peer *p, int code, const char *text)
 
 static void enter_stopping(tfos_coord *c);
 
+/* Warnings a peer causes (junk, floods): a few per window, the rest counted
+ * and summed up once the window is over, so junk cannot flood the log. */
+static void peer_warn(tfos_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sum of what a window did not show, once it is over (or at close). */
+static void flush_warnings(tfos_coord *c, int force)
+{
+    if (c->suppressed && (force || tfos__now_ms() - c->warn_window >= WARN_WINDOW_MS)) {
+        TFOS_WARN("coordinator: %d more peer warnings in the last %d s were not shown", c->suppressed,
+                  WARN_WINDOW_MS / 1000);
+        c->suppressed = 0;
+    }
+}
+
+static void peer_warn(tfos_coord *c, const char *fmt, ...)
+{
+    int64_t now = tfos__now_ms();
+    if (now - c->warn_window >= WARN_WINDOW_MS) {
+        flush_warnings(c, 1);
+        c->warn_window = now;
+        c->warned = 0;
+    }
+    if (c->warned++ >= WARN_PER_WINDOW) {
+        c->suppressed++;
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    TFOS_WARN("coordinator: %s", msg);
+}
+
 static void drop_peer(tfos_coord *c, peer *p, const char *why)
 {
     if (p->gone)
         return;
     if (why)
-        TFOS_WARN("coordinator: dropped peer %s: %s", p->name, why);
+        peer_warn(c, "dropped peer %s: %s", p->name, why);
+    if (!p->authed)
+        c->unauthed--;
     p->gone = 1;
     tfos__loop_unwatch(c->loop, p->conn.fd);
     for (int i = 0; i < c->npeers; i++)
@@ -360,17 +405,18 @@ static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char 
     char mac[TFOS_MAC_HEX_LEN + 2] = "";
     tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
     if (tfos__auth_check(c->secret, p->nonce, mac)) {
-        TFOS_WARN("coordinator: rejected %s from %s: it does not know the cluster secret", what, p->name);
+        peer_warn(c, "rejected %s from %s: it does not know the cluster secret", what, p->name);
         send_error(c, p, TFOS_EAUTH, "authentication failed: wrong cluster secret");
         return 0;
     }
     p->authed = 1;
+    c->unauthed--;
     return 1;
 }
 
 static void refuse(tfos_coord *c, peer *p, int code, const char *msg)
 {
-    TFOS_WARN("coordinator: %s (peer %s)", msg, p->name);
+    peer_warn(c, "%s (peer %s)", msg, p->name);
     send_error(c, p, code, msg);
 }
 
@@ -636,8 +682,18 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
         }
         char name[64];
         tfos__peer_name(fd, name, sizeof name);
+        if (c->unauthed >= UNAUTH_MAX) {
+            /* make room: the oldest connection still not authenticated goes */
+            peer *oldest = NULL;
+            for (int i = 0; i < c->npeers; i++)
+                if (!c->peers[i]->authed && !c->peers[i]->gone &&
+                    (!oldest || c->peers[i]->accepted < oldest->accepted))
+                    oldest = c->peers[i];
+            if (oldest)
+                drop_peer(c, oldest, "too many connections waiting to authenticate; dropped the oldest");
+        }
         if (c->npeers >= MAX_PEERS) {
-            TFOS_WARN("coordinator: refused %s: too many connections", name);
+            peer_warn(c, "refused %s: too many connections", name);
             close(fd);
             continue;
         }
@@ -657,6 +713,7 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
             continue;
         }
         c->peers[c->npeers++] = p;
+        c->unauthed++;
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_HELLO);
         tfos__msg_add(&m, "nonce", "%s", p->nonce);
@@ -736,6 +793,7 @@ static void on_peer(tfos__loop *l, int fd, int events, void *user)
 static void check_timers(tfos_coord *c)
 {
     int64_t now = tfos__now_ms();
+    flush_warnings(c, 0);
     /* unauthenticated connections may not linger */
     for (int i = c->npeers - 1; i >= 0; i--) {
         peer *p = c->peers[i];
@@ -823,6 +881,8 @@ static void schedule(tfos_coord *c)
             at = c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS;
     if (c->state == TFOS_COORD_RESERVING && c->reserve_deadline < at)
         at = c->reserve_deadline;
+    if (c->suppressed && c->warn_window + WARN_WINDOW_MS < at)
+        at = c->warn_window + WARN_WINDOW_MS;
     if (c->state == TFOS_COORD_STOPPING && c->stop_deadline < at)
         at = c->stop_deadline;
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
@@ -889,7 +949,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
         c->own_loop = 1;
     }
     int port;
-    rc = tfos__tcp_listen(c->opts.bind_host, opts->port, 128, &c->lfd, &port);
+    rc = tfos__tcp_listen(c->opts.bind_host, opts->port, 1024, &c->lfd, &port);
     if (rc)
         goto fail;
     rc = tfos__loop_watch(c->loop, c->lfd, TFOS_EV_READ, on_listen, c);
@@ -1057,6 +1117,7 @@ void tfos_coord_close(tfos_coord *c)
 {
     if (!c)
         return;
+    flush_warnings(c, 1);
     for (int i = 0; i < c->npeers; i++) {
         tfos__loop_unwatch(c->loop, c->peers[i]->conn.fd);
         tfos__conn_fini(&c->peers[i]->conn);
