@@ -26,7 +26,9 @@ def export_saved_model(model, export_dir, is_chief=False):
       cannot write that format, so tfos writes the closest equivalent with
       ``tf.saved_model.save``: a ``serving_default`` signature with one input
       per model input, named after its input layer (a Sequential model's is
-      ``input_layer`` unless given ``keras.Input(..., name=...)``), returning
+      ``input_layer``, ``input_layer_1``... unless given
+      ``keras.Input(..., name=...)``; Keras 2 said ``input_1`` or
+      ``<first layer>_input``), returning
       a dict keyed by the output layers' names (``{"dense_1": ...}``), as
       under Keras 2. Layer names repeated among the outputs get ``_1``,
       ``_2``... suffixes. The object also keeps ``model.export()``'s
