@@ -53,6 +53,8 @@ static const char usage_text[] =
     "                           stops at once: the failure is deterministic)\n"
     "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
     "  --status-port P          serve /status, /metrics and a live page on 127.0.0.1:P (0: any port, -1: off)\n"
+    "  --status-host H          listen on H instead of 127.0.0.1; beyond loopback the page needs the\n"
+    "                           token printed in its URL (?token=..., or Authorization: Bearer ...)\n"
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
@@ -139,7 +141,7 @@ typedef struct cli {
     int feed_mb;
     char *inputs[256];
     int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
-    const char *checkpoint_dir;
+    const char *checkpoint_dir, *status_host;
     long long partition_rows;
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
     char **argv; /* after -- */
@@ -241,6 +243,9 @@ static int parse(int argc, char **argv, cli *c)
             if (parse_int(a, NEXT(), 1, 1 << 30, &pr))
                 return 2;
             c->partition_rows = pr;
+        } else if (!strcmp(a, "--status-host")) {
+            if (!(c->status_host = NEXT()))
+                return usage_error("%s needs an address", a);
         } else if (!strcmp(a, "--status-port")) {
             if (parse_int(a, NEXT(), -1, 65535, &c->status_port))
                 return 2;
@@ -309,7 +314,7 @@ static int cmd_run(cli *c)
                        .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
-                       .status_port = c->status_port, .quiet = c->quiet};
+                       .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));

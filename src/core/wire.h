@@ -35,7 +35,8 @@ enum {
     TFOS_MSG_ABORT = 14,     /* client -> coord: mac, executor_id, message (one line each);
                               * a node could not start: fail and stop the cluster.
                               * Answered with STATUS once recorded. */
-    TFOS_MSG_MAX_ = 14,
+    TFOS_MSG_LOG_ERROR = 15, /* agent -> coord: message; the node's log file cannot be written */
+    TFOS_MSG_MAX_ = 15,
 };
 
 typedef struct tfos__frame {

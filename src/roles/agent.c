@@ -87,6 +87,7 @@ struct agent {
     int done;              /* leave the loop */
     tfos__timer hb_timer, kill_timer, end_feed_timer;
     int start_failed;      /* the program (or what it needs) could not be started */
+    char log_error[300];   /* the node's log file could not be written: why ("" fine) */
     tfos__conn conn;
     int connected;
     int sfd;
@@ -133,18 +134,25 @@ static void tail_push(agent *a, const char *line, size_t len)
         a->tail_count++;
 }
 
-static void write_all(int fd, const char *p, size_t n)
+/* 0, or -1 with errno (ENOSPC: a short write counts as one). */
+static int write_all(int fd, const char *p, size_t n)
 {
     while (n) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
-            return;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
         p += w;
         n -= (size_t)w;
     }
+    return 0;
 }
+
+static void send_log_error(agent *a);
 
 static void emit_line(agent *a, int out, const char *line, size_t len)
 {
@@ -153,7 +161,14 @@ static void emit_line(agent *a, int out, const char *line, size_t len)
         char buf[LINE_MAX_ + 2];
         memcpy(buf, line, len);
         buf[len] = '\n';
-        write_all(a->logfd, buf, len + 1);
+        if (write_all(a->logfd, buf, len + 1) < 0 && !a->log_error[0]) {
+            /* a full disk (or any write error): said once, on the console and
+             * to the coordinator (its /status); the console keeps the output */
+            snprintf(a->log_error, sizeof a->log_error, "cannot write its log file %s/%s-%d.log: %s",
+                     a->o->log_dir, a->nodes[a->self].job, a->nodes[a->self].index, strerror(errno));
+            TFOS_ERROR("agent %s: %s; its output still goes to the console", a->label, a->log_error);
+            send_log_error(a);
+        }
     }
     if (!a->o->quiet) {
         /* one write per line so lines of different nodes do not interleave */
@@ -267,13 +282,15 @@ static int open_log(agent *a)
 {
     if (!a->o->log_dir)
         return 0;
-    if (mkdir(a->o->log_dir, 0777) < 0 && errno != EEXIST) {
+    if (mkdir(a->o->log_dir, 0700) < 0 && errno != EEXIST) {
         TFOS_ERROR("agent %s: cannot create log dir %s: %s", a->label, a->o->log_dir, strerror(errno));
         return TFOS_ESYS;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/%s-%d.log", a->o->log_dir, a->nodes[a->self].job, a->nodes[a->self].index);
-    a->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+    /* the node's output may hold data and secrets of the user's: for the
+     * user only */
+    a->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (a->logfd < 0) {
         TFOS_ERROR("agent %s: cannot open log file %s: %s", a->label, path, strerror(errno));
         return TFOS_ESYS;
@@ -300,6 +317,15 @@ static int open_feed(agent *a)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
     return rc;
+}
+
+/* LOG_ERROR: the node's log file cannot be written (once per node). */
+static void send_log_error(agent *a)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_LOG_ERROR);
+    tfos__msg_add(&m, "message", "%s", a->log_error);
+    send_msg(a, &m);
 }
 
 /* EXITED: how the program ended (kind: exit, signal, start, owner), its

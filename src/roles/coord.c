@@ -69,6 +69,7 @@ typedef struct cnode {
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
     char exit_desc[96];
+    char log_error[300]; /* the agent could not write the node's log ("" fine) */
     char tail[TAIL_MAX];
     int64_t last_heartbeat;
     int stop_sent;
@@ -648,6 +649,13 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     case TFOS_MSG_EXITED:
         handle_exited(c, p, f);
         return NULL;
+    case TFOS_MSG_LOG_ERROR:
+        if (!nd->log_error[0]) {
+            char label[48];
+            tfos__kv_str(f->payload, f->len, "message", nd->log_error, sizeof nd->log_error);
+            TFOS_WARN("coordinator: %s %s", node_label(nd, label, sizeof label), nd->log_error);
+        }
+        return NULL;
     case TFOS_MSG_ERROR: {
         char text[512] = "";
         tfos__kv_str(f->payload, f->len, "message", text, sizeof text);
@@ -1102,6 +1110,8 @@ char *tfos_coord_status_json(const tfos_coord *c)
         fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",
                 nd->addr.executor_id, nd->addr.job, nd->addr.index);
         tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
+        fprintf(f, ", \"log_error\": ");
+        tfos__json_str(f, nd->log_error);
         fprintf(f, ", \"port\": %d, \"state\": \"%s\", \"agent_pid\": %d, \"pid\": %d, \"exit_code\": %d, \"exit\": ",
                 nd->state == N_EMPTY ? 0 : nd->addr.port, node_state_names[nd->state], nd->agent_pid, nd->prog_pid,
                 nd->state == N_EXITED ? nd->exit_code : -1);

@@ -1,6 +1,14 @@
 /* http.c: the status page server (see http.h). Each connection is read
  * until its request's header ends, answered into a buffer, and written out
- * as its socket takes it; one timer drops the oldest idle connection. */
+ * as its socket takes it; one timer drops idle connections. While every
+ * slot is taken the listening socket is not accepted from, so clients wait
+ * in the kernel's backlog instead of being dropped.
+ *
+ * Who may ask: on loopback, only requests whose Host is a loopback name (a
+ * page from elsewhere that rebinds its DNS name to 127.0.0.1 still sends its
+ * own name, and gets 421); with a token (required when listening beyond
+ * loopback), only requests carrying it, as `Authorization: Bearer TOKEN` or
+ * `?token=TOKEN`. */
 #include "run/http.h"
 
 #include "platform/clock.h"
@@ -11,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +39,8 @@ typedef struct hconn {
 struct tfos__http {
     tfos__loop *loop;
     int lfd, port;
+    int paused;      /* every slot taken: not accepting */
+    char token[80];  /* "" : none */
     tfos__http_handler handler;
     void *user;
     tfos__timer idle;
@@ -45,6 +56,61 @@ static void drop(tfos__http *s, hconn *c)
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_off = 0;
+    if (s->paused) { /* a slot is free again */
+        s->paused = 0;
+        tfos__loop_events(s->loop, s->lfd, TFOS_EV_READ);
+    }
+}
+
+/* The value of header `name` (case-insensitive) into out, or 0 if absent. */
+static int header(const char *req, const char *name, char *out, size_t len)
+{
+    size_t nl = strlen(name);
+    for (const char *p = strstr(req, "\n"); p; p = strstr(p + 1, "\n")) {
+        if (!strncasecmp(p + 1, name, nl) && p[1 + nl] == ':') {
+            const char *v = p + 2 + nl;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t n = strcspn(v, "\r\n");
+            snprintf(out, len, "%.*s", (int)n, v);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Is the request allowed (see the top of this file)? 0, or the status. */
+static int refused(const tfos__http *s, const char *req, char *path)
+{
+    if (s->token[0]) {
+        char auth[160] = "";
+        char *q = strchr(path, '?');
+        const char *t = q ? strstr(q, "token=") : NULL;
+        if (header(req, "Authorization", auth, sizeof auth) && !strncmp(auth, "Bearer ", 7) &&
+            !strcmp(auth + 7, s->token))
+            return 0;
+        if (t && (t == q + 1 || t[-1] == '&') && !strncmp(t + 6, s->token, strlen(s->token)) &&
+            (t[6 + strlen(s->token)] == '\0' || t[6 + strlen(s->token)] == '&'))
+            return 0;
+        return 401;
+    }
+    char host[300];
+    if (!header(req, "Host", host, sizeof host))
+        return 0; /* HTTP/1.0 without Host: not a browser */
+    char name[300];
+    snprintf(name, sizeof name, "%s", host);
+    if (name[0] == '[') {
+        char *e = strchr(name, ']');
+        if (e)
+            e[1] = '\0';
+    } else {
+        char *colon = strrchr(name, ':');
+        if (colon)
+            *colon = '\0';
+    }
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]") || !strncmp(name, "127.", 4))
+        return 0;
+    return 421;
 }
 
 static void on_idle(tfos__loop *l, tfos__timer *t, void *user);
@@ -84,14 +150,21 @@ static void respond(tfos__http *s, hconn *c)
         status = 400;
     } else if (strcmp(method, "GET")) {
         status = 405;
+    } else if ((status = refused(s, c->buf, path))) {
+        /* 401 without the token; 421 for a Host that is not this machine */
     } else {
+        status = 200;
         char *q = strchr(path, '?');
         if (q)
             *q = 0;
         body = s->handler(path, &ctype, &status, s->user);
     }
-    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
-                                                                                         : "Bad Request";
+    const char *reason = status == 200   ? "OK"
+                         : status == 404 ? "Not Found"
+                         : status == 405 ? "Method Not Allowed"
+                         : status == 401 ? "Unauthorized (the status page needs its token)"
+                         : status == 421 ? "Misdirected Request (Host is not this machine)"
+                                         : "Bad Request";
     if (!body) {
         body = strdup(reason);
         ctype = "text/plain; charset=utf-8";
@@ -167,6 +240,14 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
         c->fd = fd;
         c->len = 0;
         c->since = tfos__now_ms();
+        int busy = 1;
+        for (int i = 0; i < MAX_CONNS && busy; i++)
+            busy = s->conns[i].fd >= 0;
+        if (busy) { /* the rest wait in the backlog until a slot is free */
+            s->paused = 1;
+            tfos__loop_events(l, lfd, 0);
+            break;
+        }
     }
     schedule_idle(s);
 }
@@ -179,7 +260,7 @@ int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int po
         return TFOS_ENOMEM;
     for (int i = 0; i < MAX_CONNS; i++)
         s->conns[i].fd = -1;
-    int rc = tfos__tcp_listen(host, port, 64, &s->lfd, &s->port);
+    int rc = tfos__tcp_listen(host, port, 1024, &s->lfd, &s->port);
     if (rc) {
         free(s);
         return rc;
@@ -200,6 +281,11 @@ int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int po
 int tfos__http_port(const tfos__http *s)
 {
     return s->port;
+}
+
+void tfos__http_set_token(tfos__http *s, const char *token)
+{
+    snprintf(s->token, sizeof s->token, "%s", token ? token : "");
 }
 
 void tfos__http_close(tfos__http *s)

@@ -3,7 +3,9 @@
  * GET only, one request per connection, registered with the program's event
  * loop (core/loop.h): it reads requests and writes responses only when their
  * sockets are ready, so a slow or silent client never blocks the loop.
- * Requests over 8 KiB, and connections idle for 5 s, are dropped. */
+ * Requests over 8 KiB, and connections idle for 5 s, are dropped. On
+ * loopback a request whose Host names another machine gets 421 (DNS
+ * rebinding); with a token, a request without it gets 401. */
 #ifndef TFOS_RUN_HTTP_H
 #define TFOS_RUN_HTTP_H
 #include "core/loop.h"
@@ -19,6 +21,9 @@ typedef struct tfos__http tfos__http;
 int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
                     void *user);
 int tfos__http_port(const tfos__http *h);
+/* Require `token` (Authorization: Bearer, or ?token=) on every request;
+ * NULL or "": none (loopback only, Host checked). */
+void tfos__http_set_token(tfos__http *h, const char *token);
 /* Stop listening, drop every connection, free. NULL is a no-op. */
 void tfos__http_close(tfos__http *h);
 

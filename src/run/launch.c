@@ -26,6 +26,7 @@
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,11 +67,14 @@ struct tfos_local {
     char summary[12288];
     char env_secret[TFOS_HEX_SECRET_LEN + 16]; /* "TFOS_SECRET=..." for child_env */
     char env_cluster[40];                      /* "TFOS_CLUSTER_ID=..." */
+    char status_query[48];                     /* "?token=..." beyond loopback, else "" */
     tfos__http *http;
     tfos__status_src status;
 };
 
-static int mkdir_p(const char *path)
+/* mkdir -p; the directories it creates get `mode` (logs: 0700, readable
+ * by the run's user only). */
+static int mkdir_p(const char *path, mode_t mode)
 {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
@@ -78,13 +82,19 @@ static int mkdir_p(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
             return TFOS_ESYS;
         *p = '/';
     }
-    if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
         return TFOS_ESYS;
     return 0;
+}
+
+/* Is host a loopback address (the status page needs no token there)? */
+static int is_loopback(const char *host)
+{
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
 }
 
 /* The interpreter for the built-in ps server and the Arrow feeder: the
@@ -330,9 +340,10 @@ static int start_attempt(tfos_local *l)
     l->status.coord = l->coord;
     l->status.attempt = attempt;
     if (attempt == 1 && l->http)
-        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s, status http://%s:%d/)", l->n,
+        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s, status http://%s:%d/%s)", l->n,
                   tfos_coord_address(l->coord), l->log_dir,
-                  l->opts.status_host ? l->opts.status_host : "127.0.0.1", tfos__http_port(l->http));
+                  l->opts.status_host ? l->opts.status_host : "127.0.0.1", tfos__http_port(l->http),
+                  l->status_query);
     else if (attempt == 1)
         TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", l->n, tfos_coord_address(l->coord),
                   l->log_dir);
@@ -391,7 +402,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
         snprintf(l->log_dir, sizeof l->log_dir, "tfos-logs/run-%s-%d", stamp, (int)getpid());
     }
-    rc = mkdir_p(l->log_dir);
+    rc = mkdir_p(l->log_dir, 0700);
     if (rc) {
         TFOS_ERROR("cannot create the log dir %s: %s", l->log_dir, strerror(errno));
         goto fail;
@@ -403,26 +414,37 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s", opts->checkpoint_dir);
     else
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s/checkpoints", l->log_dir);
-    rc = mkdir_p(l->checkpoint_dir);
+    rc = mkdir_p(l->checkpoint_dir, 0777);
     if (rc) {
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
     if (opts->status_port >= 0) {
-        rc = tfos__http_open(&l->http, l->loop, opts->status_host ? opts->status_host : "127.0.0.1",
-                             opts->status_port, tfos__status_handle, &l->status);
+        const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
+        rc = tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);
         if (rc) {
             TFOS_ERROR("cannot serve the status page on port %d: %s", opts->status_port, strerror(errno));
             goto fail;
         }
-        /* where `tfos status` and `tfos logs -f` find this run */
+        /* beyond loopback the page and the logs need a token */
+        if (!is_loopback(host)) {
+            char token[33];
+            if ((rc = tfos__random_hex(token, 16)))
+                goto fail;
+            tfos__http_set_token(l->http, token);
+            snprintf(l->status_query, sizeof l->status_query, "?token=%s", token);
+        }
+        /* where `tfos status` and `tfos logs -f` find this run (0600: it may
+         * hold the token) */
         char path[4400];
         snprintf(path, sizeof path, "%s/status-url", l->log_dir);
-        FILE *f = fopen(path, "w");
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (f) {
-            fprintf(f, "http://%s:%d/\n", opts->status_host ? opts->status_host : "127.0.0.1",
-                    tfos__http_port(l->http));
+            fprintf(f, "http://%s:%d/%s\n", host, tfos__http_port(l->http), l->status_query);
             fclose(f);
+        } else if (fd >= 0) {
+            close(fd);
         }
     }
     l->status.feed = &l->meter;

@@ -103,3 +103,125 @@ def test_silent_feed_producers_do_not_block_the_agent(tmp_path, marker):
     assert "[worker:0] rows 300" in out
     assert took < 20  # the producer got through while the silent ones waited
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+LONG_PROG = textwrap.dedent('''
+    import sys, time
+    for i in range(20):
+        print("line %d" % i, flush=True)
+    time.sleep(float(sys.argv[2]))
+''')
+
+
+def _start_run(tmp_path, marker, extra=(), sleep=4.0):
+    prog = tmp_path / "long.py"
+    prog.write_text(LONG_PROG)
+    return subprocess.Popen([tfos_cli(), "run", "--workers", "1", "--max-restarts", "0", "--log-dir",
+                             str(tmp_path / "logs")] + list(extra) + ["--", PY, str(prog), marker, str(sleep)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _status_url(tmp_path):
+    path = tmp_path / "logs" / "status-url"
+    assert wait_for(lambda: path.exists() and path.read_text().endswith("\n"), 30)
+    return path.read_text().strip()
+
+
+def _get(host, port, path, headers=None, timeout=15):
+    import http.client
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.putrequest("GET", path, skip_host=True)
+        for k, v in (headers or {"Host": "%s:%d" % (host, port)}).items():
+            c.putheader(k, v)
+        c.endheaders()
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_a_full_log_disk_is_reported_once(tmp_path, marker):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.symlink("/dev/full", logs / "worker-0.log")  # every write to the node's log fails with ENOSPC
+    p = _start_run(tmp_path, marker, sleep=3.0)
+    url = _status_url(tmp_path)
+    host, port = url.split("/")[2].split(":")
+    seen = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not seen:
+        import json
+        try:
+            st = json.loads(_get(host, int(port), "/status")[1])
+            seen = st["cluster"]["nodes"][0]["log_error"] if st.get("cluster") else None
+        except OSError:
+            pass
+        time.sleep(0.2)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err[-3000:]
+    assert seen and "No space left on device" in seen, seen
+    assert out.count("[worker:0] line ") == 20  # the console still has every line
+    assert err.count("cannot write its log file") == 2, err  # once by the agent, once by the coordinator
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_status_page_checks_host_keeps_logs_private_and_drops_no_client(tmp_path, marker):
+    import threading
+    p = _start_run(tmp_path, marker, sleep=12.0)
+    try:
+        url = _status_url(tmp_path)
+        host, port = url.split("/")[2].split(":")
+        port = int(port)
+        # a DNS-rebinding page sends its own name as Host
+        assert _get(host, port, "/status", {"Host": "attacker.example:%d" % port})[0] == 421
+        assert _get(host, port, "/logs/worker-0.log", {"Host": "attacker.example"})[0] == 421
+        assert _get(host, port, "/status")[0] == 200
+        assert _get(host, port, "/status", {"Host": "localhost:%d" % port})[0] == 200
+        # idle clients hold every slot for a while; real ones wait, none is dropped
+        idle = [socket.create_connection((host, port)) for _ in range(80)]
+        results = []
+
+        def client():
+            try:
+                results.append(_get(host, port, "/status", timeout=30)[0])
+            except OSError as exc:
+                results.append(repr(exc))
+
+        threads = [threading.Thread(target=client) for _ in range(300)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for s in idle:
+            s.close()
+        assert results.count(200) == 300, [r for r in results if r != 200][:5]
+        logs = tmp_path / "logs"
+        assert (logs.stat().st_mode & 0o777) == 0o700
+        assert (logs / "worker-0.log").stat().st_mode & 0o777 == 0o600
+        assert (logs / "status-url").stat().st_mode & 0o777 == 0o600
+    finally:
+        p.kill()
+        p.wait()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_status_page_beyond_loopback_needs_its_token(tmp_path, marker):
+    p = _start_run(tmp_path, marker, extra=["--status-host", "0.0.0.0"], sleep=6.0)
+    try:
+        url = _status_url(tmp_path)
+        assert "?token=" in url
+        token = url.split("?token=")[1]
+        port = int(url.split("/")[2].split(":")[1])
+        assert _get("127.0.0.1", port, "/status")[0] == 401
+        assert _get("127.0.0.1", port, "/status?token=" + "0" * len(token))[0] == 401
+        assert _get("127.0.0.1", port, "/status?token=" + token)[0] == 200
+        assert _get("127.0.0.1", port, "/logs/worker-0.log",
+                    {"Host": "anything", "Authorization": "Bearer " + token})[0] == 200
+        st = subprocess.run([tfos_cli(), "status", str(tmp_path / "logs")], capture_output=True, text=True,
+                            timeout=30)
+        assert st.returncode == 0 and "worker:0" in st.stdout, st.stdout + st.stderr
+    finally:
+        p.kill()
+        p.wait()
+    assert wait_for(lambda: not pids_with(marker), 10)
