@@ -251,7 +251,12 @@ class DataFeed(object):
     path: numpy arrays by column, with no per-row Python objects.
 
     ``timeout`` (seconds, default None = wait as long as producers live) bounds
-    every wait for data; a producer that dies is reported at once.
+    every wait for data; a producer that dies is reported at once. Rows taken
+    are never dropped: a batch whose wait times out after it has taken some
+    rows returns them (a short batch, while ``should_stop()`` stays False);
+    ``TimeoutError`` is raised only when no row came within ``timeout``. The
+    same holds when the producers go away without ending the feed: the rows
+    taken come back first, and the next call raises ``FeedClosed``.
     """
 
     def __init__(self, mgr=None, train_mode=True, qname_in="input", qname_out="output", input_mapping=None,
@@ -265,6 +270,7 @@ class DataFeed(object):
         self._chunks = collections.deque()
         self._last_batch = []                # [(partition, rows)] of the last next_batch
         self._partition = 0                  # partition of the records being read
+        self._closed = None                  # FeedClosed met after rows were taken: raised on the next wait
         self.rows_read = 0
 
     # -- reading
@@ -272,6 +278,8 @@ class DataFeed(object):
         """Read at least one record; False at the end of the feed."""
         if self.mgr.ended or self.mgr.terminated:
             return False
+        if self._closed is not None:
+            raise self._closed
         try:
             records = self.mgr.input.read(self.timeout_ms, 64)
         except FeedEnded:
@@ -304,7 +312,17 @@ class DataFeed(object):
         self._last_batch = []
         while got < batch_size:
             if not self._chunks:
-                if not self._fill():
+                try:
+                    if not self._fill():
+                        break
+                except TimeoutError:
+                    if not got:
+                        raise
+                    break  # the rows taken go out as a short batch, never dropped
+                except FeedClosed as exc:
+                    if not got:
+                        raise
+                    self._closed = exc  # the rows taken go out first; the next wait raises
                     break
                 continue
             chunk = self._chunks[0]

@@ -241,3 +241,62 @@ def test_tf_data_dataset_on_the_feed():
     assert [len(b["y"]) for b in got] == [64, 64, 64, 64, 44]
     assert ds.element_spec["x"].shape.as_list() == [None, 4] and ds.element_spec["y"].dtype == tf.int64
     assert np.array_equal(np.concatenate([b["x"] for b in got]), xs)
+
+
+def _feed_in_two_steps(fd, go, first, second):
+    """Feed rows 0..first-1, wait for `go`, then the rest, and end the feed."""
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    ring.partition_begin(1, 10000)
+    feed.write_rows(ring, [(i, "r%d" % i) for i in range(first)], 10000)
+    ring.partition_end(10000)
+    go.wait(60)
+    ring.partition_begin(2, 10000)
+    feed.write_rows(ring, [(i, "r%d" % i) for i in range(first, first + second)], 10000)
+    ring.partition_end(10000)
+    ring.end_feed(10000)
+    ring.close()
+
+
+@pytest.mark.parametrize("arrays", [False, True])
+def test_timeout_mid_batch_keeps_every_row(arrays):
+    """A batch that times out after it has taken rows returns them (a short
+    batch); TimeoutError only when no row came. Every row id is seen once."""
+    fd_in, fd_out = rings()
+    go = CTX.Event()
+    p = start(_feed_in_two_steps, fd_in, go, 150, 100)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=0.3)
+    seen, sizes, timeouts = [], [], 0
+    while not df.should_stop():
+        try:
+            if arrays:
+                cols = df.next_batch_arrays(100)
+                batch = [int(x) for x in cols[0]] if cols else []
+            else:
+                batch = [r[0] for r in df.next_batch(100)]
+        except TimeoutError:
+            timeouts += 1  # nothing came: let the producer go on
+            go.set()
+            continue
+        sizes.append(len(batch))
+        seen.extend(batch)
+        if len(seen) >= 150:
+            go.set()
+    assert join(p) == 0
+    assert sorted(seen) == list(range(250)) and len(seen) == 250
+    assert sizes[:2] == [100, 50]  # the second batch timed out with 50 rows: they came back
+
+
+def _one_partition_then_die(fd):
+    produce(fd, {1: [(i, "r%d" % i) for i in range(30)]}, end=False)
+    ring = t.Ring(fd, t.ROLE_PRODUCER)  # attached, then killed: it never closes
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_producer_killed_mid_batch_rows_come_first_then_feed_closed():
+    fd_in, fd_out = rings()
+    p = start(_one_partition_then_die, fd_in)
+    assert join(p) == -signal.SIGKILL
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    assert [r[0] for r in df.next_batch(100)] == list(range(30))
+    with pytest.raises(feed.FeedClosed):
+        df.next_batch(100)
