@@ -9,6 +9,7 @@
 #include "cli/inspect.h"
 #include "core/auth.h"
 #include "platform/clock.h"
+#include "roles/guard.h"
 #include "run/input.h"
 #include "tfos/tfos.h"
 
@@ -407,6 +408,25 @@ static int cmd_coordinator(cli *c)
     return code;
 }
 
+/* `tfos guard --agent-pid P --pgid G [--cgroup DIR]`: internal, started
+ * by an agent beside its program (roles/guard.h). */
+static int cmd_guard(int argc, char **argv)
+{
+    int agent = 0, pgid = 0;
+    const char *cgroup = "";
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--agent-pid") && parse_int(argv[i], argv[i + 1], 1, INT_MAX, &agent))
+            return 2;
+        if (!strcmp(argv[i], "--pgid") && parse_int(argv[i], argv[i + 1], 0, INT_MAX, &pgid))
+            return 2;
+        if (!strcmp(argv[i], "--cgroup"))
+            cgroup = argv[i + 1];
+    }
+    if (!agent)
+        return usage_error("%s", "guard needs --agent-pid");
+    return tfos__guard_run((pid_t)agent, (pid_t)pgid, cgroup, TFOS_DEFAULT_HEARTBEAT_TIMEOUT);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -435,6 +455,8 @@ int main(int argc, char **argv)
         return !strcmp(argv[1], "status") ? tfos__cmd_status(target ? target : dir, json)
                                           : tfos__cmd_logs(target, dir, follow);
     }
+    if (!strcmp(argv[1], "guard"))
+        return cmd_guard(argc - 2, argv + 2);
     cli c;
     int rc = parse(argc - 2, argv + 2, &c);
     if (rc)

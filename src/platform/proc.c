@@ -32,6 +32,10 @@ static void child_exec(const tfos__spawn_opts *o, int errpipe, pid_t parent)
     }
     if (o->new_pgroup)
         setpgid(0, 0);
+    if (o->cgroup_procs_fd > 0) { /* best effort: without it the process group still holds */
+        ssize_t w = write(o->cgroup_procs_fd, "0", 1);
+        (void)w;
+    }
     if (o->pdeathsig) {
         prctl(PR_SET_PDEATHSIG, o->pdeathsig);
         if (getppid() != parent) /* parent died before prctl took effect */

@@ -19,6 +19,7 @@ typedef struct tfos__spawn_opts {
     int pdeathsig;      /* signal the child gets when this thread dies; 0: none */
     const int *keep_fds; /* close-on-exec fds the child inherits anyway */
     int nkeep;
+    int cgroup_procs_fd; /* > 0: a cgroup.procs the child moves itself into before exec */
 } tfos__spawn_opts;
 
 /* Start a child. On exec failure returns TFOS_ESYS with errno set to the

@@ -32,6 +32,7 @@
 #include "core/ring.h"
 #include "core/spec.h"
 #include "core/wire.h"
+#include "platform/cgroup.h"
 #include "platform/clock.h"
 #include "platform/net.h"
 #include "platform/proc.h"
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -88,6 +90,11 @@ struct agent {
     tfos__timer hb_timer, kill_timer, end_feed_timer;
     int start_failed;      /* the program (or what it needs) could not be started */
     char log_error[300];   /* the node's log file could not be written: why ("" fine) */
+    /* every process of the node: its cgroup ("" where there is none) and the
+     * guardian that ends them if the agent is killed or stopped */
+    char cgroup[TFOS_CGROUP_PATH_MAX];
+    int cgroup_fd;
+    pid_t guard_pid;
     tfos__conn conn;
     int connected;
     int sfd;
@@ -344,6 +351,44 @@ static void report_exit(agent *a, int code, const char *kind, const char *desc)
         tfos__conn_flush_wait(&a->conn, 2000);
 }
 
+/* The node's cgroup, where the machine has a writable cgroup v2 (else the
+ * process group and the subreaper stand in; see platform/cgroup.h). */
+static void open_cgroup(agent *a)
+{
+    char name[128];
+    snprintf(name, sizeof name, "tfos-%s-%d-%d", a->o->cluster_id ? a->o->cluster_id : "node", a->o->executor_id,
+             (int)getpid());
+    int rc = tfos__cgroup_create(name, a->cgroup, sizeof a->cgroup);
+    if (rc == 0)
+        a->cgroup_fd = tfos__cgroup_procs_fd(a->cgroup);
+    if (rc || a->cgroup_fd < 0) {
+        if (rc && rc != TFOS_EAGAIN)
+            TFOS_DEBUG("agent %s: no cgroup for the node: %s", a->label, strerror(errno));
+        if (rc == 0)
+            rmdir(a->cgroup);
+        a->cgroup[0] = '\0';
+        a->cgroup_fd = -1;
+    }
+}
+
+/* The guardian (roles/guard.h): this same binary, detached, waiting for us. */
+static void start_guard(agent *a)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char agent_pid[16], pgid[16];
+    snprintf(agent_pid, sizeof agent_pid, "%d", (int)getpid());
+    snprintf(pgid, sizeof pgid, "%d", (int)a->child);
+    char *argv[] = {exe, "guard", "--agent-pid", agent_pid, "--pgid", pgid, "--cgroup", a->cgroup, NULL};
+    tfos__spawn_opts so = {.argv = argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    if (tfos__spawn_detached(&so, &a->guard_pid))
+        TFOS_WARN("agent %s: cannot start the guardian of the node's processes (%s): if this agent is killed, "
+                  "what the program started may outlive it", a->label, strerror(errno));
+}
+
 static void start_program(agent *a)
 {
     const tfos__node_addr *me = &a->nodes[a->self];
@@ -392,12 +437,14 @@ static void start_program(agent *a)
     if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
         goto fail;
     int keep[2] = {a->in_fd, a->out_fd};
+    open_cgroup(a);
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = outp[1], .stderr_fd = errp[1],
                            .new_pgroup = 1, .pdeathsig = SIGKILL, .keep_fds = keep,
-                           .nkeep = a->in_fd >= 0 ? 2 : 0};
+                           .nkeep = a->in_fd >= 0 ? 2 : 0, .cgroup_procs_fd = a->cgroup_fd > 0 ? a->cgroup_fd : 0};
     rc = tfos__spawn(&so, &a->child);
     if (rc)
         goto fail;
+    start_guard(a);
     /* the program has exec'd: the port is now its to bind */
     close(a->resv_fd);
     a->resv_fd = -1;
@@ -700,12 +747,15 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
     struct signalfd_siginfo si;
     while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGCHLD) {
+            /* the program, or an orphan of its that we adopted as subreaper */
             int st;
-            if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
-                a->child_done = 1;
-                a->child_status = st;
-                a->done = 1;
-            }
+            pid_t r;
+            while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+                if (r == a->child && !a->child_done) {
+                    a->child_done = 1;
+                    a->child_status = st;
+                    a->done = 1;
+                }
             continue;
         }
         TFOS_DEBUG("agent %d: got signal %d", a->o->executor_id, (int)si.ssi_signo);
@@ -823,6 +873,10 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     a.in_fd = a.out_fd = a.feed_lfd = a.owner_fd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
     a.lb[0].a = a.lb[1].a = &a;
+    a.cgroup_fd = -1;
+    /* orphans of the program are re-parented to us, not to init, so we can
+     * end them (and reap them) */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
     *exit_code = 1;
@@ -859,9 +913,15 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
             if (tfos__wait_pid(a.child, 5000, &a.child_status) == 0)
                 a.child_done = 1;
         }
-        /* stray members of the program's group must not outlive it; then
-         * drain the pipes they may have held open */
+        /* nothing the program started may outlive it: its process group, its
+         * cgroup (children that called setsid), and every orphan we adopted
+         * as subreaper; then drain the pipes they may have held open */
         kill(-a.child, SIGKILL);
+        if (a.cgroup[0] && tfos__cgroup_destroy(a.cgroup, 2000))
+            TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a.label, a.cgroup);
+        tfos__kill_orphans(0);
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
         int64_t drain_until = tfos__now_ms() + 2000;
         for (int i = 0; i < 2; i++)
             while (a.lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
@@ -906,6 +966,8 @@ out:
     if (a.sfd >= 0)
         close(a.sfd);
     tfos__feed_server_close(a.feed_server);
+    if (a.cgroup_fd >= 0)
+        close(a.cgroup_fd);
     if (a.feed_lfd >= 0)
         close(a.feed_lfd);
     if (a.in_fd >= 0)

@@ -225,3 +225,88 @@ def test_status_page_beyond_loopback_needs_its_token(tmp_path, marker):
         p.kill()
         p.wait()
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+TREE_PROG = textwrap.dedent('''
+    import os, subprocess, sys, time
+    marker, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+    same_group = subprocess.Popen(sleeper)
+    own_session = subprocess.Popen(sleeper, start_new_session=True)  # escapes the process group
+    # a daemon: double fork and setsid, re-parented away from the program
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, sleeper)
+        os._exit(0)
+    with open(out, "w") as f:
+        f.write("%d %d" % (same_group.pid, own_session.pid))
+    print("children started", flush=True)
+    if mode == "wait":
+        time.sleep(300)
+''')
+
+
+def _agent_pid(marker):
+    for pid in pids_with(marker):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1] == b"node":
+            return pid
+    return None
+
+
+def _tree_run(tmp_path, marker, mode, extra=()):
+    prog = tmp_path / "tree.py"
+    prog.write_text(TREE_PROG)
+    out = tmp_path / "children"
+    p = subprocess.Popen([tfos_cli(), "run", "--workers", "1", "--max-restarts", "0", "--log-dir",
+                          str(tmp_path / "logs")] + list(extra) + ["--", PY, str(prog), marker, str(out), mode],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, out
+
+
+def test_what_a_program_started_ends_with_its_node(tmp_path, marker):
+    p, out = _tree_run(tmp_path, marker, "exit")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err[-3000:]
+    assert out.exists()
+    # the same-group child, the setsid child and the daemon: none survives the run
+    assert wait_for(lambda: not pids_with(marker), 10), pids_with(marker)
+
+
+def test_a_killed_agent_takes_its_programs_children_along(tmp_path, marker):
+    p, out = _tree_run(tmp_path, marker, "wait")
+    try:
+        assert wait_for(lambda: out.exists() and out.read_text().count(" ") == 1, 60)
+        agent = _agent_pid(marker)
+        assert agent
+        os.kill(agent, 9)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, err[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+def test_a_stopped_agent_and_its_programs_children_are_ended(tmp_path, marker):
+    import signal
+    p, out = _tree_run(tmp_path, marker, "wait", extra=["--heartbeat-timeout", "2"])
+    try:
+        assert wait_for(lambda: out.exists() and out.read_text().count(" ") == 1, 60)
+        agent = _agent_pid(marker)
+        assert agent
+        os.kill(agent, signal.SIGSTOP)
+        _, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, err[-3000:]
+    assert "sent no heartbeat" in err
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
