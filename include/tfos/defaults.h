@@ -42,7 +42,8 @@
 #define TFOS_DEFAULT_PARTITION_ROWS 10000
 /* Bounded waits of the small coordinator clients (status query, abort), ms. */
 #define TFOS_DEFAULT_CLIENT_TIMEOUT_MS 10000
-/* Lines of a failed program's output kept in its failure report. */
-#define TFOS_FAILURE_TAIL_LINES 20
+/* Lines of a failed program's output kept in its failure report (room for
+ * the stacks a hung Python program dumps). */
+#define TFOS_FAILURE_TAIL_LINES 40
 
 #endif

@@ -109,7 +109,8 @@ enum {
     TFOS_CAUSE_RESERVATION = 8,   /* not every node registered in time */
     TFOS_CAUSE_FEED = 9,          /* the input feed failed (bad data, a feeder error) */
     TFOS_CAUSE_STOPPED = 10,      /* stopped on purpose (a signal, shutdown) */
-    TFOS_CAUSE_MAX_ = 10,
+    TFOS_CAUSE_HANG = 11,         /* a program made no progress for --hang-timeout */
+    TFOS_CAUSE_MAX_ = 11,
 };
 /* "exit", "signal", "heartbeat", ... (static storage; "unknown" out of range). */
 const char *tfos_cause_name(int cause);
@@ -308,6 +309,9 @@ typedef struct tfos_agent_opts {
     int watch_pid;           /* the agent's owner (e.g. the Spark executor JVM): when this
                               * process is gone, stop the program and exit; 0: none */
     int tensorboard_port;    /* announced to the coordinator (status "tensorboard_port"); 0: none */
+    double hang_timeout;     /* > 0: a program that neither reads its feed nor beats (ctx.heartbeat())
+                              * this many seconds, while not waiting on an empty feed, is hung: its
+                              * stacks are dumped (PYTHONFAULTHANDLER) and it is ended; 0: off */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -354,6 +358,7 @@ typedef struct tfos_run_opts {
     int ninputs;
     int input_format;           /* 0 auto (by extension), 1 csv, 2 jsonl, 3 npy */
     int csv_header;             /* 1 yes, 0 no, -1 detect */
+    int csv_delimiter;          /* CSV field separator byte; 0: ',' (a first line holding ';' or a tab is refused) */
     int epochs;                 /* times every file is fed; 0: 1 */
     int batch_rows;             /* rows per feed record; 0: 1024 */
     long long partition_rows;   /* rows per partition; 0: 10000 */
@@ -361,7 +366,8 @@ typedef struct tfos_run_opts {
      * formed again (fresh TF_CONFIG, TFOS_ATTEMPT + 1) up to max_restarts
      * times; programs resume from checkpoint_dir. */
     int max_restarts;           /* 0: fail at the first node failure (see tfos_policy) */
-    double failure_grace;       /* SIGTERM -> SIGKILL for survivors of a failed node; default 0 */
+    double failure_grace;       /* SIGTERM -> SIGKILL for survivors of a failed node; default 0.5 */
+    double hang_timeout;        /* > 0: the agents' hang watchdog (see tfos_agent_opts); 0: off */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics
      * (Prometheus), /feed/history (the feed rate, JSON), / (live page) */

@@ -65,6 +65,23 @@ class NodeContext(object):
         """``path`` as a fully qualified URI (see :func:`hdfs_path`)."""
         return hdfs_path(self, path)
 
+    def heartbeat(self):
+        """Tell the node's agent this program makes progress (call it every
+        training step, or every few seconds). With ``--hang-timeout S``
+        (``TFCluster.run(hang_timeout=S)``) a node that neither reads its
+        feed nor calls this for S seconds is declared hung: its Python stacks
+        (every thread) go into the failure report and the restart policy
+        applies. Cheap: one atomic add in shared memory. A no-op for a node
+        without feed rings (ps nodes, programs not started by tfos)."""
+        ring = getattr(self, "_beat_ring", None)
+        if ring is None:
+            fds = os.environ.get("TFOS_FEED_FDS")
+            if not fds:
+                return
+            from . import _tfos
+            ring = self._beat_ring = _tfos.Ring(int(fds.split(",")[0]), _tfos.ROLE_OBSERVER)
+        ring.beat()
+
     def release_port(self):
         """Kept for TensorFlowOnSpark compatibility. tfos holds a node's port
         until its program starts and releases it at that moment, so there is

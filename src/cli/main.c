@@ -68,6 +68,7 @@ static const char usage_text[] =
     "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default "
     STR(TFOS_DEFAULT_PARTITION_ROWS) ")\n"
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
+    "  --csv-delimiter C        CSV field separator: one ASCII character, or 'tab' (default ',')\n"
     "  --quiet                  no feed progress lines on stderr\n"
     "coordinator options:\n"
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
@@ -83,6 +84,9 @@ static const char usage_text[] =
     "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
     "                           stop the program, report it to the coordinator and exit\n"
     "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
+    "  --hang-timeout S         (run too) a program that neither reads its feed nor calls\n"
+    "                           ctx.heartbeat() for S seconds is hung: its stacks are dumped, it is\n"
+    "                           ended and the restart policy applies (default: off)\n"
     "  --quiet                  do not echo the program's output\n";
 
 static volatile int got_signal;
@@ -142,9 +146,11 @@ typedef struct cli {
     int feed_mb;
     char *inputs[256];
     int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
+    int csv_delimiter;
     const char *checkpoint_dir, *status_host;
     long long partition_rows;
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
+    double hang_timeout;
     char **argv; /* after -- */
 } cli;
 
@@ -260,8 +266,19 @@ static int parse(int argc, char **argv, cli *c)
             c->csv_header = 1;
         } else if (!strcmp(a, "--no-csv-header")) {
             c->csv_header = 0;
+        } else if (!strcmp(a, "--csv-delimiter")) {
+            const char *v = NEXT();
+            if (v && (!strcmp(v, "tab") || !strcmp(v, "\\t")))
+                v = "\t";
+            if (!v || strlen(v) != 1 || (unsigned char)v[0] > 127 || strchr("\"\r\n", v[0]))
+                return usage_error("--csv-delimiter takes one ASCII character other than a quote or a line end, "
+                                   "or 'tab'; got '%s'", v ? v : "");
+            c->csv_delimiter = v[0];
         } else if (!strcmp(a, "--watch-pid")) {
             if (parse_int(a, NEXT(), 1, INT_MAX, &c->watch_pid))
+                return 2;
+        } else if (!strcmp(a, "--hang-timeout")) {
+            if (parse_secs(a, NEXT(), &c->hang_timeout))
                 return 2;
         } else if (!strcmp(a, "--tensorboard-port")) {
             if (parse_int(a, NEXT(), 1, 65535, &c->tensorboard_port))
@@ -312,10 +329,12 @@ static int cmd_run(cli *c)
                        .failure_grace = c->failure_grace,
                        .heartbeat_timeout = c->heartbeat_timeout, .ps_runs_program = c->ps_runs_program,
                        .python = c->python, .feed_mb = c->feed_mb, .inputs = c->inputs, .ninputs = c->ninputs,
-                       .input_format = c->input_format, .csv_header = c->csv_header, .epochs = c->epochs,
+                       .input_format = c->input_format, .csv_header = c->csv_header,
+                       .csv_delimiter = c->csv_delimiter, .epochs = c->epochs,
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
-                       .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet};
+                       .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet,
+                       .hang_timeout = c->hang_timeout};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));
@@ -348,7 +367,7 @@ static int cmd_node(cli *c)
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
-                         .tensorboard_port = c->tensorboard_port};
+                         .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static const char *const cause_names[] = {"none", "exit", "signal", "heartbeat", "agent_lost", "executor_lost",
-                                          "start", "ps_exited", "reservation", "feed", "stopped"};
+static const char *const cause_names[] = {"none",  "exit",      "signal",      "heartbeat", "agent_lost", "executor_lost",
+                                          "start", "ps_exited", "reservation", "feed",      "stopped",    "hang"};
 
 const char *tfos_cause_name(int cause)
 {

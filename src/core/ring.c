@@ -10,6 +10,7 @@
  *    216 partition end tail                       224 unclean exits   228 partitions acked
  *    256 counters: records, bytes, partitions begun/completed/aborted
  *    320 producer pids[64]
+ *    576 application progress beats (tfos__ring_beat)
  *   4096 data, `capacity` bytes
  *
  * Invariants:
@@ -109,6 +110,9 @@ struct ring_shm {
     _Atomic uint64_t partitions_aborted;
 
     _Alignas(64) _Atomic int32_t producer_pid[TFOS_RING_MAX_PRODUCERS];
+
+    /* Anyone: the application made progress (the hang watchdog reads it). */
+    _Alignas(64) _Atomic uint64_t progress;
 };
 
 _Static_assert(offsetof(struct ring_shm, capacity) == 16, "layout");
@@ -118,6 +122,7 @@ _Static_assert(offsetof(struct ring_shm, lock) == 192, "layout");
 _Static_assert(offsetof(struct ring_shm, part_end_tail) == 216, "layout");
 _Static_assert(offsetof(struct ring_shm, records) == 256, "layout");
 _Static_assert(offsetof(struct ring_shm, producer_pid) == 320, "layout");
+_Static_assert(offsetof(struct ring_shm, progress) == 576, "layout");
 _Static_assert(sizeof(struct ring_shm) <= RING_HEADER_SIZE, "header page");
 
 struct tfos__ring {
@@ -688,6 +693,12 @@ void tfos__ring_ack(tfos__ring *r, uint32_t n)
     }
 }
 
+void tfos__ring_beat(tfos__ring *r)
+{
+    if (r)
+        atomic_fetch_add_explicit(&r->shm->progress, 1, memory_order_relaxed);
+}
+
 int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms)
 {
     if (!r)
@@ -729,6 +740,9 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
     st->unclean_exits = atomic_load(&s->unclean_exits);
     st->consumer_pid = atomic_load(&s->consumer_pid);
     st->acked = atomic_load(&s->parts_acked);
+    st->consumed = head;
+    st->progress = atomic_load(&s->progress);
+    st->consumer_waiting = atomic_load(&s->cons_waiting) != 0;
     uint32_t f = atomic_load(&s->flags);
     st->feed_ended = (f & FLAG_FEED_ENDED) != 0;
     st->consumer_closed = (f & FLAG_CONSUMER_CLOSED) != 0;

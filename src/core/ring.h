@@ -109,6 +109,9 @@ typedef struct tfos__ring_stats {
     uint32_t unclean_exits;        /* producers that died attached */
     int32_t consumer_pid;          /* 0 while no consumer is attached */
     uint32_t acked;                /* partition ENDs/ABORTs the consumer's application has passed (tfos__ring_ack) */
+    uint64_t consumed;             /* bytes the consumer has released so far (its read position) */
+    uint64_t progress;             /* progress beats of the application (tfos__ring_beat) */
+    bool consumer_waiting;         /* the consumer sleeps waiting for data (an empty ring) */
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
     bool consumer_terminated;      /* consumer closed its handle on purpose (not dead) */
@@ -228,6 +231,12 @@ void tfos__ring_ack(tfos__ring *r, uint32_t n);
  * is not wanted), TFOS_ECLOSED (it closed or died first), TFOS_EAGAIN
  * (timeout 0, not yet) or TFOS_ETIMEDOUT. */
 int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms);
+
+/* Any handle: the application made progress (a training step; TFNode's
+ * ctx.heartbeat()). The node agent's hang watchdog (--hang-timeout) counts
+ * these beats and the consumer's read position; a node showing neither for
+ * the timeout, while not waiting on an empty ring, is hung. */
+void tfos__ring_beat(tfos__ring *r);
 
 /* ---- passing the fd ---------------------------------------------------- */
 

@@ -255,13 +255,15 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     tfos__ring_stats st;
     tfos__ring_stats_get(self->ring, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:O,s:O,s:O}", "capacity",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:K,s:K,s:O,s:O,s:O,s:O}", "capacity",
                          (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
                          (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
                          (unsigned long long)st.partitions_begun, "partitions_completed",
                          (unsigned long long)st.partitions_completed, "partitions_aborted",
                          (unsigned long long)st.partitions_aborted, "producers", st.producers, "unclean_exits",
-                         st.unclean_exits, "consumer_pid", st.consumer_pid, "acked", st.acked, "feed_ended",
+                         st.unclean_exits, "consumer_pid", st.consumer_pid, "acked", st.acked, "consumed",
+                         (unsigned long long)st.consumed, "progress", (unsigned long long)st.progress,
+                         "consumer_waiting", st.consumer_waiting ? Py_True : Py_False, "feed_ended",
                          st.feed_ended ? Py_True : Py_False, "consumer_closed",
                          st.consumer_closed ? Py_True : Py_False, "consumer_terminated",
                          st.consumer_terminated ? Py_True : Py_False);
@@ -283,6 +285,14 @@ static PyObject *Ring_wait_acked(RingObject *self, PyObject *args)
         return ring_raise(self, rc, rc == TFOS_ECLOSED ? "the consumer closed or died before acknowledging"
                                     : rc == TFOS_EEND  ? "the consumer terminated its feed"
                                                        : "not acknowledged in time");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Ring_beat(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!ring_ready(self))
+        return NULL;
+    tfos__ring_beat(self->ring);
     Py_RETURN_NONE;
 }
 
@@ -356,6 +366,8 @@ static PyMethodDef Ring_methods[] = {
      "wait_acked(target, timeout_ms=-1): wait until the consumer has acknowledged target partitions "
      "(stats()['acked'] reaches it); FeedEnded when it terminated its feed, FeedClosed when it closed or died, "
      "TimeoutError."},
+    {"beat", (PyCFunction)Ring_beat, METH_NOARGS,
+     "beat(): the application made progress (what the agent's hang watchdog counts; TFNode's ctx.heartbeat())."},
     {"ack", (PyCFunction)Ring_ack, METH_VARARGS,
      "ack(n=1): consumer: the application has taken every row of n more partitions (stats()['acked'])."},
     {"close", (PyCFunction)Ring_close, METH_NOARGS,

@@ -95,6 +95,10 @@ struct agent {
     char cgroup[TFOS_CGROUP_PATH_MAX];
     int cgroup_fd;
     pid_t guard_pid;
+    /* the hang watchdog (--hang-timeout): the last progress seen, and when */
+    uint64_t seen_consumed, seen_progress, seen_results;
+    int64_t progress_at;
+    int hung;
     tfos__conn conn;
     int connected;
     int sfd;
@@ -828,11 +832,48 @@ static void on_conn(tfos__loop *l, int fd, int events, void *user)
         tfos__loop_events(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0));
 }
 
-/* Every TFOS_HEARTBEAT_INTERVAL_MS: beat, and check an owner that has no pidfd. */
+/* The hang watchdog, every heartbeat: progress is the program reading its
+ * feed, writing results, or beating (ctx.heartbeat()); a program asleep on
+ * an empty feed is waiting for its producers, not hung. No progress for
+ * --hang-timeout: dump its stacks (faulthandler prints every thread on
+ * SIGABRT; SIGCONT first, in case it is stopped) and end it; its exit is
+ * reported as a hang. */
+static void watch_progress(agent *a)
+{
+    if (a->o->hang_timeout <= 0 || !a->child || a->child_done || a->hung || a->kill_deadline || !a->in_ring)
+        return;
+    tfos__ring_stats in, out;
+    tfos__ring_stats_get(a->in_ring, &in);
+    tfos__ring_stats_get(a->out_ring, &out);
+    int64_t now = tfos__now_ms();
+    if (!a->progress_at || in.consumed != a->seen_consumed || in.progress != a->seen_progress ||
+        out.bytes != a->seen_results || (in.consumer_waiting && in.used == 0)) {
+        a->seen_consumed = in.consumed;
+        a->seen_progress = in.progress;
+        a->seen_results = out.bytes;
+        a->progress_at = now;
+        return;
+    }
+    if (now - a->progress_at < (int64_t)(a->o->hang_timeout * 1000))
+        return;
+    a->hung = 1;
+    TFOS_ERROR("agent %s: the program (pid %d) made no progress for %g s (it read no feed and did not call "
+               "ctx.heartbeat()): it is hung; dumping its stacks and ending it", a->label, (int)a->child,
+               a->o->hang_timeout);
+    kill(-a->child, SIGCONT);
+    kill(a->child, SIGABRT);
+    /* no SIGTERM: it could cut the dump short; SIGKILL if the dump does not end it */
+    a->kill_deadline = now + 3000;
+    tfos__timer_arm(a->loop, &a->kill_timer, a->kill_deadline, on_kill_deadline, a);
+}
+
+/* Every TFOS_HEARTBEAT_INTERVAL_MS: beat, check an owner that has no pidfd,
+ * and watch for a hung program. */
 static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
 {
     agent *a = user;
     tfos__timer_arm(l, t, tfos__now_ms() + TFOS_HEARTBEAT_INTERVAL_MS, on_heartbeat, a);
+    watch_progress(a);
     if (a->o->watch_pid > 0 && a->owner_fd < 0 && !a->owner_gone && kill((pid_t)a->o->watch_pid, 0) < 0 &&
         errno == ESRCH && owner_lost(a)) {
         a->done = 1;
@@ -877,6 +918,9 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     /* orphans of the program are re-parented to us, not to init, so we can
      * end them (and reap them) */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* a hung Python program dumps every thread's stack on SIGABRT */
+    if (o->hang_timeout > 0)
+        setenv("PYTHONFAULTHANDLER", "1", 0);
     a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
     *exit_code = 1;
@@ -935,10 +979,14 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
         *exit_code = tfos__exit_code(a.child_status);
         const char *kind = a.start_failed               ? "start"
                            : a.owner_stop                 ? "owner"
+                           : a.hung                       ? "hang"
                            : WIFSIGNALED(a.child_status) ? "signal"
                                                           : "exit";
         if (a.start_failed)
             snprintf(desc, sizeof desc, "could not start the program (exit code %d)", *exit_code);
+        else if (a.hung)
+            snprintf(desc, sizeof desc, "hung: no progress for %g s (its stacks are in its last lines)",
+                     o->hang_timeout);
         else if (a.owner_stop)
             snprintf(desc, sizeof desc, "its Spark executor (pid %d) is gone", o->watch_pid);
         else

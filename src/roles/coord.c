@@ -496,6 +496,8 @@ static int exit_cause(const tfos__frame *f, long long code)
         return TFOS_CAUSE_START;
     if (!strcmp(kind, "owner"))
         return TFOS_CAUSE_EXECUTOR_LOST;
+    if (!strcmp(kind, "hang"))
+        return TFOS_CAUSE_HANG;
     if (!strcmp(kind, "exit"))
         return TFOS_CAUSE_EXIT;
     return code > 128 ? TFOS_CAUSE_SIGNAL : TFOS_CAUSE_EXIT; /* an agent that does not say */

@@ -192,8 +192,9 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     char **argv = calloc(argc + 20, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
-    char idbuf[16], mbbuf[16];
+    char idbuf[16], mbbuf[16], hangbuf[32];
     snprintf(idbuf, sizeof idbuf, "%d", id);
+    snprintf(hangbuf, sizeof hangbuf, "%g", o->hang_timeout);
     snprintf(mbbuf, sizeof mbbuf, "%d", o->feed_mb);
     size_t k = 0;
     argv[k++] = (char *)o->agent_path;
@@ -213,6 +214,10 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     if (o->feed_mb > 0) {
         argv[k++] = "--feed-mb";
         argv[k++] = mbbuf;
+    }
+    if (o->hang_timeout > 0) {
+        argv[k++] = "--hang-timeout";
+        argv[k++] = hangbuf;
     }
     if (!o->ps_runs_program && o->layout.num_ps > 0) {
         argv[k++] = "--ps-python";

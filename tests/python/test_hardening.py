@@ -310,3 +310,63 @@ def test_a_stopped_agent_and_its_programs_children_are_ended(tmp_path, marker):
     assert p.returncode == 1, err[-3000:]
     assert "sent no heartbeat" in err
     assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+HANG_PROG = textwrap.dedent('''
+    import os, signal, sys, threading, time
+    from tfos import TFNode
+    mode = sys.argv[2]
+    ctx = TFNode.get_context()
+    lock = threading.Lock()
+
+    def holder():
+        lock.acquire()
+        time.sleep(600)
+
+    def deadlock_here():
+        threading.Thread(target=holder, daemon=True).start()
+        time.sleep(0.2)
+        lock.acquire()  # never: the holder keeps it
+
+    print("started", flush=True)
+    if mode == "deadlock":
+        deadlock_here()
+    elif mode == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:  # busy for longer than the timeout, beating
+        for _ in range(30):
+            ctx.heartbeat()
+            time.sleep(0.2)
+        print("done", flush=True)
+''')
+
+
+def _hang_run(tmp_path, marker, mode, timeout="2"):
+    prog = tmp_path / "hang.py"
+    prog.write_text(HANG_PROG)
+    return run_tfos(["run", "--workers", "1", "--max-restarts", "0", "--hang-timeout", timeout, "--log-dir",
+                     str(tmp_path / "logs"), "--", PY, str(prog), marker, mode], timeout=120)
+
+
+def test_a_deadlocked_program_is_declared_hung_with_its_stacks(tmp_path, marker):
+    r = _hang_run(tmp_path, marker, "deadlock")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "made no progress for 2 s" in r.stderr
+    assert "failed: hung: no progress for 2 s" in r.stderr
+    # faulthandler's dump of every thread is in the failure report
+    assert "in deadlock_here" in r.stderr and "in holder" in r.stderr, r.stderr[-4000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_a_stopped_program_is_declared_hung(tmp_path, marker):
+    r = _hang_run(tmp_path, marker, "stop")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "failed: hung: no progress for 2 s" in r.stderr
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_a_program_that_beats_is_not_hung(tmp_path, marker):
+    r = _hang_run(tmp_path, marker, "beat")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[worker:0] done" in r.stdout
+    assert "hung" not in r.stderr

@@ -463,7 +463,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         reservation_timeout=_DEFAULTS["reservation_timeout_spark"], queues=("input", "output", "error"),
         eval_node=False, release_port=True, max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None,
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
-        grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], node_log_dir="tfos-logs",
+        grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
+        node_log_dir="tfos-logs",
         status_port=0):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
@@ -485,6 +486,9 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     stopping), ``failure_grace`` (the same for the survivors of a failed
     node; default 0.5: a trainer blocked in a collective with a dead peer
     never reaches its SIGTERM handler, so it is not given the full grace),
+    ``hang_timeout`` (> 0: a node whose map_fun neither reads its feed nor
+    calls ``ctx.heartbeat()`` for this many seconds is hung: its Python
+    stacks go into the failure and the restart policy applies; 0: off),
     ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
@@ -520,7 +524,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
-                                checkpoint_dir=checkpoint_dir)
+                                checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout))
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
