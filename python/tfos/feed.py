@@ -122,7 +122,14 @@ class _Chunk(object):
         return [c[lo:hi] for c in self.columns], self.names
 
 
-_PARTITION_END = object()  # in the chunk queue: the producer ended a partition here
+class _End(object):
+    """In the chunk queue: the producer ended (or the ring aborted) partition
+    ``partition`` here."""
+    __slots__ = ("partition", "aborted")
+
+    def __init__(self, partition, aborted=False):
+        self.partition = partition
+        self.aborted = aborted
 
 
 def _scalar(v):
@@ -220,12 +227,96 @@ class FeedManager(object):
         self.input = _tfos.Ring(in_fd, _tfos.ROLE_CONSUMER)
         self.output = _tfos.Ring(out_fd, _tfos.ROLE_PRODUCER)
         self.aborted = []      # partitions the producers could not deliver whole
+        self.consumed = []     # partitions whose every row was handed out (in order)
+        self.partial = {}      # partition -> rows handed out of it so far (not ended yet)
         self.ended = False
         self.terminated = False
+
+    def save_position(self, checkpoint_dir=None):
+        """Record which partitions this node has consumed, beside the
+        checkpoint just written: call it right after saving a checkpoint (and
+        on every worker). After a restart, ``tfos run --input`` and
+        ``TFCluster.train`` feed only the partitions that no surviving
+        checkpoint has seen: rows before the checkpoint are never fed again,
+        rows after it are (exactly-once per epoch for the state that
+        survives). ``checkpoint_dir``: default ``TFOS_CHECKPOINT_DIR`` (a local
+        or shared filesystem path). Returns the file written."""
+        return save_position(self.consumed, checkpoint_dir, self.partial)
 
     def close(self):
         self.input.close()
         self.output.close()
+
+
+POSITION_DIR = "tfos-feed-position"  # under the checkpoint dir
+
+
+def save_position(partitions, checkpoint_dir=None, partial=None):
+    """Write the feed position of this node for the current attempt,
+    atomically: ``<checkpoint_dir>/tfos-feed-position/
+    attempt-<A>-<job>-<index>.json`` with the partitions consumed whole and,
+    for a partition being read, the rows of it handed out in this attempt.
+    See :meth:`FeedManager.save_position`."""
+    import json
+    import time
+    d = checkpoint_dir or os.environ.get("TFOS_CHECKPOINT_DIR")
+    if not d:
+        raise FeedError("save_position needs a checkpoint dir: this node has no TFOS_CHECKPOINT_DIR")
+    if d.startswith("file://"):
+        d = d[len("file://"):]
+    if "://" in d:
+        raise FeedError("save_position writes to a local or shared filesystem path, not %s" % d)
+    d = os.path.join(d, POSITION_DIR)
+    os.makedirs(d, exist_ok=True)
+    attempt = int(os.environ.get("TFOS_ATTEMPT", "1"))
+    node = "%s-%s" % (os.environ.get("TFOS_JOB_NAME", "node"), os.environ.get("TFOS_TASK_INDEX", "0"))
+    path = os.path.join(d, "attempt-%d-%s.json" % (attempt, node))
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump({"attempt": attempt, "node": node, "time": time.time(), "partitions": sorted(set(partitions)),
+                   "partial": {str(p): int(k) for p, k in (partial or {}).items() if k > 0}}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_positions(checkpoint_dir, since=0.0):
+    """Where a restarted feed resumes: ``(partitions, partial)``, the
+    partitions recorded whole by save_position (every node and attempt
+    together) and, for partitions read only in part, how many of their first
+    rows were taken (the attempts' counts add up: each attempt was fed the
+    partition from where the earlier ones stopped); from files written at or
+    after ``since`` (seconds since the epoch). None when there are none."""
+    import json
+    if not checkpoint_dir:
+        return None
+    if checkpoint_dir.startswith("file://"):
+        checkpoint_dir = checkpoint_dir[len("file://"):]
+    d = os.path.join(checkpoint_dir, POSITION_DIR)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return None
+    parts, partial, found = set(), {}, False
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(d, name)
+        try:
+            if os.stat(path).st_mtime < since:
+                continue
+            with open(path) as f:
+                rec = json.load(f)
+            parts.update(int(p) for p in rec["partitions"])
+            for p, k in rec.get("partial", {}).items():
+                partial[int(p)] = partial.get(int(p), 0) + int(k)
+            found = True
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not found:
+        return None
+    return parts, {p: k for p, k in partial.items() if p not in parts}
 
 
 _manager = None
@@ -294,13 +385,13 @@ class DataFeed(object):
                 self._partition = partition
             elif tag == _tfos.TAG_PARTITION_END:
                 self._partition = 0
-                self._chunks.append(_PARTITION_END)
+                self._chunks.append(_End(partition))
             elif tag == _tfos.TAG_PARTITION_ABORT:
                 # rows of it already read stay read: the partition is fed
                 # again (at-least-once)
                 self.mgr.aborted.append(partition)
                 self._partition = 0
-                self._chunks.append(_PARTITION_END)
+                self._chunks.append(_End(partition, aborted=True))
             else:
                 chunk = _decode(tag, self._partition, payload)
                 if chunk.n:
@@ -326,13 +417,18 @@ class DataFeed(object):
                     break
                 continue
             chunk = self._chunks[0]
-            if chunk is _PARTITION_END or chunk.pos >= chunk.n:
+            end = isinstance(chunk, _End)
+            if end or chunk.pos >= chunk.n:
                 self._chunks.popleft()
-                if chunk is _PARTITION_END:
+                if end:
                     # every row before it was handed out: tell the producer
-                    # (it counts a partition as delivered only then)
+                    # (it counts a partition as delivered only then), and
+                    # remember it for the feed position of a checkpoint
                     self.mgr.input.ack(1)
-                if chunk is _PARTITION_END and got and not self.train_mode:
+                    self.mgr.partial.pop(chunk.partition, None)
+                    if not chunk.aborted:
+                        self.mgr.consumed.append(chunk.partition)
+                if end and got and not self.train_mode:
                     # inference: a batch never spans partitions, so the
                     # producer gets a partition's results without waiting for
                     # the next partition (TFoS's EndPartition marker does this)
@@ -343,6 +439,7 @@ class DataFeed(object):
             out.append(part)
             got += k
             self._last_batch.append((chunk.partition, k))
+            self.mgr.partial[chunk.partition] = self.mgr.partial.get(chunk.partition, 0) + k
         self.rows_read += got
         return out, got
 
@@ -403,7 +500,7 @@ class DataFeed(object):
         """True once the feed has ended (or was terminated) and every row was read."""
         if self.mgr.terminated:
             return True
-        if any(c is not _PARTITION_END and c.pos < c.n for c in self._chunks):
+        if any(not isinstance(c, _End) and c.pos < c.n for c in self._chunks):
             return False
         return self.mgr.ended
 
@@ -422,6 +519,12 @@ class DataFeed(object):
                                                             protocol=pickle.HIGHEST_PROTOCOL), self.timeout_ms)
             pos += k
         self._last_batch = []
+
+    def save_position(self, checkpoint_dir=None):
+        """Record, beside the checkpoint just written, which partitions this
+        node has consumed (see :meth:`FeedManager.save_position`): after a
+        restart the feed resumes where the checkpoint stands."""
+        return self.mgr.save_position(checkpoint_dir)
 
     def terminate(self):
         """Stop the feed early: producers writing to this node get FeedClosed

@@ -13,6 +13,7 @@ from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Out
                      _start_driver_ps)
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, node_task
+from .. import feed as _feed
 
 _DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
 
@@ -269,17 +270,18 @@ class TFCluster(object):
         else:
             data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
             total = data.getNumPartitions()
-        delivered, terminated = set(), 0
+        delivered, terminated, not_wanted, offsets = set(), 0, set(), {}
+        started = time.time()
         while True:
             outcomes = self.sc.accumulator({}, _Outcomes())
             progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver)
             job_error = None
             try:
                 if _is_dataframe(data):
-                    fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered)
+                    fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered, offsets)
                     self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
                 else:
-                    fn = feed_task(spec, feed_timeout, outcomes, delivered)
+                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets)
                     self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
             except TFClusterError as exc:
                 job_error = exc
@@ -290,6 +292,8 @@ class TFCluster(object):
                 if state in ("done", "terminated"):
                     delivered.add(part)
                     terminated += state == "terminated"
+                    if state == "terminated":
+                        not_wanted.add(part)
             lost = sorted((part, info) for part, (state, info) in res.items() if state == "aborted")
             if len(delivered) >= total:
                 break
@@ -302,6 +306,18 @@ class TFCluster(object):
             if lost:
                 context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
             self._restart_or_raise(context)
+            # where the surviving checkpoint stands: when the program saved
+            # its feed position with it (DataFeed.save_position), the
+            # partitions consumed after that checkpoint are fed again and
+            # those before it are not (else: at-least-once from the acks)
+            positions = _feed.read_positions(spec.checkpoint_dir, since=started)
+            if positions is not None:
+                whole, offsets = positions
+                after = len(delivered - whole - not_wanted)
+                delivered = (whole & set(range(total))) | not_wanted
+                logger.warning("tfos: attempt %d resumes the feed where the checkpoint stands: %d partitions "
+                               "recorded whole with it, %d in part; %d delivered after it are fed again",
+                               self.attempt, len(whole), len(offsets), after)
             self.partitions_refed += len(lost)
             self.driver.call(self.driver.coord.set_status, partitions_refed=self.partitions_refed)
             logger.warning("tfos: attempt %d: feeding again %d partitions not delivered before the failure "

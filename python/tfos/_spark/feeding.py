@@ -168,30 +168,50 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):
     return rows
 
 
-def feed_task(spec, feed_timeout, outcomes, skip=()):
+def _skip_rows(iterator, n):
+    """The rows of a partition after its first n (already in a checkpoint)."""
+    import itertools
+    return itertools.islice(iterator, n, None) if n else iterator
+
+
+def _skip_arrow_rows(batches, n):
+    """Record batches after the first n rows."""
+    for rb in batches:
+        if n >= rb.num_rows:
+            n -= rb.num_rows
+            continue
+        yield rb.slice(n) if n else rb
+        n = 0
+
+
+def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None):
     """The function of a train() stage on an RDD (foreachPartition over
-    mapPartitionsWithIndex): partitions in ``skip`` were delivered before."""
+    mapPartitionsWithIndex): partitions in ``skip`` were delivered before
+    (or are in the checkpoint); of those in ``offsets``, the first rows are."""
     skip = frozenset(skip)
+    offsets = dict(offsets or {})
 
     def run(index, iterator):
         if index not in skip:
-            _feed_one(spec, iterator, feed_timeout, outcomes, False)
+            _feed_one(spec, _skip_rows(iterator, offsets.get(index, 0)), feed_timeout, outcomes, False)
         return iter(())
 
     return run
 
 
-def feed_task_arrow(spec, feed_timeout, outcomes, skip=()):
+def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
     """The function of a train() stage on a DataFrame (mapInArrow): record
     batches pass through as Arrow IPC, with no per-row work."""
     skip = frozenset(skip)
+    offsets = dict(offsets or {})
 
     def run(iterator):
         import pyarrow as pa
         tc = _task_context()
         rows = None
-        if tc is None or tc.partitionId() not in skip:
-            rows = _feed_one(spec, iterator, feed_timeout, outcomes, True)
+        part = tc.partitionId() if tc is not None else 0
+        if part not in skip:
+            rows = _feed_one(spec, _skip_arrow_rows(iterator, offsets.get(part, 0)), feed_timeout, outcomes, True)
         yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
     return run
