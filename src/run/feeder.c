@@ -55,6 +55,12 @@ static void publish_observer(tfos__feed_progress *p, int i, int in_fd)
         tfos__ring_close(obs);
 }
 
+static tfos__input_opts input_opts(const tfos__feeder_opts *o)
+{
+    return (tfos__input_opts){.format = o->format, .csv_header = o->csv_header, .csv_delimiter = o->csv_delimiter,
+                              .stop = o->stop};
+}
+
 /* What the whole feed will read: file sizes x epochs, and for .npy files
  * (whose header tells) the rows and partitions to expect. */
 static void plan_progress(const tfos__feeder_opts *o)
@@ -66,11 +72,16 @@ static void plan_progress(const tfos__feeder_opts *o)
     int rows_known = 1;
     for (int f = 0; f < o->ninputs; f++) {
         struct stat sb;
-        if (stat(o->inputs[f], &sb) == 0 && sb.st_size > 0)
+        if (stat(o->inputs[f], &sb) || !S_ISREG(sb.st_mode)) {
+            rows_known = 0; /* a FIFO or pipe is read once, by the feed itself */
+            continue;
+        }
+        if (sb.st_size > 0)
             bytes += (uint64_t)sb.st_size;
         tfos__input *in;
         char err[256];
-        if (!rows_known || tfos__input_open(&in, o->inputs[f], o->format, o->csv_header, err, sizeof err)) {
+        tfos__input_opts io = input_opts(o);
+        if (!rows_known || tfos__input_open_opts(&in, o->inputs[f], &io, err, sizeof err)) {
             rows_known = 0;
             continue;
         }
@@ -182,7 +193,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
     for (int e = 0; e < o->epochs; e++) {
         for (int f = 0; f < o->ninputs; f++) {
             tfos__input *in;
-            rc = tfos__input_open(&in, o->inputs[f], o->format, o->csv_header, err, errlen);
+            tfos__input_opts io = input_opts(o);
+            rc = tfos__input_open_opts(&in, o->inputs[f], &io, err, errlen);
             if (rc)
                 goto out;
             int open_part = 0, skipping = 0;

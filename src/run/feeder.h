@@ -6,7 +6,9 @@
  * between PARTITION_BEGIN/END as columnar batches of `batch_rows` rows. Every
  * epoch feeds every file again, with new partition ids. At the end every node
  * gets end-of-feed. Backpressure: a full ring makes the feeder wait for that
- * node (waits in 200 ms slices, watching `stop`). A node whose program calls
+ * node (waits in 200 ms slices, watching `stop`). Inputs that block (a FIFO
+ * with no writer, a silent pipe) are waited for in slices too: a set `stop`
+ * ends every wait of the feed within ~200 ms. A node whose program calls
  * DataFeed.terminate() gets no more partitions (the one it was getting is
  * dropped for it, as TensorFlowOnSpark skips the rest of a terminated feed);
  * the others go on. */
@@ -60,6 +62,7 @@ typedef struct tfos__feeder_opts {
     int ninputs;
     int format;          /* TFOS_FMT_* */
     int csv_header;      /* 1, 0, -1 detect */
+    int csv_delimiter;   /* the CSV field separator; 0: ',' */
     int epochs;          /* >= 1 */
     uint32_t batch_rows; /* rows per record */
     uint64_t partition_rows;

@@ -218,6 +218,7 @@ int tfos__feedrun_start(tfos__feedrun **out, const tfos__feedrun_opts *o, char *
     f->feeder_opts = (tfos__feeder_opts){
         .cluster_id = o->cluster_id, .secret = o->secret, .nnodes = f->nfeed, .executor_ids = f->feed_ids,
         .inputs = r->inputs, .ninputs = r->ninputs, .format = r->input_format, .csv_header = r->csv_header,
+        .csv_delimiter = r->csv_delimiter,
         .epochs = r->epochs > 0 ? r->epochs : 1,
         .batch_rows = (uint32_t)(r->batch_rows > 0 ? r->batch_rows : TFOS_DEFAULT_BATCH_ROWS),
         .partition_rows = (uint64_t)(r->partition_rows > 0 ? r->partition_rows : TFOS_DEFAULT_PARTITION_ROWS),

@@ -1,8 +1,8 @@
 /* input.c: the files of `tfos run --input` to columnar batches (see
  * input.h). This file picks a format's reader (input_csv.c, input_jsonl.c,
  * input_npy.c, behind struct tfos__input_ops) and keeps what every format
- * shares: opening the file, its size for progress, the index of the next
- * row, and the end of input. */
+ * shares: opening the file, reading it in bounded waits, its size for
+ * progress, the index of the next row, and the end of input. */
 #include "run/input.h"
 
 #include "core/log.h"
@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 struct tfos__input {
     const struct tfos__input_ops *ops;
     void *state;   /* the reader's */
+    tfos__input_src src;
     uint64_t rows; /* rows returned so far */
     uint64_t size; /* the file's size at open, for progress */
     int eof;
@@ -56,28 +58,121 @@ static int format_of(const char *path)
     return -1;
 }
 
+/* ---- bounded reads (input_ops.h) ------------------------------------------ */
+
+#define SLICE_MS 200
+
+ssize_t tfos__input_read(tfos__input_src *s, void *buf, size_t n)
+{
+    for (;;) {
+        if (s->stop && *s->stop) {
+            errno = s->error = ECANCELED;
+            return -1;
+        }
+        if (s->stream) {
+            /* Poll first: a FIFO with no writer reads as its end, but polls
+             * as nothing yet until a writer has come (and gone). */
+            struct pollfd p = {.fd = s->fd, .events = POLLIN};
+            int r = poll(&p, 1, SLICE_MS);
+            if (r < 0 && errno != EINTR) {
+                s->error = errno;
+                return -1;
+            }
+            if (r <= 0)
+                continue;
+        }
+        ssize_t got = read(s->fd, buf, n);
+        if (got >= 0) {
+            s->consumed += (uint64_t)got;
+            return got;
+        }
+        if (errno == EAGAIN || errno == EINTR) {
+            s->stream = 1; /* would block: poll from now on */
+            continue;
+        }
+        s->error = errno;
+        return -1;
+    }
+}
+
 /* ---- what the text readers share (input_ops.h) ---------------------------- */
 
-int tfos__input_text_open(void **state, size_t size, int fd, const char *path, char *err, size_t errlen)
+/* The stdio stream of a text reader reads its src through this cookie,
+ * which drops a UTF-8 byte order mark at the very start of the file. */
+typedef struct text_cookie {
+    tfos__input_src *src;
+    int started;        /* the first bytes were checked for a BOM */
+    unsigned char head[3];
+    size_t nhead, ihead; /* the first bytes held back, and how many of them went out */
+} text_cookie;
+
+static ssize_t cookie_read(void *c_, char *buf, size_t n)
+{
+    text_cookie *c = c_;
+    if (!c->started) {
+        while (c->nhead < 3) {
+            ssize_t r = tfos__input_read(c->src, c->head + c->nhead, 3 - c->nhead);
+            if (r < 0)
+                return -1;
+            if (r == 0)
+                break;
+            c->nhead += (size_t)r;
+        }
+        c->started = 1;
+        if (c->nhead == 3 && !memcmp(c->head, "\xef\xbb\xbf", 3))
+            c->nhead = 0;
+    }
+    if (c->ihead < c->nhead) {
+        size_t k = c->nhead - c->ihead < n ? c->nhead - c->ihead : n;
+        memcpy(buf, c->head + c->ihead, k);
+        c->ihead += k;
+        return (ssize_t)k;
+    }
+    return tfos__input_read(c->src, buf, n);
+}
+
+static int cookie_close(void *c)
+{
+    free(c);
+    return 0;
+}
+
+int tfos__input_text_open(void **state, size_t size, tfos__input_src *src, const char *path, char *err,
+                          size_t errlen)
 {
     tfos__input_text *t = calloc(1, size);
-    if (!t) {
-        close(fd);
+    text_cookie *c = calloc(1, sizeof *c);
+    if (!t || !c) {
+        free(t);
+        free(c);
         return TFOS_ENOMEM;
     }
+    c->src = src;
     snprintf(t->path, sizeof t->path, "%s", path);
-    t->f = fdopen(fd, "r");
+    t->src = src;
+    t->f = fopencookie(c, "r", (cookie_io_functions_t){.read = cookie_read, .close = cookie_close});
     if (!t->f) {
         int rc = tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
-        close(fd);
+        free(c);
         free(t);
         return rc;
     }
+    setvbuf(t->f, NULL, _IOFBF, 64 << 10);
     tfos__batch_build_init(&t->b);
     *state = t;
     return 0;
 }
 
+int tfos__input_text_eof(tfos__input_text *t, uint64_t line, char *err, size_t errlen)
+{
+    if (!ferror(t->f))
+        return TFOS_EEND;
+    if (t->src->stop && *t->src->stop)
+        return tfos__errf(err, errlen, TFOS_ESTOPPED, "%s line %llu: stopped while reading", t->path,
+                          (unsigned long long)line);
+    return tfos__errf(err, errlen, TFOS_ESYS, "%s line %llu: %s", t->path, (unsigned long long)line,
+                      strerror(t->src->error ? t->src->error : EIO));
+}
 int tfos__input_text_finish(tfos__input_text *t, const void **batch, size_t *len, uint32_t *nrows, char *err,
                             size_t errlen)
 {
@@ -88,12 +183,6 @@ int tfos__input_text_finish(tfos__input_text *t, const void **batch, size_t *len
     if (rc == TFOS_ETOOBIG)
         return tfos__errf(err, errlen, rc, "%s: a batch of %u rows is too large", t->path, *nrows);
     return rc;
-}
-
-uint64_t tfos__input_text_progress(const void *state)
-{
-    off_t pos = ftello(((const tfos__input_text *)state)->f);
-    return pos > 0 ? (uint64_t)pos : 0;
 }
 
 void tfos__input_text_close(tfos__input_text *t)
@@ -107,8 +196,9 @@ void tfos__input_text_close(tfos__input_text *t)
 
 /* ---- the public interface (input.h) ---------------------------------------- */
 
-int tfos__input_open(tfos__input **out, const char *path, int format, int csv_header, char *err, size_t errlen)
+int tfos__input_open_opts(tfos__input **out, const char *path, const tfos__input_opts *o, char *err, size_t errlen)
 {
+    int format = o->format;
     if (format == TFOS_FMT_AUTO && (format = format_of(path)) < 0)
         return tfos__errf(err, errlen, TFOS_EINVAL, "%s: unknown file type (use .csv, .jsonl or .npy, or give "
                           "--input-format)", path);
@@ -122,22 +212,44 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
     if (!in)
         return TFOS_ENOMEM;
     in->ops = ops;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    in->src.stop = o->stop;
+    /* O_NONBLOCK: opening a FIFO must not wait for its writer (reads wait,
+     * in slices, in tfos__input_read) */
+    in->src.fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (in->src.fd < 0) {
         int rc = tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
         free(in);
         return rc;
     }
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && sb.st_size > 0)
-        in->size = (uint64_t)sb.st_size;
-    int rc = ops->open(&in->state, fd, path, csv_header, err, errlen);
-    if (rc) {
-        free(in);
-        return rc;
+    int rc;
+    if (fstat(in->src.fd, &sb)) {
+        rc = tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", path, strerror(errno));
+        goto fail;
     }
+    if (S_ISDIR(sb.st_mode)) {
+        rc = tfos__errf(err, errlen, TFOS_EINVAL, "%s: is a directory (give the files in it as --input, one "
+                        "each)", path);
+        goto fail;
+    }
+    if (S_ISREG(sb.st_mode) && sb.st_size > 0)
+        in->size = (uint64_t)sb.st_size;
+    in->src.stream = !S_ISREG(sb.st_mode);
+    rc = ops->open(&in->state, &in->src, path, o, err, errlen);
+    if (rc)
+        goto fail;
     *out = in;
     return 0;
+fail:
+    close(in->src.fd);
+    free(in);
+    return rc;
+}
+
+int tfos__input_open(tfos__input **out, const char *path, int format, int csv_header, char *err, size_t errlen)
+{
+    tfos__input_opts o = {.format = format, .csv_header = csv_header};
+    return tfos__input_open_opts(out, path, &o, err, errlen);
 }
 
 int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, size_t *len, uint64_t *first_row,
@@ -159,7 +271,7 @@ int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, siz
 
 void tfos__input_progress(const tfos__input *in, uint64_t *read, uint64_t *size)
 {
-    *read = in->ops->progress(in->state);
+    *read = in->src.consumed;
     if (in->eof || *read > in->size)
         *read = in->size;
     *size = in->size;
@@ -175,5 +287,6 @@ void tfos__input_close(tfos__input *in)
     if (!in)
         return;
     in->ops->close(in->state);
+    close(in->src.fd);
     free(in);
 }

@@ -1,12 +1,16 @@
 /* input_csv.c: the CSV reader of `tfos run --input` (RFC 4180; semantics in
  * input.h), behind tfos__input_csv_ops. Records are read with stdio, typed
- * by the first data row, and appended to a batch builder (core/batchbuild.h). */
+ * by the first data row, and appended to a batch builder (core/batchbuild.h).
+ * The first two records are read before anything is typed: the second
+ * decides whether the first is a header, and gives a type to a column whose
+ * first value is empty. */
 #include "core/log.h"
 #include "run/input.h"
 #include "run/input_ops.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,7 @@ typedef struct record {
     char *buf;
     size_t len, cap;
     size_t start[MAX_COLS + 1], flen[MAX_COLS + 1];
+    unsigned char quoted[MAX_COLS + 1];
     int n;
     uint64_t line;
 } record;
@@ -27,56 +32,123 @@ typedef struct csv_reader {
     tfos__input_text t;  /* first: the path, the stream, the builder */
     uint64_t line;       /* physical line number of the next character */
     int typed, csv_header;
-    record cur, pending; /* pending: the row read ahead to detect a header */
+    int delim, delim_given;
+    record cur, pending; /* pending: the row read ahead (header detection, types of empty values) */
     int have_pending;
 } csv_reader;
 
-static int parse_int(const char *s, size_t n, int64_t *v)
+/* ---- numbers --------------------------------------------------------------
+ * A number is written in decimal: [+-]digits[.digits][(e|E)[+-]digits] (or
+ * .digits), or inf, infinity, nan in any case; spaces and tabs around it are
+ * allowed. Nothing else is a number: not 0x10, not 1_000, not "1,5". */
+
+enum { NUM_NONE = 0, NUM_EMPTY, NUM_INT, NUM_FLOAT };
+
+typedef struct number {
+    int kind;     /* NUM_* */
+    int int_ok;   /* NUM_INT: fits int64 */
+    int float_ok; /* NUM_INT or NUM_FLOAT: finite as float64, or written as inf */
+    int64_t i;
+    double d;
+} number;
+
+static int lower_eq(const char *s, size_t n, const char *word)
 {
-    char buf[32];
-    if (n == 0 || n >= sizeof buf)
+    if (strlen(word) != n)
         return 0;
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    size_t i = (buf[0] == '-' || buf[0] == '+') ? 1 : 0;
-    if (!buf[i])
-        return 0;
-    for (size_t k = i; buf[k]; k++)
-        if (buf[k] < '0' || buf[k] > '9')
+    for (size_t k = 0; k < n; k++)
+        if ((s[k] | 0x20) != word[k])
             return 0;
-    errno = 0;
-    long long x = strtoll(buf, NULL, 10);
-    if (errno)
-        return 0;
-    *v = x;
     return 1;
 }
 
-static int parse_float(const char *s, size_t n, double *v)
+static void parse_number(const char *s, size_t n, number *v)
 {
-    char buf[64];
-    if (n == 0 || n >= sizeof buf)
-        return 0;
+    memset(v, 0, sizeof *v);
+    while (n && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (!n) {
+        v->kind = NUM_EMPTY;
+        return;
+    }
+    size_t i = (*s == '-' || *s == '+') ? 1 : 0;
+    int word = lower_eq(s + i, n - i, "inf") || lower_eq(s + i, n - i, "infinity") || lower_eq(s + i, n - i, "nan");
+    int integer = 1;
+    if (!word) {
+        size_t digits = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++, digits++;
+        if (i < n && s[i] == '.') {
+            integer = 0;
+            for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+                digits++;
+        }
+        if (!digits)
+            return;
+        if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+            integer = 0;
+            i++;
+            if (i < n && (s[i] == '-' || s[i] == '+'))
+                i++;
+            size_t exp = 0;
+            while (i < n && s[i] >= '0' && s[i] <= '9')
+                i++, exp++;
+            if (!exp)
+                return;
+        }
+        if (i != n)
+            return;
+    }
+    char small[128], *buf = n < sizeof small ? small : malloc(n + 1);
+    if (!buf)
+        return; /* out of memory: taken as text, which a number column refuses */
     memcpy(buf, s, n);
     buf[n] = 0;
-    char *end;
-    double x = strtod(buf, &end);
-    if (end == buf || *end)
-        return 0;
-    *v = x;
-    return 1;
+    v->kind = word || !integer ? NUM_FLOAT : NUM_INT;
+    if (v->kind == NUM_INT) {
+        errno = 0;
+        long long x = strtoll(buf, NULL, 10);
+        v->int_ok = errno == 0;
+        v->i = x;
+    }
+    errno = 0;
+    v->d = strtod(buf, NULL);
+    v->float_ok = word || !(errno == ERANGE && isinf(v->d)); /* underflow to 0 or a subnormal is fine */
+    if (buf != small)
+        free(buf);
 }
+
+static int is_number(const record *r, int i)
+{
+    number v;
+    parse_number(r->buf + r->start[i], r->flen[i], &v);
+    return v.kind == NUM_INT || v.kind == NUM_FLOAT;
+}
+
+static int is_text(const record *r, int i)
+{
+    number v;
+    parse_number(r->buf + r->start[i], r->flen[i], &v);
+    return v.kind == NUM_NONE;
+}
+
+/* ---- records ------------------------------------------------------------- */
+
 /* Read one record (handles quotes and newlines inside quotes). 0, TFOS_EEND
- * at end of file, TFOS_EPROTO for a bad quote, TFOS_ETOOBIG. */
+ * at end of file, TFOS_EPROTO for a bad quote, TFOS_ETOOBIG, or the read
+ * error (TFOS_ESTOPPED, TFOS_ESYS). */
 static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
 {
     FILE *f = in->t.f;
+    const int delim = in->delim;
     r->len = 0;
     r->n = 0;
     r->line = in->line;
     int ch = getc_unlocked(f);
     if (ch == EOF)
-        return TFOS_EEND;
+        return tfos__input_text_eof(&in->t, in->line, err, errlen);
     for (;;) {
         /* one field */
         if (r->n >= MAX_COLS)
@@ -84,10 +156,14 @@ static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
                         (unsigned long long)r->line, MAX_COLS);
         r->start[r->n] = r->len;
         int quoted = ch == '"';
+        r->quoted[r->n] = (unsigned char)quoted;
         if (quoted)
             ch = getc_unlocked(f);
         for (;;) {
             if (ch == EOF) {
+                int rc = tfos__input_text_eof(&in->t, in->line, err, errlen);
+                if (rc != TFOS_EEND)
+                    return rc;
                 if (quoted)
                     return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: a quoted field is not closed",
                                 in->t.path, (unsigned long long)r->line);
@@ -100,12 +176,12 @@ static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
                 } else {
                     quoted = 0;
                     ch = next;
-                    if (ch != ',' && ch != '\n' && ch != '\r' && ch != EOF)
+                    if (ch != delim && ch != '\n' && ch != '\r' && ch != EOF)
                         return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: text after a closing quote",
                                     in->t.path, (unsigned long long)in->line, r->n + 1);
                     continue;
                 }
-            } else if (!quoted && (ch == ',' || ch == '\n' || ch == '\r')) {
+            } else if (!quoted && (ch == delim || ch == '\n' || ch == '\r')) {
                 break;
             }
             if (ch == '\n')
@@ -126,7 +202,7 @@ static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
         }
         r->flen[r->n] = r->len - r->start[r->n];
         r->n++;
-        if (ch == ',') {
+        if (ch == delim) {
             ch = getc_unlocked(f);
             continue;
         }
@@ -140,11 +216,18 @@ static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
     }
 }
 
-static int numeric(const record *r, int i)
+static int blank(const record *r)
 {
-    int64_t iv;
-    double dv;
-    return parse_int(r->buf + r->start[i], r->flen[i], &iv) || parse_float(r->buf + r->start[i], r->flen[i], &dv);
+    return r->n == 1 && r->flen[0] == 0 && !r->quoted[0];
+}
+
+/* The next record that is not a blank line. */
+static int read_data(csv_reader *in, record *r, char *err, size_t errlen)
+{
+    int rc;
+    while ((rc = csv_read(in, r, err, errlen)) == 0 && blank(r))
+        ;
+    return rc;
 }
 
 static void swap_records(record *a, record *b)
@@ -154,18 +237,92 @@ static void swap_records(record *a, record *b)
     *b = t;
 }
 
-static int csv_type(csv_reader *in, const record *r)
+/* ---- the first rows: delimiter check, header, types ---------------------- */
+
+/* With the default delimiter, a first line whose unquoted fields hold ';'
+ * or a tab is most likely another dialect: refuse to guess. */
+static int check_delimiter(csv_reader *in, const record *r, char *err, size_t errlen)
+{
+    if (in->delim_given)
+        return 0;
+    for (int i = 0; i < r->n; i++) {
+        if (r->quoted[i])
+            continue;
+        const char *s = r->buf + r->start[i];
+        const char *semi = memchr(s, ';', r->flen[i]), *tab = memchr(s, '\t', r->flen[i]);
+        if (semi || tab)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' holds a %s: if the file "
+                              "is %s-separated, give --csv-delimiter '%s' (or --csv-delimiter , to read it as it is)",
+                              in->t.path, (unsigned long long)r->line, i + 1, (int)(r->flen[i] > 40 ? 40 : r->flen[i]),
+                              s, semi ? "';'" : "tab", semi ? "';'" : "tab", semi ? ";" : "\\t");
+    }
+    return 0;
+}
+
+/* Whether the first record (cur; pending the next, if have_pending) is a
+ * header, when not forced. A header is a row with no number in it (names,
+ * maybe an empty one) above a row with a number under one of its names.
+ * Where that cannot be told, an error asks for --csv-header or
+ * --no-csv-header: a data row is never dropped as a header, nor a header fed
+ * as data, on a guess. */
+static int detect_header(csv_reader *in, int *header, char *err, size_t errlen)
+{
+    const record *a = &in->cur, *b = in->have_pending ? &in->pending : NULL;
+    int numbers = 0, text = 0, text_over_number = 0;
+    for (int i = 0; i < a->n; i++) {
+        numbers |= is_number(a, i);
+        int t = is_text(a, i);
+        text |= t;
+        if (t && b && i < b->n && is_number(b, i))
+            text_over_number = 1;
+    }
+    *header = 0;
+    if (!text)
+        return 0; /* numbers and empty values: data */
+    if (!numbers && text_over_number) {
+        *header = 1;
+        return 0;
+    }
+    if (numbers && !text_over_number)
+        return 0; /* text and numbers, the text above more text: string columns */
+    if (numbers)
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: cannot tell whether this row is a header (it holds "
+                          "numbers, and text above numbers of the next row): give --csv-header or --no-csv-header",
+                          in->t.path, (unsigned long long)a->line);
+    return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu: cannot tell whether this row is a header (%s): give "
+                      "--csv-header or --no-csv-header", in->t.path, (unsigned long long)a->line,
+                      b ? "it and the next row hold text only" : "the file has no other row");
+}
+
+/* Column types from the first data row r (next: the row after it, or NULL).
+ * An empty value takes its column's type from the next row: a number
+ * there makes the empty value an error (numbers have no missing value),
+ * anything else a string column. */
+static int csv_type(csv_reader *in, const record *r, const record *next, char *err, size_t errlen)
 {
     in->t.b.ncols = r->n;
     for (int i = 0; i < r->n; i++) {
         tfos__build_col *c = &in->t.b.cols[i];
-        int64_t iv;
-        double dv;
         const char *s = r->buf + r->start[i];
-        if (parse_int(s, r->flen[i], &iv)) {
+        number v;
+        parse_number(s, r->flen[i], &v);
+        if (v.kind == NUM_EMPTY && next && i < next->n && is_number(next, i))
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: an empty value in a column of "
+                              "numbers (line %llu has one; numbers have no missing value: fill it in)", in->t.path,
+                              (unsigned long long)r->line, i + 1, (unsigned long long)next->line);
+        if (v.kind == NUM_INT && !v.int_ok)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is out of range for an "
+                              "int64 (write it as a float, e.g. %.*s.0, to make the column float64)", in->t.path,
+                              (unsigned long long)r->line, i + 1, (int)(r->flen[i] > 40 ? 40 : r->flen[i]), s,
+                              (int)(r->flen[i] > 40 ? 40 : r->flen[i]), s);
+        if (v.kind == NUM_FLOAT && !v.float_ok)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is out of range for a "
+                              "float64", in->t.path, (unsigned long long)r->line, i + 1,
+                              (int)(r->flen[i] > 40 ? 40 : r->flen[i]), s);
+        if (v.kind == NUM_INT) {
             c->kind = TFOS_COL_FIXED;
             c->dtype = TFOS_DT_I64;
-        } else if (parse_float(s, r->flen[i], &dv)) {
+        } else if (v.kind == NUM_FLOAT) {
             c->kind = TFOS_COL_FIXED;
             c->dtype = TFOS_DT_F64;
         } else {
@@ -176,49 +333,41 @@ static int csv_type(csv_reader *in, const record *r)
     return 0;
 }
 
+/* Read the first data row (and the one after it), take a header off as the
+ * options or detect_header say, and type the columns. cur gets the first
+ * data row. */
 static int csv_first(csv_reader *in, char *err, size_t errlen)
 {
-    int rc = csv_read(in, &in->cur, err, errlen);
+    int rc = read_data(in, &in->cur, err, errlen);
     if (rc)
         return rc;
+    if ((rc = check_delimiter(in, &in->cur, err, errlen)))
+        return rc;
+    rc = read_data(in, &in->pending, err, errlen);
+    if (rc && rc != TFOS_EEND)
+        return rc;
+    in->have_pending = rc == 0;
     int header = in->csv_header;
-    if (header < 0) {
-        header = 0;
-        int text = 0;
-        for (int i = 0; i < in->cur.n; i++)
-            text |= !numeric(&in->cur, i);
-        if (text) {
-            rc = csv_read(in, &in->pending, err, errlen);
-            if (rc && rc != TFOS_EEND)
-                return rc;
-            if (rc == 0) {
-                in->have_pending = 1;
-                int numeric_below = 0;
-                for (int i = 0; i < in->cur.n && i < in->pending.n; i++)
-                    if (!numeric(&in->cur, i) && numeric(&in->pending, i))
-                        numeric_below = 1;
-                header = numeric_below;
-            }
-        }
-    }
+    if (header < 0 && (rc = detect_header(in, &header, err, errlen)))
+        return rc;
     if (header) {
         for (int i = 0; i < in->cur.n; i++) {
             size_t l = in->cur.flen[i] < sizeof in->t.b.cols[i].name - 1 ? in->cur.flen[i] : sizeof in->t.b.cols[i].name - 1;
             memcpy(in->t.b.cols[i].name, in->cur.buf + in->cur.start[i], l);
             in->t.b.cols[i].name[l] = 0;
         }
-        if (in->have_pending) {
-            swap_records(&in->cur, &in->pending);
-            in->have_pending = 0;
-        } else {
-            rc = csv_read(in, &in->cur, err, errlen);
-            if (rc)
-                return rc;
-        }
+        if (!in->have_pending)
+            return TFOS_EEND; /* a header and no rows */
+        swap_records(&in->cur, &in->pending);
+        rc = read_data(in, &in->pending, err, errlen);
+        if (rc && rc != TFOS_EEND)
+            return rc;
+        in->have_pending = rc == 0;
     }
-    csv_type(in, &in->cur);
-    return 0;
+    return csv_type(in, &in->cur, in->have_pending ? &in->pending : NULL, err, errlen);
 }
+
+/* ---- rows ------------------------------------------------------------------ */
 
 static int csv_add(csv_reader *in, const record *r, char *err, size_t errlen)
 {
@@ -229,23 +378,38 @@ static int csv_add(csv_reader *in, const record *r, char *err, size_t errlen)
         tfos__build_col *c = &in->t.b.cols[i];
         const char *s = r->buf + r->start[i];
         size_t n = r->flen[i];
+        int shown = (int)(n > 40 ? 40 : n);
         int rc = 0;
         if (c->kind == TFOS_COL_STR) {
             rc = tfos__batch_build_push_var(c, in->t.b.nrows, s, n);
-        } else if (c->dtype == TFOS_DT_I64) {
-            int64_t v;
-            if (!parse_int(s, n, &v))
+            if (rc)
+                return rc;
+            continue;
+        }
+        number v;
+        parse_number(s, n, &v);
+        if (v.kind == NUM_EMPTY)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: an empty value in a column of "
+                              "numbers (numbers have no missing value: fill it in)", in->t.path,
+                              (unsigned long long)r->line, i + 1);
+        if (c->dtype == TFOS_DT_I64) {
+            if (v.kind == NUM_INT && !v.int_ok)
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is out of range for an "
+                                  "int64", in->t.path, (unsigned long long)r->line, i + 1, shown, s);
+            if (v.kind != NUM_INT)
                 return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not an integer (the "
                             "column's type comes from the first row)", in->t.path, (unsigned long long)r->line, i + 1,
-                            (int)(n > 40 ? 40 : n), s);
-            rc = tfos__batch_build_push_fixed(c, &v, 8);
+                            shown, s);
+            rc = tfos__batch_build_push_fixed(c, &v.i, 8);
         } else {
-            double v;
-            if (!parse_float(s, n, &v))
+            if (v.kind != NUM_INT && v.kind != NUM_FLOAT)
                 return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is not a number (the "
                             "column's type comes from the first row)", in->t.path, (unsigned long long)r->line, i + 1,
-                            (int)(n > 40 ? 40 : n), s);
-            rc = tfos__batch_build_push_fixed(c, &v, 8);
+                            shown, s);
+            if (!v.float_ok)
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: '%.*s' is out of range for a "
+                                  "float64", in->t.path, (unsigned long long)r->line, i + 1, shown, s);
+            rc = tfos__batch_build_push_fixed(c, &v.d, 8);
         }
         if (rc)
             return rc;
@@ -271,14 +435,12 @@ static int csv_fill(csv_reader *in, uint32_t max_rows, char *err, size_t errlen)
             swap_records(&in->cur, &in->pending);
             in->have_pending = 0;
         } else {
-            rc = csv_read(in, &in->cur, err, errlen);
+            rc = read_data(in, &in->cur, err, errlen);
             if (rc == TFOS_EEND)
                 break;
             if (rc)
                 return rc;
         }
-        if (in->cur.n == 1 && in->cur.flen[0] == 0)
-            continue; /* blank line */
         rc = csv_add(in, &in->cur, err, errlen);
         if (rc)
             return rc;
@@ -286,14 +448,21 @@ static int csv_fill(csv_reader *in, uint32_t max_rows, char *err, size_t errlen)
     return in->t.b.nrows ? 0 : TFOS_EEND;
 }
 
-static int csv_open(void **state, int fd, const char *path, int csv_header, char *err, size_t errlen)
+static int csv_open(void **state, tfos__input_src *src, const char *path, const tfos__input_opts *o, char *err,
+                    size_t errlen)
 {
-    int rc = tfos__input_text_open(state, sizeof(csv_reader), fd, path, err, errlen);
+    int d = o->csv_delimiter;
+    if (d == '"' || d == '\n' || d == '\r' || d < 0 || d > 127)
+        return tfos__errf(err, errlen, TFOS_EINVAL, "%s: the CSV delimiter cannot be a quote, a line end or a "
+                          "non-ASCII byte", path);
+    int rc = tfos__input_text_open(state, sizeof(csv_reader), src, path, err, errlen);
     if (rc)
         return rc;
     csv_reader *in = *state;
     in->line = 1;
-    in->csv_header = csv_header;
+    in->csv_header = o->csv_header;
+    in->delim = d ? d : ',';
+    in->delim_given = d != 0;
     return 0;
 }
 
@@ -318,7 +487,6 @@ static void csv_close(void *state)
 const struct tfos__input_ops tfos__input_csv_ops = {
     .open = csv_open,
     .next = csv_next,
-    .progress = tfos__input_text_progress,
     .rows = NULL,
     .close = csv_close,
 };

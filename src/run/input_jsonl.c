@@ -261,10 +261,11 @@ static int add_row(jsonl_reader *in, const char *line, size_t len, char *err, si
     return 0;
 }
 
-static int jsonl_open(void **state, int fd, const char *path, int csv_header, char *err, size_t errlen)
+static int jsonl_open(void **state, tfos__input_src *src, const char *path, const tfos__input_opts *o, char *err,
+                      size_t errlen)
 {
-    (void)csv_header;
-    return tfos__input_text_open(state, sizeof(jsonl_reader), fd, path, err, errlen);
+    (void)o;
+    return tfos__input_text_open(state, sizeof(jsonl_reader), src, path, err, errlen);
 }
 
 static int jsonl_next(void *state, uint32_t max_rows, const void **batch, size_t *len, uint32_t *nrows, char *err,
@@ -273,8 +274,13 @@ static int jsonl_next(void *state, uint32_t max_rows, const void **batch, size_t
     jsonl_reader *in = state;
     while (in->t.b.nrows < max_rows) {
         ssize_t n = getline(&in->linebuf, &in->linecap, in->t.f);
-        if (n < 0)
+        if (n < 0 || ferror(in->t.f)) {
+            /* the end, or a read that failed (or was stopped) midway */
+            int rc = tfos__input_text_eof(&in->t, in->line + 1, err, errlen);
+            if (rc != TFOS_EEND)
+                return rc;
             break;
+        }
         in->line++;
         if ((size_t)n > MAX_LINE)
             return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s line %llu: over %zu bytes", in->t.path,
@@ -296,7 +302,6 @@ static void jsonl_close(void *state)
 const struct tfos__input_ops tfos__input_jsonl_ops = {
     .open = jsonl_open,
     .next = jsonl_next,
-    .progress = tfos__input_text_progress,
     .rows = NULL,
     .close = jsonl_close,
 };

@@ -1,7 +1,8 @@
 /* input_npy.c: the .npy reader of `tfos run --input` (NumPy format v1-v3,
  * C order, little-endian numbers or bool; see input.h), behind
- * tfos__input_npy_ops. The array's rows are read straight into the data
- * region of a one-column batch, a chunk at a time. */
+ * tfos__input_npy_ops. The file is read front to back (it may be a FIFO):
+ * the header, parsed as the dict literal it is, then the rows, straight into
+ * the data region of a one-column batch, a chunk at a time. */
 #include "core/batch.h"
 #include "core/log.h"
 #include "run/input.h"
@@ -16,7 +17,7 @@
 
 typedef struct npy_reader {
     char path[1024];
-    int fd;
+    tfos__input_src *src;
     uint64_t total, row_bytes, rows; /* rows in the file, bytes a row, rows returned */
     int dtype, ndim;
     uint32_t shape[TFOS_BATCH_MAX_DIMS];
@@ -24,40 +25,191 @@ typedef struct npy_reader {
     size_t out_cap;
 } npy_reader;
 
-/* Read and check the header; leaves fd at the first row. */
+/* A read error as a return code (err names the file and `what`). */
+static int read_failed(const npy_reader *in, const char *what, char *err, size_t errlen)
+{
+    if (in->src->error == ECANCELED)
+        return tfos__errf(err, errlen, TFOS_ESTOPPED, "%s: stopped while reading %s", in->path, what);
+    return tfos__errf(err, errlen, TFOS_ESYS, "%s: reading %s: %s", in->path, what, strerror(in->src->error));
+}
+
+/* Read n bytes; *got: how many came before the end of the file. 0 (also at
+ * the end: compare *got), or the read error. */
+static int read_full(npy_reader *in, void *buf, size_t n, size_t *got, const char *what, char *err, size_t errlen)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = tfos__input_read(in->src, (uint8_t *)buf + *got, n - *got);
+        if (r < 0)
+            return read_failed(in, what, err, errlen);
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* ---- the header: a Python dict literal, read as numpy writes it -----------
+ * {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), } : exactly these
+ * three keys, each once (numpy's reader takes the last of a repeated key,
+ * and refuses other keys; a repeated key is refused here, so a file never
+ * reads differently here than in numpy). */
+
+typedef struct hdr {
+    const char *p, *end;
+} hdr;
+
+static void hdr_ws(hdr *h)
+{
+    while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r'))
+        h->p++;
+}
+
+static int hdr_char(hdr *h, char c)
+{
+    hdr_ws(h);
+    if (h->p < h->end && *h->p == c) {
+        h->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A quoted string without escapes into out (cap bytes); 0 if there is none
+ * or it does not fit. */
+static int hdr_string(hdr *h, char *out, size_t cap)
+{
+    hdr_ws(h);
+    if (h->p >= h->end || (*h->p != '\'' && *h->p != '"'))
+        return 0;
+    char q = *h->p++;
+    size_t n = 0;
+    while (h->p < h->end && *h->p != q) {
+        if (*h->p == '\\' || n + 1 >= cap)
+            return 0;
+        out[n++] = *h->p++;
+    }
+    if (h->p >= h->end)
+        return 0;
+    h->p++;
+    out[n] = 0;
+    return 1;
+}
+
+static int hdr_word(hdr *h, const char *w)
+{
+    hdr_ws(h);
+    size_t n = strlen(w);
+    if ((size_t)(h->end - h->p) >= n && !memcmp(h->p, w, n)) {
+        h->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+/* (d0, d1, ...) with an optional trailing comma: *nd dims into dims. */
+static int hdr_shape(hdr *h, uint64_t *dims, int max, int *nd)
+{
+    *nd = 0;
+    if (!hdr_char(h, '('))
+        return 0;
+    for (;;) {
+        if (hdr_char(h, ')'))
+            return 1;
+        hdr_ws(h);
+        if (h->p >= h->end || *h->p < '0' || *h->p > '9' || *nd >= max)
+            return 0;
+        uint64_t v = 0;
+        while (h->p < h->end && *h->p >= '0' && *h->p <= '9') {
+            if (v > (UINT64_MAX - 9) / 10)
+                return 0;
+            v = v * 10 + (uint64_t)(*h->p++ - '0');
+        }
+        if (h->p < h->end && *h->p == 'L') /* Python 2's long */
+            h->p++;
+        dims[(*nd)++] = v;
+        if (hdr_char(h, ','))
+            continue;
+        if (!hdr_char(h, ')'))
+            return 0;
+        return 1;
+    }
+}
+
+/* Read and check the header; leaves the src at the first row. */
 static int read_header(npy_reader *in, char *err, size_t errlen)
 {
     uint8_t head[12];
-    ssize_t r = pread(in->fd, head, 10, 0);
-    if (r != 10 || memcmp(head, "\x93NUMPY", 6))
+    size_t got;
+    int rc = read_full(in, head, 10, &got, "the header", err, errlen);
+    if (rc)
+        return rc;
+    if (got != 10 || memcmp(head, "\x93NUMPY", 6))
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: not a .npy file (bad magic)", in->path);
     int major = head[6];
-    size_t hl, off;
+    size_t hl;
     if (major == 1) {
         hl = head[8] | (size_t)head[9] << 8;
-        off = 10;
     } else if (major == 2 || major == 3) {
-        if (pread(in->fd, head, 12, 0) != 12)
+        if ((rc = read_full(in, head + 10, 2, &got, "the header", err, errlen)))
+            return rc;
+        if (got != 2)
             return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
         hl = head[8] | (size_t)head[9] << 8 | (size_t)head[10] << 16 | (size_t)head[11] << 24;
-        off = 12;
     } else {
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: .npy format version %d is not supported", in->path, major);
     }
     if (hl > 65536)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: header of %zu bytes", in->path, hl);
-    char hdr[65537];
-    if (pread(in->fd, hdr, hl, (off_t)off) != (ssize_t)hl)
+    char text[65537];
+    if ((rc = read_full(in, text, hl, &got, "the header", err, errlen)))
+        return rc;
+    if (got != hl)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated header", in->path);
-    hdr[hl] = 0;
-    const char *d = strstr(hdr, "'descr'");
-    const char *fo = strstr(hdr, "'fortran_order'");
-    const char *sh = strstr(hdr, "'shape'");
-    if (!d || !fo || !sh)
-        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: header lacks descr, fortran_order or shape", in->path);
+    text[hl] = 0;
+
+    hdr h = {text, text + hl};
     char descr[16] = "";
-    if (sscanf(d, "'descr' : '%15[^']'", descr) != 1 && sscanf(d, "'descr': '%15[^']'", descr) != 1)
-        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable descr", in->path);
+    int fortran = -1, nd = -1, seen[3] = {0, 0, 0};
+    uint64_t dims[TFOS_BATCH_MAX_DIMS + 1];
+    if (!hdr_char(&h, '{'))
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable header (not a dict)", in->path);
+    while (!hdr_char(&h, '}')) {
+        char key[32];
+        if (!hdr_string(&h, key, sizeof key) || !hdr_char(&h, ':'))
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable header (byte %td)", in->path, h.p - text);
+        int k = !strcmp(key, "descr") ? 0 : !strcmp(key, "fortran_order") ? 1 : !strcmp(key, "shape") ? 2 : -1;
+        if (k < 0)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unexpected key '%s' in the header (numpy writes descr, "
+                              "fortran_order and shape)", in->path, key);
+        if (seen[k]++)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: the header has key '%s' twice", in->path, key);
+        int ok;
+        if (k == 0) {
+            hdr_ws(&h);
+            if (h.p < h.end && *h.p == '[')
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s: structured dtypes are not supported (little-endian "
+                                  "numbers or bool)", in->path);
+            ok = hdr_string(&h, descr, sizeof descr);
+        } else if (k == 1) {
+            ok = hdr_word(&h, "True") ? (fortran = 1) : hdr_word(&h, "False") ? (fortran = 0, 1) : 0;
+        } else {
+            ok = hdr_shape(&h, dims, TFOS_BATCH_MAX_DIMS + 1, &nd);
+        }
+        if (!ok)
+            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable %s in the header", in->path, key);
+        if (!hdr_char(&h, ',')) {
+            if (!hdr_char(&h, '}'))
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable header (byte %td)", in->path,
+                                  h.p - text);
+            break;
+        }
+    }
+    hdr_ws(&h);
+    if (h.p != h.end)
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: text after the header's dict", in->path);
+    if (!seen[0] || !seen[1] || !seen[2])
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: header lacks descr, fortran_order or shape", in->path);
     static const struct {
         const char *descr;
         int dt;
@@ -71,30 +223,9 @@ static int read_header(npy_reader *in, char *err, size_t errlen)
     if (!in->dtype)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: dtype '%s' is not supported (little-endian numbers or bool)",
                     in->path, descr);
-    const char *fv = strchr(fo + 15, ':');
-    while (fv && (*fv == ':' || *fv == ' '))
-        fv++;
-    if (!fv || strncmp(fv, "False", 5))
+    if (fortran)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: Fortran-order arrays are not supported (save with C order)",
                     in->path);
-    const char *paren = strchr(sh, '(');
-    if (!paren)
-        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
-    uint64_t dims[TFOS_BATCH_MAX_DIMS + 1];
-    int nd = 0;
-    const char *p = paren + 1;
-    while (*p && *p != ')') {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (*p == ')')
-            break;
-        char *end;
-        unsigned long long v = strtoull(p, &end, 10);
-        if (end == p || nd > TFOS_BATCH_MAX_DIMS)
-            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: unreadable shape", in->path);
-        dims[nd++] = v;
-        p = end;
-    }
     if (nd == 0)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: a 0-d array has no rows", in->path);
     in->total = dims[0];
@@ -107,8 +238,6 @@ static int read_header(npy_reader *in, char *err, size_t errlen)
         per *= dims[i];
     }
     in->row_bytes = per;
-    if (lseek(in->fd, (off_t)(off + hl), SEEK_SET) < 0)
-        return TFOS_ESYS;
     return 0;
 }
 
@@ -138,19 +267,14 @@ static int npy_next(void *state, uint32_t max_rows, const void **batch, size_t *
         in->out_cap = (size_t)total;
     }
     tfos__batch_write_header(in->out, total, n, 1, in->ndim ? 0 : TFOS_BATCH_FLAT_ROWS, &col);
-    size_t want = (size_t)col.data_len, got = 0;
-    while (got < want) {
-        ssize_t r = read(in->fd, in->out + col.data_off + got, want - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return tfos__errf(err, errlen, TFOS_ESYS, "%s: %s", in->path, strerror(errno));
-        if (r == 0)
-            return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated: the header promises %llu rows, the data ends in "
-                        "row %llu", in->path, (unsigned long long)in->total,
-                        (unsigned long long)(in->rows + got / in->row_bytes));
-        got += (size_t)r;
-    }
+    size_t want = (size_t)col.data_len, got;
+    int rc = read_full(in, in->out + col.data_off, want, &got, "the rows", err, errlen);
+    if (rc)
+        return rc;
+    if (got < want)
+        return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated: the header promises %llu rows, the data ends in "
+                    "row %llu", in->path, (unsigned long long)in->total,
+                    (unsigned long long)(in->rows + got / in->row_bytes));
     *batch = in->out;
     *len = total;
     in->rows += n;
@@ -158,30 +282,22 @@ static int npy_next(void *state, uint32_t max_rows, const void **batch, size_t *
     return 0;
 }
 
-static int npy_open(void **state, int fd, const char *path, int csv_header, char *err, size_t errlen)
+static int npy_open(void **state, tfos__input_src *src, const char *path, const tfos__input_opts *o, char *err,
+                    size_t errlen)
 {
-    (void)csv_header;
+    (void)o;
     npy_reader *in = calloc(1, sizeof *in);
-    if (!in) {
-        close(fd);
+    if (!in)
         return TFOS_ENOMEM;
-    }
     snprintf(in->path, sizeof in->path, "%s", path);
-    in->fd = fd;
+    in->src = src;
     int rc = read_header(in, err, errlen);
     if (rc) {
-        close(fd);
         free(in);
         return rc;
     }
     *state = in;
     return 0;
-}
-
-static uint64_t npy_progress(const void *state)
-{
-    off_t pos = lseek(((const npy_reader *)state)->fd, 0, SEEK_CUR);
-    return pos > 0 ? (uint64_t)pos : 0;
 }
 
 static int64_t npy_rows(const void *state)
@@ -192,7 +308,6 @@ static int64_t npy_rows(const void *state)
 static void npy_close(void *state)
 {
     npy_reader *in = state;
-    close(in->fd);
     free(in->out);
     free(in);
 }
@@ -200,7 +315,6 @@ static void npy_close(void *state)
 const struct tfos__input_ops tfos__input_npy_ops = {
     .open = npy_open,
     .next = npy_next,
-    .progress = npy_progress,
     .rows = npy_rows,
     .close = npy_close,
 };

@@ -1,13 +1,18 @@
 /* input_test.c: the --input readers: CSV (quotes, CRLF, headers, types,
  * errors), JSON lines (arrays, objects, escapes, errors), .npy (v1/v2,
- * dtypes, truncation), batching, and a mutation fuzz of each parser. */
+ * dtypes, truncation, the header dict), batching, inputs once read as the
+ * wrong data (a BOM, other delimiters, headers that cannot be told, empty
+ * values, numbers out of range or not decimal, a directory), FIFO reads
+ * that a stop flag ends, and a mutation fuzz of each parser. */
 #include "check.h"
 #include "core/batch.h"
 #include "run/input.h"
 #include "tfos/tfos.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/tfos-input-test-XXXXXX";
@@ -268,6 +273,22 @@ static size_t npy_bytes(uint8_t *out, int version, const char *descr, const char
     return pre + hl + n;
 }
 
+/* A v1 .npy file with the header dict given as is. */
+static size_t npy_with_header(uint8_t *out, const char *dict, const void *data, size_t n)
+{
+    size_t dl = strlen(dict), hl = dl + 1;
+    while ((10 + hl) % 64)
+        hl++;
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    out[8] = (uint8_t)hl;
+    out[9] = (uint8_t)(hl >> 8);
+    memset(out + 10, ' ', hl);
+    memcpy(out + 10, dict, dl);
+    out[10 + hl - 1] = '\n';
+    memcpy(out + 10 + hl, data, n);
+    return 10 + hl + n;
+}
+
 static void npy_files(void)
 {
     float f[12];
@@ -325,6 +346,256 @@ static void empty_and_unknown(void)
     CHECK(strstr(err, "unknown file type"));
 }
 
+/* Open text (as `name`) with opts, read it whole: the return code; *v and
+ * the batch's bytes in *b when it gave rows. */
+static int read_opts(const char *name, const char *text, const tfos__input_opts *o, tfos__input **in,
+                     tfos__batch_view *v, tfos__col *st, const uint8_t **b, char *err)
+{
+    const char *p = write_file(name, text, strlen(text));
+    *in = NULL;
+    int rc = tfos__input_open_opts(in, p, o, err, 256);
+    if (rc)
+        return rc;
+    const void *batch;
+    size_t len;
+    uint64_t first;
+    rc = tfos__input_next(*in, 100, &batch, &len, &first, err, 256);
+    if (rc == 0) {
+        CHECK_EQ(tfos__batch_open(batch, len, v, st, 64, err, 256), 0);
+        *b = batch;
+    }
+    return rc;
+}
+
+static int64_t i64_at(const tfos__batch_view *v, const uint8_t *b, int col, int row)
+{
+    int64_t x;
+    memcpy(&x, b + v->cols[col].data_off + 8 * row, 8);
+    return x;
+}
+
+static double f64_at(const tfos__batch_view *v, const uint8_t *b, int col, int row)
+{
+    double x;
+    memcpy(&x, b + v->cols[col].data_off + 8 * row, 8);
+    return x;
+}
+
+/* Inputs that used to be read as the wrong data with no error: each is now
+ * read right, or refused naming the file, line and column. */
+static void csv_dialects_and_headers(void)
+{
+    tfos__input_opts detect = {.format = TFOS_FMT_CSV, .csv_header = -1};
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    const uint8_t *b;
+    char err[256];
+    size_t n;
+
+    /* a UTF-8 byte order mark is skipped: no header taken, no row dropped */
+    CHECK_EQ(read_opts("bom.csv", "\xef\xbb\xbf" "1,2\n3,4\n", &detect, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 2 && v.cols[0].dtype == TFOS_DT_I64 && i64_at(&v, b, 0, 0) == 1 && i64_at(&v, b, 0, 1) == 3);
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("bomh.csv", "\xef\xbb\xbf" "a,b\n1,2\n", &detect, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 1 && v.cols[0].name_len == 1 && v.cols[0].name[0] == 'a');
+    tfos__input_close(in);
+
+    /* a pandas index column: its header field is empty */
+    CHECK_EQ(read_opts("pd.csv", ",a,b\n0,1.5,x\n1,2.5,y\n", &detect, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 2 && v.cols[0].name_len == 0 && v.cols[1].name_len == 1 && v.cols[1].dtype == TFOS_DT_F64);
+    tfos__input_close(in);
+
+    /* rows of text alone cannot tell a header from data: refused, until
+     * --csv-header or --no-csv-header says which */
+    static const char *const unclear[] = {"a,b\n", "name,city\nbob,paris\nann,rome\n", "x,y,2020\n1.5,2.5,3\n"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ(read_opts("h.csv", unclear[i], &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+        CHECK(strstr(err, "h.csv line 1: cannot tell whether this row is a header") &&
+              strstr(err, "--csv-header or --no-csv-header"));
+        tfos__input_close(in);
+    }
+    tfos__input_opts header = detect, no_header = detect;
+    header.csv_header = 1;
+    no_header.csv_header = 0;
+    CHECK_EQ(read_opts("h.csv", "a,b\n", &header, &in, &v, st, &b, err), TFOS_EEND); /* a header, no rows */
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("h.csv", "a,b\n", &no_header, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 1 && v.cols[0].kind == TFOS_COL_STR);
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("h.csv", "name,city\nbob,paris\nann,rome\n", &header, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 2 && v.cols[1].name_len == 4);
+    const uint8_t *s = var_value(&v, b, 1, 1, &n);
+    CHECK(n == 4 && !memcmp(s, "rome", 4));
+    tfos__input_close(in);
+
+    /* ';' or tab in the first line with the default delimiter: refused;
+     * --csv-delimiter reads the file */
+    CHECK_EQ(read_opts("semi.csv", "a;b\n1;2.5\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "semi.csv line 1, column 1: 'a;b' holds a ';'") && strstr(err, "--csv-delimiter ';'"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("tab.csv", "1\t2\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "--csv-delimiter '\\t'"));
+    tfos__input_close(in);
+    tfos__input_opts semi = detect;
+    semi.csv_delimiter = ';';
+    CHECK_EQ(read_opts("semi.csv", "a;b\n1;2.5\n3;\"x;y\"\n", &semi, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "line 3, column 2: 'x;y' is not a number"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("semi.csv", "a;b\n1;2.5\n3;4\n", &semi, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 2 && v.ncols == 2 && f64_at(&v, b, 1, 0) == 2.5 && f64_at(&v, b, 1, 1) == 4);
+    tfos__input_close(in);
+    tfos__input_opts comma = detect;
+    comma.csv_delimiter = ',';
+    CHECK_EQ(read_opts("semi.csv", "x;y,1\n", &comma, &in, &v, st, &b, err), 0); /* given: no check */
+    CHECK(v.nrows == 1 && v.ncols == 2 && v.cols[0].kind == TFOS_COL_STR);
+    tfos__input_close(in);
+
+    /* empty values: never a number column's missing value */
+    CHECK_EQ(read_opts("e.csv", "1,,3\n4,5,6\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "e.csv line 1, column 2: an empty value in a column of numbers (line 2 has one"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("e.csv", "1,2\n3,\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "e.csv line 2, column 2: an empty value in a column of numbers"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("e.csv", "1,,x\n2,y,z\n", &detect, &in, &v, st, &b, err), 0); /* text below: strings */
+    CHECK(v.nrows == 2 && v.cols[1].kind == TFOS_COL_STR);
+    tfos__input_close(in);
+
+    /* numbers: decimal only, ranges checked the same way for int and float */
+    CHECK_EQ(read_opts("n.csv", "1e400\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "n.csv line 1, column 1: '1e400' is out of range for a float64"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1.5\n-1e400\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "n.csv line 2, column 1: '-1e400' is out of range for a float64"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "99999999999999999999\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "n.csv line 1, column 1: '99999999999999999999' is out of range for an int64"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1\n99999999999999999999\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "n.csv line 2, column 1: '99999999999999999999' is out of range for an int64"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1.5\n0x10\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "n.csv line 2, column 1: '0x10' is not a number"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1,0x10\n2,0x20\n", &detect, &in, &v, st, &b, err), 0); /* text, not 16.0 */
+    CHECK(v.cols[1].kind == TFOS_COL_STR);
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1, 2.5 ,1e-400,nan\n3,4,5,-inf\n1,2,3,4\n", &detect, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 3 && v.cols[0].dtype == TFOS_DT_I64 && v.cols[1].dtype == TFOS_DT_F64 &&
+          f64_at(&v, b, 1, 0) == 2.5 && f64_at(&v, b, 2, 0) >= 0 && f64_at(&v, b, 2, 0) < 1e-300 &&
+          f64_at(&v, b, 3, 0) != f64_at(&v, b, 3, 0) && f64_at(&v, b, 3, 1) < -1e308);
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("n.csv", "1.0\n1_000\n", &detect, &in, &v, st, &b, err), TFOS_EPROTO);
+    tfos__input_close(in);
+}
+
+static void jsonl_bom_and_ranges(void)
+{
+    tfos__input_opts o = {.format = TFOS_FMT_AUTO, .csv_header = -1};
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    const uint8_t *b;
+    char err[256];
+    CHECK_EQ(read_opts("bom.jsonl", "\xef\xbb\xbf{\"a\": 1}\n{\"a\": 2}\n", &o, &in, &v, st, &b, err), 0);
+    CHECK(v.nrows == 2 && v.cols[0].name_len == 1 && v.cols[0].name[0] == 'a');
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("r.jsonl", "[1.5]\n[1e400]\n", &o, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "r.jsonl line 2: a number out of range"));
+    tfos__input_close(in);
+    CHECK_EQ(read_opts("d.jsonl", "{\"a\": 1, \"b\": 2, \"a\": 3}\n", &o, &in, &v, st, &b, err), TFOS_EPROTO);
+    CHECK(strstr(err, "d.jsonl line 1: a key appears twice"));
+    tfos__input_close(in);
+}
+
+static void npy_headers(void)
+{
+    double d[3] = {1.5, 2.5, 3.5};
+    uint8_t buf[1024];
+    tfos__input *in;
+    tfos__batch_view v;
+    tfos__col st[64];
+    char err[256];
+    static const struct {
+        const char *dict, *want;
+    } bad[] = {
+        {"{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", "key 'descr' twice"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'shape': (1,), }", "key 'shape' twice"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'extra': 1, }", "unexpected key 'extra'"},
+        {"{'descr': '<f8', 'shape': (3,), }", "header lacks"},
+        {"{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (3,), }", "structured dtypes"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), } x", "text after the header"},
+        {"{'descr': '<f8', 'fortran_order': Maybe, 'shape': (3,), }", "unreadable fortran_order"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *p = write_file("h.npy", buf, npy_with_header(buf, bad[i].dict, d, sizeof d));
+        int rc = tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err);
+        if (rc != TFOS_EPROTO || !strstr(err, bad[i].want) || !strstr(err, "h.npy")) {
+            fprintf(stderr, "case %zu: rc %d, '%s' lacks '%s'\n", i, rc, err, bad[i].want);
+            exit(1);
+        }
+    }
+    /* the keys in another order, double quotes, no trailing comma */
+    const char *p = write_file("h.npy", buf, npy_with_header(buf, "{\"shape\": (3,), \"fortran_order\": False, "
+                                                             "\"descr\": \"<f8\"}", d, sizeof d));
+    CHECK_EQ(read_all(p, 100, &v, st, err, &in), 0);
+    CHECK(v.nrows == 3 && v.cols[0].dtype == TFOS_DT_F64 && v.cols[0].ndim == 0);
+    tfos__input_close(in);
+}
+
+static void directory_refused(void)
+{
+    tfos__input *in;
+    char err[256];
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/d.csv", dir);
+    CHECK_EQ(mkdir(sub, 0700), 0);
+    CHECK_EQ(tfos__input_open(&in, sub, TFOS_FMT_AUTO, -1, err, sizeof err), TFOS_EINVAL);
+    CHECK(strstr(err, "d.csv: is a directory"));
+    CHECK_EQ(rmdir(sub), 0);
+}
+
+/* A FIFO with no writer: opening does not wait, and a read waits only until
+ * the stop flag is set. */
+static volatile int stop_flag;
+
+static void *set_stop(void *arg)
+{
+    (void)arg;
+    usleep(100 * 1000);
+    stop_flag = 1;
+    return NULL;
+}
+
+static void fifo_waits_are_stoppable(void)
+{
+    char path[300];
+    static const char *const names[] = {"p.csv", "p.jsonl", "p.npy"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        CHECK_EQ(mkfifo(path, 0600), 0);
+        stop_flag = 0;
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, set_stop, NULL), 0);
+        tfos__input_opts o = {.format = TFOS_FMT_AUTO, .csv_header = -1, .stop = &stop_flag};
+        tfos__input *in = NULL;
+        char err[256] = "";
+        int rc = tfos__input_open_opts(&in, path, &o, err, sizeof err); /* .npy reads its header here */
+        if (rc == 0) {
+            const void *b;
+            size_t len;
+            uint64_t first;
+            rc = tfos__input_next(in, 10, &b, &len, &first, err, sizeof err);
+        }
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        CHECK_EQ(rc, TFOS_ESTOPPED);
+        CHECK(strstr(err, names[i]) && strstr(err, "stopped"));
+        tfos__input_close(in);
+        unlink(path);
+    }
+}
+
 static unsigned long long rng = 88172645463325252ull;
 #define next_rand() check_rand(&rng)
 
@@ -377,6 +648,11 @@ int main(void)
     RUN(jsonl_floats_and_nul);
     RUN(npy_files);
     RUN(empty_and_unknown);
+    RUN(csv_dialects_and_headers);
+    RUN(jsonl_bom_and_ranges);
+    RUN(npy_headers);
+    RUN(directory_refused);
+    RUN(fifo_waits_are_stoppable);
     RUN(fuzz);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -3,12 +3,13 @@ Spark): a real TensorFlow program trains on a fed file; epochs re-feed;
 bad files stop the cluster with the file, line and column."""
 import os
 import re
+import signal
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import PY, ROOT, pids_with, run_tfos, wait_for
+from conftest import PY, ROOT, pids_with, run_tfos, tfos_cli, wait_for
 
 EXAMPLE = os.path.join(ROOT, "examples", "digits")
 
@@ -152,3 +153,135 @@ def test_oversized_line_is_refused_with_its_line_number(tmp_path, marker):
                   PY, "-c", COUNT, marker], timeout=120)
     assert r.returncode == 1
     assert "huge.csv line 3: a record over 16777216 bytes" in r.stderr
+
+
+def _writer(fifo, marker, text):
+    """A process that opens fifo for writing (blocking until the feeder opens
+    it to read), writes text and then holds the FIFO open, writing nothing."""
+    code = "import sys, time\nsys.stdout.write(sys.argv[2])\nsys.stdout.flush()\ntime.sleep(600)\n"
+    return subprocess.Popen(["sh", "-c", 'exec "$0" -c "$1" "$2" "$3" > "$4"', PY, code, marker, text, fifo])
+
+
+@pytest.mark.parametrize("case", ["fifo-no-writer", "fifo-silent-writer", "fifo-writer-mid-file", "pipe"])
+def test_sigterm_stops_a_run_whose_input_blocks(tmp_path, marker, case):
+    """The feeder waits on an input that never comes (a FIFO nobody opens, a
+    writer that stays silent, a pipe on stdin): SIGTERM still ends the run,
+    with 143 and no process left."""
+    fifo = tmp_path / "in.csv"
+    args = ["run", "--workers", "1", "--log-dir", str(tmp_path / "logs")]
+    stdin, writer = subprocess.DEVNULL, None
+    if case == "pipe":
+        args += ["--input", "/dev/stdin", "--input-format", "csv"]
+        stdin = subprocess.PIPE
+    else:
+        os.mkfifo(fifo)
+        args += ["--input", str(fifo)]
+        if case == "fifo-silent-writer":
+            writer = _writer(str(fifo), marker, "")
+        elif case == "fifo-writer-mid-file":
+            writer = _writer(str(fifo), marker, "1,2\n3,4\n5,")
+    err = open(tmp_path / "stderr", "w+")
+    p = subprocess.Popen([tfos_cli()] + args + ["--", PY, "-c", COUNT, marker], stdin=stdin,
+                         stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        started = wait_for(lambda: "feeding 1 file(s)" in (tmp_path / "stderr").read_text()
+                           and pids_with("-c " + COUNT[:20]), 60)
+        assert started, (tmp_path / "stderr").read_text()
+        if writer is not None:  # the feeder has the FIFO open: the writer's open returned
+            assert wait_for(lambda: any(os.readlink("/proc/%d/fd/1" % pid).endswith("in.csv")
+                                        for pid in pids_with(marker) if pid == writer.pid), 30)
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)  # a second SIGTERM must not be needed, but must not hang either
+            try:
+                rc = p.wait(30)
+            except subprocess.TimeoutExpired:
+                rc = None
+        assert rc == 128 + signal.SIGTERM, "tfos run did not end on SIGTERM (rc %r): %s" % (
+            rc, (tmp_path / "stderr").read_text())
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+        if p.stdin:
+            p.stdin.close()
+        err.close()
+    assert wait_for(lambda: not pids_with(marker), 15)
+
+
+def test_a_pipe_and_a_fifo_are_read_whole(tmp_path, marker):
+    text = "a,b\n" + "".join("%d,%d.5\n" % (i, i) for i in range(5000))
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "l1"), "--input", "/dev/stdin",
+                  "--input-format", "csv", "--", PY, "-c", COUNT, marker], input=text)
+    assert r.returncode == 0, r.stderr
+    assert "node worker:0 rows 5000 first (0, 0.5)" in r.stdout
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", 'cat "$0" > "$1"', "/dev/stdin", str(fifo)], stdin=subprocess.PIPE,
+                              text=True)
+    writer.stdin.write(text)
+    writer.stdin.close()
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "l2"), "--input", str(fifo), "--", PY, "-c",
+                  COUNT, marker])
+    assert writer.wait(30) == 0
+    assert r.returncode == 0, r.stderr
+    assert "node worker:0 rows 5000 first (0, 0.5)" in r.stdout
+
+
+def _npy_with_header(path, header, data):
+    head = header.encode()
+    pad = 64 - (10 + len(head) + 1) % 64
+    head += b" " * (pad % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head + data.tobytes())
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("h.csv", "a,b\n", "h.csv line 1: cannot tell whether this row is a header"),
+    ("t.csv", "name,city\nbob,paris\n", "t.csv line 1: cannot tell whether this row is a header"),
+    ("semi.csv", "a;b\n1;2\n", "semi.csv line 1, column 1: 'a;b' holds a ';'"),
+    ("e.csv", "1,,3\n4,5,6\n", "e.csv line 1, column 2: an empty value in a column of numbers"),
+    ("big.csv", "x\n1.5\n1e400\n", "big.csv line 3, column 1: '1e400' is out of range for a float64"),
+    ("hex.csv", "x\n1.5\n0x10\n", "hex.csv line 3, column 1: '0x10' is not a number"),
+    ("dup.jsonl", '{"a": 1, "a": 2}\n', "dup.jsonl line 1: a key appears twice"),
+    ("dup.npy", None, "dup.npy: the header has key 'descr' twice"),
+    ("dir.csv", None, "dir.csv: is a directory"),
+])
+def test_input_once_read_wrong_is_refused(tmp_path, marker, name, text, message):
+    path = tmp_path / name
+    if name == "dup.npy":  # numpy reads the last descr ('<f8'); the first says '<f4'
+        _npy_with_header(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'descr': '<f8', }",
+                         np.arange(4, dtype="<f8"))
+    elif name == "dir.csv":
+        path.mkdir()
+        (path / "x.csv").write_text("1,2\n")
+    else:
+        path.write_text(text)
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--",
+                  PY, "-c", COUNT, marker])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the feed failed: %s" % os.path.join(str(tmp_path), message) in r.stderr
+
+
+@pytest.mark.parametrize("name,text,args,want", [
+    # a byte order mark is skipped: no header taken, no row dropped
+    ("bom.csv", "\ufeff" + "".join("%d,%d\n" % (i, i) for i in range(300)), [], "rows 300 first (0, 0)"),
+    ("bomh.csv", "\ufeffa,b\n" + "".join("%d,%d\n" % (i, i) for i in range(300)), [], "rows 300 first (0, 0)"),
+    ("semi.csv", "a;b\n" + "".join("%d;%d.5\n" % (i, i) for i in range(300)), ["--csv-delimiter", ";"],
+     "rows 300 first (0, 0.5)"),
+    ("tab.tsv", "".join("%d\tx%d\n" % (i, i) for i in range(300)), ["--csv-delimiter", "tab", "--input-format",
+                                                                     "csv"], "rows 300 first (0, 'x0')"),
+    ("t.csv", "name,city\nbob,paris\nann,rome\n", ["--csv-header"], "rows 2 first ('bob', 'paris')"),
+    ("t.csv", "name,city\nbob,paris\nann,rome\n", ["--no-csv-header"], "rows 3 first ('name', 'city')"),
+])
+def test_csv_dialects_are_read_whole(tmp_path, marker, name, text, args, want):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path)] + args +
+                 ["--", PY, "-c", COUNT, marker])
+    assert r.returncode == 0, r.stderr
+    assert "node worker:0 %s" % want in r.stdout
