@@ -146,6 +146,11 @@ static int csv_read(csv_reader *in, record *r, char *err, size_t errlen)
     r->len = 0;
     r->n = 0;
     r->line = in->line;
+    if (!r->buf) { /* never NULL, even for a record of empty fields */
+        if (!(r->buf = malloc(4096)))
+            return TFOS_ENOMEM;
+        r->cap = 4096;
+    }
     int ch = getc_unlocked(f);
     if (ch == EOF)
         return tfos__input_text_eof(&in->t, in->line, err, errlen);
