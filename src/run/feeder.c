@@ -1,5 +1,6 @@
 /* feeder.c: files -> partitions -> the nodes' input rings. */
 #include "run/feeder.h"
+#include "run/position.h"
 
 #include "core/feedsock.h"
 #include "core/ring.h"
@@ -197,13 +198,22 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
             rc = tfos__input_open_opts(&in, o->inputs[f], &io, err, errlen);
             if (rc)
                 goto out;
-            int open_part = 0, skipping = 0;
-            uint64_t in_part = 0;
+            int open_part = 0, skipping = 0, decided = 0;
+            uint64_t in_part = 0, drop = 0;
             target *cur = NULL;
             for (;;) {
+                /* a partition a surviving checkpoint has (wholly or its first
+                 * rows) is read but not fed */
+                if (!decided && !open_part && !skipping && o->resume) {
+                    drop = tfos__position_whole(o->resume, pid) ? o->partition_rows
+                                                                 : tfos__position_rows(o->resume, pid);
+                    decided = 1;
+                }
                 uint32_t want = o->batch_rows;
                 if (o->partition_rows - in_part < want)
                     want = (uint32_t)(o->partition_rows - in_part);
+                if (drop && drop < want)
+                    want = (uint32_t)drop;
                 const void *batch;
                 size_t len;
                 uint64_t first;
@@ -221,11 +231,24 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     break; /* err names the file and row */
                 uint32_t nb;
                 memcpy(&nb, (const uint8_t *)batch + 4, 4);
+                if (drop) {
+                    drop = drop > nb ? drop - nb : 0;
+                    in_part += nb;
+                    st->resumed_rows += nb;
+                    if (in_part >= o->partition_rows) {
+                        in_part = 0;
+                        drop = 0;
+                        decided = 0;
+                        pid++;
+                    }
+                    continue;
+                }
                 if (skipping) { /* the rest of a partition whose node terminated its feed */
                     in_part += nb;
                     if (in_part >= o->partition_rows) {
                         skipping = 0;
                         in_part = 0;
+                        decided = 0;
                         pid++;
                     }
                     continue;
@@ -245,8 +268,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                         ring_error(o, cur, rc, err, errlen);
                         break;
                     }
-                    open_part = 1;
-                    in_part = 0;
+                    open_part = 1; /* in_part: 0, or the rows a checkpoint had */
                 }
                 if (len > tfos__ring_max_record(cur->ring)) {
                     rc = tfos__errf(err, errlen, TFOS_ETOOBIG, "%s rows %llu..: a batch of %zu bytes does not fit %s's "
@@ -281,6 +303,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     }
                     open_part = 0;
                     in_part = 0;
+                    decided = 0;
                     st->partitions++;
                     pid++;
                 }
@@ -296,6 +319,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     pid++;
                 }
                 open_part = 0;
+            } else if (!rc && in_part) {
+                pid++; /* the file's last partition was read but not fed (resumed or terminated) */
             }
             if (!rc) {
                 uint64_t got, size;

@@ -68,10 +68,15 @@ typedef struct tfos__feeder_opts {
     uint64_t partition_rows;
     volatile int *stop;  /* set by the launcher to abandon the feed */
     tfos__feed_progress *progress; /* NULL: no live progress */
+    /* Where a restarted feed resumes (run/position.h): partitions recorded
+     * whole are read and not fed, of those recorded in part the first rows
+     * are not fed; NULL: feed everything. Borrowed. */
+    const struct tfos__position *resume;
 } tfos__feeder_opts;
 
 typedef struct tfos__feeder_stats {
     uint64_t rows, bytes, partitions;
+    uint64_t resumed_rows; /* rows not fed because a checkpoint had them (resume) */
     uint64_t terminated; /* nodes whose program stopped its feed early (DataFeed.terminate) */
 } tfos__feeder_stats;
 

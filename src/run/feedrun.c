@@ -97,10 +97,14 @@ static void on_thread_done(tfos__loop *l, int fd, int events, void *user)
     double secs = (double)(tfos__now_ms() - f->t0) / 1000.0;
     const tfos__feeder_stats *st = &f->stats;
     if (f->rc == 0) {
-        TFOS_INFO("fed %llu rows (%llu partitions, %.1f MB) in %.2f s (%.0f rows/s)%s", (unsigned long long)st->rows,
+        char resumed[96] = "";
+        if (st->resumed_rows)
+            snprintf(resumed, sizeof resumed, "; %llu rows a checkpoint had were not fed again",
+                     (unsigned long long)st->resumed_rows);
+        TFOS_INFO("fed %llu rows (%llu partitions, %.1f MB) in %.2f s (%.0f rows/s)%s%s", (unsigned long long)st->rows,
                   (unsigned long long)st->partitions, (double)st->bytes / 1e6, secs,
                   secs > 0 ? (double)st->rows / secs : 0.0,
-                  st->terminated ? "; some nodes terminated their feed early" : "");
+                  st->terminated ? "; some nodes terminated their feed early" : "", resumed);
         ended(f, "done", 0, NULL);
         return;
     }
@@ -222,7 +226,7 @@ int tfos__feedrun_start(tfos__feedrun **out, const tfos__feedrun_opts *o, char *
         .epochs = r->epochs > 0 ? r->epochs : 1,
         .batch_rows = (uint32_t)(r->batch_rows > 0 ? r->batch_rows : TFOS_DEFAULT_BATCH_ROWS),
         .partition_rows = (uint64_t)(r->partition_rows > 0 ? r->partition_rows : TFOS_DEFAULT_PARTITION_ROWS),
-        .stop = &f->stop, .progress = &f->progress};
+        .stop = &f->stop, .progress = &f->progress, .resume = o->resume};
     int rc = tfos__feed_progress_init(&f->progress, f->nfeed);
     if (rc)
         goto fail_mem;

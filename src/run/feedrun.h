@@ -26,6 +26,7 @@ typedef struct tfos__feedrun_opts {
     const char *python;         /* its interpreter */
     tfos__feed_meter *meter;    /* the launcher's (it outlives the feed) */
     tfos__loop *loop;
+    const struct tfos__position *resume; /* where a restarted feed resumes (run/position.h); NULL: from the start */
     /* The feed ended by itself: failed (0/1) and, when failed, why. Called
      * from the loop. Not called after tfos__feedrun_close. */
     void (*on_end)(void *user, int failed, const char *reason);

@@ -22,6 +22,7 @@
 #include "roles/coord.h"
 #include "run/feedrun.h"
 #include "run/http.h"
+#include "run/position.h"
 #include "run/status.h"
 #include "tfos/tfos.h"
 
@@ -61,6 +62,8 @@ struct tfos_local {
     int finished;
     int exit_code;
     tfos__feedrun *feed;
+    tfos__position resume;   /* where this attempt's feed resumes (saved feed positions) */
+    int64_t started_s;       /* the run's start: older feed positions are not this run's */
     tfos__feed_meter meter;
     tfos__timer meter_timer, reap_timer;
     char *history;           /* the policy's history, rendered for the summary */
@@ -264,9 +267,19 @@ static void start_feed(tfos_local *l)
 {
     char **env = child_env(l);
     char err[1200];
+    /* a restart resumes the feed where the programs' checkpoints stand, when
+     * they saved their feed positions with them (DataFeed.save_position) */
+    tfos__position_fini(&l->resume);
+    int found = tfos_policy_attempt(l->policy) > 1
+                    ? tfos__feed_positions(l->checkpoint_dir, l->started_s, &l->resume)
+                    : 0;
+    if (found == 1)
+        TFOS_WARN("attempt %d resumes the feed where the checkpoint stands: %zu partitions recorded whole with "
+                  "it, %zu in part; everything after it is fed again", tfos_policy_attempt(l->policy),
+                  l->resume.nwhole, l->resume.npart);
     tfos__feedrun_opts fo = {.run = &l->opts, .cluster_id = l->cluster_id, .secret = l->secret, .env = env,
                              .python = guess_python(&l->opts), .meter = &l->meter, .loop = l->loop,
-                             .on_end = feed_ended, .user = l};
+                             .resume = found == 1 ? &l->resume : NULL, .on_end = feed_ended, .user = l};
     int rc = env ? tfos__feedrun_start(&l->feed, &fo, err, sizeof err) : TFOS_ENOMEM;
     free(env); /* the Arrow feeder has been spawned with it already */
     if (rc)
@@ -384,6 +397,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     if (l->opts.stop_grace <= 0)
         l->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
     l->n = n;
+    l->started_s = (int64_t)time(NULL) - 1; /* mtimes have a second's resolution at worst */
     tfos__feed_meter_init(&l->meter, tfos__now_ms());
     int rc = tfos__loop_open(&l->loop);
     if (rc)
@@ -618,6 +632,7 @@ void tfos_local_close(tfos_local *l)
     tfos__http_close(l->http);
     tfos__timer_disarm(l->loop, &l->meter_timer);
     tfos__feed_meter_fini(&l->meter);
+    tfos__position_fini(&l->resume);
     tfos_policy_close(l->policy);
     tfos__loop_close(l->loop);
     free(l->history);

@@ -11,15 +11,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The union of the partitions recorded in files modified at or after
- * since_s (seconds since the epoch), sorted, without duplicates: *ids
- * (malloc'd, the caller frees it; NULL when *n is 0) and *n. Returns 1 when
- * at least one position file was read, 0 when there is none (the feed then
- * starts from the beginning), TFOS_ENOMEM. Unreadable or malformed files are
- * skipped with a warning. */
-int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, uint64_t **ids, size_t *n);
+/* Where the feed resumes. */
+typedef struct tfos__position {
+    uint64_t *whole;    /* partitions consumed whole: sorted, no duplicates */
+    size_t nwhole;
+    uint64_t *part_id;  /* partitions read in part (none of them whole), sorted, */
+    uint64_t *part_rows;/* with how many of their first rows were taken (the attempts' counts added) */
+    size_t npart;
+} tfos__position;
 
-/* Whether id is in the sorted ids[0..n). */
-int tfos__position_has(const uint64_t *ids, size_t n, uint64_t id);
+/* Read the position files modified at or after since_s (seconds since the
+ * epoch) into *pos (free with tfos__position_fini). Returns 1 when at least
+ * one file was read, 0 when there is none (the feed then starts from the
+ * beginning; *pos is empty), TFOS_ENOMEM. Unreadable or malformed files are
+ * skipped with a warning. */
+int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, tfos__position *pos);
+void tfos__position_fini(tfos__position *pos);
+
+/* Whether partition id was consumed whole. */
+int tfos__position_whole(const tfos__position *pos, uint64_t id);
+/* The rows of partition id already taken (0 if none or if whole). */
+uint64_t tfos__position_rows(const tfos__position *pos, uint64_t id);
 
 #endif

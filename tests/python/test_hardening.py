@@ -370,3 +370,68 @@ def test_a_program_that_beats_is_not_hung(tmp_path, marker):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[worker:0] done" in r.stdout
     assert "hung" not in r.stderr
+
+
+POSITION_PROG = textwrap.dedent('''
+    import json, os, signal, sys, time
+    from tfos import TFNode
+    out, every, die_after = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    ctx = TFNode.get_context()
+    node = "%s-%d" % (ctx.job_name, ctx.task_index)
+    ckpt = os.path.join(ctx.checkpoint_dir, "state-%s.json" % node)
+    state = json.load(open(ckpt)) if os.path.exists(ckpt) else []   # the model: the row ids it trained on
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    fresh, at_ckpt = [], 0
+    while not feed.should_stop():
+        (ids,) = feed.next_batch_arrays(70) or ([],)
+        fresh.extend(int(i) for i in ids)
+        done = len(feed.mgr.consumed)
+        if done - at_ckpt >= every:
+            state.extend(fresh)
+            fresh = []
+            with open(ckpt + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(ckpt + ".tmp", ckpt)
+            feed.save_position()
+            at_ckpt = done
+        if ctx.attempt == 1 and ctx.task_index == 1 and done >= die_after:
+            with open(os.path.join(out, "lost.txt"), "w") as f:
+                f.write(str(len(fresh)))
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.005)
+    state.extend(fresh)
+    # the state of the attempt that finishes is the one that survives (a node
+    # of an earlier attempt may have finished its part before another failed)
+    with open(os.path.join(out, "final-%d-%s.json" % (ctx.attempt, node)), "w") as f:
+        json.dump(state, f)
+''')
+
+
+def test_tfos_run_resumes_the_feed_where_the_checkpoint_stands(tmp_path, marker):
+    import collections
+    import json
+    import numpy as np
+    n, epochs = 6000, 2
+    data = tmp_path / "ids.npy"
+    np.save(data, np.arange(n, dtype=np.int64))
+    prog = tmp_path / "pos.py"
+    prog.write_text(POSITION_PROG)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run_tfos(["run", "--workers", "2", "--max-restarts", "2", "--input", str(data), "--epochs", str(epochs),
+                  "--partition-rows", "250", "--batch-rows", "50", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, str(prog), marker, str(out), "2", "5"], timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "restarting every node (attempt 2" in r.stderr
+    assert "resumes the feed where the checkpoint stands" in r.stderr, r.stderr[-3000:]
+    counts = collections.Counter()
+    last = max(int(p.name.split("-")[1]) for p in out.glob("final-*.json"))
+    assert last == 2
+    for p in out.glob("final-%d-*.json" % last):
+        counts.update(json.loads(p.read_text()))
+    wrong = {i: c for i, c in counts.items() if c != epochs}
+    missing = [i for i in range(n) if i not in counts]
+    print("rows the killed node read after its last checkpoint (fed again): %s; rows in the surviving state "
+          "seen other than once per epoch: %d" % ((out / "lost.txt").read_text(), len(wrong) + len(missing)))
+    assert not missing and not wrong, (missing[:5], list(wrong.items())[:5])
+    assert wait_for(lambda: not pids_with(marker), 10)

@@ -329,7 +329,8 @@ def checkpointing_reader(args, ctx):
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args["slow"])
     state.extend(fresh)
-    with open(os.path.join(args["out"], "final-%s-%d.json" % (node, os.getpid())), "w") as f:
+    # the state of the attempt that finishes is the one that survives
+    with open(os.path.join(args["out"], "final-%d-%s.json" % (ctx.attempt, node)), "w") as f:
         json.dump(state, f)
 
 
@@ -352,7 +353,7 @@ def test_restart_resumes_the_feed_where_the_checkpoint_stands(spark, tmp_path):
     cluster.shutdown(timeout=120)
     assert status["attempt"] == 2, status
     counts = collections.Counter()
-    for p in out.glob("final-*.json"):
+    for p in out.glob("final-%d-*.json" % status["attempt"]):
         counts.update(json.loads(p.read_text()))
     wrong = {i: c for i, c in counts.items() if c != epochs}
     missing = [i for i in range(n) if i not in counts]
