@@ -66,7 +66,7 @@ typedef struct tfos__feeder_opts {
     int epochs;          /* >= 1 */
     uint32_t batch_rows; /* rows per record */
     uint64_t partition_rows;
-    volatile int *stop;  /* set by the launcher to abandon the feed */
+    _Atomic int *stop;   /* set by the launcher (another thread) to abandon the feed */
     tfos__feed_progress *progress; /* NULL: no live progress */
     /* Where a restarted feed resumes (run/position.h): partitions recorded
      * whole are read and not fed, of those recorded in part the first rows

@@ -30,7 +30,7 @@ struct tfos__feedrun {
     pthread_t thread;
     int thread_started;
     int done_fd;
-    volatile int stop;
+    _Atomic int stop;
     int rc;
     char err[1024];
     tfos__feeder_stats stats;

@@ -74,7 +74,7 @@ typedef struct tfos__input_opts {
     int format;         /* TFOS_FMT_*; TFOS_FMT_AUTO picks by extension (.csv, .jsonl/.json/.ndjson, .npy) */
     int csv_header;     /* 1 yes, 0 no, -1 detect */
     int csv_delimiter;  /* the CSV field separator byte; 0: ',' (see the top of this file on the check it adds) */
-    volatile int *stop; /* NULL, or a flag another thread sets to make waiting opens and reads give up */
+    _Atomic int *stop; /* NULL, or a flag another thread sets to make waiting opens and reads give up */
 } tfos__input_opts;
 
 /* Open `path` as o says. The file is not read yet (a FIFO's writer is not

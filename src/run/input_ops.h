@@ -20,7 +20,7 @@
 typedef struct tfos__input_src {
     int fd;
     int stream;          /* a FIFO, pipe or other non-regular file: poll before reading */
-    volatile int *stop;  /* NULL or the caller's stop flag */
+    _Atomic int *stop;   /* NULL or the caller's stop flag (set by another thread) */
     uint64_t consumed;   /* bytes read so far */
     int error;           /* errno of the last failed read */
 } tfos__input_src;

@@ -550,7 +550,7 @@ static void directory_refused(void)
 
 /* A FIFO with no writer: opening does not wait, and a read waits only until
  * the stop flag is set. */
-static volatile int stop_flag;
+static _Atomic int stop_flag;
 
 static void *set_stop(void *arg)
 {

@@ -82,3 +82,20 @@ def prog(name):
 def registered_port(stderr_text, executor_id):
     m = re.search(r"registered executor %d as \S+ at [\d.]+:(\d+)" % executor_id, stderr_text)
     return int(m.group(1)) if m else None
+
+
+def start_coordinator(args, env=None):
+    """`tfos coordinator ARGS` as a process (stdout and stderr piped)."""
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.Popen([tfos_cli(), "coordinator"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=full)
+
+
+def coordinator_address(coord):
+    """The host:port a `tfos coordinator` process prints first."""
+    first = coord.stdout.readline()
+    if first.startswith("TFOS_SECRET="):
+        first = coord.stdout.readline()
+    assert first.startswith("TFOS_COORD_ADDR="), first
+    return first.strip().split("=", 1)[1]

@@ -7,26 +7,13 @@ import subprocess
 import textwrap
 import time
 
-from conftest import PY, pids_with, run_tfos, tfos_cli, wait_for
-
-
-def _coordinator(args, secret):
-    return subprocess.Popen([tfos_cli(), "coordinator"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, TFOS_SECRET=secret))
-
-
-def _address(coord):
-    line = coord.stdout.readline()
-    if line.startswith("TFOS_SECRET="):
-        line = coord.stdout.readline()
-    assert line.startswith("TFOS_COORD_ADDR="), line
-    return line.strip().split("=", 1)[1]
+from conftest import PY, coordinator_address, pids_with, run_tfos, start_coordinator, tfos_cli, wait_for
 
 
 def test_idle_connection_flood_does_not_stop_the_cluster_forming(tmp_path, marker):
     secret = "5a" * 32
-    coord = _coordinator(["--workers", "1", "--reservation-timeout", "60"], secret)
-    host, port = _address(coord).rsplit(":", 1)
+    coord = start_coordinator(["--workers", "1", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
+    host, port = coordinator_address(coord).rsplit(":", 1)
     idle = []
     try:
         # more idle, unauthenticated connections than the coordinator has slots

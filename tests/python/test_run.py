@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import PY, pids_with, prog, run_tfos, tfos_cli, wait_for
+from conftest import PY, coordinator_address, pids_with, prog, run_tfos, start_coordinator, tfos_cli, wait_for
 
 
 def test_env_contract_every_role(tmp_path, marker):
@@ -174,25 +174,10 @@ def test_reserved_port_is_free_for_the_program(tmp_path, marker):
     assert len(re.findall(r"\] bound \d+", r.stdout)) == 3
 
 
-def _coordinator(args, env=None):
-    full = dict(os.environ)
-    full.update(env or {})
-    return subprocess.Popen([tfos_cli(), "coordinator"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=full)
-
-
-def _read_coordinator_address(coord):
-    first = coord.stdout.readline()
-    if first.startswith("TFOS_SECRET="):
-        first = coord.stdout.readline()
-    assert first.startswith("TFOS_COORD_ADDR="), first
-    return first.strip().split("=", 1)[1]
-
-
 def test_port_held_until_program_starts(tmp_path, marker):
     secret = "ab" * 32
-    coord = _coordinator(["--workers", "2", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
-    addr = _read_coordinator_address(coord)
+    coord = start_coordinator(["--workers", "2", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
+    addr = coordinator_address(coord)
     env = dict(os.environ, TFOS_SECRET=secret)
     node0 = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "0", "--", PY,
                               prog("bind_port.py"), marker], env=env, stdout=subprocess.PIPE,
@@ -229,8 +214,8 @@ def test_port_held_until_program_starts(tmp_path, marker):
 
 def test_reservation_timeout_names_missing_nodes(tmp_path, marker):
     secret = "cd" * 32
-    coord = _coordinator(["--workers", "3", "--ps", "1", "--reservation-timeout", "2"], {"TFOS_SECRET": secret})
-    addr = _read_coordinator_address(coord)
+    coord = start_coordinator(["--workers", "3", "--ps", "1", "--reservation-timeout", "2"], {"TFOS_SECRET": secret})
+    addr = coordinator_address(coord)
     node = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "1", "--", "sleep", "60",
                              marker], env=dict(os.environ, TFOS_SECRET=secret), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -253,8 +238,8 @@ def test_reservation_timeout_names_missing_nodes(tmp_path, marker):
 
 
 def test_wrong_secret_is_rejected(tmp_path, marker):
-    coord = _coordinator(["--workers", "1", "--reservation-timeout", "5"], {"TFOS_SECRET": "ef" * 32})
-    addr = _read_coordinator_address(coord)
+    coord = start_coordinator(["--workers", "1", "--reservation-timeout", "5"], {"TFOS_SECRET": "ef" * 32})
+    addr = coordinator_address(coord)
     node = subprocess.run([tfos_cli(), "node", "--coord", addr, "--executor-id", "0", "--", "true", marker],
                           env=dict(os.environ, TFOS_SECRET="00" * 32), capture_output=True, text=True, timeout=30)
     _, err = coord.communicate(timeout=30)
@@ -271,8 +256,8 @@ def _frame(mtype, payload=b"", version=1, length=None):
 
 def test_coordinator_survives_hostile_peers(tmp_path, marker):
     secret = "12" * 32
-    coord = _coordinator(["--workers", "1", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
-    addr = _read_coordinator_address(coord)
+    coord = start_coordinator(["--workers", "1", "--reservation-timeout", "60"], {"TFOS_SECRET": secret})
+    addr = coordinator_address(coord)
     host, port = addr.rsplit(":", 1)
     attacks = [
         b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n",            # not our protocol
