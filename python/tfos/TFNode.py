@@ -7,12 +7,14 @@ TensorFlowOnSpark ``map_fun`` receives as ``ctx``.
 """
 import getpass
 import json
+import logging
 import os
 import re
 
 from .feed import DataFeed  # noqa: F401  (TFoS: TFNode.DataFeed)
 
-__all__ = ["NodeContext", "get_context", "hdfs_path", "DataFeed"]
+__all__ = ["NodeContext", "get_context", "hdfs_path", "DataFeed", "next_batch", "batch_results", "terminate",
+           "release_port", "export_saved_model", "start_cluster_server"]
 
 
 class NodeContext(object):
@@ -136,29 +138,140 @@ def get_context():
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
+_log = logging.getLogger(__name__)
+
 
 def hdfs_path(ctx, path):
-    """A fully qualified URI for ``path``, as TensorFlowOnSpark resolves it.
+    """A fully qualified URI for ``path``, exactly as TensorFlowOnSpark 2.2.5
+    resolves it from ``ctx.defaultFS`` and ``ctx.working_dir``.
 
-    - A path with a scheme (``hdfs://``, ``viewfs://``, ``file://``, ``s3a://``,
-      ``gs://``...) is returned unchanged.
-    - An absolute path gets the default filesystem in front:
-      ``/data/x`` -> ``hdfs://nn:8020/data/x``, or ``file:///data/x``.
-    - A relative path is resolved against the user's home directory on HDFS
-      (``hdfs://nn:8020/user/<user>/path``) or, on a local default filesystem,
-      against the working directory (``file:///cwd/path``).
+    - A path with a scheme (``hdfs://``, ``viewfs://``, ``file://``,
+      ``s3a://``...) is returned unchanged. (TFoS knew only the Hadoop schemes
+      and turned ``gs://b/x`` into ``<defaultFS>/user/<user>/gs://b/x``; tfos
+      returns every ``scheme://`` path unchanged.)
+    - An absolute path gets the default filesystem in front, as a string:
+      ``/data/x`` -> ``hdfs://nn:8020/data/x``; with a bare ``hdfs://`` (or
+      ``viewfs://``) ``hdfs:///data/x``; ``file:///data/x``.
+    - A relative path on ``hdfs://``/``viewfs://`` goes under the user's home
+      (``<defaultFS>/user/<user>/path``, so ``hdfs:///user/<user>/path`` for a
+      bare scheme); on ``file://`` under the working directory
+      (``file:///<working_dir>/path``); under any other scheme
+      ``<defaultFS>/path``.
+
+    Spark's ``fs.defaultFS`` for a local filesystem is ``file:///``; TFoS's
+    driver cut that to ``file://`` before its nodes saw it, and so does this
+    function, so the results are TFoS's end to end.
     """
     if _SCHEME.match(path):
         return path
     default_fs = ctx.defaultFS or "file://"
-    if default_fs.startswith("file:"):
-        if path.startswith("/"):
-            return "file://" + path
-        working = ctx.working_dir or os.getcwd()
-        return "file://%s/%s" % (working.rstrip("/"), path)
-    default_fs = default_fs.rstrip("/")
+    if default_fs.startswith("file://") and len(default_fs) > 7 and default_fs.endswith("/"):
+        default_fs = default_fs[:-1]
     if path.startswith("/"):
         return default_fs + path
     if default_fs.startswith(("hdfs://", "viewfs://")):
-        return "%s/user/%s/%s" % (default_fs, getpass.getuser(), path)
-    return "%s/%s" % (default_fs, path)
+        return "{0}/user/{1}/{2}".format(default_fs, getpass.getuser(), path)
+    if default_fs.startswith("file://"):
+        working = ctx.working_dir if ctx.working_dir is not None else os.getcwd()
+        return "{0}/{1}/{2}".format(default_fs, working[1:], path)
+    _log.warning("unknown scheme %s with the relative path %s: returning %s/%s", default_fs, path, default_fs, path)
+    return "{0}/{1}".format(default_fs, path)
+
+
+# ---- TensorFlowOnSpark's module-level functions ---------------------------------
+#
+# TFoS 2.2.5 kept these names but made most of them raise "DEPRECATED" under
+# TensorFlow 2; tfos makes them work, on the same feed and export that
+# DataFeed and compat use.
+
+def _feed_of(mgr):
+    """The one DataFeed the module-level functions share for ``mgr`` (the
+    node's feed when None): batch_results needs the rows of the last
+    next_batch."""
+    from . import feed
+    mgr = mgr if isinstance(mgr, feed.FeedManager) else feed.get_manager()
+    data_feed = getattr(mgr, "_tfnode_feed", None)
+    if data_feed is None:
+        data_feed = mgr._tfnode_feed = DataFeed(mgr, train_mode=True)
+    return data_feed
+
+
+def next_batch(mgr, batch_size, qname="input"):
+    """Up to ``batch_size`` rows from the node's feed (``ctx.mgr``), as
+    ``DataFeed(mgr).next_batch(batch_size)``; an empty list once the feed has
+    ended. tfos has one input feed per node: ``qname`` is accepted for
+    TensorFlowOnSpark's signature and must be "input"."""
+    _check_qname(qname, "input")
+    return _feed_of(mgr).next_batch(batch_size)
+
+
+def batch_results(mgr, results, qname="output"):
+    """Send one result per row of the last :func:`next_batch` back to Spark,
+    in order (a wrong count raises ValueError, naming the partitions)."""
+    _check_qname(qname, "output")
+    return _feed_of(mgr).batch_results(results)
+
+
+def terminate(mgr, qname="input"):
+    """Stop this node's feed early: the producers stop at once and later
+    :func:`next_batch` calls return no rows."""
+    _check_qname(qname, "input")
+    return _feed_of(mgr).terminate()
+
+
+def _check_qname(qname, expected):
+    if qname != expected:
+        raise ValueError("tfos has one %s feed per node, named %r; got qname=%r" % (expected, expected, qname))
+
+
+def release_port(ctx):
+    """Close ``ctx.tmp_socket`` (the socket that held this node's port, with
+    ``TFCluster.run(..., release_port=False)``) and set it to None, as
+    TensorFlowOnSpark does; with no socket held it logs a warning and does
+    nothing (tfos hands the port over when the program starts)."""
+    sock = getattr(ctx, "tmp_socket", None)
+    if sock is None:
+        _log.warning("release_port() invoked with no bound socket")
+        return
+    _log.info("releasing the port held by %s", sock.getsockname())
+    sock.close()
+    ctx.tmp_socket = None
+
+
+def export_saved_model(model, export_dir, is_chief=False):
+    """:func:`tfos.compat.export_saved_model` (TFoS 2.2.5's TFNode version
+    took a TF1 session and raised under TensorFlow 2)."""
+    from . import compat
+    return compat.export_saved_model(model, export_dir, is_chief)
+
+
+def start_cluster_server(ctx, num_gpus=1, rdma=False):
+    """Start this node's TensorFlow server and return ``(cluster, server)``:
+    ``tf.train.ClusterSpec(ctx.cluster_spec)`` and a started
+    ``tf.distribute.Server`` for ``ctx.job_name``/``ctx.task_index``, the
+    return of TensorFlowOnSpark's function (which raised "DEPRECATED" under
+    TensorFlow 2).
+
+    GPUs first, as TFoS did: with GPUs on the host and ``num_gpus > 0`` (ps
+    nodes take none) the node takes ``num_gpus`` of them through
+    :func:`tfos.gpu_info.get_gpus` (Spark's GPU resources when it has some,
+    never a GPU another node on this host holds) and sets
+    ``CUDA_VISIBLE_DEVICES``; otherwise ``CUDA_VISIBLE_DEVICES`` is empty.
+    ``rdma=True`` (gRPC over ibverbs) is refused: TensorFlow 2 has no such
+    protocol."""
+    if rdma:
+        raise ValueError("start_cluster_server(rdma=True): TensorFlow 2 has no grpc+verbs protocol; "
+                         "use rdma=False (gRPC), or a collective implementation through tf.distribute")
+    from . import gpu_info
+    spec = ctx.cluster_spec
+    if num_gpus > 0 and ctx.job_name != "ps" and gpu_info.is_gpu_available():
+        my_addr = spec[ctx.job_name][ctx.task_index]
+        my_host = my_addr.split(":")[0]
+        local_peers = [a for addrs in spec.values() for a in addrs if a.split(":")[0] == my_host]
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_info.get_gpus(num_gpus, local_peers.index(my_addr))
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import tensorflow as tf
+    cluster = tf.train.ClusterSpec(spec)
+    server = tf.distribute.Server(cluster, job_name=ctx.job_name, task_index=ctx.task_index, start=True)
+    return cluster, server
