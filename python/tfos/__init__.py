@@ -11,8 +11,8 @@ module ``tfos._tfos``; this package is the thin Python over it:
 """
 from ._launch import ClusterError, agent_path, run
 from . import TFNode, TFCluster, TFParallel, compat
-from . import gpu_info, util
+from . import dfutil, gpu_info, util
 from ._tfos import VERSION as __version__
 
-__all__ = ["run", "ClusterError", "agent_path", "TFNode", "TFCluster", "TFParallel", "compat", "gpu_info", "util",
+__all__ = ["run", "ClusterError", "agent_path", "TFNode", "TFCluster", "TFParallel", "compat", "dfutil", "gpu_info", "util",
            "__version__"]
