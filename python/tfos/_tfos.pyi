@@ -36,6 +36,7 @@ CAUSE_PS_EXITED: Final[int]
 CAUSE_RESERVATION: Final[int]
 CAUSE_FEED: Final[int]
 CAUSE_STOPPED: Final[int]
+CAUSE_HANG: Final[int]
 # Ring roles
 ROLE_OBSERVER: Final[int]
 ROLE_PRODUCER: Final[int]
@@ -232,6 +233,9 @@ class _RingStats(TypedDict):
     unclean_exits: int
     consumer_pid: int
     acked: int
+    consumed: int
+    progress: int
+    consumer_waiting: bool
     feed_ended: bool
     consumer_closed: bool
     consumer_terminated: bool
@@ -251,6 +255,7 @@ class Ring:
     def stats(self) -> _RingStats: ...
     def wait_acked(self, target: int, timeout_ms: int = -1, /) -> None: ...
     def ack(self, n: int = 1, /) -> None: ...
+    def beat(self) -> None: ...
     def close(self) -> None: ...
     def detach(self) -> None: ...
     @property

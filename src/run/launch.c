@@ -286,12 +286,14 @@ static void start_feed(tfos_local *l)
         tfos_coord_fail(l->coord, TFOS_CAUSE_FEED, env ? err : "the feed could not start: out of memory");
 }
 
-/* Once a second: the meter's sample (the chart runs whether or not a feed
- * is live; a live feed samples its own counters too). */
+/* Once a second: the meter's sample when no feed is live (a live feed
+ * samples its own counters; two samplers out of phase would take two
+ * samples a millisecond apart at a slot's edge). */
 static void on_meter(tfos__loop *loop, tfos__timer *t, void *user)
 {
     tfos_local *l = user;
-    tfos__feed_meter_update(&l->meter, NULL, tfos__now_ms());
+    if (!l->feed || tfos__feedrun_done(l->feed))
+        tfos__feed_meter_update(&l->meter, NULL, tfos__now_ms());
     tfos__timer_arm(loop, t, tfos__now_ms() + 1000, on_meter, l);
 }
 

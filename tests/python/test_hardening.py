@@ -203,6 +203,7 @@ def test_status_page_beyond_loopback_needs_its_token(tmp_path, marker):
         assert _get("127.0.0.1", port, "/status")[0] == 401
         assert _get("127.0.0.1", port, "/status?token=" + "0" * len(token))[0] == 401
         assert _get("127.0.0.1", port, "/status?token=" + token)[0] == 200
+        assert wait_for(lambda: (tmp_path / "logs" / "worker-0.log").exists(), 30)
         assert _get("127.0.0.1", port, "/logs/worker-0.log",
                     {"Host": "anything", "Authorization": "Bearer " + token})[0] == 200
         st = subprocess.run([tfos_cli(), "status", str(tmp_path / "logs")], capture_output=True, text=True,
@@ -374,12 +375,16 @@ POSITION_PROG = textwrap.dedent('''
         fresh.extend(int(i) for i in ids)
         done = len(feed.mgr.consumed)
         if done - at_ckpt >= every:
+            # the checkpoint and its feed position go together: a stop
+            # (SIGTERM) waits until both are written
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
             state.extend(fresh)
             fresh = []
             with open(ckpt + ".tmp", "w") as f:
                 json.dump(state, f)
             os.replace(ckpt + ".tmp", ckpt)
             feed.save_position()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             at_ckpt = done
         if ctx.attempt == 1 and ctx.task_index == 1 and done >= die_after:
             with open(os.path.join(out, "lost.txt"), "w") as f:

@@ -292,7 +292,7 @@ def test_feed_statistics_history_chart_and_progress(tmp_path, marker):
         hist = json.loads(get(url + "feed/history")[2])
         samples = hist["samples"]
         assert hist["interval_s"] == 1 and len(samples) >= 5
-        assert all(b["t"] > a["t"] for a, b in zip(samples, samples[1:]))
+        assert all(b["t"] > a["t"] for a, b in zip(samples, samples[1:])), samples
         assert max(s["rows_per_s"] for s in samples) > 0
         assert wait_for(lambda: json.loads(get(url + "feed/history")[2])["samples"][-1]["rows"] == rows, 5)
 
