@@ -85,3 +85,38 @@ def test_reservation_timeout_names_the_missing_nodes(spark):
         sc.cancelJobGroup("blocker")
         t.join(30)
     assert wait_no_tfos_processes(30) == []
+
+
+def hangs_on_worker1(args, ctx):
+    import threading as th
+    if ctx.task_index != 1:
+        for _ in range(600):  # busy, and says so
+            ctx.heartbeat()
+            time.sleep(0.2)
+        return
+    lock = th.Lock()
+
+    def holder():
+        lock.acquire()
+        time.sleep(600)
+
+    def deadlock_here():
+        th.Thread(target=holder, daemon=True).start()
+        time.sleep(0.2)
+        lock.acquire()
+
+    deadlock_here()
+
+
+def test_hang_timeout_declares_a_deadlocked_map_fun_hung(spark):
+    """TFCluster.run(hang_timeout=S): a map_fun that neither reads its feed
+    nor calls ctx.heartbeat() for S s is hung; the error carries its stacks."""
+    cluster = TFCluster.run(spark.sparkContext, hangs_on_worker1, {}, num_executors=2, num_ps=0,
+                            reservation_timeout=60, max_restarts=0, hang_timeout=3)
+    with pytest.raises(TFClusterError) as err:
+        cluster.shutdown(timeout=120)
+    msg = str(err.value)
+    assert "worker:1" in msg and "hung: no progress for 3 s" in msg, msg
+    assert "in deadlock_here" in msg, msg
+    assert cluster.policy.history[-1]["cause"] == "hang"
+    assert wait_no_tfos_processes(30) == []
