@@ -309,6 +309,9 @@ typedef struct tfos_agent_opts {
     int watch_pid;           /* the agent's owner (e.g. the Spark executor JVM): when this
                               * process is gone, stop the program and exit; 0: none */
     int tensorboard_port;    /* announced to the coordinator (status "tensorboard_port"); 0: none */
+    bool hand_port;          /* hand the reserved port's socket to the program (TFOS_PORT_FD) instead of
+                              * releasing it at exec: TensorFlowOnSpark's release_port=False, where
+                              * ctx.tmp_socket holds the port until ctx.release_port() */
     double hang_timeout;     /* > 0: a program that neither reads its feed nor beats (ctx.heartbeat())
                               * this many seconds, while not waiting on an empty feed, is hung: its
                               * stacks are dumped (PYTHONFAULTHANDLER) and it is ended; 0: off */

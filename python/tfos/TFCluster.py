@@ -15,8 +15,11 @@ Behaviour differences from TensorFlowOnSpark (same signatures):
   node's name and traceback, from ``train()``, ``inference()`` or
   ``shutdown()`` -- never a feed timeout, never ``sys.exit``;
 - ``grace_secs`` is accepted and not slept: shutdown joins the programs;
-- ``queues`` and ``release_port`` are accepted and ignored (tfos has no
-  Manager queues; ports are held by the agent until the program starts);
+- ``queues`` is accepted and ignored (tfos has no Manager queues); with
+  ``release_port=True`` (the default) the agent holds each node's port until
+  the program starts and hands it over then (no race); with
+  ``release_port=False`` map_fun holds it in ``ctx.tmp_socket`` until
+  ``ctx.release_port()``, exactly as TensorFlowOnSpark's contract;
 - no process is left on any executor after ``shutdown()`` or after the driver
   dies (agents end with the coordinator, or with their executor).
 

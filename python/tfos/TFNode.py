@@ -85,9 +85,16 @@ class NodeContext(object):
         ring.beat()
 
     def release_port(self):
-        """Kept for TensorFlowOnSpark compatibility. tfos holds a node's port
-        until its program starts and releases it at that moment, so there is
-        nothing left to release: this does nothing."""
+        """Release the node's port. By default tfos holds a node's port until
+        its program starts and releases it at that moment, so there is
+        nothing left to release and this does nothing. With
+        ``TFCluster.run(..., release_port=False)`` the program holds it, as
+        TensorFlowOnSpark's did, in ``ctx.tmp_socket`` (binding the port fails
+        meanwhile) until this closes the socket and sets ``tmp_socket`` to
+        None."""
+        if self.tmp_socket is not None:
+            self.tmp_socket.close()
+            self.tmp_socket = None
         return None
 
     def __repr__(self):
@@ -121,7 +128,7 @@ def get_context():
     num_workers = _env_int("TFOS_NUM_WORKERS",
                            len(cluster_spec.get("chief", [])) + len(cluster_spec.get("worker", [])))
     port = os.environ.get("TFOS_PORT")
-    return NodeContext(job_name=job,
+    ctx = NodeContext(job_name=job,
                        task_index=_env_int("TFOS_TASK_INDEX"),
                        executor_id=_env_int("TFOS_EXECUTOR_ID"),
                        cluster_spec=cluster_spec,
@@ -134,6 +141,15 @@ def get_context():
                        port=int(port) if port else None,
                        log_dir=os.environ.get("TFOS_LOG_DIR"),
                        checkpoint_dir=os.environ.get("TFOS_CHECKPOINT_DIR"))
+    held = os.environ.get("TFOS_PORT_FD")  # release_port=False: the port's socket, handed over by the agent
+    if held:
+        import socket
+        try:
+            ctx.tmp_socket = socket.socket(fileno=int(held))
+        except (OSError, ValueError):
+            ctx.tmp_socket = None
+        os.environ.pop("TFOS_PORT_FD", None)  # one owner: a second get_context() does not wrap it again
+    return ctx
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

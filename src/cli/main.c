@@ -84,6 +84,8 @@ static const char usage_text[] =
     "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
     "                           stop the program, report it to the coordinator and exit\n"
     "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
+    "  --hand-port              give the reserved port's socket to the program (TFOS_PORT_FD) instead\n"
+    "                           of releasing it at exec (TensorFlowOnSpark's release_port=False)\n"
     "  --hang-timeout S         (run too) a program that neither reads its feed nor calls\n"
     "                           ctx.heartbeat() for S seconds is hung: its stacks are dumped, it is\n"
     "                           ended and the restart policy applies (default: off)\n"
@@ -151,6 +153,7 @@ typedef struct cli {
     long long partition_rows;
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
     double hang_timeout;
+    int hand_port;
     char **argv; /* after -- */
 } cli;
 
@@ -277,6 +280,8 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--watch-pid")) {
             if (parse_int(a, NEXT(), 1, INT_MAX, &c->watch_pid))
                 return 2;
+        } else if (!strcmp(a, "--hand-port")) {
+            c->hand_port = 1;
         } else if (!strcmp(a, "--hang-timeout")) {
             if (parse_secs(a, NEXT(), &c->hang_timeout))
                 return 2;
@@ -367,7 +372,8 @@ static int cmd_node(cli *c)
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
-                         .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout};
+                         .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout,
+                         .hand_port = c->hand_port};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

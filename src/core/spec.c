@@ -293,6 +293,8 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
         env_set(&e, "TFOS_CHECKPOINT_DIR", "%s", ctx->checkpoint_dir);
     if (ctx->feed_in_fd >= 0 && ctx->feed_out_fd >= 0)
         env_set(&e, "TFOS_FEED_FDS", "%d,%d", ctx->feed_in_fd, ctx->feed_out_fd);
+    if (ctx->port_fd > 0)
+        env_set(&e, "TFOS_PORT_FD", "%d", ctx->port_fd);
 
     if (rank0 >= 0) {
         env_set(&e, "MASTER_ADDR", "%s", nodes[rank0].host);

@@ -46,6 +46,8 @@ typedef struct tfos__ctx_env {
     const char *cluster_id; /* may be NULL */
     const char *checkpoint_dir; /* may be NULL */
     int feed_in_fd;        /* the node's feed rings inherited by the program; -1: none */
+    int port_fd;           /* the node's reserved port, handed to the program (TFOS_PORT_FD); -1: none.
+                            * A zero-initialised ctx has 0 here: only > 0 counts */
     int feed_out_fd;
 } tfos__ctx_env;
 

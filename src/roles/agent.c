@@ -448,7 +448,7 @@ static void start_program(agent *a)
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
-                         .feed_out_fd = a->out_fd};
+                         .feed_out_fd = a->out_fd, .port_fd = a->o->hand_port ? a->resv_fd : -1};
     char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int rc = TFOS_ENOMEM;
@@ -457,16 +457,23 @@ static void start_program(agent *a)
     rc = TFOS_ESYS;
     if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)
         goto fail;
-    int keep[2] = {a->in_fd, a->out_fd};
+    int keep[3], nkeep = 0;
+    if (a->in_fd >= 0) {
+        keep[nkeep++] = a->in_fd;
+        keep[nkeep++] = a->out_fd;
+    }
+    if (a->o->hand_port) /* the program holds the port until it releases it */
+        keep[nkeep++] = a->resv_fd;
     open_cgroup(a);
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = outp[1], .stderr_fd = errp[1],
-                           .new_pgroup = 1, .pdeathsig = SIGKILL, .keep_fds = keep,
-                           .nkeep = a->in_fd >= 0 ? 2 : 0, .cgroup_procs_fd = a->cgroup_fd > 0 ? a->cgroup_fd : 0};
+                           .new_pgroup = 1, .pdeathsig = SIGKILL, .keep_fds = keep, .nkeep = nkeep,
+                           .cgroup_procs_fd = a->cgroup_fd > 0 ? a->cgroup_fd : 0};
     rc = tfos__spawn(&so, &a->child);
     if (rc)
         goto fail;
     start_guard(a);
-    /* the program has exec'd: the port is now its to bind */
+    /* the program has exec'd: the port is now its to bind (or, handed over,
+     * its to release) */
     close(a->resv_fd);
     a->resv_fd = -1;
     close(outp[1]);

@@ -540,7 +540,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
-                                checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout))
+                                checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
+                                hand_port=not release_port)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
