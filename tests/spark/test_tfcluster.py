@@ -366,3 +366,46 @@ def test_restart_resumes_the_feed_where_the_checkpoint_stands(spark, tmp_path):
           "seen other than once per epoch: %d" % (lost, len(wrong) + len(missing)))
     assert not missing and not wrong, (missing[:5], list(wrong.items())[:5])
     assert wait_no_tfos_processes(30) == []
+
+
+def record_port_holding(args, ctx):
+    """What map_fun sees of its port, as TFoS programs check it."""
+    import errno
+    import json
+    import socket
+
+    def bind_fails():
+        s = socket.socket()
+        try:
+            s.bind(("", ctx.port))
+            return False
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+        finally:
+            s.close()
+
+    rec = {"held": ctx.tmp_socket is not None, "bind_fails": bind_fails()}
+    if ctx.tmp_socket is not None:
+        rec["sock_port"] = ctx.tmp_socket.getsockname()[1]
+    ctx.release_port()
+    rec["after"] = ctx.tmp_socket is None and not bind_fails()
+    with open(os.path.join(args["out"], "port-%d.json" % ctx.executor_id), "w") as f:
+        json.dump(dict(rec, port=ctx.port), f)
+
+
+@pytest.mark.parametrize("release_port", [True, False])
+def test_release_port_false_hands_map_fun_the_held_port(spark, tmp_path, release_port):
+    """TFoS's contract: with release_port=False, ctx.tmp_socket holds the
+    node's port (binding it fails) until ctx.release_port(); by default tfos
+    hands the port over at exec and there is nothing to release."""
+    import json
+    cluster = TFCluster.run(spark.sparkContext, record_port_holding, {"out": str(tmp_path)}, num_executors=2,
+                            num_ps=0, reservation_timeout=60, release_port=release_port)
+    cluster.shutdown(timeout=120)
+    for i in range(2):
+        rec = json.loads((tmp_path / ("port-%d.json" % i)).read_text())
+        if release_port:
+            assert rec == {"held": False, "bind_fails": False, "after": True, "port": rec["port"]}, rec
+        else:
+            assert rec["held"] and rec["bind_fails"] and rec["sock_port"] == rec["port"] and rec["after"], rec
+    assert wait_no_tfos_processes(30) == []
