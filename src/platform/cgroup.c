@@ -2,6 +2,7 @@
 #include "platform/cgroup.h"
 
 #include "platform/clock.h"
+#include "platform/proc.h"
 #include "tfos/tfos.h"
 
 #include <dirent.h>
@@ -153,20 +154,9 @@ int tfos__kill_orphans(pid_t keep)
             long pid = strtol(e->d_name, &end, 10);
             if (*end || pid <= 0 || pid == keep)
                 continue;
-            char p[64], buf[512];
-            snprintf(p, sizeof p, "/proc/%ld/stat", pid);
-            int fd = open(p, O_RDONLY | O_CLOEXEC);
-            if (fd < 0)
-                continue;
-            ssize_t n = read(fd, buf, sizeof buf - 1);
-            close(fd);
-            if (n <= 0)
-                continue;
-            buf[n] = 0;
-            const char *rp = strrchr(buf, ')');
             char state;
-            long ppid;
-            if (!rp || sscanf(rp + 2, "%c %ld", &state, &ppid) != 2 || ppid != self || state == 'Z')
+            pid_t ppid;
+            if (tfos__proc_stat((pid_t)pid, &state, &ppid) || ppid != self || state == 'Z')
                 continue;
             kill((pid_t)pid, SIGKILL);
             found++;

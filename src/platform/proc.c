@@ -133,15 +133,8 @@ int tfos__wait_pid(pid_t pid, int timeout_ms, int *status)
     }
 }
 
-/* Whether process `pid` still runs: kill(pid, 0), then /proc/<pid>/stat to
- * count an unreaped zombie as dead (its parent may never reap it soon).
- * Without /proc, kill's answer stands. */
-int tfos__pid_alive(pid_t pid)
+int tfos__proc_stat(pid_t pid, char *state, pid_t *ppid)
 {
-    if (pid <= 0)
-        return 0;
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return 0;
     char path[32] = "/proc/";
     char digits[12];
     int nd = 0;
@@ -153,20 +146,44 @@ int tfos__pid_alive(pid_t pid)
     memcpy(path + at, "/stat", 6);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 1;
+        return -1;
     char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
-        return 1;
-    /* "pid (comm) S ...": comm may hold ')' itself, so take the last one. */
-    const char *rp = NULL;
-    for (ssize_t i = 0; i < n; i++)
-        if (buf[i] == ')')
-            rp = buf + i;
+        return -1;
+    buf[n] = '\0';
+    /* "pid (comm) S PPID ...": comm may hold ')' itself, so take the last one. */
+    const char *rp = strrchr(buf, ')');
     if (!rp || rp + 2 >= buf + n)
+        return -1;
+    if (state)
+        *state = rp[2];
+    if (ppid) {
+        long v = 0;
+        const char *p = rp + 3;
+        while (*p == ' ')
+            p++;
+        for (; *p >= '0' && *p <= '9'; p++)
+            v = v * 10 + (*p - '0');
+        *ppid = (pid_t)v;
+    }
+    return 0;
+}
+
+/* Whether process `pid` still runs: kill(pid, 0), then /proc/<pid>/stat to
+ * count an unreaped zombie as dead (its parent may never reap it soon).
+ * Without /proc, kill's answer stands. */
+int tfos__pid_alive(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char state;
+    if (tfos__proc_stat(pid, &state, NULL))
         return 1;
-    return rp[2] != 'Z' && rp[2] != 'X';
+    return state != 'Z' && state != 'X';
 }
 
 int tfos__pidfd_open(pid_t pid)

@@ -40,6 +40,11 @@ int tfos__spawn_detached(const tfos__spawn_opts *o, pid_t *pid);
  * feeds, the Python glue through the extension). */
 int tfos__pid_alive(pid_t pid);
 
+/* From /proc/<pid>/stat: the state letter ('R', 'S', 'T' stopped, 'Z'
+ * zombie...) and the parent's pid; either may be NULL. 0, or -1 when the
+ * process or /proc is not there. The one parser of that file in tfos. */
+int tfos__proc_stat(pid_t pid, char *state, pid_t *ppid);
+
 /* A pidfd for pid (readable once it has exited; close-on-exec), or -1 with
  * errno (ENOSYS on kernels before 5.3, ESRCH). */
 int tfos__pidfd_open(pid_t pid);

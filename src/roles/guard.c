@@ -16,23 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The agent's state letter from /proc ('T' stopped, 't' traced), or 0. */
-static char proc_state(pid_t pid)
-{
-    char p[64], buf[512];
-    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' ? rp[2] : 0;
-}
-
 int tfos__guard_run(pid_t agent, pid_t pgid, const char *cgroup, double stopped_s)
 {
     /* no terminal signal meant for the run may end the guardian early */
@@ -46,7 +29,8 @@ int tfos__guard_run(pid_t agent, pid_t pgid, const char *cgroup, double stopped_
             poll(&p, 1, 1000);
         else
             sleep(1);
-        char st = proc_state(agent);
+        char st = 0;
+        tfos__proc_stat(agent, &st, NULL);
         if (st == 'T' || st == 't') {
             int64_t now = tfos__now_ms();
             if (!stopped_since)
