@@ -66,30 +66,14 @@ struct tfos__feed_server {
     char *secret, *node;
     pending p[PENDING_MAX];
     tfos__timer timer;
-    int64_t warn_window;
-    int warned, suppressed;
+    char who[64];           /* "agent worker:0" */
+    tfos__warn_limit warn;  /* refusals: a few per 10 s, the rest summed up */
 };
-
-/* At most a few warnings per 10 s; the rest are counted and summed up. */
-static void warn_limited(tfos__feed_server *s, const char *what)
-{
-    int64_t now = tfos__now_ms();
-    if (now - s->warn_window >= 10000) {
-        if (s->suppressed)
-            TFOS_WARN("agent %s: %d more feed producers refused in the last 10 s", s->node, s->suppressed);
-        s->warn_window = now;
-        s->warned = s->suppressed = 0;
-    }
-    if (s->warned++ < 3)
-        TFOS_WARN("agent %s: refused a feed producer: %s", s->node, what);
-    else
-        s->suppressed++;
-}
 
 static void drop_pending(tfos__feed_server *s, pending *p, const char *why)
 {
     if (why)
-        warn_limited(s, why);
+        tfos__warn_limited(&s->warn, "refused a feed producer: %s", why);
     tfos__loop_unwatch(s->loop, p->conn.fd);
     tfos__conn_fini(&p->conn);
     p->conn.fd = -1;
@@ -199,7 +183,7 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
         socklen_t cl = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != geteuid()) {
             close(fd);
-            warn_limited(s, "it runs as another user");
+            tfos__warn_limited(&s->warn, "refused a feed producer: %s", "it runs as another user");
             continue;
         }
         /* a free slot, or the oldest handshake makes room: a flood of silent
@@ -246,6 +230,8 @@ int tfos__feed_server_open(tfos__feed_server **out, tfos__loop *loop, int lfd, c
     s->out_fd = out_fd;
     s->secret = strdup(secret);
     s->node = strdup(node);
+    snprintf(s->who, sizeof s->who, "agent %s", node);
+    s->warn = (tfos__warn_limit){.who = s->who, .per_window = 3, .window_ms = 10000};
     int rc = s->secret && s->node ? tfos__loop_watch(loop, lfd, TFOS_EV_READ, on_accept, s) : TFOS_ENOMEM;
     if (rc) {
         free(s->secret);
@@ -261,6 +247,7 @@ void tfos__feed_server_close(tfos__feed_server *s)
 {
     if (!s)
         return;
+    tfos__warn_limit_flush(&s->warn, 1);
     for (int i = 0; i < PENDING_MAX; i++)
         if (s->p[i].conn.fd >= 0)
             drop_pending(s, &s->p[i], NULL);

@@ -1,6 +1,8 @@
 /* log.c: process-wide logger with a level threshold. */
 #include "core/log.h"
 
+#include "platform/clock.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,4 +98,38 @@ int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 const char *tfos_last_error(void)
 {
     return last_msg[0] ? last_msg : tfos_strerror(last_code);
+}
+
+void tfos__warn_limit_flush(tfos__warn_limit *w, int force)
+{
+    if (w->suppressed && (force || tfos__now_ms() - w->window >= w->window_ms)) {
+        tfos__log(TFOS_LOG_WARN, "%s: %d more warnings in the last %d s were not shown", w->who, w->suppressed,
+                  w->window_ms / 1000);
+        w->suppressed = 0;
+    }
+}
+
+void tfos__warn_limited(tfos__warn_limit *w, const char *fmt, ...)
+{
+    int64_t now = tfos__now_ms();
+    if (now - w->window >= w->window_ms) {
+        tfos__warn_limit_flush(w, 1);
+        w->window = now;
+        w->shown = 0;
+    }
+    if (w->shown++ >= w->per_window) {
+        w->suppressed++;
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tfos__log(TFOS_LOG_WARN, "%s: %s", w->who, msg);
+}
+
+int64_t tfos__warn_limit_due(const tfos__warn_limit *w)
+{
+    return w->suppressed ? w->window + w->window_ms : INT64_MAX;
 }

@@ -3,6 +3,7 @@
 #ifndef TFOS_CORE_LOG_H
 #define TFOS_CORE_LOG_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tfos/tfos.h"
 
@@ -14,6 +15,25 @@ void tfos__log(int level, const char *fmt, ...) __attribute__((format(printf, 2,
  * err[errlen]; return rc. The pattern of every function that reports "what
  * failed, where" to its caller: `return tfos__errf(NULL, 0, TFOS_EPROTO, "...")`. */
 int tfos__errf(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Warnings a peer can cause at will (junk connections, floods): at most
+ * `per_window` lines per `window_ms`; the rest are counted and summed up in
+ * one line ("<who>: N more ... were not shown") by tfos__warn_limit_flush,
+ * once the window is over or when forced. Zero-initialise. One thread. */
+typedef struct tfos__warn_limit {
+    const char *who;  /* prefix of the lines ("coordinator") */
+    int per_window;
+    int window_ms;
+    int64_t window;   /* start of the current window (tfos__now_ms) */
+    int shown, suppressed;
+} tfos__warn_limit;
+
+void tfos__warn_limited(tfos__warn_limit *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Say what the window did not show, if it is over (or with force). */
+void tfos__warn_limit_flush(tfos__warn_limit *w, int force);
+/* When the current window ends while something waits to be summed up, else
+ * INT64_MAX: for a loop's timer. */
+int64_t tfos__warn_limit_due(const tfos__warn_limit *w);
 
 #define TFOS_DEBUG(...) tfos__log(TFOS_LOG_DEBUG, __VA_ARGS__)
 #define TFOS_INFO(...) tfos__log(TFOS_LOG_INFO, __VA_ARGS__)

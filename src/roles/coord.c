@@ -106,8 +106,7 @@ struct tfos_coord {
     int64_t reserve_deadline;
     int64_t stop_deadline;
     int unauthed;          /* peers that have not authenticated yet */
-    int64_t warn_window;   /* peer-caused warnings: at most WARN_PER_WINDOW per window */
-    int warned, suppressed;
+    tfos__warn_limit warn; /* peer-caused warnings: at most WARN_PER_WINDOW per window */
     int failed;
     int failure_code;
     int decision;
@@ -221,45 +220,12 @@ static void send_error(tfos_coord *c, peer *p, int code, const char *text)
 
 static void enter_stopping(tfos_coord *c);
 
-/* Warnings a peer causes (junk, floods): a few per window, the rest counted
- * and summed up once the window is over, so junk cannot flood the log. */
-static void peer_warn(tfos_coord *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The sum of what a window did not show, once it is over (or at close). */
-static void flush_warnings(tfos_coord *c, int force)
-{
-    if (c->suppressed && (force || tfos__now_ms() - c->warn_window >= WARN_WINDOW_MS)) {
-        TFOS_WARN("coordinator: %d more peer warnings in the last %d s were not shown", c->suppressed,
-                  WARN_WINDOW_MS / 1000);
-        c->suppressed = 0;
-    }
-}
-
-static void peer_warn(tfos_coord *c, const char *fmt, ...)
-{
-    int64_t now = tfos__now_ms();
-    if (now - c->warn_window >= WARN_WINDOW_MS) {
-        flush_warnings(c, 1);
-        c->warn_window = now;
-        c->warned = 0;
-    }
-    if (c->warned++ >= WARN_PER_WINDOW) {
-        c->suppressed++;
-        return;
-    }
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    TFOS_WARN("coordinator: %s", msg);
-}
-
 static void drop_peer(tfos_coord *c, peer *p, const char *why)
 {
     if (p->gone)
         return;
     if (why)
-        peer_warn(c, "dropped peer %s: %s", p->name, why);
+        tfos__warn_limited(&c->warn, "dropped peer %s: %s", p->name, why);
     if (!p->authed)
         c->unauthed--;
     p->gone = 1;
@@ -406,7 +372,7 @@ static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char 
     char mac[TFOS_MAC_HEX_LEN + 2] = "";
     tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
     if (tfos__auth_check(c->secret, p->nonce, mac)) {
-        peer_warn(c, "rejected %s from %s: it does not know the cluster secret", what, p->name);
+        tfos__warn_limited(&c->warn, "rejected %s from %s: it does not know the cluster secret", what, p->name);
         send_error(c, p, TFOS_EAUTH, "authentication failed: wrong cluster secret");
         return 0;
     }
@@ -417,7 +383,7 @@ static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char 
 
 static void refuse(tfos_coord *c, peer *p, int code, const char *msg)
 {
-    peer_warn(c, "%s (peer %s)", msg, p->name);
+    tfos__warn_limited(&c->warn, "%s (peer %s)", msg, p->name);
     send_error(c, p, code, msg);
 }
 
@@ -703,7 +669,7 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
                 drop_peer(c, oldest, "too many connections waiting to authenticate; dropped the oldest");
         }
         if (c->npeers >= MAX_PEERS) {
-            peer_warn(c, "refused %s: too many connections", name);
+            tfos__warn_limited(&c->warn, "refused %s: too many connections", name);
             close(fd);
             continue;
         }
@@ -803,7 +769,7 @@ static void on_peer(tfos__loop *l, int fd, int events, void *user)
 static void check_timers(tfos_coord *c)
 {
     int64_t now = tfos__now_ms();
-    flush_warnings(c, 0);
+    tfos__warn_limit_flush(&c->warn, 0);
     /* unauthenticated connections may not linger */
     for (int i = c->npeers - 1; i >= 0; i--) {
         peer *p = c->peers[i];
@@ -891,8 +857,8 @@ static void schedule(tfos_coord *c)
             at = c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS;
     if (c->state == TFOS_COORD_RESERVING && c->reserve_deadline < at)
         at = c->reserve_deadline;
-    if (c->suppressed && c->warn_window + WARN_WINDOW_MS < at)
-        at = c->warn_window + WARN_WINDOW_MS;
+    if (tfos__warn_limit_due(&c->warn) < at)
+        at = tfos__warn_limit_due(&c->warn);
     if (c->state == TFOS_COORD_STOPPING && c->stop_deadline < at)
         at = c->stop_deadline;
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
@@ -919,6 +885,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     if (!c)
         return TFOS_ENOMEM;
     c->opts = *opts;
+    c->warn = (tfos__warn_limit){.who = "coordinator", .per_window = WARN_PER_WINDOW, .window_ms = WARN_WINDOW_MS};
     if (!c->opts.bind_host)
         c->opts.bind_host = "127.0.0.1";
     if (c->opts.reservation_timeout <= 0)
@@ -1129,7 +1096,7 @@ void tfos_coord_close(tfos_coord *c)
 {
     if (!c)
         return;
-    flush_warnings(c, 1);
+    tfos__warn_limit_flush(&c->warn, 1);
     for (int i = 0; i < c->npeers; i++) {
         tfos__loop_unwatch(c->loop, c->peers[i]->conn.fd);
         tfos__conn_fini(&c->peers[i]->conn);
