@@ -37,6 +37,7 @@ CAUSE_RESERVATION: Final[int]
 CAUSE_FEED: Final[int]
 CAUSE_STOPPED: Final[int]
 CAUSE_HANG: Final[int]
+FEED_POSITION_DIR: Final[str]
 # Ring roles
 ROLE_OBSERVER: Final[int]
 ROLE_PRODUCER: Final[int]
@@ -89,6 +90,7 @@ def layout_roles(num_ps: int, num_workers: int, chief: bool, evaluator: bool, /)
 def spawn_detached(argv: Sequence[str], env: Mapping[str, str], keep_fds: Sequence[int] = (), /) -> int: ...
 def pid_alive(pid: int, /) -> bool: ...
 def checkpoint_progress(dir: str, /) -> str: ...
+def read_positions(checkpoint_dir: str, since: float = ..., /) -> tuple[set[int], dict[int, int]] | None: ...
 
 @final
 class LocalCluster:

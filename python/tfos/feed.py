@@ -248,7 +248,7 @@ class FeedManager(object):
         self.output.close()
 
 
-POSITION_DIR = "tfos-feed-position"  # under the checkpoint dir
+POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (run/position.h)
 
 
 def save_position(partitions, checkpoint_dir=None, partial=None):
@@ -287,36 +287,11 @@ def read_positions(checkpoint_dir, since=0.0):
     together) and, for partitions read only in part, how many of their first
     rows were taken (the attempts' counts add up: each attempt was fed the
     partition from where the earlier ones stopped); from files written at or
-    after ``since`` (seconds since the epoch). None when there are none."""
-    import json
+    after ``since`` (seconds since the epoch). None when there are none. The
+    reader is libtfos's (run/position.c), the one ``tfos run`` uses."""
     if not checkpoint_dir:
         return None
-    if checkpoint_dir.startswith("file://"):
-        checkpoint_dir = checkpoint_dir[len("file://"):]
-    d = os.path.join(checkpoint_dir, POSITION_DIR)
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return None
-    parts, partial, found = set(), {}, False
-    for name in names:
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(d, name)
-        try:
-            if os.stat(path).st_mtime < since:
-                continue
-            with open(path) as f:
-                rec = json.load(f)
-            parts.update(int(p) for p in rec["partitions"])
-            for p, k in rec.get("partial", {}).items():
-                partial[int(p)] = partial.get(int(p), 0) + int(k)
-            found = True
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    if not found:
-        return None
-    return parts, {p: k for p, k in partial.items() if p not in parts}
+    return _tfos.read_positions(checkpoint_dir, float(since))
 
 
 _manager = None

@@ -13,6 +13,7 @@
 #include "core/feedsock.h"
 #include "core/ring.h"
 #include "platform/proc.h"
+#include "run/position.h"
 #include "encode.h"
 #include "tfos/tfos.h"
 
@@ -427,6 +428,49 @@ static PyObject *mod_checkpoint_progress(PyObject *Py_UNUSED(m), PyObject *arg)
     return PyUnicode_FromString(buf);
 }
 
+/* read_positions(checkpoint_dir, since=0.0) -> None or (whole, partial):
+ * run/position.c's reader, the one the launcher uses, for TFCluster. */
+static PyObject *mod_read_positions(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    const char *dir;
+    double since = 0;
+    if (!PyArg_ParseTuple(args, "s|d", &dir, &since))
+        return NULL;
+    tfos__position pos;
+    int found;
+    Py_BEGIN_ALLOW_THREADS
+    found = tfos__feed_positions(dir, since, &pos);
+    Py_END_ALLOW_THREADS
+    if (found < 0)
+        return tfos__py_raise(found, "reading the feed positions");
+    if (!found)
+        Py_RETURN_NONE;
+    PyObject *whole = PySet_New(NULL), *partial = PyDict_New(), *r = NULL;
+    for (size_t i = 0; whole && i < pos.nwhole; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(pos.whole[i]);
+        if (!v || PySet_Add(whole, v)) {
+            Py_XDECREF(v);
+            goto out;
+        }
+        Py_DECREF(v);
+    }
+    for (size_t i = 0; partial && i < pos.npart; i++) {
+        PyObject *k = PyLong_FromUnsignedLongLong(pos.part_id[i]), *v = PyLong_FromUnsignedLongLong(pos.part_rows[i]);
+        int bad = !k || !v || PyDict_SetItem(partial, k, v);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (bad)
+            goto out;
+    }
+    if (whole && partial)
+        r = PyTuple_Pack(2, whole, partial);
+out:
+    Py_XDECREF(whole);
+    Py_XDECREF(partial);
+    tfos__position_fini(&pos);
+    return r;
+}
+
 /* The defaults of include/tfos/defaults.h, for the Python API's signatures. */
 static int add_defaults(PyObject *m)
 {
@@ -474,6 +518,9 @@ static PyMethodDef module_methods[] = {
      "spawn_detached(argv, env, keep_fds=()) -> pid: start argv detached (its own session, not our child); a "
      "failed exec raises OSError with its errno at once."},
     {"pid_alive", mod_pid_alive, METH_O, "pid_alive(pid) -> bool: the process runs (a zombie counts as gone)."},
+    {"read_positions", mod_read_positions, METH_VARARGS,
+     "read_positions(checkpoint_dir, since=0.0) -> None or (whole, partial): where a restarted feed resumes "
+     "(the feed positions saved at or after since; see tfos.feed.read_positions)."},
     {"checkpoint_progress", mod_checkpoint_progress, METH_O,
      "checkpoint_progress(dir) -> str: the fingerprint the restart policy compares ('' when not local)."},
     {NULL, NULL, 0, NULL},
@@ -513,6 +560,7 @@ static int module_exec(PyObject *m)
     if (!st->feed_ended || PyModule_AddObjectRef(m, "FeedEnded", st->feed_ended) < 0)
         return -1;
     if (PyModule_AddStringConstant(m, "VERSION", TFOS_VERSION) < 0 ||
+        PyModule_AddStringConstant(m, "FEED_POSITION_DIR", TFOS__POSITION_DIR) < 0 ||
         PyModule_AddIntConstant(m, "PROTOCOL_VERSION", TFOS_PROTOCOL_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "STATE_RESERVING", TFOS_COORD_RESERVING) < 0 ||
         PyModule_AddIntConstant(m, "STATE_RUNNING", TFOS_COORD_RUNNING) < 0 ||

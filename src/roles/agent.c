@@ -34,6 +34,7 @@
 #include "core/wire.h"
 #include "platform/cgroup.h"
 #include "platform/clock.h"
+#include "platform/fs.h"
 #include "platform/net.h"
 #include "platform/proc.h"
 #include "tfos/tfos.h"
@@ -422,21 +423,10 @@ static void start_program(agent *a)
     }
     /* the checkpoint dir, where it is a path on this machine, exists when
      * the program starts (on Spark nobody else made it) */
-    if (a->o->checkpoint_dir && !strstr(a->o->checkpoint_dir, "://")) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", a->o->checkpoint_dir);
-        for (char *p = dir + 1;; p++) {
-            int end = !*p;
-            if (*p == '/' || end) {
-                *p = '\0';
-                if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-                    TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, dir, strerror(errno));
-                if (end)
-                    break;
-                *p = '/';
-            }
-        }
-    }
+    if (a->o->checkpoint_dir && !strstr(a->o->checkpoint_dir, "://") &&
+        tfos__mkdir_p(a->o->checkpoint_dir, 0777))
+        TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
+                  strerror(errno));
     if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {
         const char *desc = "could not create the node's feed rings";
         tail_push(a, desc, strlen(desc));

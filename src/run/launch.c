@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/loop.h"
 #include "platform/clock.h"
+#include "platform/fs.h"
 #include "platform/proc.h"
 #include "roles/coord.h"
 #include "run/feedrun.h"
@@ -63,7 +64,7 @@ struct tfos_local {
     int exit_code;
     tfos__feedrun *feed;
     tfos__position resume;   /* where this attempt's feed resumes (saved feed positions) */
-    int64_t started_s;       /* the run's start: older feed positions are not this run's */
+    double started_s;        /* the run's start: older feed positions are not this run's */
     tfos__feed_meter meter;
     tfos__timer meter_timer, reap_timer;
     char *history;           /* the policy's history, rendered for the summary */
@@ -74,25 +75,6 @@ struct tfos_local {
     tfos__http *http;
     tfos__status_src status;
 };
-
-/* mkdir -p; the directories it creates get `mode` (logs: 0700, readable
- * by the run's user only). */
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return TFOS_ESYS;
-        *p = '/';
-    }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return TFOS_ESYS;
-    return 0;
-}
 
 /* Is host a loopback address (the status page needs no token there)? */
 static int is_loopback(const char *host)
@@ -399,7 +381,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     if (l->opts.stop_grace <= 0)
         l->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
     l->n = n;
-    l->started_s = (int64_t)time(NULL) - 1; /* mtimes have a second's resolution at worst */
+    l->started_s = (double)time(NULL) - 1; /* mtimes have a second's resolution at worst */
     tfos__feed_meter_init(&l->meter, tfos__now_ms());
     int rc = tfos__loop_open(&l->loop);
     if (rc)
@@ -423,7 +405,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
         snprintf(l->log_dir, sizeof l->log_dir, "tfos-logs/run-%s-%d", stamp, (int)getpid());
     }
-    rc = mkdir_p(l->log_dir, 0700);
+    rc = tfos__mkdir_p(l->log_dir, 0700);
     if (rc) {
         TFOS_ERROR("cannot create the log dir %s: %s", l->log_dir, strerror(errno));
         goto fail;
@@ -435,7 +417,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s", opts->checkpoint_dir);
     else
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s/checkpoints", l->log_dir);
-    rc = mkdir_p(l->checkpoint_dir, 0777);
+    rc = tfos__mkdir_p(l->checkpoint_dir, 0777);
     if (rc) {
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define POSITION_DIR "tfos-feed-position"
 
 /* A growable array of (id, rows) pairs. */
 typedef struct pairs {
@@ -87,7 +86,7 @@ static int read_file(const char *path, pairs *whole, pairs *part)
     return rc ? rc : 1;
 }
 
-int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, tfos__position *pos)
+int tfos__feed_positions(const char *checkpoint_dir, double since, tfos__position *pos)
 {
     memset(pos, 0, sizeof *pos);
     if (!checkpoint_dir)
@@ -95,7 +94,7 @@ int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, tfos__posi
     if (!strncmp(checkpoint_dir, "file://", 7))
         checkpoint_dir += 7;
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/%s", checkpoint_dir, POSITION_DIR);
+    snprintf(dir, sizeof dir, "%s/%s", checkpoint_dir, TFOS__POSITION_DIR);
     DIR *d = opendir(dir);
     if (!d)
         return 0;
@@ -109,7 +108,7 @@ int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, tfos__posi
         char path[4500];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) < 0 || (int64_t)st.st_mtime < since_s)
+        if (stat(path, &st) < 0 || (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9 < since)
             continue;
         int r = read_file(path, &whole, &part);
         if (r < 0)

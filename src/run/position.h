@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The position files' directory, under the checkpoint dir. */
+#define TFOS__POSITION_DIR "tfos-feed-position"
+
 /* Where the feed resumes. */
 typedef struct tfos__position {
     uint64_t *whole;    /* partitions consumed whole: sorted, no duplicates */
@@ -20,12 +23,12 @@ typedef struct tfos__position {
     size_t npart;
 } tfos__position;
 
-/* Read the position files modified at or after since_s (seconds since the
- * epoch) into *pos (free with tfos__position_fini). Returns 1 when at least
+/* Read the position files modified at or after since (seconds since the
+ * epoch, to the nanosecond) into *pos (free with tfos__position_fini). Returns 1 when at least
  * one file was read, 0 when there is none (the feed then starts from the
  * beginning; *pos is empty), TFOS_ENOMEM. Unreadable or malformed files are
  * skipped with a warning. */
-int tfos__feed_positions(const char *checkpoint_dir, int64_t since_s, tfos__position *pos);
+int tfos__feed_positions(const char *checkpoint_dir, double since, tfos__position *pos);
 void tfos__position_fini(tfos__position *pos);
 
 /* Whether partition id was consumed whole. */

@@ -1,0 +1,11 @@
+/* fs.h: the filesystem calls more than one part of tfos needs. */
+#ifndef TFOS_PLATFORM_FS_H
+#define TFOS_PLATFORM_FS_H
+#include <sys/types.h>
+
+/* mkdir -p: create path and its missing parents with `mode` (existing ones
+ * are left as they are). 0, or TFOS_ESYS with errno (TFOS_EINVAL for a path
+ * longer than PATH_MAX). */
+int tfos__mkdir_p(const char *path, mode_t mode);
+
+#endif
