@@ -99,3 +99,36 @@ def coordinator_address(coord):
         first = coord.stdout.readline()
     assert first.startswith("TFOS_COORD_ADDR="), first
     return first.strip().split("=", 1)[1]
+
+
+def produce(fd, partitions, end=True, batch=7):
+    """In a child: feed {partition_id: rows} into the ring in fd, `batch`
+    rows a record, then end the feed."""
+    from tfos import _tfos, feed
+    ring = _tfos.Ring(fd, _tfos.ROLE_PRODUCER)
+    for pid, rows in partitions.items():
+        ring.partition_begin(pid, 10000)
+        for i in range(0, len(rows), batch):
+            feed.write_rows(ring, rows[i:i + batch], 10000)
+        ring.partition_end(10000)
+    if end:
+        ring.end_feed(10000)
+    ring.close()
+
+
+def start_child(target, *args):
+    """target(*args) in a forked child process, started."""
+    import multiprocessing
+    p = multiprocessing.get_context("fork").Process(target=target, args=args)
+    p.start()
+    return p
+
+
+def join_child(p):
+    """Its exit code; a child still running after 30 s fails the test."""
+    p.join(30)
+    if p.is_alive():
+        p.kill()
+        p.join(5)
+        pytest.fail("helper process hung")
+    return p.exitcode

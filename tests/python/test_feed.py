@@ -11,7 +11,7 @@ import pytest
 
 import tfos._tfos as t
 from tfos import feed
-from conftest import PY, prog, run_tfos
+from conftest import PY, join_child, produce, prog, run_tfos, start_child
 
 CTX = multiprocessing.get_context("fork")
 
@@ -20,38 +20,10 @@ def rings(cap=1 << 20):
     return t.ring_create(cap), t.ring_create(cap)
 
 
-def produce(fd, partitions, end=True, batch=7):
-    """In a child: feed {partition_id: rows} through a FeedClient-like path."""
-    ring = t.Ring(fd, t.ROLE_PRODUCER)
-    for pid, rows in partitions.items():
-        ring.partition_begin(pid, 10000)
-        for i in range(0, len(rows), batch):
-            feed.write_rows(ring, rows[i:i + batch], 10000)
-        ring.partition_end(10000)
-    if end:
-        ring.end_feed(10000)
-    ring.close()
-
-
-def start(target, *args):
-    p = CTX.Process(target=target, args=args)
-    p.start()
-    return p
-
-
-def join(p):
-    p.join(30)
-    if p.is_alive():
-        p.kill()
-        p.join(5)
-        pytest.fail("helper process hung")
-    return p.exitcode
-
-
 def test_batches_short_last_batch_and_should_stop():
     fd_in, fd_out = rings()
     rows = [[i, i * 0.5] for i in range(25)]
-    p = start(produce, fd_in, {1: rows})
+    p = start_child(produce, fd_in, {1: rows})
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), train_mode=True, timeout=20)
     sizes, got = [], []
     while not df.should_stop():
@@ -60,7 +32,7 @@ def test_batches_short_last_batch_and_should_stop():
             break
         sizes.append(len(b))
         got.extend(b)
-    assert join(p) == 0
+    assert join_child(p) == 0
     assert sizes == [10, 10, 5]
     assert got == rows
     assert df.should_stop() and df.next_batch(10) == []
@@ -69,13 +41,13 @@ def test_batches_short_last_batch_and_should_stop():
 def test_input_mapping_and_arrays():
     fd_in, fd_out = rings()
     rows = [(i, float(i), "s%d" % i) for i in range(12)]
-    p = start(produce, fd_in, {1: rows[:6], 2: rows[6:]})
+    p = start_child(produce, fd_in, {1: rows[:6], 2: rows[6:]})
     mgr = feed.FeedManager(fd_in, fd_out)
     df = feed.DataFeed(mgr, True, input_mapping={"a": "x", "b": "y", "c": "z"}, timeout=20)
     first = df.next_batch(4)
     assert first == {"x": [0, 1, 2, 3], "y": [0.0, 1.0, 2.0, 3.0], "z": ["s0", "s1", "s2", "s3"]}
     cols = df.next_batch_arrays(8)
-    assert join(p) == 0
+    assert join_child(p) == 0
     assert [list(c) for c in cols] == [list(range(4, 12)), [float(i) for i in range(4, 12)],
                                        ["s%d" % i for i in range(4, 12)]]
     assert isinstance(cols[0], np.ndarray)
@@ -86,16 +58,16 @@ def test_input_mapping_and_arrays():
 def test_pickle_fallback_for_arbitrary_rows():
     fd_in, fd_out = rings()
     rows = [{"k": i, "v": [i, {"nested": True}]} for i in range(9)]
-    p = start(produce, fd_in, {3: rows})
+    p = start_child(produce, fd_in, {3: rows})
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
     got = df.next_batch(100)
-    assert join(p) == 0
+    assert join_child(p) == 0
     assert got == rows
 
 
 def test_inference_one_result_per_row_and_mismatch_names_partition():
     fd_in, fd_out = rings()
-    p = start(produce, fd_in, {5: [[i] for i in range(10)], 6: [[i] for i in range(10, 13)]}, True)
+    p = start_child(produce, fd_in, {5: [[i] for i in range(10)], 6: [[i] for i in range(10, 13)]}, True)
     mgr = feed.FeedManager(fd_in, fd_out)
     df = feed.DataFeed(mgr, train_mode=False, timeout=20)
     b = df.next_batch(8)
@@ -109,7 +81,7 @@ def test_inference_one_result_per_row_and_mismatch_names_partition():
     b = df.next_batch(8)
     assert b == [[10], [11], [12]]
     df.batch_results(["a", "b", "c"])
-    assert join(p) == 0
+    assert join_child(p) == 0
     out = t.Ring(fd_out, t.ROLE_CONSUMER)
     results = {}
     while sum(len(v) for v in results.values()) < 13:
@@ -131,14 +103,14 @@ def test_killed_producer_partition_is_reported_and_refed():
     fd_in, fd_out = rings()
     mgr = feed.FeedManager(fd_in, fd_out)
     df = feed.DataFeed(mgr, True, timeout=20)
-    p = start(_die_mid_partition, fd_in)
-    assert join(p) == -signal.SIGKILL
+    p = start_child(_die_mid_partition, fd_in)
+    assert join_child(p) == -signal.SIGKILL
     first = df.next_batch(3)  # the rows that made it are delivered...
     assert first == [[1], [2], [3]]
     # ...and the partition is reported as not delivered whole; a re-feed follows
-    p2 = start(produce, fd_in, {7: [[1], [2], [3], [4]]})
+    p2 = start_child(produce, fd_in, {7: [[1], [2], [3], [4]]})
     again = df.next_batch(10)
-    assert join(p2) == 0
+    assert join_child(p2) == 0
     assert mgr.aborted == [7]
     assert again == [[1], [2], [3], [4]]
     assert df.should_stop()
@@ -166,12 +138,12 @@ def _consume_then_die(fd):
 def test_dead_consumer_fails_producer_fast():
     fd_in = t.ring_create(64 << 10)
     q = CTX.Queue()
-    cons = start(_consume_then_die, fd_in)
-    prod = start(_fill_until_closed, fd_in, q)
-    assert join(cons) == -signal.SIGKILL
+    cons = start_child(_consume_then_die, fd_in)
+    prod = start_child(_fill_until_closed, fd_in, q)
+    assert join_child(cons) == -signal.SIGKILL
     died = time.monotonic()
     what, when = q.get(timeout=30)
-    assert join(prod) == 0
+    assert join_child(prod) == 0
     assert what == "closed"
     assert when - died < 5  # a blocked producer learns within ~25 ms; bound loosely
 
@@ -180,12 +152,12 @@ def test_terminate_stops_producers():
     fd_in, fd_out = rings(64 << 10)
     q = CTX.Queue()
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
-    prod = start(_fill_until_closed, fd_in, q)
+    prod = start_child(_fill_until_closed, fd_in, q)
     df.mgr.input.read(5000, 1)
     df.terminate()
     assert df.should_stop()
     what, _ = q.get(timeout=30)
-    assert join(prod) == 0
+    assert join_child(prod) == 0
     assert what == "closed"
 
 
@@ -233,11 +205,11 @@ def test_tf_data_dataset_on_the_feed():
         ring.partition_end(10000)
         ring.end_feed(10000)
 
-    p = start(columns, fd_in)
+    p = start_child(columns, fd_in)
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
     ds = df.dataset(64, as_dict=True)
     got = list(ds.as_numpy_iterator())
-    assert join(p) == 0
+    assert join_child(p) == 0
     assert [len(b["y"]) for b in got] == [64, 64, 64, 64, 44]
     assert ds.element_spec["x"].shape.as_list() == [None, 4] and ds.element_spec["y"].dtype == tf.int64
     assert np.array_equal(np.concatenate([b["x"] for b in got]), xs)
@@ -263,7 +235,7 @@ def test_timeout_mid_batch_keeps_every_row(arrays):
     batch); TimeoutError only when no row came. Every row id is seen once."""
     fd_in, fd_out = rings()
     go = CTX.Event()
-    p = start(_feed_in_two_steps, fd_in, go, 150, 100)
+    p = start_child(_feed_in_two_steps, fd_in, go, 150, 100)
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=0.3)
     seen, sizes, timeouts = [], [], 0
     while not df.should_stop():
@@ -281,7 +253,7 @@ def test_timeout_mid_batch_keeps_every_row(arrays):
         seen.extend(batch)
         if len(seen) >= 150:
             go.set()
-    assert join(p) == 0
+    assert join_child(p) == 0
     assert sorted(seen) == list(range(250)) and len(seen) == 250
     assert sizes[:2] == [100, 50]  # the second batch timed out with 50 rows: they came back
 
@@ -294,8 +266,8 @@ def _one_partition_then_die(fd):
 
 def test_producer_killed_mid_batch_rows_come_first_then_feed_closed():
     fd_in, fd_out = rings()
-    p = start(_one_partition_then_die, fd_in)
-    assert join(p) == -signal.SIGKILL
+    p = start_child(_one_partition_then_die, fd_in)
+    assert join_child(p) == -signal.SIGKILL
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
     assert [r[0] for r in df.next_batch(100)] == list(range(30))
     with pytest.raises(feed.FeedClosed):

@@ -98,6 +98,8 @@ def test_status_metrics_and_page_show_the_restart(tmp_path, marker):
 
         code, ctype, html = get(url)
         assert code == 200 and ctype.startswith("text/html") and "<table" in html and "fetch('/status')" in html
+        # "running" means started: its first line may be a moment behind
+        wait_for(lambda: "node worker:1 attempt 2" in get(url + "logs/worker-1.log")[2], 30, interval=0.1)
         code, _, log = get(url + "logs/worker-1.log")
         assert "node worker:1 attempt 1" in log and "node worker:1 attempt 2" in log
         try:

@@ -11,6 +11,8 @@ import pytest
 import tfos._tfos as t
 from tfos import TFNode, feed
 
+from conftest import join_child, produce, start_child
+
 CTX = multiprocessing.get_context("fork")
 USER = getpass.getuser()
 
@@ -59,35 +61,10 @@ def test_hdfs_path_keeps_other_schemes(path):
 
 # ---- next_batch / batch_results / terminate on a real ring -----------------------
 
-def _produce(fd, partitions):
-    ring = t.Ring(fd, t.ROLE_PRODUCER)
-    for pid, rows in partitions.items():
-        ring.partition_begin(pid, 10000)
-        feed.write_rows(ring, rows, 10000)
-        ring.partition_end(10000)
-    ring.end_feed(10000)
-    ring.close()
-
-
-def _run(target, *args):
-    p = CTX.Process(target=target, args=args)
-    p.start()
-    return p
-
-
-def _join(p):
-    p.join(30)
-    if p.is_alive():
-        p.kill()
-        p.join(5)
-        pytest.fail("helper process hung")
-    return p.exitcode
-
-
 def test_module_level_feed_functions_train_and_results():
     fd_in, fd_out = t.ring_create(1 << 20), t.ring_create(1 << 20)
     mgr = feed.FeedManager(fd_in, fd_out)
-    p = _run(_produce, fd_in, {3: [[i] for i in range(5)], 4: [[i] for i in range(5, 8)]})
+    p = start_child(produce, fd_in, {3: [[i] for i in range(5)], 4: [[i] for i in range(5, 8)]})
     got = []
     while True:
         batch = TFNode.next_batch(mgr, 3)
@@ -98,7 +75,7 @@ def test_module_level_feed_functions_train_and_results():
     assert got == [[i] for i in range(8)]
     with pytest.raises(ValueError, match="qname"):
         TFNode.next_batch(mgr, 3, qname="other")
-    assert _join(p) == 0
+    assert join_child(p) == 0
     out = t.Ring(fd_out, t.ROLE_CONSUMER)
     results = {}
     while sum(len(v) for v in results.values()) < 8:
@@ -111,11 +88,11 @@ def test_module_level_feed_functions_train_and_results():
 def test_module_level_batch_results_count_mismatch_is_an_error():
     fd_in, fd_out = t.ring_create(1 << 20), t.ring_create(1 << 20)
     mgr = feed.FeedManager(fd_in, fd_out)
-    p = _run(_produce, fd_in, {1: [[1], [2]]})
+    p = start_child(produce, fd_in, {1: [[1], [2]]})
     assert TFNode.next_batch(mgr, 2) == [[1], [2]]
     with pytest.raises(ValueError, match="1 results for a batch of 2 rows"):
         TFNode.batch_results(mgr, [1])
-    assert _join(p) == 0
+    assert join_child(p) == 0
 
 
 def _fill_until_closed(fd, q):
@@ -132,12 +109,12 @@ def test_module_level_terminate_stops_the_producer():
     fd_in, fd_out = t.ring_create(64 << 10), t.ring_create(64 << 10)
     mgr = feed.FeedManager(fd_in, fd_out)
     q = CTX.Queue()
-    p = _run(_fill_until_closed, fd_in, q)
+    p = start_child(_fill_until_closed, fd_in, q)
     assert len(TFNode.next_batch(mgr, 1)) == 1
     TFNode.terminate(mgr)
     assert mgr.terminated
     assert q.get(timeout=30) == "FeedClosed"
-    assert _join(p) == 0
+    assert join_child(p) == 0
 
 
 # ---- release_port, export_saved_model, start_cluster_server -----------------------
@@ -185,7 +162,7 @@ def test_start_cluster_server_returns_cluster_and_started_server():
     assert target == "grpc://localhost:%d" % port
     assert visible == ""
     assert q.get(timeout=60) == "rdma refused"
-    _join(p)
+    join_child(p)
 
 
 def test_export_saved_model_delegates_to_compat(tmp_path):
