@@ -315,6 +315,9 @@ typedef struct tfos_agent_opts {
     double hang_timeout;     /* > 0: a program that neither reads its feed nor beats (ctx.heartbeat())
                               * this many seconds, while not waiting on an empty feed, is hung: its
                               * stacks are dumped (PYTHONFAULTHANDLER) and it is ended; 0: off */
+    const char *keras;       /* which Keras tf.keras is in the program: "env" (NULL: as inherited),
+                              * "auto" (tf-keras where installed), "legacy" (tf-keras, TF_USE_LEGACY_KERAS=1),
+                              * "3" (Keras 3); see docs/DESIGN.md, "Keras" */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -377,6 +380,7 @@ typedef struct tfos_run_opts {
     int status_port;            /* 0: any free port; -1: none */
     const char *status_host;    /* NULL: 127.0.0.1 */
     bool quiet;                 /* no feed progress lines (every 5 s while --input feeds) */
+    const char *keras;          /* the agents' keras mode (see tfos_agent_opts); NULL: "env" */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -8,6 +8,7 @@
  */
 #include "cli/inspect.h"
 #include "core/auth.h"
+#include "core/spec.h"
 #include "platform/clock.h"
 #include "roles/guard.h"
 #include "run/input.h"
@@ -59,6 +60,10 @@ static const char usage_text[] =
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
+    "  --keras MODE             (node too) which Keras tf.keras is: env (default: as the environment\n"
+    "                           says, TensorFlow's Keras 3), legacy (tf-keras, Keras 2:\n"
+    "                           TF_USE_LEGACY_KERAS=1; model.fit under MultiWorkerMirroredStrategy),\n"
+    "                           auto (legacy where tf_keras is installed), 3 (Keras 3)\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default "
     STR(TFOS_DEFAULT_FEED_MB) ")\n"
     "  --input FILE             feed FILE (.csv, .jsonl, .npy) to the chief and workers; repeatable\n"
@@ -144,7 +149,7 @@ typedef struct cli {
     tfos_layout layout;
     int have_workers;
     double reservation_timeout, grace, failure_grace, heartbeat_timeout;
-    const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id;
+    const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id, *keras;
     int feed_mb;
     char *inputs[256];
     int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
@@ -280,6 +285,9 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--watch-pid")) {
             if (parse_int(a, NEXT(), 1, INT_MAX, &c->watch_pid))
                 return 2;
+        } else if (!strcmp(a, "--keras")) {
+            if (!(c->keras = NEXT()) || tfos__keras_mode_valid(c->keras))
+                return usage_error("--keras takes env, auto, legacy or 3; got '%s'", c->keras ? c->keras : "");
         } else if (!strcmp(a, "--hand-port")) {
             c->hand_port = 1;
         } else if (!strcmp(a, "--hang-timeout")) {
@@ -339,7 +347,7 @@ static int cmd_run(cli *c)
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
                        .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet,
-                       .hang_timeout = c->hang_timeout};
+                       .hang_timeout = c->hang_timeout, .keras = c->keras};
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));
@@ -373,7 +381,7 @@ static int cmd_node(cli *c)
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
                          .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout,
-                         .hand_port = c->hand_port};
+                         .hand_port = c->hand_port, .keras = c->keras};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);

@@ -2,7 +2,13 @@
 #include "core/spec.h"
 
 #include "core/json.h"
+#include "platform/proc.h"
 #include "tfos/tfos.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -241,8 +247,10 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
 {
     envv e = {0};
     for (char *const *b = base; b && *b; b++)
-        if (!owned_var(*b))
+        if (!owned_var(*b) && !(ctx->legacy_keras && !strncmp(*b, "TF_USE_LEGACY_KERAS=", 20)))
             env_push(&e, strdup(*b));
+    if (ctx->legacy_keras)
+        env_set(&e, "TF_USE_LEGACY_KERAS", "%s", ctx->legacy_keras);
 
     const tfos__node_addr *me = &nodes[self];
     int world = 0, rank0 = -1, rank = trainer_rank(nodes, n, self);
@@ -316,4 +324,100 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
     if (!e.v) /* empty base and nothing set cannot happen, but stay total */
         env_push(&e, strdup("TFOS_EMPTY=1"));
     return e.v;
+}
+
+/* ---- the program's Python and its Keras ------------------------------------ */
+
+const char *tfos__program_python(const char *python, char *const *argv)
+{
+    if (python && *python)
+        return python;
+    if (argv && argv[0]) {
+        const char *base = strrchr(argv[0], '/');
+        base = base ? base + 1 : argv[0];
+        if (!strncmp(base, "python", 6))
+            return argv[0];
+    }
+    const char *env = getenv("TFOS_PYTHON");
+    return env && *env ? env : "python3";
+}
+
+int tfos__keras_mode_valid(const char *mode)
+{
+    static const char *const modes[] = {"env", "auto", "legacy", "3"};
+    if (!mode)
+        return 0;
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (!strcmp(mode, modes[i]))
+            return 0;
+    return -1;
+}
+
+static const char *env_get(char *const *env, const char *name)
+{
+    size_t l = strlen(name);
+    for (char *const *e = env; e && *e; e++)
+        if (!strncmp(*e, name, l) && (*e)[l] == '=')
+            return *e + l + 1;
+    return NULL;
+}
+
+/* Whether `python` finds the tf_keras package (without importing it or
+ * TensorFlow: a few tens of ms). 1 yes, 0 no, -1 could not tell (the
+ * interpreter would not start or took over 30 s). */
+static int has_tf_keras(const char *python, char *const *env)
+{
+    char *argv[] = {(char *)python, "-c",
+                    "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('tf_keras') else 3)", NULL};
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = devnull, .stderr_fd = devnull,
+                           .pdeathsig = SIGKILL};
+    pid_t pid;
+    int rc = tfos__spawn(&so, &pid), status = 0;
+    if (devnull >= 0)
+        close(devnull);
+    if (rc)
+        return -1;
+    if (tfos__wait_pid(pid, 30000, &status)) {
+        kill(pid, SIGKILL);
+        tfos__wait_pid(pid, 5000, &status);
+        return -1;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 3 ? 0 : -1;
+}
+
+int tfos__keras_resolve(const char *mode, const char *python, char *const *env, const char **value, char *err,
+                        size_t errlen)
+{
+    *value = NULL;
+    if (!mode || !strcmp(mode, "env"))
+        return 0;
+    if (!strcmp(mode, "3")) {
+        *value = "0";
+        return 0;
+    }
+    if (!strcmp(mode, "auto")) {
+        const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
+        if (set && *set) /* the user's own choice stands */
+            return 0;
+        if (has_tf_keras(python, env) == 1)
+            *value = "1";
+        return 0;
+    }
+    if (!strcmp(mode, "legacy")) {
+        int has = has_tf_keras(python, env);
+        if (has == 0) {
+            snprintf(err, errlen,
+                     "--keras legacy: the tf_keras package (Keras 2) is not installed for %s: "
+                     "pip install tf-keras (the version of your tensorflow), or use --keras 3",
+                     python);
+            return TFOS_EINVAL;
+        }
+        *value = "1"; /* has == -1: the program will say what is wrong with its Python */
+        return 0;
+    }
+    snprintf(err, errlen, "--keras: unknown mode '%s' (env, auto, legacy or 3)", mode);
+    return TFOS_EINVAL;
 }

@@ -49,6 +49,7 @@ typedef struct tfos__ctx_env {
     int port_fd;           /* the node's reserved port, handed to the program (TFOS_PORT_FD); -1: none.
                             * A zero-initialised ctx has 0 here: only > 0 counts */
     int feed_out_fd;
+    const char *legacy_keras; /* TF_USE_LEGACY_KERAS for the program ("1", "0"); NULL: the inherited one */
 } tfos__ctx_env;
 
 /* Build the program's environment: a copy of `base` (NULL-terminated, e.g.
@@ -57,5 +58,26 @@ typedef struct tfos__ctx_env {
  * tfos__env_free) or NULL on out of memory. */
 char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx);
 void tfos__env_free(char **env);
+
+/* The Python interpreter of a program: `python` when given, else argv[0]
+ * when it is a python* executable, else $TFOS_PYTHON, else python3. The
+ * built-in ps server, the Arrow feeder and the Keras probe use it. */
+const char *tfos__program_python(const char *python, char *const *argv);
+
+/* Which Keras `tf.keras` is in the program (--keras, TFCluster.run(keras=)):
+ * the one decision, made by the agent before the program starts.
+ *   "env"    leave TF_USE_LEGACY_KERAS as inherited (TensorFlow's default:
+ *            Keras 3); what `tfos run` does by default
+ *   "auto"   tf-keras (Keras 2) where the program's Python has the tf_keras
+ *            package and TF_USE_LEGACY_KERAS is not set; what TFCluster does
+ *   "legacy" tf-keras; an error when tf_keras is not installed
+ *   "3"      Keras 3 (TF_USE_LEGACY_KERAS=0)
+ * Returns 0 when `mode` is one of these (NULL counts as "env"), else -1. */
+int tfos__keras_mode_valid(const char *mode);
+/* Resolve `mode` for a program run by `python` with the environment `env`:
+ * *value gets "1", "0" or NULL (leave the inherited value). Returns 0, or
+ * TFOS_EINVAL with a one-line reason in err ("--keras legacy: ..."). */
+int tfos__keras_resolve(const char *mode, const char *python, char *const *env, const char **value, char *err,
+                        size_t errlen);
 
 #endif

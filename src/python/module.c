@@ -12,6 +12,7 @@
 #include "core/batch.h"
 #include "core/feedsock.h"
 #include "core/ring.h"
+#include "core/spec.h"
 #include "platform/proc.h"
 #include "run/position.h"
 #include "encode.h"
@@ -317,6 +318,15 @@ static PyObject *mod_layout_roles(PyObject *Py_UNUSED(m), PyObject *args)
     return list;
 }
 
+/* keras_mode_valid(mode) -> bool: one of the agent's --keras modes. */
+static PyObject *mod_keras_mode_valid(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    const char *mode = PyUnicode_AsUTF8(arg);
+    if (!mode)
+        return NULL;
+    return PyBool_FromLong(tfos__keras_mode_valid(mode) == 0);
+}
+
 /* spawn_detached(argv, env, keep_fds=()) -> pid (tfos__spawn_detached). */
 static PyObject *mod_spawn_detached(PyObject *Py_UNUSED(m), PyObject *args)
 {
@@ -514,6 +524,8 @@ static PyMethodDef module_methods[] = {
     {"layout_roles", mod_layout_roles, METH_VARARGS,
      "layout_roles(num_ps, num_workers, chief, evaluator) -> [(job, index), ...]: every node's role by executor "
      "id, in TensorFlowOnSpark's order (libtfos's role table)."},
+    {"keras_mode_valid", mod_keras_mode_valid, METH_O,
+     "keras_mode_valid(mode) -> bool: mode is one of the node agent's --keras modes (env, auto, legacy, 3)."},
     {"spawn_detached", mod_spawn_detached, METH_VARARGS,
      "spawn_detached(argv, env, keep_fds=()) -> pid: start argv detached (its own session, not our child); a "
      "failed exec raises OSError with its errno at once."},

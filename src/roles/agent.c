@@ -133,6 +133,9 @@ struct agent {
     int owner_fd;                 /* its pidfd; -1: none, or polled with kill() */
     int owner_gone;
     int owner_stop;               /* the program was stopped because of it */
+    /* --keras, resolved once (tfos__keras_resolve) */
+    int keras_resolved;
+    const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
 };
 
 static void tail_push(agent *a, const char *line, size_t len)
@@ -435,10 +438,24 @@ static void start_program(agent *a)
         a->child_status = 1 << 8;
         return;
     }
+    if (!a->keras_resolved && strcmp(me->job, "ps")) {
+        char why[400];
+        if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->legacy_keras, why,
+                                sizeof why)) {
+            TFOS_ERROR("agent %s: %s", a->label, why);
+            tail_push(a, why, strlen(why));
+            a->start_failed = 1;
+            a->child_done = 1;
+            a->child_status = 1 << 8;
+            return;
+        }
+        a->keras_resolved = 1;
+    }
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
-                         .feed_out_fd = a->out_fd, .port_fd = a->o->hand_port ? a->resv_fd : -1};
+                         .feed_out_fd = a->out_fd, .port_fd = a->o->hand_port ? a->resv_fd : -1,
+                         .legacy_keras = a->legacy_keras};
     char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int rc = TFOS_ENOMEM;

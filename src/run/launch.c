@@ -17,6 +17,7 @@
 #include "core/auth.h"
 #include "core/log.h"
 #include "core/loop.h"
+#include "core/spec.h"
 #include "platform/clock.h"
 #include "platform/fs.h"
 #include "platform/proc.h"
@@ -82,19 +83,10 @@ static int is_loopback(const char *host)
     return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
 }
 
-/* The interpreter for the built-in ps server and the Arrow feeder: the
- * user's own when the program is a Python one, else $TFOS_PYTHON, else
- * python3. */
+/* The interpreter for the built-in ps server and the Arrow feeder. */
 static const char *guess_python(const tfos_run_opts *o)
 {
-    if (o->python)
-        return o->python;
-    const char *base = strrchr(o->argv[0], '/');
-    base = base ? base + 1 : o->argv[0];
-    if (!strncmp(base, "python", 6))
-        return o->argv[0];
-    const char *env = getenv("TFOS_PYTHON");
-    return env && *env ? env : "python3";
+    return tfos__program_python(o->python, o->argv);
 }
 
 /* The environment for processes the launcher starts (agents, the Arrow
@@ -203,6 +195,10 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     if (o->hang_timeout > 0) {
         argv[k++] = "--hang-timeout";
         argv[k++] = hangbuf;
+    }
+    if (o->keras && strcmp(o->keras, "env")) {
+        argv[k++] = "--keras";
+        argv[k++] = (char *)o->keras;
     }
     if (!o->ps_runs_program && o->layout.num_ps > 0) {
         argv[k++] = "--ps-python";

@@ -481,7 +481,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         node_log_dir="tfos-logs",
-        status_port=0):
+        status_port=0, keras="auto"):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -507,12 +507,24 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     stacks go into the failure and the restart policy applies; 0: off),
     ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
-    127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none).
+    127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none)
+    and ``keras``: which Keras ``tf.keras`` is in ``map_fun``. ``"auto"`` (the
+    default) gives tf-keras (Keras 2, ``TF_USE_LEGACY_KERAS=1``) on every
+    executor that has the ``tf_keras`` package and no ``TF_USE_LEGACY_KERAS``
+    of its own: TensorFlowOnSpark programs were written for Keras 2, and Keras
+    3's ``model.fit`` does not run under a multi-worker
+    MultiWorkerMirroredStrategy. ``"legacy"`` insists on tf-keras (a node
+    without it fails to start, saying so); ``"3"`` gives Keras 3; ``"env"``
+    leaves the executors' environment alone. ``import keras`` is Keras 3 in
+    every mode. See docs/SPARK.md, "Keras".
     """
     from .._extras import require
     require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
     from pyspark import cloudpickle
 
+    if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
+        raise ValueError("TFCluster.run: keras=%r: use 'auto' (tf-keras where installed), 'legacy' (tf-keras), "
+                         "'3' (Keras 3) or 'env' (as the executors' environment says)" % (keras,))
     layout = _layout(int(num_executors), int(num_ps), master_node, eval_node)
     local = sc.master.startswith("local")
     total = int(num_executors)
@@ -541,7 +553,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
-                                hand_port=not release_port)
+                                hand_port=not release_port, keras=keras)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,

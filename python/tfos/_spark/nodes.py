@@ -35,7 +35,7 @@ class NodeSpec(object):
     def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
                  reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
                  default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None,
-                 hang_timeout=0.0, hand_port=False):
+                 hang_timeout=0.0, hand_port=False, keras="auto"):
         self.cluster_id = cluster_id
         self.secret = secret
         self.coord_addr = coord_addr
@@ -54,6 +54,7 @@ class NodeSpec(object):
         self.checkpoint_dir = checkpoint_dir  # kept across restarts (TFOS_CHECKPOINT_DIR)
         self.hang_timeout = hang_timeout      # > 0: the agent's hang watchdog (ctx.heartbeat())
         self.hand_port = hand_port            # release_port=False: map_fun holds its port (ctx.tmp_socket)
+        self.keras = keras                    # the agent's --keras: which Keras tf.keras is in map_fun
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of
@@ -324,6 +325,8 @@ def start_node(spec, executor_id):
             argv += ["--hang-timeout", "%g" % spec.hang_timeout]
         if getattr(spec, "hand_port", False):
             argv += ["--hand-port"]
+        if getattr(spec, "keras", "env") != "env":
+            argv += ["--keras", spec.keras]
         jvm = executor_jvm_pid()
         if jvm and not spec.local_master:
             argv += ["--watch-pid", str(jvm)]

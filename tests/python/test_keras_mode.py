@@ -1,0 +1,77 @@
+"""--keras: which Keras `tf.keras` is in the program (TF_USE_LEGACY_KERAS),
+decided once by the node agent (issue 12). The program here only prints the
+variable it got; tests/spark/test_keras.py trains a TFoS Keras program with
+TFCluster's default, and test_export.py exports under each Keras."""
+import importlib.util
+import os
+
+import pytest
+
+from conftest import PY, run_tfos
+
+SHOW = "import os; print('TF_USE_LEGACY_KERAS=%s' % os.environ.get('TF_USE_LEGACY_KERAS'))"
+
+
+def bare_python(tmp_path):
+    """A python* executable whose interpreter has no site-packages (so no
+    tf_keras): what the agent probes when it is the program's argv[0]."""
+    path = tmp_path / "python-bare"
+    path.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % PY)
+    path.chmod(0o755)
+    return str(path)
+
+
+def run_show(tmp_path, keras, python=PY, inherited=None):
+    env = dict(os.environ)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if inherited is not None:
+        env["TF_USE_LEGACY_KERAS"] = inherited
+    args = ["run", "--workers", "1", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs")]
+    if keras is not None:
+        args += ["--keras", keras]
+    return run_tfos(args + ["--", python, "-c", SHOW], env=env, timeout=120)
+
+
+def seen(r):
+    lines = [ln for ln in r.stdout.splitlines() if "TF_USE_LEGACY_KERAS=" in ln]
+    assert r.returncode == 0 and len(lines) == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    return lines[0].rsplit("=", 1)[1]
+
+
+@pytest.mark.parametrize("keras, inherited, expected", [
+    (None, None, "None"),      # tfos run leaves the environment alone by default
+    (None, "1", "1"),
+    ("env", "0", "0"),
+    ("legacy", None, "1"),
+    ("legacy", "0", "1"),      # the flag wins over the inherited value
+    ("3", None, "0"),
+    ("3", "1", "0"),
+    ("auto", "0", "0"),        # auto keeps the user's own choice
+])
+def test_keras_mode_sets_tf_use_legacy_keras(tmp_path, keras, inherited, expected):
+    assert seen(run_show(tmp_path, keras, inherited=inherited)) == expected
+
+
+def test_auto_selects_tf_keras_where_installed(tmp_path):
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf-keras is NOT installed for %s: --keras auto's tf-keras case is NOT tested" % PY)
+    assert seen(run_show(tmp_path, "auto")) == "1"
+
+
+def test_auto_leaves_keras_3_where_tf_keras_is_missing(tmp_path):
+    assert seen(run_show(tmp_path, "auto", python=bare_python(tmp_path))) == "None"
+
+
+def test_legacy_without_tf_keras_fails_at_start_naming_the_interpreter(tmp_path):
+    bare = bare_python(tmp_path)
+    r = run_show(tmp_path, "legacy", python=bare)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert ("--keras legacy: the tf_keras package (Keras 2) is not installed for %s" % bare) in r.stderr, \
+        r.stderr[-3000:]
+    assert "TF_USE_LEGACY_KERAS=" not in r.stdout  # the program never ran
+
+
+def test_unknown_mode_is_a_usage_error():
+    r = run_tfos(["run", "--workers", "1", "--keras", "2", "--", PY, "-c", "pass"])
+    assert r.returncode == 2
+    assert "--keras takes env, auto, legacy or 3; got '2'" in r.stderr, r.stderr
