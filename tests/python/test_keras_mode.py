@@ -75,3 +75,22 @@ def test_unknown_mode_is_a_usage_error():
     r = run_tfos(["run", "--workers", "1", "--keras", "2", "--", PY, "-c", "pass"])
     assert r.returncode == 2
     assert "--keras takes env, auto, legacy or 3; got '2'" in r.stderr, r.stderr
+
+
+def test_digits_model_fit_example_trains_multi_worker_with_legacy_keras(tmp_path):
+    """examples/digits/train_fit.py: Keras 2's compile + fit under
+    MultiWorkerMirroredStrategy on 2 workers, ModelCheckpoint to
+    weights-{epoch:04d}, the SavedModel export; >= 0.90 held-out."""
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf-keras is NOT installed for %s: the model.fit example is NOT tested" % PY)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits", "train_fit.py")
+    ckpt, model_dir = tmp_path / "ckpt", tmp_path / "model"
+    r = run_tfos(["run", "--workers", "2", "--keras", "legacy", "--max-restarts", "0", "--log-dir",
+                  str(tmp_path / "logs"), "--checkpoint-dir", str(ckpt), "--", PY, example, "--epochs", "4",
+                  "--model-dir", str(model_dir)], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    acc = [float(ln.rsplit(" ", 1)[1]) for ln in r.stdout.splitlines() if ln.startswith("[worker:0] test accuracy:")]
+    assert len(acc) == 1 and acc[0] >= 0.90, r.stdout[-3000:]
+    assert sorted(p for p in os.listdir(ckpt / "fit") if p.endswith(".index")) == \
+        ["weights-%04d.index" % e for e in range(1, 5)]
+    assert {"saved_model.pb", "keras_metadata.pb"} <= set(os.listdir(model_dir / "export"))
