@@ -42,6 +42,11 @@
 #define TFOS_DEFAULT_PARTITION_ROWS 10000
 /* Bounded waits of the small coordinator clients (status query, abort), ms. */
 #define TFOS_DEFAULT_CLIENT_TIMEOUT_MS 10000
+/* Seconds an inference task waits for a node's next result once the node
+ * has read every row of the partition (TFCluster.inference(results_timeout=)):
+ * a map_fun that never calls feed.batch_results() fails with that question
+ * after this long instead of after the whole feed_timeout. */
+#define TFOS_DEFAULT_RESULTS_TIMEOUT 60.0
 /* Lines of a failed program's output kept in its failure report (room for
  * the stacks a hung Python program dumps). */
 #define TFOS_FAILURE_TAIL_LINES 40

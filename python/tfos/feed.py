@@ -24,6 +24,7 @@ import collections
 import contextlib
 import os
 import pickle
+import time
 
 from . import _tfos
 
@@ -602,28 +603,66 @@ class FeedClient(object):
         """Write one already-encoded record (inside a partition or not)."""
         self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
 
-    def collect_results(self, partition_id, count, timeout=None):
+    def collect_results(self, partition_id, count, timeout=None, results_timeout=None):
         """The ``count`` inference results of partition ``partition_id``, in
         order. Raises FeedError naming the partition if more arrive than rows
-        were fed."""
+        were fed. With ``results_timeout`` (seconds), once the node has read
+        every row written so far (its DataFeed acknowledged our partition's
+        end) and no result came for that long, raises FeedError asking whether
+        the program returns results (``feed.batch_results``), instead of
+        waiting out ``timeout``."""
         if self.output is None:
             self.output = _tfos.Ring(self._out_fd, _tfos.ROLE_CONSUMER)
             os.close(self._out_fd)
             self._out_fd = None
         t = self.timeout_ms if timeout is None else int(timeout * 1000)
         got = self._results.pop(partition_id, [])
+        deadline = time.monotonic() + t / 1000.0 if t >= 0 else None
+        st = self.input.stats()
+        read_target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this
+        quiet_since = None  # when the node had read our whole partition, or sent its last result since
         while len(got) < count:
-            for tag, _, payload in self.output.read(t, 64):
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError("timed out after %g s waiting for inference results of partition %d "
+                                   "(%d of %d)" % (t / 1000.0, partition_id, len(got), count))
+            if results_timeout is not None and quiet_since is None and self._read_all(read_target):
+                quiet_since = now
+            if quiet_since is not None and now - quiet_since >= results_timeout:
+                raise FeedError("returned %s for partition %d in %g s after reading all of its rows (%d results "
+                                "of %d) -- does map_fun call feed.batch_results() for every batch it reads?"
+                                % ("no results" if not got else "no more results", partition_id,
+                                   results_timeout, len(got), count))
+            slice_ms = 1000 if results_timeout is not None else t
+            if deadline is not None:
+                slice_ms = max(1, min(slice_ms, int((deadline - now) * 1000)))
+            try:
+                records = self.output.read(slice_ms, 64)
+            except TimeoutError:
+                continue
+            for tag, _, payload in records:
                 if tag != TAG_RESULTS:
                     continue
                 part, results = pickle.loads(payload)
                 if part == partition_id:
                     got.extend(results)
+                    if quiet_since is not None:
+                        quiet_since = time.monotonic()
                 else:
                     self._results[part].extend(results)
         if len(got) > count:
             raise FeedError("partition %d: %d inference results for %d input rows" % (partition_id, len(got), count))
         return got
+
+    def _read_all(self, target):
+        """Whether the node's program has read past partition end ``target``."""
+        try:
+            self.input.wait_acked(target, 0)
+            return True
+        except TimeoutError:
+            return False
+        except FeedError:  # ended or closed: the results are all there will be
+            return True
 
     def end_feed(self):
         self.input.end_feed(self.timeout_ms)

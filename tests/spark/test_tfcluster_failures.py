@@ -120,3 +120,30 @@ def test_hang_timeout_declares_a_deadlocked_map_fun_hung(spark):
     assert "in deadlock_here" in msg, msg
     assert cluster.policy.history[-1]["cause"] == "hang"
     assert wait_no_tfos_processes(30) == []
+
+
+def reads_but_never_answers(args, ctx):
+    """An inference map_fun with the README's old mistake: it reads its feed
+    and never calls feed.batch_results()."""
+    from tfos import TFNode
+    feed = TFNode.DataFeed(ctx.mgr, train_mode=False)
+    while not feed.should_stop():
+        feed.next_batch(10)
+
+
+def test_inference_without_results_asks_about_batch_results(spark):
+    """Not a ring timeout after feed_timeout (600 s): the task fails once the
+    node has read the partition and sent nothing for results_timeout s."""
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, reads_but_never_answers, None, 2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK)
+    try:
+        with pytest.raises(Exception) as err:
+            cluster.inference(sc.parallelize([(i,) for i in range(20)], 2), results_timeout=2).collect()
+        msg = str(err.value)
+        assert "returned no results for partition" in msg, msg[-3000:]
+        assert "does map_fun call feed.batch_results() for every batch it reads?" in msg, msg[-3000:]
+        assert "(0 results of 10)" in msg and "to worker:" in msg, msg[-3000:]
+    finally:
+        cluster.shutdown(timeout=120)
+    assert wait_no_tfos_processes(30) == []

@@ -326,18 +326,27 @@ class TFCluster(object):
             self._terminated.add(terminated)
             logger.info("tfos: %d partitions were not fed: the nodes had terminated their feed", terminated)
 
-    def inference(self, dataRDD, feed_timeout=600, qname="input"):
+    def inference(self, dataRDD, feed_timeout=600, qname="input", results_timeout=_DEFAULTS["results_timeout"]):
         """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
         an RDD of their results: exactly one per input row, in order (lazy,
-        like any RDD: the feeding runs when it is computed)."""
+        like any RDD: the feeding runs when it is computed).
+
+        ``results_timeout`` (tfos's, default 60 s): once a node has read every
+        row of a partition, the most seconds it may go without sending a
+        result before the task fails with "worker:0 ... returned no results
+        for partition P ... does map_fun call feed.batch_results()?" (a
+        map_fun that never returns results would otherwise hold the task for
+        the whole ``feed_timeout``). Raise it for a model that takes longer
+        than that over one batch; ``None``: only ``feed_timeout``."""
         self._check_spark_mode("inference")
         spec = self.spec
+        rt = None if results_timeout is None else float(results_timeout)
         if _is_dataframe(dataRDD):
             import pickle
-            fn = inference_task(spec, feed_timeout, arrow=True)
+            fn = inference_task(spec, feed_timeout, arrow=True, results_timeout=rt)
             packed = dataRDD.mapInArrow(fn, "results binary").rdd
             return packed.flatMap(lambda row: pickle.loads(row[0]))
-        return dataRDD.mapPartitions(inference_task(spec, feed_timeout))
+        return dataRDD.mapPartitions(inference_task(spec, feed_timeout, results_timeout=rt))
 
     # -- end
     def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
@@ -553,7 +562,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
-                                hand_port=not release_port, keras=keras)
+                                hand_port=not release_port, keras=keras,
+                                max_restarts=max(0, int(max_restarts)))
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,

@@ -217,9 +217,11 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
     return run
 
 
-def inference_task(spec, feed_timeout, arrow=False):
+def inference_task(spec, feed_timeout, arrow=False, results_timeout=None):
     """The function of an inference() stage: feed this partition to the node
-    on this executor and yield its results, one per row, in order."""
+    on this executor and yield its results, one per row, in order (a node
+    that read the whole partition and sends no result for ``results_timeout``
+    seconds fails the task, naming itself and the partition)."""
 
     def run(iterator):
         tc = _task_context()
@@ -239,7 +241,8 @@ def inference_task(spec, feed_timeout, arrow=False):
                             count[0] += 1
                             yield row
                     client.feed_partition(counted(iterator), partition)
-                results = client.collect_results(partition, count[0]) if count[0] else []
+                results = client.collect_results(partition, count[0], results_timeout=results_timeout) \
+                    if count[0] else []
             except (_feed.FeedError, TimeoutError) as exc:
                 raise _explain(spec, executor_id, partition, exc)
             finally:
