@@ -318,6 +318,8 @@ typedef struct tfos_agent_opts {
     const char *keras;       /* which Keras tf.keras is in the program: "env" (NULL: as inherited),
                               * "auto" (tf-keras where installed), "legacy" (tf-keras, TF_USE_LEGACY_KERAS=1),
                               * "3" (Keras 3); see docs/DESIGN.md, "Keras" */
+    int max_restarts;        /* the run's restart budget, told to the program as TORCHELASTIC_MAX_RESTARTS
+                              * (the launcher's --max-restarts / TFCluster.run(max_restarts=)); 0: none */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,

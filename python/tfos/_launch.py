@@ -40,7 +40,8 @@ _DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
 def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_local"], grace=_DEFAULTS["stop_grace"],
         heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
-        max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None):
+        max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, input=None, epochs=1, status_port=0,
+        quiet=False, keras="env"):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -55,6 +56,12 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     ``checkpoint_dir``, default ``<log_dir>/checkpoints``, given to them as
     ``TFOS_CHECKPOINT_DIR`` and ``ctx.checkpoint_dir``).
 
+    The CLI's other options: ``input`` (a file or a list of files fed to the
+    chief and workers, ``--input``; format by extension), ``epochs``
+    (``--epochs``), ``status_port`` (``--status-port``: 0 any free port, -1
+    none), ``quiet`` (``--quiet``: no feed progress lines) and ``keras``
+    (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``).
+
     Must be called from a thread that outlives the run: agents are tied to the
     launching thread and end with it (they get a parent-death signal).
     """
@@ -63,7 +70,11 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  reservation_timeout=float(reservation_timeout), grace=float(grace),
                                  heartbeat_timeout=float(heartbeat_timeout),
                                  ps_runs_program=ps_runs_program, python=python, max_restarts=int(max_restarts),
-                                 checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir))
+                                 checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+                                 inputs=None if input is None else [str(p) for p in (
+                                     [input] if isinstance(input, (str, bytes, os.PathLike)) else input)],
+                                 epochs=int(epochs), status_port=int(status_port), quiet=bool(quiet),
+                                 keras=keras)
     interrupted = None
     try:
         while True:

@@ -114,6 +114,11 @@ class LocalCluster:
         python: str | None = None,
         max_restarts: int = ...,
         checkpoint_dir: str | None = None,
+        inputs: Sequence[str] | None = None,
+        epochs: int = 0,
+        status_port: int = 0,
+        quiet: bool = False,
+        keras: str | None = None,
     ) -> None: ...
     def step(self, timeout_ms: int = 100, /) -> bool: ...
     def stop(self, reason: str | None = None, signo: int = 0, /) -> None: ...

@@ -1,11 +1,14 @@
 /* main.c: the tfos command.
  *
- *   tfos run [options] -- CMD ARGS...     a whole cluster on this machine
- *   tfos node [options] -- CMD ARGS...    one node agent (used by launchers)
+ *   tfos run [options] [--] CMD ARGS...   a whole cluster on this machine
+ *   tfos status, tfos logs                a run's state and its node logs
+ *   tfos node [options] [--] CMD ARGS...  one node agent (used by launchers)
  *   tfos coordinator [options]            a coordinator alone, for agents
  *                                         started by hand or by other tools
  *   tfos version
- */
+ *   tfos guard ...                        internal, beside each program
+ * Every command has its own --help; tfos --help lists the user commands
+ * (node, coordinator and guard are internal). Usage errors exit 2. */
 #include "cli/inspect.h"
 #include "core/auth.h"
 #include "core/spec.h"
@@ -25,29 +28,49 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static const char usage_text[] =
-    "usage: tfos run [options] -- CMD [ARGS...]\n"
-    "       tfos node --coord HOST:PORT --executor-id N [options] -- CMD [ARGS...]\n"
-    "       tfos coordinator --workers N [options]\n"
-    "       tfos status [URL | LOG_DIR] [--json]\n"
-    "       tfos logs [-f] [NODE] [--log-dir D]\n"
-    "       tfos version              (also --version, -V)\n"
+static const char top_help[] =
+    "usage: tfos [-h] [-V] COMMAND [ARGS...]\n"
     "\n"
-    "tfos run forms a cluster of local nodes and runs CMD on each with TF_CONFIG,\n"
+    "tfos forms clusters of nodes and runs a training program on each with TF_CONFIG,\n"
     "torchrun's and JAX's variables, and TFOS_* context variables set.\n"
     "\n"
-    "cluster options (run, coordinator):\n"
-    "  --workers N              worker nodes (besides the chief)\n"
-    "  --ps M                   parameter-server nodes (default 0)\n"
-    "  --chief                  add one chief node\n"
-    "  --evaluator              add one evaluator node\n"
-    "  --reservation-timeout S  seconds for every node to register (run: " STR(TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL)
-    ", coordinator: " STR(TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK) ")\n"
-    "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default "
-    STR(TFOS_DEFAULT_STOP_GRACE) ")\n"
-    "  --failure-grace S        the same for the survivors of a failed node (default "
-    STR(TFOS_DEFAULT_FAILURE_GRACE) ")\n"
+    "commands:\n"
+    "  run       tfos run [options] [--] PROGRAM [ARGS...]: a whole cluster on this machine\n"
+    "  status    tfos status [URL | LOG_DIR] [--json]: a running or finished run's state\n"
+    "  logs      tfos logs [-f] [NODE] [--log-dir D]: a run's node logs\n"
+    "  version   tfos version (also -V, --version): the installed tfos\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  -V, --version  show the version and exit\n"
+    "\n"
+    "tfos COMMAND --help shows a command's options.\n";
+
+#define CLUSTER_OPTIONS                                                                                                \
+    "cluster options:\n"                                                                                               \
+    "  --workers N              worker nodes (besides the chief)\n"                                                    \
+    "  --ps M                   parameter-server nodes (default 0)\n"                                                  \
+    "  --chief                  add one chief node\n"                                                                  \
+    "  --evaluator              add one evaluator node\n"                                                              \
+    "  --reservation-timeout S  seconds for every node to register (run: " STR(                                        \
+        TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL) ", coordinator: " STR(TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK) ")\n"    \
+    "  --grace S                seconds between SIGTERM and SIGKILL when stopping (default " STR(                      \
+        TFOS_DEFAULT_STOP_GRACE) ")\n"                                                                                 \
+    "  --failure-grace S        the same for the survivors of a failed node (default " STR(                            \
+        TFOS_DEFAULT_FAILURE_GRACE) ")\n"                                                                              \
     "  --heartbeat-timeout S    a node silent this long has failed (default " STR(TFOS_DEFAULT_HEARTBEAT_TIMEOUT) ")\n"
+
+static const char run_help[] =
+    "usage: tfos run [options] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Forms a cluster of local nodes and runs PROGRAM on each with TF_CONFIG, torchrun's and\n"
+    "JAX's variables, and TFOS_* context variables set. As with torchrun, the first argument\n"
+    "that is not an option (or everything after --) is the program: what follows it, dashes\n"
+    "included, is its own (tfos run --workers 2 python train.py --epochs 3).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    CLUSTER_OPTIONS
     "run options:\n"
     "  --max-restarts N         re-form the cluster up to N times after a node fails (default "
     STR(TFOS_DEFAULT_MAX_RESTARTS) ";\n"
@@ -58,12 +81,15 @@ static const char usage_text[] =
     "  --status-host H          listen on H instead of 127.0.0.1; beyond loopback the page needs the\n"
     "                           token printed in its URL (?token=..., or Authorization: Bearer ...)\n"
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
-    "  --ps-runs-program        run CMD on ps nodes too (default: a built-in TF server)\n"
+    "  --ps-runs-program        run PROGRAM on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
-    "  --keras MODE             (node too) which Keras tf.keras is: env (default: as the environment\n"
+    "  --keras MODE             which Keras tf.keras is: env (default: as the environment\n"
     "                           says, TensorFlow's Keras 3), legacy (tf-keras, Keras 2:\n"
     "                           TF_USE_LEGACY_KERAS=1; model.fit under MultiWorkerMirroredStrategy),\n"
     "                           auto (legacy where tf_keras is installed), 3 (Keras 3)\n"
+    "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
+    "                           for S seconds is hung: its stacks are dumped, it is ended and the\n"
+    "                           restart policy applies (default: off)\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two, default "
     STR(TFOS_DEFAULT_FEED_MB) ")\n"
     "  --input FILE             feed FILE (.csv, .jsonl, .npy) to the chief and workers; repeatable\n"
@@ -75,26 +101,77 @@ static const char usage_text[] =
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
     "  --csv-delimiter C        CSV field separator: one ASCII character, or 'tab' (default ',')\n"
     "  --quiet                  no feed progress lines on stderr\n"
-    "coordinator options:\n"
-    "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
-    "node options:\n"
-    "  --coord HOST:PORT        the coordinator; the secret comes from $TFOS_SECRET\n"
+    "\n"
+    "Options take their value as the next argument or after '=' (--workers=2).\n";
+
+static const char status_help[] =
+    "usage: tfos status [URL | LOG_DIR] [--json] [--log-dir D]\n"
+    "\n"
+    "Shows a run's state: from its status URL, or from its log directory (default: the newest\n"
+    "run under tfos-logs).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  --json         print the status JSON as served\n"
+    "  --log-dir D    the run's log directory (as LOG_DIR)\n";
+
+static const char logs_help[] =
+    "usage: tfos logs [-f] [NODE] [--log-dir D]\n"
+    "\n"
+    "Prints a run's node logs (NODE: e.g. worker-0; default: all of them).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  -f, --follow   keep printing as the logs grow\n"
+    "  --log-dir D    the run's log directory (default: the newest run under tfos-logs)\n";
+
+static const char coordinator_help[] =
+    "usage: tfos coordinator --workers N [options]\n"
+    "\n"
+    "Internal: a coordinator alone, for agents started by hand or by other tools. Prints\n"
+    "TFOS_SECRET (unless set in the environment) and TFOS_COORD_ADDR.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    CLUSTER_OPTIONS
+    "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n";
+
+static const char node_help[] =
+    "usage: tfos node --coord HOST:PORT --executor-id N [options] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Internal: one node agent (used by launchers). The secret comes from $TFOS_SECRET.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    "  --coord HOST:PORT        the coordinator\n"
     "  --executor-id N          this node's id (decides its role)\n"
     "  --host H                 address other nodes reach this one at (default 127.0.0.1)\n"
     "  --log-dir D              write the program's output to D/<job>-<index>.log\n"
     "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
-    "  --cluster-id ID          enable the node's feed socket under this cluster id\n"
+    "  --cluster-id ID          enable the node's feed socket under this cluster id (also\n"
+    "                           TORCHELASTIC_RUN_ID)\n"
     "  --checkpoint-dir D       handed to the program as TFOS_CHECKPOINT_DIR\n"
+    "  --max-restarts N         the run's restart budget, handed to the program as\n"
+    "                           TORCHELASTIC_MAX_RESTARTS (default 0)\n"
     "  --feed-mb N              input feed ring size in MiB (default " STR(TFOS_DEFAULT_FEED_MB) ")\n"
+    "  --keras MODE             env, auto, legacy or 3 (see tfos run --help)\n"
     "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
     "                           stop the program, report it to the coordinator and exit\n"
     "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
     "  --hand-port              give the reserved port's socket to the program (TFOS_PORT_FD) instead\n"
     "                           of releasing it at exec (TensorFlowOnSpark's release_port=False)\n"
-    "  --hang-timeout S         (run too) a program that neither reads its feed nor calls\n"
-    "                           ctx.heartbeat() for S seconds is hung: its stacks are dumped, it is\n"
-    "                           ended and the restart policy applies (default: off)\n"
+    "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
+    "                           for S seconds is hung (default: off)\n"
     "  --quiet                  do not echo the program's output\n";
+
+static const char guard_help[] =
+    "usage: tfos guard --agent-pid P --pgid G [--cgroup DIR]\n"
+    "\n"
+    "Internal: started by a node agent beside its program; ends the program's process group\n"
+    "(and cgroup) when the agent is gone.\n";
+
+/* The command being parsed, for the hint after a usage error. */
+static const char *g_cmd;
 
 static volatile int got_signal;
 
@@ -104,24 +181,45 @@ static void on_signal(int sig)
         got_signal = sig;
 }
 
+static void usage_hint(void)
+{
+    if (g_cmd)
+        fprintf(stderr, "(tfos %s --help for usage)\n", g_cmd);
+    else
+        fprintf(stderr, "(tfos --help for usage)\n");
+}
+
+/* One line naming what is wrong, then where the usage is; exit status 2. */
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "tfos: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(tfos --help for usage)\n");
+    fprintf(stderr, "\n");
+    usage_hint();
     return 2;
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+static int parse_int_quiet(const char *s, int lo, int hi, int *out)
 {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "tfos: %s needs an integer between %d and %d, got '%s'\n", opt, lo, hi, s ? s : "");
+    if (!s || errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    if (parse_int_quiet(s, lo, hi, out)) {
+        if (s)
+            fprintf(stderr, "tfos: %s needs an integer between %d and %d, got '%s'\n", opt, lo, hi, s);
+        else
+            fprintf(stderr, "tfos: %s needs an integer between %d and %d\n", opt, lo, hi);
+        usage_hint();
         return -1;
     }
-    *out = (int)v;
     return 0;
 }
 
@@ -132,8 +230,12 @@ static int parse_secs_from(const char *opt, const char *s, int zero_ok, double *
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
     if (!s || errno || end == s || *end || v < 0 || (v == 0 && !zero_ok) || v > 1e7) {
-        fprintf(stderr, "tfos: %s needs a %s number of seconds, got '%s'\n", opt,
-                zero_ok ? "non-negative" : "positive", s ? s : "");
+        if (s)
+            fprintf(stderr, "tfos: %s needs a %s number of seconds, got '%s'\n", opt,
+                    zero_ok ? "non-negative" : "positive", s);
+        else
+            fprintf(stderr, "tfos: %s needs a %s number of seconds\n", opt, zero_ok ? "non-negative" : "positive");
+        usage_hint();
         return -1;
     }
     *out = v;
@@ -147,7 +249,7 @@ static int parse_secs(const char *opt, const char *s, double *out)
 
 typedef struct cli {
     tfos_layout layout;
-    int have_workers;
+    int have_workers, have_max_restarts;
     double reservation_timeout, grace, failure_grace, heartbeat_timeout;
     const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id, *keras;
     int feed_mb;
@@ -159,10 +261,15 @@ typedef struct cli {
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
     double hang_timeout;
     int hand_port;
-    char **argv; /* after -- */
+    char **argv; /* the program: after --, or from the first argument that is not an option */
 } cli;
 
-/* Parse options of every subcommand; each subcommand checks which it needs. */
+#define PARSE_HELP (-1)
+
+/* Parse options of every subcommand; each subcommand checks which it needs.
+ * Returns 0, 2 (a usage error, reported) or PARSE_HELP (-h/--help). As
+ * torchrun does, the first argument that is not an option starts the
+ * program: it and everything after it are the program's. */
 static int parse(int argc, char **argv, cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -177,6 +284,12 @@ static int parse(int argc, char **argv, cli *c)
             c->argv = argv + i + 1;
             return 0;
         }
+        if (a[0] != '-' || !a[1]) {
+            c->argv = argv + i;
+            return 0;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return PARSE_HELP;
         char *val = NULL;
         char *eq = NULL;
         if (!strncmp(a, "--", 2) && (eq = strchr(a, '=')))
@@ -267,6 +380,7 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--max-restarts")) {
             if (parse_int(a, NEXT(), 0, 1000, &c->max_restarts))
                 return 2;
+            c->have_max_restarts = 1;
         } else if (!strcmp(a, "--checkpoint-dir")) {
             if (!(c->checkpoint_dir = NEXT()))
                 return usage_error("%s needs a directory", a);
@@ -299,7 +413,17 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
         } else {
+            if (eq)
+                *eq = '=';
             return usage_error("unknown option '%s'", a);
+        }
+        if (eq && val) {
+            /* a flag without a value given one (--chief=1): NEXT() did not take it */
+            int takes = strcmp(a, "--chief") && strcmp(a, "--evaluator") && strcmp(a, "--ps-runs-program") &&
+                        strcmp(a, "--csv-header") && strcmp(a, "--no-csv-header") && strcmp(a, "--hand-port") &&
+                        strcmp(a, "--quiet");
+            if (!takes)
+                return usage_error("%s takes no value", a);
         }
 #undef NEXT
     }
@@ -329,9 +453,13 @@ static int self_path(char *buf, size_t len)
 static int cmd_run(cli *c)
 {
     if (!c->argv || !c->argv[0])
-        return usage_error("%s", "run needs a program after --");
+        return usage_error("%s", "run needs a program (tfos run [options] [--] PROGRAM [ARGS...])");
     if (!c->have_workers && !c->layout.chief)
         return usage_error("%s", "run needs --workers N (or --chief)");
+    if (!c->layout.num_workers && !c->layout.chief)
+        return usage_error("%s", "--workers 0 needs --chief: a cluster needs at least one worker or a chief");
+    if (tfos_layout_total(&c->layout) > 1024)
+        return usage_error("%s", "--workers/--ps: a cluster has at most 1024 nodes");
     char exe[PATH_MAX];
     if (self_path(exe, sizeof exe)) {
         fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
@@ -366,7 +494,7 @@ static int cmd_run(cli *c)
 static int cmd_node(cli *c)
 {
     if (!c->argv || !c->argv[0])
-        return usage_error("%s", "node needs a program after --");
+        return usage_error("%s", "node needs a program (tfos node [options] [--] PROGRAM [ARGS...])");
     if (!c->coord || c->executor_id < 0)
         return usage_error("%s", "node needs --coord HOST:PORT and --executor-id N");
     const char *secret = getenv("TFOS_SECRET");
@@ -381,7 +509,8 @@ static int cmd_node(cli *c)
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
                          .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout,
-                         .hand_port = c->hand_port, .keras = c->keras};
+                         .hand_port = c->hand_port, .keras = c->keras,
+                         .max_restarts = c->have_max_restarts ? c->max_restarts : 0};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     int rc = tfos_agent_run(&o, &code);
@@ -392,12 +521,16 @@ static int cmd_coordinator(cli *c)
 {
     if (!c->have_workers && !c->layout.chief)
         return usage_error("%s", "coordinator needs --workers N (or --chief)");
+    if (!c->layout.num_workers && !c->layout.chief)
+        return usage_error("%s", "--workers 0 needs --chief: a cluster needs at least one worker or a chief");
+    if (c->argv && c->argv[0])
+        return usage_error("coordinator runs no program, got '%s'", c->argv[0]);
     char host[256] = "127.0.0.1";
     int port = 0;
     if (c->listen) {
         const char *colon = strrchr(c->listen, ':');
         if (!colon || (size_t)(colon - c->listen) >= sizeof host ||
-            parse_int("--listen port", colon + 1, 0, 65535, &port))
+            parse_int_quiet(colon + 1, 0, 65535, &port))
             return usage_error("--listen needs HOST:PORT, got '%s'", c->listen);
         memcpy(host, c->listen, (size_t)(colon - c->listen));
         host[colon - c->listen] = '\0';
@@ -447,6 +580,11 @@ static int cmd_guard(int argc, char **argv)
 {
     int agent = 0, pgid = 0;
     const char *cgroup = "";
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(guard_help, stdout);
+            return 0;
+        }
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--agent-pid") && parse_int(argv[i], argv[i + 1], 1, INT_MAX, &agent))
             return 2;
@@ -460,45 +598,88 @@ static int cmd_guard(int argc, char **argv)
     return tfos__guard_run((pid_t)agent, (pid_t)pgid, cgroup, TFOS_DEFAULT_HEARTBEAT_TIMEOUT);
 }
 
+static const char *command_help(const char *cmd)
+{
+    static const struct {
+        const char *name, *text;
+    } helps[] = {{"run", run_help},   {"status", status_help}, {"logs", logs_help},
+                 {"node", node_help}, {"coordinator", coordinator_help}, {"guard", guard_help}};
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
+        if (!strcmp(cmd, helps[i].name))
+            return helps[i].text;
+    return NULL;
+}
+
+/* `tfos status [URL | LOG_DIR] [--json]`, `tfos logs [-f] [NODE] [--log-dir D]` */
+static int cmd_status_logs(int argc, char **argv, int status)
+{
+    const char *target = NULL, *dir = NULL;
+    int json = 0, follow = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(status ? status_help : logs_help, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--follow"))
+            follow = 1;
+        else if (!strcmp(a, "--log-dir")) {
+            if (i + 1 >= argc)
+                return usage_error("%s needs a directory", a);
+            dir = argv[++i];
+        } else if (!strncmp(a, "--log-dir=", 10)) {
+            if (!a[10])
+                return usage_error("%s needs a directory", "--log-dir");
+            dir = a + 10;
+        } else if (a[0] == '-' && a[1])
+            return usage_error("unknown option '%s'", a);
+        else if (target)
+            return usage_error("unexpected argument '%s'", a);
+        else
+            target = a;
+    }
+    return status ? tfos__cmd_status(target ? target : dir, json) : tfos__cmd_logs(target, dir, follow);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        fputs(usage_text, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        fputs(top_help, stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        const char *text = !strcmp(argv[1], "help") && argc > 2 ? command_help(argv[2]) : NULL;
+        if (!strcmp(argv[1], "help") && argc > 2 && !text)
+            return usage_error("no help for '%s': no such command", argv[2]);
+        fputs(text ? text : top_help, stdout);
+        return 0;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("tfos %s (protocol %d)\n", TFOS_VERSION, TFOS_PROTOCOL_VERSION);
         return 0;
     }
-    if (!strcmp(argv[1], "status") || !strcmp(argv[1], "logs")) {
-        const char *target = NULL, *dir = NULL;
-        int json = 0, follow = 0;
-        for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--json"))
-                json = 1;
-            else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
-                follow = 1;
-            else if (!strcmp(argv[i], "--log-dir") && i + 1 < argc)
-                dir = argv[++i];
-            else if (argv[i][0] == '-')
-                return usage_error("unknown option '%s'", argv[i]);
-            else
-                target = argv[i];
-        }
-        return !strcmp(argv[1], "status") ? tfos__cmd_status(target ? target : dir, json)
-                                          : tfos__cmd_logs(target, dir, follow);
-    }
+    if (argv[1][0] == '-')
+        return usage_error("unknown option '%s'", argv[1]);
+    if (!command_help(argv[1]))
+        return usage_error("unknown command '%s'", argv[1]);
+    g_cmd = argv[1];
+    if (!strcmp(argv[1], "status") || !strcmp(argv[1], "logs"))
+        return cmd_status_logs(argc - 2, argv + 2, !strcmp(argv[1], "status"));
     if (!strcmp(argv[1], "guard"))
         return cmd_guard(argc - 2, argv + 2);
     cli c;
     int rc = parse(argc - 2, argv + 2, &c);
+    if (rc == PARSE_HELP) {
+        fputs(command_help(argv[1]), stdout);
+        return 0;
+    }
     if (rc)
         return rc;
     if (!strcmp(argv[1], "run"))
         return cmd_run(&c);
     if (!strcmp(argv[1], "node"))
         return cmd_node(&c);
-    if (!strcmp(argv[1], "coordinator"))
-        return cmd_coordinator(&c);
-    return usage_error("unknown command '%s'", argv[1]);
+    return cmd_coordinator(&c);
 }

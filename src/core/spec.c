@@ -159,7 +159,10 @@ static int owned_var(const char *kv)
 {
     static const char *const names[] = {"TF_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                                         "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
-                                        "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"};
+                                        "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "GROUP_RANK", "ROLE_RANK",
+                                        "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_NAME",
+                                        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                                        "TORCHELASTIC_RUN_ID"};
     /* Set by whatever started the agent for its program (the Spark node
      * task, a user), not by the agent: passed through. */
     static const char *const passed[] = {"TFOS_PAYLOAD_FD", "TFOS_INPUT_MODE", "TFOS_DEFAULT_FS",
@@ -315,6 +318,17 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
             env_set(&e, "LOCAL_RANK", "%d", local_rank);
             env_set(&e, "LOCAL_WORLD_SIZE", "%d", local_world);
             env_set(&e, "JAX_PROCESS_ID", "%d", rank);
+            /* torchrun's elastic-agent variables: every node is its own
+             * group of one process, and all trainers share one role */
+            env_set(&e, "GROUP_RANK", "%d", rank);
+            env_set(&e, "GROUP_WORLD_SIZE", "%d", world);
+            env_set(&e, "ROLE_RANK", "%d", rank);
+            env_set(&e, "ROLE_WORLD_SIZE", "%d", world);
+            env_set(&e, "ROLE_NAME", "%s", "default");
+            env_set(&e, "TORCHELASTIC_RESTART_COUNT", "%d", ctx->attempt > 0 ? ctx->attempt - 1 : 0);
+            env_set(&e, "TORCHELASTIC_MAX_RESTARTS", "%d", ctx->max_restarts);
+            if (ctx->cluster_id)
+                env_set(&e, "TORCHELASTIC_RUN_ID", "%s", ctx->cluster_id);
         }
     }
     if (e.oom) {

@@ -5,7 +5,9 @@
  *   TF_CONFIG     exactly as TensorFlow documents it;
  *   MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
  *                 as torchrun sets them (trainers = chief + workers, rank 0
- *                 is the chief, or worker 0 without a chief);
+ *                 is the chief, or worker 0 without a chief), with torchrun's
+ *                 GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
+ *                 ROLE_NAME and TORCHELASTIC_RESTART_COUNT/_MAX_RESTARTS/_RUN_ID;
  *   JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
  *                 the arguments of jax.distributed.initialize;
  *   TFOS_*        tfos's context (job, index, executor id, coordinator, ...).
@@ -50,6 +52,7 @@ typedef struct tfos__ctx_env {
                             * A zero-initialised ctx has 0 here: only > 0 counts */
     int feed_out_fd;
     const char *legacy_keras; /* TF_USE_LEGACY_KERAS for the program ("1", "0"); NULL: the inherited one */
+    int max_restarts;      /* the run's restart budget (TORCHELASTIC_MAX_RESTARTS) */
 } tfos__ctx_env;
 
 /* Build the program's environment: a copy of `base` (NULL-terminated, e.g.

@@ -4,6 +4,7 @@
  * released. */
 #include "tfosmod.h"
 
+#include "core/spec.h"
 #include "tfos/tfos.h"
 
 #include <stdlib.h>
@@ -18,7 +19,8 @@ typedef struct {
     PyObject_HEAD
     tfos_local *local;
     char **argv;
-    char *agent_path, *log_dir, *python, *checkpoint_dir;
+    char **inputs;
+    char *agent_path, *log_dir, *python, *checkpoint_dir, *keras;
     int finished;
 } LocalObject;
 
@@ -26,21 +28,36 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"argv", "agent_path", "workers", "ps", "chief", "evaluator", "log_dir",
                              "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
-                             "max_restarts", "checkpoint_dir", NULL};
+                             "max_restarts", "checkpoint_dir", "inputs", "epochs", "status_port", "quiet",
+                             "keras", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
     int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
     double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, grace = TFOS_DEFAULT_STOP_GRACE,
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
-    const char *ckpt = NULL;
+    const char *ckpt = NULL, *keras = NULL;
+    PyObject *inputs_obj = NULL;
+    int epochs = 0, status_port = 0, quiet = 0;
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpziz", kwlist, &argv_obj, &agent_path, &workers, &ps,
-                                     &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
-                                     &max_restarts, &ckpt))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipz", kwlist, &argv_obj, &agent_path, &workers,
+                                     &ps, &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
+                                     &max_restarts, &ckpt, &inputs_obj, &epochs, &status_port, &quiet, &keras))
         return -1;
+    if (keras && tfos__keras_mode_valid(keras)) {
+        PyErr_Format(PyExc_ValueError, "keras='%s': use 'env', 'auto', 'legacy' or '3'", keras);
+        return -1;
+    }
+    int ninputs = 0;
+    if (inputs_obj && inputs_obj != Py_None) {
+        self->inputs = tfos__py_strv(inputs_obj, "inputs");
+        if (!self->inputs)
+            return -1;
+        while (self->inputs[ninputs])
+            ninputs++;
+    }
     self->argv = tfos__py_strv(argv_obj, "argv");
     if (!self->argv)
         return -1;
@@ -48,11 +65,13 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
     self->log_dir = dup_opt(log_dir);
     self->python = dup_opt(python);
     self->checkpoint_dir = dup_opt(ckpt);
+    self->keras = dup_opt(keras);
     tfos_run_opts o = {.layout = {.num_ps = ps, .num_workers = workers, .chief = chief, .evaluator = evaluator},
                        .argv = self->argv, .agent_path = self->agent_path, .log_dir = self->log_dir,
                        .reservation_timeout = rt, .stop_grace = grace, .heartbeat_timeout = hb,
                        .ps_runs_program = ps_runs, .python = self->python, .max_restarts = max_restarts,
-                       .checkpoint_dir = self->checkpoint_dir};
+                       .checkpoint_dir = self->checkpoint_dir, .inputs = self->inputs, .ninputs = ninputs,
+                       .csv_header = -1, .epochs = epochs, .status_port = status_port, .quiet = quiet, .keras = self->keras};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_local_open(&self->local, &o);
@@ -166,6 +185,8 @@ static void Local_dealloc(LocalObject *self)
     free(self->log_dir);
     free(self->python);
     free(self->checkpoint_dir);
+    free(self->keras);
+    tfos__py_strv_free(self->inputs);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }

@@ -455,7 +455,7 @@ static void start_program(agent *a)
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
                          .feed_out_fd = a->out_fd, .port_fd = a->o->hand_port ? a->resv_fd : -1,
-                         .legacy_keras = a->legacy_keras};
+                         .legacy_keras = a->legacy_keras, .max_restarts = a->o->max_restarts};
     char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int rc = TFOS_ENOMEM;

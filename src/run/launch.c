@@ -166,11 +166,12 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     size_t argc = 0;
     while (o->argv[argc])
         argc++;
-    char **argv = calloc(argc + 20, sizeof *argv);
+    char **argv = calloc(argc + 32, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
-    char idbuf[16], mbbuf[16], hangbuf[32];
+    char idbuf[16], mbbuf[16], hangbuf[32], restartsbuf[16];
     snprintf(idbuf, sizeof idbuf, "%d", id);
+    snprintf(restartsbuf, sizeof restartsbuf, "%d", o->max_restarts);
     snprintf(hangbuf, sizeof hangbuf, "%g", o->hang_timeout);
     snprintf(mbbuf, sizeof mbbuf, "%d", o->feed_mb);
     size_t k = 0;
@@ -188,6 +189,8 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     argv[k++] = l->cluster_id;
     argv[k++] = "--checkpoint-dir";
     argv[k++] = l->checkpoint_dir;
+    argv[k++] = "--max-restarts";
+    argv[k++] = restartsbuf;
     if (o->feed_mb > 0) {
         argv[k++] = "--feed-mb";
         argv[k++] = mbbuf;

@@ -1,5 +1,6 @@
 """The Python package: tfos.run, tfos.TFNode's context and path helpers."""
 import os
+import sys
 
 import pytest
 
@@ -60,3 +61,27 @@ def test_hdfs_path_resolution():
     assert local.absolute_path("m") == "file:///home/u/job/m"
     assert local.release_port() is None
     assert local.worker_num == 0 and local.tmp_socket is None
+
+
+def test_run_takes_the_cli_feed_options(tmp_path):
+    """tfos.run(input=, epochs=, quiet=, status_port=, keras=) as `tfos run`
+    --input/--epochs/--quiet/--status-port/--keras (issue 18)."""
+    import tfos
+    data = tmp_path / "rows.csv"
+    data.write_text("x,y\n" + "".join("%d,%d\n" % (i, i % 3) for i in range(300)))
+    out = tmp_path / "seen"
+    out.mkdir()
+    program = tmp_path / "count.py"
+    program.write_text(
+        "import os\nfrom tfos import TFNode\nctx = TFNode.get_context()\nfeed = TFNode.DataFeed(ctx.mgr)\n"
+        "n = 0\nwhile not feed.should_stop():\n    n += len(feed.next_batch(50))\n"
+        "open(os.path.join(%r, ctx.job_name + str(ctx.task_index)), 'w').write('%%d %%s' %% "
+        "(n, os.environ.get('TF_USE_LEGACY_KERAS')))\n" % str(out))
+    code = tfos.run([sys.executable, str(program)], workers=2, log_dir=str(tmp_path / "logs"), input=str(data),
+                    epochs=2, quiet=True, status_port=-1, keras="3")
+    assert code == 0
+    seen = [(tmp_path / "seen" / n).read_text().split() for n in sorted(os.listdir(out))]
+    assert len(seen) == 2 and sum(int(n) for n, _ in seen) == 600, seen  # every row, twice
+    assert {k for _, k in seen} == {"0"}, seen
+    with pytest.raises(ValueError, match="keras='2'"):
+        tfos.run([sys.executable, "-c", "pass"], keras="2")

@@ -35,7 +35,7 @@ class NodeSpec(object):
     def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
                  reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
                  default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None,
-                 hang_timeout=0.0, hand_port=False, keras="auto"):
+                 hang_timeout=0.0, hand_port=False, keras="auto", max_restarts=0):
         self.cluster_id = cluster_id
         self.secret = secret
         self.coord_addr = coord_addr
@@ -55,6 +55,7 @@ class NodeSpec(object):
         self.hang_timeout = hang_timeout      # > 0: the agent's hang watchdog (ctx.heartbeat())
         self.hand_port = hand_port            # release_port=False: map_fun holds its port (ctx.tmp_socket)
         self.keras = keras                    # the agent's --keras: which Keras tf.keras is in map_fun
+        self.max_restarts = max_restarts      # the agent's --max-restarts: TORCHELASTIC_MAX_RESTARTS
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of
@@ -316,7 +317,7 @@ def start_node(spec, executor_id):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         argv = [agent_path(), "node", "--coord", spec.coord_addr, "--executor-id", str(executor_id),
                 "--host", host_address(spec.coord_addr), "--cluster-id", spec.cluster_id,
-                "--feed-mb", str(spec.feed_mb)]
+                "--feed-mb", str(spec.feed_mb), "--max-restarts", str(getattr(spec, "max_restarts", 0))]
         if spec.log_dir:
             argv += ["--log-dir", spec.log_dir]
         if spec.checkpoint_dir:
