@@ -225,6 +225,15 @@ class FeedManager(object):
                 raise FeedError("this process has no feed: TFOS_FEED_FDS is not set (start it with `tfos run`, or "
                                 "from a tfos node on Spark)")
             in_fd, out_fd = (int(x) for x in fds.split(","))
+            if os.environ.get("TFOS_FEED_EMPTY") == "1":
+                # set by `tfos run` without --input: the agent ended this
+                # node's input ring before the program started (no feeder
+                # will ever write), so readers see the end at once
+                import sys
+                sys.stderr.write("tfos: no --input given, so this node's feed is empty (DataFeed.should_stop() "
+                                 "is True at once; set TFOS_FEED_PRODUCERS=1 for `tfos run` to feed nodes with "
+                                 "FeedClient instead)\n")
+                sys.stderr.flush()
         self.input = _tfos.Ring(in_fd, _tfos.ROLE_CONSUMER)
         self.output = _tfos.Ring(out_fd, _tfos.ROLE_PRODUCER)
         self.aborted = []      # partitions the producers could not deliver whole

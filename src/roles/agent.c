@@ -63,10 +63,18 @@ extern char **environ;
 #define OWNER_GRACE_MS 2000  /* SIGTERM -> SIGKILL when the owner is gone */
 
 /* Program run on ps nodes when the user program does not serve them itself:
- * a TensorFlow gRPC server for this task that runs until stopped. */
+ * a TensorFlow gRPC server for this task that runs until stopped. Without
+ * TensorFlow in the chosen interpreter it exits 2 with one line naming that
+ * interpreter and the two ways out (--python, --ps-runs-program). */
 static const char builtin_ps_server[] =
     "import json, os, sys\n"
-    "import tensorflow as tf\n"
+    "try:\n"
+    "    import tensorflow as tf\n"
+    "except ImportError as e:\n"
+    "    sys.stderr.write('tfos: the built-in parameter server needs TensorFlow, but %s cannot import it (%s): '"
+    " 'pass --python PY with an interpreter that has tensorflow, or --ps-runs-program to run your program on the'"
+    " ' ps nodes\\n' % (sys.executable or sys.argv[0], e))\n"
+    "    sys.exit(2)\n"
     "c = json.loads(os.environ['TF_CONFIG'])\n"
     "print('tfos: serving ps task %d at %s' % (c['task']['index'], c['cluster']['ps'][c['task']['index']]),"
     " flush=True)\n"
@@ -397,6 +405,8 @@ static void start_guard(agent *a)
                   "what the program started may outlive it", a->label, strerror(errno));
 }
 
+static void try_end_feed(agent *a);
+
 static void start_program(agent *a)
 {
     const tfos__node_addr *me = &a->nodes[a->self];
@@ -438,6 +448,11 @@ static void start_program(agent *a)
         a->child_status = 1 << 8;
         return;
     }
+    /* TFOS_FEED_EMPTY=1 (`tfos run` without --input): no feeder will ever
+     * write, so the input ring is ended before the program starts, and its
+     * readers see the end at once instead of waiting forever */
+    if (a->in_fd >= 0 && a->end_feed == 0 && getenv("TFOS_FEED_EMPTY") && !strcmp(getenv("TFOS_FEED_EMPTY"), "1"))
+        try_end_feed(a);
     if (!a->keras_resolved && strcmp(me->job, "ps")) {
         char why[400];
         if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->legacy_keras, why,
@@ -524,7 +539,6 @@ fail:;
 
 /* Try once to end the input feed (never waits): the ring may be full, or a
  * producer may hold its lock inside a partition; then try again later. */
-static void try_end_feed(agent *a);
 
 static void on_end_feed_retry(tfos__loop *l, tfos__timer *t, void *user)
 {

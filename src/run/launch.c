@@ -91,23 +91,31 @@ static const char *guess_python(const tfos_run_opts *o)
 
 /* The environment for processes the launcher starts (agents, the Arrow
  * feeder): ours, with this cluster's secret and id in place of any inherited
- * ones. The array is malloc'd (free it); its strings are ours or l's. */
+ * ones. Without inputs (no --input), TFOS_FEED_EMPTY=1 tells each agent that
+ * no feeder will ever write, so it ends its node's input ring at once (and
+ * DataFeed says so); TFOS_FEED_PRODUCERS=1 in our environment keeps the feeds
+ * open for programs or other processes that feed nodes with FeedClient.
+ * The array is malloc'd (free it); its strings are ours or l's. */
 static char **child_env(tfos_local *l)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + 4, sizeof *env);
     if (!env)
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16))
+        if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16) &&
+            strncmp(environ[i], "TFOS_FEED_EMPTY=", 16))
             env[j++] = environ[i];
     snprintf(l->env_secret, sizeof l->env_secret, "TFOS_SECRET=%s", l->secret);
     snprintf(l->env_cluster, sizeof l->env_cluster, "TFOS_CLUSTER_ID=%s", l->cluster_id);
     env[j++] = l->env_secret;
-    env[j] = l->env_cluster;
+    env[j++] = l->env_cluster;
+    const char *producers = getenv("TFOS_FEED_PRODUCERS");
+    if (l->opts.ninputs == 0 && !(producers && !strcmp(producers, "1")))
+        env[j] = (char *)"TFOS_FEED_EMPTY=1";
     return env;
 }
 

@@ -161,13 +161,18 @@ def test_terminate_stops_producers():
     assert what == "closed"
 
 
+# Programs of the cluster feed each other (FeedClient), with no --input: without
+# this, `tfos run` ends every node's feed at once (no feeder would write).
+PRODUCERS = {"TFOS_FEED_PRODUCERS": "1"}
+
+
 def test_feed_through_tfos_run_train_and_inference(tmp_path, marker):
     r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "a"), "--", PY, prog("feed_pair.py"),
-                  marker, "train", "5", "1000", "64"])
+                  marker, "train", "5", "1000", "64"], env=PRODUCERS)
     assert r.returncode == 0, r.stderr
     assert "[worker:1] consumed 5000 rows in 79 batches, last batch 8, aborted []" in r.stdout
     r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "b"), "--", PY, prog("feed_pair.py"),
-                  marker, "infer", "4", "300", "64"])
+                  marker, "infer", "4", "300", "64"], env=PRODUCERS)
     assert r.returncode == 0, r.stderr
     assert len(re.findall(r"partition \d: 300 results in order", r.stdout)) == 4
 
@@ -185,7 +190,7 @@ def test_feed_socket_refuses_wrong_secret(tmp_path, marker):
             "else:\n"
             "    df = TFNode.DataFeed(ctx.mgr)\n"
             "    assert df.next_batch(5) == []\n")
-    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "l"), "--", PY, "-c", code, marker])
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "l"), "--", PY, "-c", code, marker], env=PRODUCERS)
     assert r.returncode == 0, r.stderr
     assert "refused: executor 1 refused the feed (wrong cluster secret?)" in r.stdout
     assert "refused a feed producer: it does not know the cluster secret" in r.stderr

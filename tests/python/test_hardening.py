@@ -65,7 +65,8 @@ def test_silent_feed_producers_do_not_block_the_agent(tmp_path, marker):
     info = tmp_path / "info"
     p = subprocess.Popen([tfos_cli(), "run", "--workers", "1", "--max-restarts", "0", "--log-dir",
                           str(tmp_path / "logs"), "--", PY, str(prog), marker, str(info)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TFOS_FEED_PRODUCERS="1"))  # fed from here, no --input
     silent = []
     try:
         assert wait_for(lambda: info.exists() and info.read_text().count(" ") == 1, 60)

@@ -1,0 +1,98 @@
+"""Errors and dead ends that should name their cause (issue 18): /status stays
+valid JSON whatever bytes its strings hold, the built-in ps server without
+TensorFlow says which interpreter it used and what to do, and DataFeed under
+`tfos run` without --input ends at once with a warning instead of waiting
+forever."""
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+import urllib.request
+
+from conftest import PY, run_tfos, tfos_cli, wait_for
+
+WAIT_GO = ("import os, sys, time\n"
+           "t0 = time.monotonic()\n"
+           "while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 60:\n"
+           "    time.sleep(0.05)\n")
+
+
+def test_status_json_stays_valid_with_non_utf8_log_dir(tmp_path, marker):
+    # a log dir whose name holds the latin-1 byte 0xe9, not UTF-8
+    log_dir = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9")
+    go = tmp_path / marker / "go"
+    go.parent.mkdir()
+    proc = subprocess.Popen([os.fsencode(tfos_cli()), b"run", b"--workers", b"1", b"--status-port", b"0",
+                             b"--log-dir", log_dir, b"--", os.fsencode(PY), b"-c", WAIT_GO.encode(),
+                             os.fsencode(str(go)), marker.encode()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        url = None
+        deadline = time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            m = re.search(r"status (http://127\.0\.0\.1:\d+/)", proc.stderr.readline())
+            url = m and m.group(1)
+        assert url, "tfos run printed no status URL"
+
+        def fetch():
+            with urllib.request.urlopen(url + "status", timeout=5) as r:
+                return r.read()
+
+        assert wait_for(lambda: b"running" in fetch(), 30)
+        raw = fetch()
+        doc = json.loads(raw.decode("utf-8"))  # strict: valid UTF-8 and valid JSON
+        assert doc["log_dir"].endswith("caf\ufffd"), doc["log_dir"]
+        assert b"\xe9" not in raw
+    finally:
+        go.write_text("")
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0
+
+
+def test_builtin_ps_without_tensorflow_names_the_interpreter(tmp_path, marker):
+    bare = tmp_path / "python-bare"
+    bare.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % PY)  # no site-packages: no tensorflow
+    bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
+    r = run_tfos(["run", "--workers", "1", "--ps", "1", "--max-restarts", "0", "--python", str(bare),
+                  "--log-dir", str(tmp_path / "logs"), "--", PY, "-c", WAIT_GO, str(tmp_path / "never"), marker],
+                 timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    m = re.search(r"tfos: the built-in parameter server needs TensorFlow, but (\S+) cannot import it "
+                  r"\(No module named '?tensorflow'?\): pass --python PY with an interpreter that has tensorflow, "
+                  r"or --ps-runs-program to run your program on the ps nodes", out)
+    assert m, out[-4000:]
+    assert os.path.basename(m.group(1)).startswith("python"), m.group(1)
+    assert "Traceback" not in out, out[-4000:]
+
+
+DATAFEED_LOOP = ("from tfos import TFNode\n"
+                 "ctx = TFNode.get_context()\n"
+                 "feed = TFNode.DataFeed(ctx.mgr)\n"
+                 "n = 0\n"
+                 "while not feed.should_stop():\n"
+                 "    rows = feed.next_batch(10)\n"
+                 "    if not rows:\n"
+                 "        break\n"
+                 "    n += len(rows)\n"
+                 "print('read %d rows, should_stop %s, next %r' % (n, feed.should_stop(), feed.next_batch(5)),"
+                 " flush=True)\n")
+
+
+def test_datafeed_without_input_ends_at_once_with_a_warning(tmp_path, marker):
+    t0 = time.monotonic()
+    r = run_tfos(["run", "--workers", "1", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, "-c", DATAFEED_LOOP, marker], timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[worker:0] read 0 rows, should_stop True, next []" in r.stdout, r.stdout[-3000:]
+    out = r.stdout + r.stderr
+    assert out.count("tfos: no --input given, so this node's feed is empty") == 1, out[-3000:]
+    assert took < 60
