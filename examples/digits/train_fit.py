@@ -9,8 +9,8 @@ Under Keras 3 (`--keras 3`, or TensorFlow's default) fit() over a
 distributed dataset fails on several workers (keras-team/keras#20585) and the
 checkpoint path would need ".weights.h5": see docs/SPARK.md, "Keras".
 
-The chief prints "test accuracy: 0.9xxx" on the held-out split of
-digits_data.py and exports the model with tfos.compat.export_saved_model
+The chief prints "test accuracy: A" (A with four decimals; about 0.97
+after 8 epochs on 2 workers) on the held-out split of digits_data.py and exports the model with tfos.compat.export_saved_model
 to --export-dir (default: the model dir's "export" folder)."""
 import argparse
 import json
