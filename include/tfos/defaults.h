@@ -50,5 +50,11 @@
 /* Lines of a failed program's output kept in its failure report (room for
  * the stacks a hung Python program dumps). */
 #define TFOS_FAILURE_TAIL_LINES 40
+/* TensorFlow's C++ log level (TF_CPP_MIN_LOG_LEVEL) for a program whose
+ * environment does not set one: 1 drops TensorFlow's INFO lines (the CPU
+ * instructions notice, gRPC servers started, coordination-service chatter),
+ * about 20 lines per run of 2 workers and a ps, and keeps its warnings and
+ * errors. A value the user sets, 0 included, is passed on as it is. */
+#define TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL "1"
 
 #endif

@@ -249,11 +249,19 @@ static int trainer_rank(const tfos__node_addr *nodes, int n, int self)
 char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx)
 {
     envv e = {0};
-    for (char *const *b = base; b && *b; b++)
+    int tf_log_level_set = 0;
+    for (char *const *b = base; b && *b; b++) {
+        if (!strncmp(*b, "TF_CPP_MIN_LOG_LEVEL=", 21))
+            tf_log_level_set = 1;
         if (!owned_var(*b) && !(ctx->legacy_keras && !strncmp(*b, "TF_USE_LEGACY_KERAS=", 20)))
             env_push(&e, strdup(*b));
+    }
     if (ctx->legacy_keras)
         env_set(&e, "TF_USE_LEGACY_KERAS", "%s", ctx->legacy_keras);
+    /* TensorFlow's INFO lines, times every node, bury the program's own
+     * output; its warnings stay. The user's own setting wins. */
+    if (!tf_log_level_set)
+        env_set(&e, "TF_CPP_MIN_LOG_LEVEL", "%s", TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL);
 
     const tfos__node_addr *me = &nodes[self];
     int world = 0, rank0 = -1, rank = trainer_rank(nodes, n, self);

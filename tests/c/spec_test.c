@@ -81,6 +81,16 @@ static void env_vars(void)
     CHECK_STR(getv(env, "TFOS_CLUSTER_ID"), "c0ffee");
     CHECK_STR(getv(env, "TFOS_FEED_FDS"), "7,8");
     CHECK(strstr(getv(env, "TF_CONFIG"), "\"task\": {\"type\": \"worker\", \"index\": 1}"));
+    CHECK_STR(getv(env, "TF_CPP_MIN_LOG_LEVEL"), TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL); /* TF's INFO lines off */
+    tfos__env_free(env);
+
+    char *user_level[] = {"TF_CPP_MIN_LOG_LEVEL=0", NULL}; /* the user's own level is kept, 0 included */
+    env = tfos__spec_env(user_level, nodes, 5, 2, &ctx);
+    CHECK_STR(getv(env, "TF_CPP_MIN_LOG_LEVEL"), "0");
+    int count = 0;
+    for (char **v = env; *v; v++)
+        count += !strncmp(*v, "TF_CPP_MIN_LOG_LEVEL=", 21);
+    CHECK(count == 1);
     tfos__env_free(env);
 
     env = tfos__spec_env(base, nodes, 5, 3, &ctx); /* worker:0 on 10.0.0.1, after the chief there */
