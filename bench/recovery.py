@@ -58,7 +58,7 @@ def one_round(tfos, grace):
             if line is None:
                 open_streams -= 1
                 continue
-            m = re.search(r"\[worker:1\] worker:1: pid (\d+), attempt 1", line)
+            m = re.search(r"\[worker:1\] pid (\d+), attempt 1", line)
             if m:
                 victim = int(m.group(1))
             if "kill" not in t and victim and "[worker:0] epoch 3/12" in line:

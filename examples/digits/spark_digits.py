@@ -105,10 +105,10 @@ def train_fun(args, ctx):
             reused += 1
         loss = step(*last)
         if (i + 1) % max(1, steps // 5) == 0 and ctx.task_index == 0:
-            print("%s:%d step %d/%d loss %.4f" % (ctx.job_name, ctx.task_index, i + 1, steps, float(loss)),
+            print("step %d/%d loss %.4f" % (i + 1, steps, float(loss)),
                   flush=True)
-    print("%s:%d: %d steps on %d fed rows (%d steps reused a batch) in %.1f s" % (
-        ctx.job_name, ctx.task_index, steps, rows, reused, time.monotonic() - t0), flush=True)
+    print("%d steps on %d fed rows (%d steps reused a batch) in %.1f s" % (
+        steps, rows, reused, time.monotonic() - t0), flush=True)
     feed.terminate()  # the rest of the feed is not needed
     chief = ctx.task_index == 0 and ctx.job_name in ("chief", "worker")
     path = digits_data.model_path(args.model_dir) if chief else os.path.join(

@@ -240,13 +240,13 @@ def run_evaluator(keras, args):
     path = digits_data.model_path(args.model_dir)
     before = os.path.getmtime(path) if os.path.exists(path) else None
     deadline = time.monotonic() + args.eval_timeout
-    print(f"evaluator: waiting up to {args.eval_timeout:.0f}s for {path}",
+    print(f"waiting up to {args.eval_timeout:.0f}s for {path}",
           flush=True)
     while True:
         if os.path.exists(path) and os.path.getmtime(path) != before:
             break
         if time.monotonic() > deadline:
-            print("evaluator: no new model appeared; nothing to evaluate",
+            print("no new model appeared; nothing to evaluate",
                   flush=True)
             return 0
         time.sleep(1.0)
@@ -254,7 +254,7 @@ def run_evaluator(keras, args):
     model = keras.models.load_model(path)
     _, _, x_test, y_test = digits_data.load_split(args.seed)
     acc = digits_data.accuracy(model, x_test, y_test)
-    print(f"evaluator:0: held-out accuracy {acc:.4f}", flush=True)
+    print(f"held-out accuracy {acc:.4f}", flush=True)
     return 0
 
 
@@ -284,15 +284,15 @@ def main(argv=None):
         # Must be created before any other TensorFlow op runs in this process.
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver)
-        label = f"{task_type}:{task_index}"
     else:
         strategy = tf.distribute.get_strategy()  # default: this process only
-        label = "local"
     chief = is_chief(cluster, task_type, task_index)
 
     keras.utils.set_random_seed(args.seed)
     x_train, y_train, x_test, y_test = digits_data.load_split(args.seed)
-    print(f"{label}: pid {os.getpid()}, attempt "
+    # No "worker:0:" of its own on these lines: tfos prefixes every line a
+    # node prints with the node ("[worker:0] ...").
+    print(f"pid {os.getpid()}, attempt "
           f"{os.environ.get('TFOS_ATTEMPT', '1')}, training on {len(x_train)} rows, "
           f"{strategy.num_replicas_in_sync} replica(s) in sync, "
           f"global batch {args.batch_size}, {args.epochs} epochs", flush=True)
@@ -310,7 +310,7 @@ def main(argv=None):
                            f".tmp-{os.getpid()}-{digits_data.MODEL_FILE}")
         model.save(tmp)
         os.replace(tmp, final)
-        print(f"{label}: saved model to {final}", flush=True)
+        print(f"saved model to {final}", flush=True)
         print(f"test accuracy: {acc:.4f}", flush=True)
     else:
         tmpdir = tempfile.mkdtemp(prefix=f"digits-{task_type}{task_index}-")
@@ -318,7 +318,7 @@ def main(argv=None):
             model.save(os.path.join(tmpdir, digits_data.MODEL_FILE))
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
-        print(f"{label}: done (held-out accuracy {acc:.4f})", flush=True)
+        print(f"done (held-out accuracy {acc:.4f})", flush=True)
     return 0
 
 

@@ -65,8 +65,8 @@ def main():
         steps += 1
     _, _, x_test, y_test = digits_data.load_split(a.seed)
     acc = digits_data.accuracy(model, x_test, y_test)
-    print("%s:%d trained on %d fed rows in %d steps (aborted partitions: %s)" % (
-        ctx.job_name, ctx.task_index, rows, steps, ctx.mgr.aborted), flush=True)
+    print("trained on %d fed rows in %d steps (aborted partitions: %s)" % (
+        rows, steps, ctx.mgr.aborted), flush=True)
     if ctx.job_name == "chief" or (ctx.job_name == "worker" and ctx.task_index == 0
                                    and "chief" not in ctx.cluster_spec):
         os.makedirs(a.model_dir, exist_ok=True)

@@ -23,7 +23,7 @@ def test_killed_worker_restarts_cluster_and_training_resumes(tmp_path, marker):
         deadline = time.monotonic() + 400
         for line in proc.stdout:
             out.append(line)
-            m = re.search(r"\[worker:1\] worker:1: pid (\d+), attempt 1", line)
+            m = re.search(r"\[worker:1\] pid (\d+), attempt 1", line)
             if m:
                 victim = int(m.group(1))
             if not killed and victim and re.search(r"\[worker:0\] epoch 3/12", line):
@@ -43,7 +43,7 @@ def test_killed_worker_restarts_cluster_and_training_resumes(tmp_path, marker):
     assert "worker:1 (executor 1, host 127.0.0.1, pid %d) failed: signal 9 (Killed)" % victim in err
     assert "restarting every node (attempt 2 of 4)" in err
     assert "all nodes finished successfully on attempt 2" in err
-    assert re.search(r"\[worker:1\] worker:1: pid \d+, attempt 2", text)
+    assert re.search(r"\[worker:1\] pid \d+, attempt 2", text)
     resumed = re.findall(r"\[worker:0\] resumed from checkpoint ckpt-(\d+) after epoch (\d+)", text)
     assert resumed and int(resumed[0][1]) >= 3, text[-3000:]  # not from step 0
     after = int(resumed[0][1])
