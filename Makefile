@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install dist test test-c test-asan test-tsan test-py test-py-asan test-spark test-dist demo bench bench-start bench-feed bench-recovery bench-spark clean
+.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-dist demo bench bench-start bench-feed bench-recovery bench-spark clean
 
 all: install
 
@@ -79,6 +79,11 @@ dist: $(VENV)/.deps
 	    { tail -20 $(DIST)/build.log; exit 1; }
 	mv $(DIST)/raw/*.tar.gz $(DIST)/ && rm -rf $(DIST)/raw
 	$(VENV)/bin/auditwheel show $(DIST)/*.whl
+
+# The HTML API reference of the public Python modules, from their docstrings
+# (pdoc, pinned in requirements.txt; scripts/api_docs.py says which modules).
+docs: install
+	$(VPY) scripts/api_docs.py $(BUILD)/api
 
 # The built wheel installed into a fresh venv (no build step): its contents,
 # the tfos command, tfos run, and TFCluster on local[2] Spark with tfos[spark].
