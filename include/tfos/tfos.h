@@ -62,11 +62,16 @@ const char *tfos_last_error(void);
 enum { TFOS_LOG_DEBUG = 0, TFOS_LOG_INFO = 1, TFOS_LOG_WARN = 2, TFOS_LOG_ERROR = 3 };
 
 /* The library's log sink. `msg` is one line without a trailing newline and is
- * only valid during the call. Called from whichever thread logs. */
+ * only valid during the call. Called from whichever thread logs, possibly
+ * from several at once, with no lock of the logger held (a sink may block or
+ * log again); the thread may hold other locks of the library, so a sink must
+ * not wait for anything that waits on the library (the Python extension's
+ * sink queues lines from threads without the GIL, src/python/logsink.c). */
 typedef void (*tfos_log_fn)(int level, const char *msg, void *user);
 
 /* Set the process-wide logger (NULL: the default, which writes
- * "tfos: <msg>\n" to stderr for level >= the threshold). */
+ * "tfos: <msg>\n" to stderr for level >= the threshold). Inside Python the
+ * extension sets one that hands lines to the `logging` logger "tfos". */
 void tfos_set_logger(tfos_log_fn fn, void *user);
 /* Messages below `level` are dropped before formatting. Default INFO;
  * the environment variable TFOS_LOG_LEVEL=debug|info|warn|error overrides. */
@@ -383,6 +388,8 @@ typedef struct tfos_run_opts {
     const char *status_host;    /* NULL: 127.0.0.1 */
     bool quiet;                 /* no feed progress lines (every 5 s while --input feeds) */
     const char *keras;          /* the agents' keras mode (see tfos_agent_opts); NULL: "env" */
+    bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
+                                 * summary): the launcher logs it at debug level, not error */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

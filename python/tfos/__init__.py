@@ -9,6 +9,7 @@ module ``tfos._tfos``; this package is the thin Python over it:
   fields TensorFlowOnSpark programs use (``job_name``, ``task_index``,
   ``cluster_spec``, ...).
 """
+from . import _log  # noqa: F401  (first: the runtime's log lines go to the logger "tfos")
 from ._launch import ClusterError, agent_path, run
 from . import TFNode, TFCluster, TFParallel, compat
 from . import dfutil, gpu_info, util

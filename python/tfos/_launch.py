@@ -74,7 +74,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  inputs=None if input is None else [str(p) for p in (
                                      [input] if isinstance(input, (str, bytes, os.PathLike)) else input)],
                                  epochs=int(epochs), status_port=int(status_port), quiet=bool(quiet),
-                                 keras=keras)
+                                 keras=keras, caller_reports=bool(check))
     interrupted = None
     try:
         while True:

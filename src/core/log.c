@@ -16,9 +16,8 @@ static tfos_log_fn log_fn;
 static void *log_user;
 static int log_level = -1; /* -1: not yet read from the environment */
 
-static void default_sink(int level, const char *msg, void *user)
+void tfos__log_stderr(int level, const char *msg)
 {
-    (void)user;
     static const char *names[] = {"debug: ", "", "warning: ", "error: "};
     char line[4200];
     int n = snprintf(line, sizeof line, "tfos: %s%s\n", names[level & 3], msg);
@@ -28,6 +27,29 @@ static void default_sink(int level, const char *msg, void *user)
     }
     ssize_t w = write(2, line, (size_t)n); /* one write: lines from many processes don't mix */
     (void)w;
+}
+
+static void default_sink(int level, const char *msg, void *user)
+{
+    (void)user;
+    tfos__log_stderr(level, msg);
+}
+
+/* A fork while another thread held log_lock would leave it locked forever in
+ * the child (a Python program that forks, such as pyspark's daemon). */
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&log_lock);
+}
+
+static void unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void register_fork_handlers(void)
+{
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 static int level_from_env(void)
@@ -59,24 +81,27 @@ void tfos_set_log_level(int level)
     pthread_mutex_unlock(&log_lock);
 }
 
+/* The sink runs without log_lock: a sink may block (Python's, on the GIL) or
+ * log again, and another thread must be able to log meanwhile. */
 void tfos__log(int level, const char *fmt, ...)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handlers);
     pthread_mutex_lock(&log_lock);
     if (log_level < 0)
         log_level = level_from_env();
-    if (level < log_level) {
-        pthread_mutex_unlock(&log_lock);
+    int threshold = log_level;
+    tfos_log_fn fn = log_fn ? log_fn : default_sink;
+    void *user = log_fn ? log_user : NULL;
+    pthread_mutex_unlock(&log_lock);
+    if (level < threshold)
         return;
-    }
     char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    tfos_log_fn fn = log_fn ? log_fn : default_sink;
-    void *user = log_fn ? log_user : NULL;
     fn(level, msg, user);
-    pthread_mutex_unlock(&log_lock);
 }
 
 /* The calling thread's last error message (tfos_last_error). */

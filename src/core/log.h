@@ -10,6 +10,11 @@
 /* printf-style; one line, no trailing newline. Thread-safe. */
 void tfos__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The default sink: "tfos: warning: msg\n" in one write(2) to fd 2, so lines
+ * of many processes do not mix. Also what a sink falls back to when it cannot
+ * deliver a line (the Python extension's, during interpreter exit). */
+void tfos__log_stderr(int level, const char *msg);
+
 /* Format a one-line error message, keep it as the calling thread's last
  * error (tfos_last_error) and, when err is not NULL, copy it into
  * err[errlen]; return rc. The pattern of every function that reports "what

@@ -163,6 +163,7 @@ static PyObject *Coord_step(CoordObject *self, PyObject *args)
     state = self->running ? tfos_coord_state(self->coord) : tfos_coord_step(self->coord, timeout);
     pthread_mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
+    tfos__py_log_drain();
     return PyLong_FromLong(state);
 }
 

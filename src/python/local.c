@@ -29,7 +29,7 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"argv", "agent_path", "workers", "ps", "chief", "evaluator", "log_dir",
                              "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
                              "max_restarts", "checkpoint_dir", "inputs", "epochs", "status_port", "quiet",
-                             "keras", NULL};
+                             "keras", "caller_reports", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
     int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
@@ -37,14 +37,15 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
     const char *ckpt = NULL, *keras = NULL;
     PyObject *inputs_obj = NULL;
-    int epochs = 0, status_port = 0, quiet = 0;
+    int epochs = 0, status_port = 0, quiet = 0, caller_reports = 0;
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipz", kwlist, &argv_obj, &agent_path, &workers,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipzp", kwlist, &argv_obj, &agent_path, &workers,
                                      &ps, &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
-                                     &max_restarts, &ckpt, &inputs_obj, &epochs, &status_port, &quiet, &keras))
+                                     &max_restarts, &ckpt, &inputs_obj, &epochs, &status_port, &quiet, &keras,
+                                     &caller_reports))
         return -1;
     if (keras && tfos__keras_mode_valid(keras)) {
         PyErr_Format(PyExc_ValueError, "keras='%s': use 'env', 'auto', 'legacy' or '3'", keras);
@@ -71,11 +72,13 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                        .reservation_timeout = rt, .stop_grace = grace, .heartbeat_timeout = hb,
                        .ps_runs_program = ps_runs, .python = self->python, .max_restarts = max_restarts,
                        .checkpoint_dir = self->checkpoint_dir, .inputs = self->inputs, .ninputs = ninputs,
-                       .csv_header = -1, .epochs = epochs, .status_port = status_port, .quiet = quiet, .keras = self->keras};
+                       .csv_header = -1, .epochs = epochs, .status_port = status_port, .quiet = quiet, .keras = self->keras,
+                       .caller_reports = caller_reports};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_local_open(&self->local, &o);
     Py_END_ALLOW_THREADS
+    tfos__py_log_drain();
     if (rc) {
         tfos__py_raise(rc, "cannot start the local cluster");
         return -1;
@@ -100,6 +103,7 @@ static PyObject *Local_step(LocalObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     done = tfos_local_step(self->local, timeout);
     Py_END_ALLOW_THREADS
+    tfos__py_log_drain();
     self->finished = done;
     return PyBool_FromLong(done);
 }
@@ -134,6 +138,7 @@ static PyObject *Local_close(LocalObject *self, PyObject *Py_UNUSED(ignored))
         Py_BEGIN_ALLOW_THREADS
         tfos_local_close(l);
         Py_END_ALLOW_THREADS
+        tfos__py_log_drain();
     }
     Py_RETURN_NONE;
 }

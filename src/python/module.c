@@ -556,7 +556,7 @@ static int module_exec(PyObject *m)
     st->policy_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_policy_spec, NULL);
     if (!st->policy_type || PyModule_AddType(m, st->policy_type) < 0)
         return -1;
-    if (add_defaults(m) < 0)
+    if (add_defaults(m) < 0 || PyModule_AddFunctions(m, tfos__py_log_methods) < 0)
         return -1;
     st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
                                                NULL);

@@ -4,8 +4,10 @@
  * functions, constants); each heap type lives in a file of its own and
  * hands module.c its spec: local.c (LocalCluster), coord.c (Coordinator),
  * ring.c (Ring) and buffer.c (FeedBuffer, the pooled records Ring.read
- * returns). encode.{c,h} plan and write columnar batches. Types and
- * exceptions live in module state, never in statics.
+ * returns); logsink.c hands libtfos's log lines to Python's logging.
+ * encode.{c,h} plan and write columnar batches. Types and exceptions live
+ * in module state, never in statics (but for logsink.c's: libtfos's logger
+ * is process-wide).
  */
 #ifndef TFOS_PY_TFOSMOD_H
 #define TFOS_PY_TFOSMOD_H
@@ -61,6 +63,13 @@ struct tfos_policy *tfos__py_policy(PyObject *obj);
 /* A failure record as a dict (policy.c); NULL with an exception set. */
 struct tfos_failure;
 PyObject *tfos__py_failure_dict(const struct tfos_failure *f);
+
+/* libtfos's log lines into Python's logging (logsink.c): the module's
+ * _log_* functions, and the drain that a thread calls once it holds the GIL
+ * again after a blocking call, to deliver the lines queued meanwhile in
+ * order. */
+extern PyMethodDef tfos__py_log_methods[];
+void tfos__py_log_drain(void);
 
 /* The heap types, created from these by module_exec (module.c). */
 extern PyType_Spec tfos__py_local_spec;  /* tfos._tfos.LocalCluster (local.c) */

@@ -508,7 +508,8 @@ static void finish(tfos_local *l)
         else
             snprintf(l->summary, sizeof l->summary, "%s%s%s", tfos_coord_failure(c),
                      *verdict ? "\nnot restarted: " : "", verdict);
-        TFOS_ERROR("the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
+        tfos__log(l->opts.caller_reports ? TFOS_LOG_DEBUG : TFOS_LOG_ERROR,
+                  "the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
     }
     l->finished = 1;
 }

@@ -2,13 +2,13 @@
 object it returns (attempts and restarts, train/inference feeding jobs,
 shutdown). tfos.TFCluster re-exports it under TensorFlowOnSpark's name; see
 that module for how it differs from TensorFlowOnSpark."""
-import logging
 import os
 import threading
 import time
 import uuid
 
 from .. import _tfos
+from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Outcomes, _Progress,
                      _start_driver_ps)
 from .feeding import feed_task, feed_task_arrow, inference_task
@@ -16,8 +16,6 @@ from .nodes import NodeSpec, node_task
 from .. import feed as _feed
 
 _DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
-
-logger = logging.getLogger("tfos")
 
 CANCEL_AFTER_S = 10.0  # a failed cluster's feeding job is cancelled after this
 
@@ -83,7 +81,7 @@ class TFCluster(object):
         self.driver = _Driver(coord, conf.get("status_port", -1))
         if first and self.driver.status_port >= 0:
             conf["status_port"] = self.driver.status_port  # the same port on every attempt
-            logger.info("tfos: status page at %s", self.status_url())
+            logger.info("status page at %s", self.status_url())
         node_errors = []
         try:
             if not first:  # an executor may have been lost: wait for Spark to replace it
@@ -95,7 +93,7 @@ class TFCluster(object):
         except BaseException:
             self._stop_attempt("the cluster did not form")
             raise
-        logger.info("tfos: cluster %s attempt %d formed", spec.cluster_id, self.attempt)
+        logger.info("cluster %s attempt %d formed", spec.cluster_id, self.attempt)
 
     def _stop_attempt(self, reason, wait=True):
         """Stop this attempt's nodes (bounded), close its coordinator, reap."""
@@ -124,7 +122,7 @@ class TFCluster(object):
             self._stop_attempt("the cluster failed", wait=True)
             raise TFClusterError(self._failure_text(failure, context))
         info = self.driver.call(lambda: self.driver.coord.failure_info) or {}
-        logger.warning("tfos: %s; re-forming the cluster (attempt %d of %d)", info.get("summary", failure),
+        logger.warning("%s; re-forming the cluster (attempt %d of %d)", info.get("summary", failure),
                        self.attempt, self._conf["max_restarts"] + 1)
         self._stop_attempt("restarting after a failure", wait=True)
         self._start_attempt(first=False)
@@ -252,7 +250,7 @@ class TFCluster(object):
                     if self.driver.closed or self.driver.failed() or not feed_ended():
                         raise
                     acc.add(1)
-                    logger.info("tfos: a streaming batch was not fed: a node had finished its feed")
+                    logger.info("a streaming batch was not fed: a node had finished its feed")
                     return
                 res = outcomes.value
                 acc.add(sum(1 for st, _ in res.values() if st == "terminated"))
@@ -315,16 +313,16 @@ class TFCluster(object):
                 whole, offsets = positions
                 after = len(delivered - whole - not_wanted)
                 delivered = (whole & set(range(total))) | not_wanted
-                logger.warning("tfos: attempt %d resumes the feed where the checkpoint stands: %d partitions "
+                logger.warning("attempt %d resumes the feed where the checkpoint stands: %d partitions "
                                "recorded whole with it, %d in part; %d delivered after it are fed again",
                                self.attempt, len(whole), len(offsets), after)
             self.partitions_refed += len(lost)
             self.driver.call(self.driver.coord.set_status, partitions_refed=self.partitions_refed)
-            logger.warning("tfos: attempt %d: feeding again %d partitions not delivered before the failure "
+            logger.warning("attempt %d: feeding again %d partitions not delivered before the failure "
                            "(%d of them were in flight)", self.attempt, total - len(delivered), len(lost))
         if terminated:
             self._terminated.add(terminated)
-            logger.info("tfos: %d partitions were not fed: the nodes had terminated their feed", terminated)
+            logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
 
     def inference(self, dataRDD, feed_timeout=600, qname="input", results_timeout=_DEFAULTS["results_timeout"]):
         """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
@@ -403,7 +401,7 @@ class TFCluster(object):
             try:
                 ssc.stop(stopSparkContext=False, stopGraceFully=graceful)
             except Exception as exc:
-                logger.warning("tfos: stopping the StreamingContext failed: %s", _short(exc, 500))
+                logger.warning("stopping the StreamingContext failed: %s", _short(exc, 500))
 
         try:
             while not ssc.awaitTerminationOrTimeout(1):
@@ -570,7 +568,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port)}
     cluster = TFCluster(sc, spec, conf)
     cluster._start_attempt(first=True)
-    logger.info("tfos: cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
+    logger.info("cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
                 spec.coord_addr, total, layout, checkpoint_dir)
     return cluster
 

@@ -4,15 +4,13 @@ listens (_bind_host), the checks that the application's executors can hold
 one node each, feed progress on the console and the status page, and ps
 nodes started on the driver (``driver_ps_nodes=True``)."""
 import json
-import logging
 import os
 import socket
 import threading
 import time
 
 from .._launch import ClusterError
-
-logger = logging.getLogger("tfos")
+from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 
 
 class TFClusterError(ClusterError):
@@ -41,7 +39,7 @@ class _Driver(object):
             try:
                 self.status_port = coord.serve_status("127.0.0.1", int(status_port))
             except OSError as exc:
-                logger.warning("tfos: no status page: %s", exc)
+                logger.warning("no status page: %s", exc)
         self.thread = threading.Thread(target=coord.run, name="tfos-coordinator", daemon=True)
         self.thread.start()
 
@@ -138,7 +136,7 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
     cores = conf.get("spark.executor.cores", None)
     cpus = int(conf.get("spark.task.cpus", "1"))
     if cores is not None and int(cores) // cpus > 1:
-        logger.warning("tfos: spark.executor.cores=%s and spark.task.cpus=%d let one executor run %d tasks at once; "
+        logger.warning("spark.executor.cores=%s and spark.task.cpus=%d let one executor run %d tasks at once; "
                        "two nodes landing on one executor is an error: set spark.task.cpus=%s", cores, cpus,
                        int(cores) // cpus, cores)
 
