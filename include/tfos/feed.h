@@ -67,6 +67,14 @@ int tfos_feed_open_fds(tfos_feed **out, int in_fd, int out_fd);
  * call goes on). The batch's memory is the feed's own copy. */
 int tfos_feed_next(tfos_feed *f, tfos_feed_batch *batch, int timeout_ms);
 
+/* Publish the program's progress for the status page: pairs "name=number"
+ * separated by single spaces, e.g. "step=120 loss=0.31" (at most 16 pairs,
+ * names [A-Za-z_][A-Za-z0-9_.]{0,31}, 1024 bytes). Shown per node on the
+ * status page and in `tfos status`; counts as progress for --hang-timeout.
+ * 0, TFOS_ETOOBIG, TFOS_EAGAIN (another thread was publishing: this one is
+ * dropped). A report that does not check is shown as nothing. */
+int tfos_feed_report(tfos_feed *f, const char *text);
+
 /* Partitions whose producer died before finishing them (they are fed again:
  * at-least-once). */
 uint64_t tfos_feed_aborted(const tfos_feed *f);

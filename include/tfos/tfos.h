@@ -284,13 +284,18 @@ typedef struct tfos_node_info {
     int pid;           /* the program's, 0 before it started */
     int exit_code;     /* -1 unless exited */
     int tb_port;       /* TensorBoard port the node announced; 0: none */
+    bool has_feed;     /* the node has an input ring (its agent reported its counters) */
+    uint64_t rows_in;  /* rows written into its input ring, as its agent last said */
+    uint64_t rows_out; /* rows its program took from the ring */
 } tfos_node_info;
 
 /* Number of nodes, and node i (0 <= i < count). Strings are owned by c. */
 int tfos_coord_node_count(const tfos_coord *c);
 int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out);
 /* JSON object describing the cluster (state, address, attempt, failure) and
- * every node (job, index, host, port, state, pid, exit, tensorboard_port).
+ * every node (job, index, host, port, state, pid, exit, tensorboard_port,
+ * feed: its input ring's rows written/consumed/buffered, fill and waits, or
+ * null; report: the program's latest ctx.report() as an object, or null).
  * The caller frees the returned string with free(). */
 char *tfos_coord_status_json(const tfos_coord *c);
 void tfos_coord_close(tfos_coord *c);

@@ -75,14 +75,39 @@ class NodeContext(object):
         (every thread) go into the failure report and the restart policy
         applies. Cheap: one atomic add in shared memory. A no-op for a node
         without feed rings (ps nodes, programs not started by tfos)."""
+        ring = self._observer()
+        if ring is not None:
+            ring.beat()
+
+    def report(self, step=None, **metrics):
+        """Show this node's progress on the status page, in ``/status`` and
+        in ``tfos status``: ``ctx.report(step=120, loss=0.31, accuracy=0.9)``.
+        Values are numbers (anything ``float()`` takes: numpy and TensorFlow
+        scalars too; nan and inf are shown as such); at most 16 of them, names
+        of letters, digits, ``_`` and ``.``. The latest report wins; a report
+        counts as progress for ``--hang-timeout`` as :meth:`heartbeat` does.
+        Cheap (a copy into shared memory): call it every step or every few.
+        A no-op for a node without feed rings (ps nodes, programs not started
+        by tfos). ValueError/TypeError name a bad value."""
+        pairs = [] if step is None else [("step", step)]
+        pairs += sorted(metrics.items())
+        ring = self._observer()
+        if ring is None:
+            from . import _tfos
+            _tfos.check_report(pairs)
+            return
+        ring.report(pairs)
+
+    def _observer(self):
+        """An observer handle on the node's input ring (None: no rings)."""
         ring = getattr(self, "_beat_ring", None)
         if ring is None:
             fds = os.environ.get("TFOS_FEED_FDS")
             if not fds:
-                return
+                return None
             from . import _tfos
             ring = self._beat_ring = _tfos.Ring(int(fds.split(",")[0]), _tfos.ROLE_OBSERVER)
-        ring.beat()
+        return ring
 
     def release_port(self):
         """Release the node's port. By default tfos holds a node's port until

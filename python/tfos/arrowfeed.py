@@ -62,7 +62,7 @@ def main(argv=None):
                             turn += 1
                             cur.input.partition_begin(pid)
                         try:
-                            cur.input.write(TAG_ARROW, arrow_ipc(rb))
+                            cur.input.write(TAG_ARROW, arrow_ipc(rb), -1, rb.num_rows)
                         except _tfos.FeedClosed:
                             if not cur.input.stats()["consumer_terminated"]:
                                 raise

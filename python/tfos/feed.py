@@ -71,7 +71,7 @@ def write_rows(ring, rows, timeout_ms):
     try:
         ring.write_rows(TAG_COLUMNS, rows, timeout_ms)
     except (TypeError, OverflowError):
-        ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms)
+        ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
     except ValueError as exc:
         if "larger than the ring" in str(exc) and len(rows) > 1:
             half = len(rows) // 2
@@ -81,7 +81,7 @@ def write_rows(ring, rows, timeout_ms):
             raise FeedError("one row of %d bytes does not fit the feed ring (largest record %d bytes): start the "
                             "cluster with a larger --feed-mb" % (len(encode_rows(rows)[1]), ring.max_record))
         else:
-            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms)
+            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
 
 
 class _Chunk(object):
@@ -426,6 +426,8 @@ class DataFeed(object):
             self._last_batch.append((chunk.partition, k))
             self.mgr.partial[chunk.partition] = self.mgr.partial.get(chunk.partition, 0) + k
         self.rows_read += got
+        if got:
+            self.mgr.input.count_taken(got)  # the status page's "rows consumed"
         return out, got
 
     def next_batch(self, batch_size):
@@ -606,7 +608,7 @@ class FeedClient(object):
             batches = [batches]
         with self._partition(partition_id, timeout) as t:
             for rb in batches:
-                self.input.write(TAG_ARROW, arrow_ipc(rb), t)
+                self.input.write(TAG_ARROW, arrow_ipc(rb), t, rb.num_rows)
 
     def feed_encoded(self, tag, payload, timeout=None):
         """Write one already-encoded record (inside a partition or not)."""

@@ -158,52 +158,61 @@ static const char *text_of(const json_t *obj, const char *key, char *buf, size_t
     return buf;
 }
 
-/* The feed's totals line of `tfos status` ("feed feeding: 1200 rows, ..."). */
+/* The feed's totals line of `tfos status` ("feed feeding: 1200 rows written,
+ * 800 consumed, ..."); rates while there is something to rate. */
 static void print_feed(const json_t *feed)
 {
     char state[32];
     const json_t *rows = json_object_get(feed, "rows"), *rps = json_object_get(feed, "rows_per_s"),
-                 *eta = json_object_get(feed, "eta_s");
+                 *eta = json_object_get(feed, "eta_s"), *taken = json_object_get(feed, "rows_consumed"),
+                 *tps = json_object_get(feed, "consumed_per_s");
     json_int_t done = json_integer_value(json_object_get(feed, "partitions_completed")),
                aborted = json_integer_value(json_object_get(feed, "partitions_aborted"));
-    printf("feed %s: ", text_of(feed, "state", state, sizeof state));
+    int feeding = !strcmp(text_of(feed, "state", state, sizeof state), "feeding");
+    printf("feed %s: ", state);
     if (json_is_integer(rows))
-        printf("%" JSON_INTEGER_FORMAT " rows, ", json_integer_value(rows));
+        printf("%" JSON_INTEGER_FORMAT " rows written, ", json_integer_value(rows));
+    if (json_is_integer(taken))
+        printf("%" JSON_INTEGER_FORMAT " consumed, ", json_integer_value(taken));
     printf("%.1f MB, %" JSON_INTEGER_FORMAT " partitions", json_number_value(json_object_get(feed, "bytes")) / 1e6,
            done);
     if (aborted)
         printf(" (%" JSON_INTEGER_FORMAT " aborted)", aborted);
-    if (json_is_number(rps))
-        printf(", %.0f rows/s", json_number_value(rps));
+    if (feeding && json_is_number(rps))
+        printf(", writing %.0f rows/s", json_number_value(rps));
+    if (json_is_number(tps) && json_number_value(tps) > 0)
+        printf(", consuming %.0f rows/s", json_number_value(tps));
     if (json_is_number(eta))
         printf(", ETA %.0f s", json_number_value(eta));
     printf("\n");
 }
 
-int tfos__cmd_status(const char *target, int json)
+/* The PROGRESS cell: a node's report ("step 120 loss 0.31"), cut to fit. */
+static void report_text(const json_t *n, char *buf, size_t len)
 {
-    char url[512];
-    if (find_url(target, url, sizeof url, NULL, 0))
-        return 1;
-    char *body = http_get(url, "/status");
-    if (!body) {
-        fprintf(stderr, "tfos: %s does not answer: the run has ended or is not on this machine\n", url);
-        return 1;
+    const json_t *r = json_object_get(n, "report");
+    const char *k;
+    const json_t *v;
+    size_t used = 0;
+    buf[0] = 0;
+    json_object_foreach((json_t *)r, k, v) {
+        char val[40];
+        if (json_is_integer(v))
+            snprintf(val, sizeof val, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(val, sizeof val, "%.4g", json_real_value(v));
+        else
+            snprintf(val, sizeof val, "%s", json_is_string(v) ? json_string_value(v) : "?");
+        int w = snprintf(buf + used, len - used, "%s%s %s", used ? " " : "", k, val);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
     }
-    if (json) {
-        printf("%s\n", body);
-        free(body);
-        return 0;
-    }
-    json_error_t je;
-    json_t *st = json_loads(body, 0, &je);
-    free(body);
-    if (!json_is_object(st)) {
-        fprintf(stderr, "tfos: %s/status is not a tfos status document (%s)\n", url,
-                st ? "not a JSON object" : je.text);
-        json_decref(st);
-        return 1;
-    }
+}
+
+/* The table of `tfos status`, from a /status document. */
+static void print_status(const json_t *st, const char *where)
+{
     const json_t *cluster = json_object_get(st, "cluster");
     char state[32], addr[128];
     if (json_is_object(cluster)) {
@@ -215,21 +224,29 @@ int tfos__cmd_status(const char *target, int json)
     }
     printf("cluster %s, attempt %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT ", coordinator %s, status %s\n",
            state, json_integer_value(json_object_get(st, "attempt")),
-           json_integer_value(json_object_get(st, "max_restarts")) + 1, addr, url);
-    printf("%-14s %-8s %-22s %-11s %-8s %s\n", "NODE", "EXECUTOR", "ADDRESS", "STATE", "PID", "EXIT");
+           json_integer_value(json_object_get(st, "max_restarts")) + 1, addr, where);
+    printf("%-14s %-8s %-22s %-11s %-8s %-5s %-10s %-10s %s\n", "NODE", "EXECUTOR", "ADDRESS", "STATE", "PID", "EXIT",
+           "WRITTEN", "CONSUMED", "PROGRESS");
     const json_t *nodes = json_object_get(cluster, "nodes"), *n;
     size_t i;
     json_array_foreach(nodes, i, n) {
-        char job[16], idx[16], eid[16], host[256], port[16], nst[16], pid[16], node[40], where[300];
-        const json_t *ex = json_object_get(n, "exit_code");
+        char job[16], idx[16], eid[16], host[256], port[16], nst[16], pid[16], node[40], where_[300];
+        char written[24] = "", consumed[24] = "", progress[200];
+        const json_t *ex = json_object_get(n, "exit_code"), *feed = json_object_get(n, "feed");
         char exit_code[16] = "";
         if (json_is_integer(ex) && json_integer_value(ex) != -1)
             snprintf(exit_code, sizeof exit_code, "%" JSON_INTEGER_FORMAT, json_integer_value(ex));
+        if (json_is_object(feed)) {
+            text_of(feed, "rows_written", written, sizeof written);
+            text_of(feed, "rows_consumed", consumed, sizeof consumed);
+        }
+        report_text(n, progress, sizeof progress);
         snprintf(node, sizeof node, "%s:%s", text_of(n, "job", job, sizeof job), text_of(n, "index", idx, sizeof idx));
-        snprintf(where, sizeof where, "%s:%s", text_of(n, "host", host, sizeof host),
+        snprintf(where_, sizeof where_, "%s:%s", text_of(n, "host", host, sizeof host),
                  text_of(n, "port", port, sizeof port));
-        printf("%-14s %-8s %-22s %-11s %-8s %s\n", node, text_of(n, "executor_id", eid, sizeof eid), where,
-               text_of(n, "state", nst, sizeof nst), text_of(n, "pid", pid, sizeof pid), exit_code);
+        printf("%-14s %-8s %-22s %-11s %-8s %-5s %-10s %-10s %s\n", node, text_of(n, "executor_id", eid, sizeof eid),
+               where_, text_of(n, "state", nst, sizeof nst), text_of(n, "pid", pid, sizeof pid), exit_code, written,
+               consumed, progress);
     }
     const json_t *feed = json_object_get(st, "feed");
     if (json_is_object(feed))
@@ -242,8 +259,75 @@ int tfos__cmd_status(const char *target, int json)
         }
         printf("\n");
     }
+    const json_t *failure = json_object_get(cluster, "failure");
+    if (json_is_string(failure) && json_string_length(failure))
+        printf("failure: %s\n", json_string_value(failure));
+}
+
+/* The document in `body` (taken) as JSON or as the table. */
+static int show_status(char *body, const char *where, int json)
+{
+    if (json) {
+        printf("%s\n", body);
+        free(body);
+        return 0;
+    }
+    json_error_t je;
+    json_t *st = json_loads(body, 0, &je);
+    free(body);
+    if (!json_is_object(st)) {
+        fprintf(stderr, "tfos: %s is not a tfos status document (%s)\n", where, st ? "not a JSON object" : je.text);
+        json_decref(st);
+        return 1;
+    }
+    print_status(st, where);
     json_decref(st);
     return 0;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 65536 > cap) {
+            char *nb = realloc(buf, (cap = len + 65536) + 1);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+    } while (got > 0 && len < (16u << 20));
+    fclose(f);
+    if (buf)
+        buf[len] = 0;
+    return buf;
+}
+
+int tfos__cmd_status(const char *target, int json)
+{
+    char url[512], dir[1024] = "";
+    if (find_url(target, url, sizeof url, dir, sizeof dir))
+        return 1;
+    char *body = http_get(url, "/status");
+    if (body) {
+        return show_status(body, url, json);
+    }
+    /* ended: the launcher left its last state in the log dir */
+    char path[1100];
+    snprintf(path, sizeof path, "%s/status.json", dir);
+    body = dir[0] ? read_file(path) : NULL;
+    if (!body) {
+        fprintf(stderr, "tfos: %s does not answer: the run has ended or is not on this machine\n", url);
+        return 1;
+    }
+    if (!json)
+        printf("the run has ended; its final state, from %s:\n", path);
+    return show_status(body, path, json);
 }
 
 /* Print what was appended to the log files since last time. */

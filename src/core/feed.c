@@ -110,12 +110,20 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
                 o->offsets = (const uint64_t *)(const void *)(f->buf + c->offsets_off);
             }
         }
+        tfos__ring_count_taken(f->in, v.nrows);
         b->partition = f->partition;
         b->nrows = v.nrows;
         b->ncols = v.ncols;
         b->columns = f->out;
         return 0;
     }
+}
+
+int tfos_feed_report(tfos_feed *f, const char *text)
+{
+    if (!f || !text)
+        return TFOS_EINVAL;
+    return tfos__ring_report(f->in, text, strlen(text));
 }
 
 uint64_t tfos_feed_aborted(const tfos_feed *f)

@@ -11,6 +11,10 @@
  *    256 counters: records, bytes, partitions begun/completed/aborted
  *    320 producer pids[64]
  *    576 application progress beats (tfos__ring_beat)
+ *    640 rows committed, rows taken by the application, ns the consumer
+ *        slept on an empty ring, ns producers slept on a full one
+ *   1024 the application's report (tfos__ring_report): seqlock word,
+ *        length, time, text
  *   4096 data, `capacity` bytes
  *
  * Invariants:
@@ -59,7 +63,7 @@
 #include <unistd.h>
 
 #define RING_MAGIC 0x474e4952534f4654ull /* "TFOSRING" read little-endian */
-#define RING_VERSION 1u
+#define RING_VERSION 2u
 #define RING_HEADER_SIZE 4096u
 #define REC_HDR 8u
 #define PART_PAYLOAD 8u     /* partition markers carry the 64-bit id */
@@ -113,6 +117,18 @@ struct ring_shm {
 
     /* Anyone: the application made progress (the hang watchdog reads it). */
     _Alignas(64) _Atomic uint64_t progress;
+
+    /* Anyone: what the status page shows (relaxed adds; read as a snapshot). */
+    _Alignas(64) _Atomic uint64_t rows_in;   /* tfos__ring_count_rows: rows producers committed */
+    _Atomic uint64_t rows_out;               /* tfos__ring_count_taken: rows the application took */
+    _Atomic uint64_t cons_wait_ns;           /* the consumer asleep on an empty ring */
+    _Atomic uint64_t prod_wait_ns;           /* producers asleep on a full ring, added up */
+
+    /* The application's latest report: seq is odd while one is written. */
+    _Alignas(1024) _Atomic uint32_t report_seq;
+    uint32_t report_len;
+    uint64_t report_ms; /* CLOCK_MONOTONIC, ms: the same clock on every process of the host */
+    char report[TFOS_RING_REPORT_MAX];
 };
 
 _Static_assert(offsetof(struct ring_shm, capacity) == 16, "layout");
@@ -123,6 +139,8 @@ _Static_assert(offsetof(struct ring_shm, part_end_tail) == 216, "layout");
 _Static_assert(offsetof(struct ring_shm, records) == 256, "layout");
 _Static_assert(offsetof(struct ring_shm, producer_pid) == 320, "layout");
 _Static_assert(offsetof(struct ring_shm, progress) == 576, "layout");
+_Static_assert(offsetof(struct ring_shm, rows_in) == 640, "layout");
+_Static_assert(offsetof(struct ring_shm, report_seq) == 1024, "layout");
 _Static_assert(sizeof(struct ring_shm) <= RING_HEADER_SIZE, "header page");
 
 struct tfos__ring {
@@ -378,7 +396,9 @@ static int room(tfos__ring *r, size_t len, const deadline *dl)
         }
         if (dl_expired(dl))
             return dl_fail(dl, TFOS_EFULL);
+        uint64_t t0 = now_ns();
         futex_wait(&s->space_seq, seq, dl_slice_ns(dl));
+        atomic_fetch_add_explicit(&s->prod_wait_ns, now_ns() - t0, memory_order_relaxed);
     }
     r->res_pos = tail + pad;
     r->res_pad = pad;
@@ -699,6 +719,71 @@ void tfos__ring_beat(tfos__ring *r)
         atomic_fetch_add_explicit(&r->shm->progress, 1, memory_order_relaxed);
 }
 
+void tfos__ring_count_rows(tfos__ring *r, uint64_t n)
+{
+    if (r && r->role == TFOS_RING_PRODUCER && n)
+        atomic_fetch_add_explicit(&r->shm->rows_in, n, memory_order_relaxed);
+}
+
+void tfos__ring_count_taken(tfos__ring *r, uint64_t n)
+{
+    if (r && r->role == TFOS_RING_CONSUMER && n)
+        atomic_fetch_add_explicit(&r->shm->rows_out, n, memory_order_relaxed);
+}
+
+int tfos__ring_report(tfos__ring *r, const char *text, size_t len)
+{
+    if (!r || (!text && len))
+        return TFOS_EINVAL;
+    if (len > TFOS_RING_REPORT_MAX)
+        return TFOS_ETOOBIG;
+    struct ring_shm *s = r->shm;
+    uint32_t seq = atomic_load(&s->report_seq);
+    /* one writer at a time: take the odd value, or leave it to the one writing */
+    if ((seq & 1) || !atomic_compare_exchange_strong(&s->report_seq, &seq, seq + 1))
+        return TFOS_EAGAIN;
+    if (len)
+        memcpy(s->report, text, len);
+    s->report_len = (uint32_t)len;
+    s->report_ms = now_ns() / 1000000u;
+    atomic_store(&s->report_seq, seq + 2);
+    atomic_fetch_add_explicit(&s->progress, 1, memory_order_relaxed); /* a report is progress too */
+    return 0;
+}
+
+int tfos__ring_report_get(const tfos__ring *r, char *out, size_t outlen, int64_t *age_ms)
+{
+    if (!r || !out || outlen < 1)
+        return TFOS_EINVAL;
+    struct ring_shm *s = r->shm;
+    for (int tries = 0; tries < 64; tries++) {
+        uint32_t seq = atomic_load(&s->report_seq);
+        if (seq & 1) {
+            cpu_relax();
+            continue;
+        }
+        if (seq == 0)
+            return TFOS_EEND; /* never reported */
+        uint32_t len = s->report_len; /* hostile peers: bound it before use */
+        if (len > TFOS_RING_REPORT_MAX)
+            len = TFOS_RING_REPORT_MAX;
+        if (len > outlen - 1)
+            len = (uint32_t)(outlen - 1);
+        memcpy(out, s->report, len);
+        uint64_t at = s->report_ms;
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load(&s->report_seq) != seq)
+            continue;
+        out[len] = 0;
+        if (age_ms) {
+            int64_t age = (int64_t)(now_ns() / 1000000u) - (int64_t)at;
+            *age_ms = age < 0 ? 0 : age;
+        }
+        return 0;
+    }
+    return TFOS_EAGAIN;
+}
+
 int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms)
 {
     if (!r)
@@ -742,6 +827,10 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
     st->acked = atomic_load(&s->parts_acked);
     st->consumed = head;
     st->progress = atomic_load(&s->progress);
+    st->rows_in = atomic_load_explicit(&s->rows_in, memory_order_relaxed);
+    st->rows_out = atomic_load_explicit(&s->rows_out, memory_order_relaxed);
+    st->consumer_wait_ns = atomic_load_explicit(&s->cons_wait_ns, memory_order_relaxed);
+    st->producer_wait_ns = atomic_load_explicit(&s->prod_wait_ns, memory_order_relaxed);
     st->consumer_waiting = atomic_load(&s->cons_waiting) != 0;
     uint32_t f = atomic_load(&s->flags);
     st->feed_ended = (f & FLAG_FEED_ENDED) != 0;
@@ -952,7 +1041,9 @@ static int wait_data(tfos__ring *r, const deadline *dl, unsigned *spins)
         atomic_store(&s->cons_waiting, 0);
         return rc < 0 ? rc : 0;
     }
+    uint64_t t0 = now_ns();
     futex_wait(&s->data_seq, seq, dl_slice_ns(dl));
+    atomic_fetch_add_explicit(&s->cons_wait_ns, now_ns() - t0, memory_order_relaxed);
     return 0;
 }
 

@@ -62,6 +62,8 @@
 
 #define TFOS_RING_MIN_CAPACITY ((size_t)4096)
 #define TFOS_RING_MAX_CAPACITY ((size_t)1 << 30)
+/* Longest report text (tfos__ring_report). */
+#define TFOS_RING_REPORT_MAX 1024
 /* Producer handles attached at the same time to one ring. */
 #define TFOS_RING_MAX_PRODUCERS 64
 
@@ -111,6 +113,10 @@ typedef struct tfos__ring_stats {
     uint32_t acked;                /* partition ENDs/ABORTs the consumer's application has passed (tfos__ring_ack) */
     uint64_t consumed;             /* bytes the consumer has released so far (its read position) */
     uint64_t progress;             /* progress beats of the application (tfos__ring_beat) */
+    uint64_t rows_in;              /* rows producers said they committed (tfos__ring_count_rows) */
+    uint64_t rows_out;             /* rows the application took (tfos__ring_count_taken) */
+    uint64_t consumer_wait_ns;     /* the consumer asleep on an empty ring, in all */
+    uint64_t producer_wait_ns;     /* producers asleep on a full ring, added up over producers */
     bool consumer_waiting;         /* the consumer sleeps waiting for data (an empty ring) */
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
@@ -237,6 +243,29 @@ int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms);
  * these beats and the consumer's read position; a node showing neither for
  * the timeout, while not waiting on an empty ring, is hung. */
 void tfos__ring_beat(tfos__ring *r);
+
+/* ---- what the status page shows ---------------------------------------- */
+
+/* Producer: `n` more rows went into records it committed (the ring does
+ * not look into payloads; a producer that knows its rows says so). */
+void tfos__ring_count_rows(tfos__ring *r, uint64_t n);
+
+/* Consumer: the application took `n` more rows (handed them to the
+ * trainer). Rows committed minus rows taken is what the node has buffered. */
+void tfos__ring_count_taken(tfos__ring *r, uint64_t n);
+
+/* Any handle: publish the application's latest report, `len` bytes of text
+ * (at most TFOS_RING_REPORT_MAX, else TFOS_ETOOBIG), e.g. "step=120
+ * loss=0.31", with the time. Counts as progress (tfos__ring_beat). A seqlock
+ * in the header: readers never block the writer; a second writer racing the
+ * first gets TFOS_EAGAIN and its report is dropped (the next one wins). */
+int tfos__ring_report(tfos__ring *r, const char *text, size_t len);
+
+/* Any handle: copy the latest report into out (NUL-terminated, cut to
+ * outlen-1) and its age in ms into *age_ms (may be NULL). TFOS_EEND: nothing
+ * reported yet; TFOS_EAGAIN: a writer kept it busy (try at the next beat).
+ * The text is the application's: check it before use. */
+int tfos__ring_report_get(const tfos__ring *r, char *out, size_t outlen, int64_t *age_ms);
 
 /* ---- passing the fd ---------------------------------------------------- */
 

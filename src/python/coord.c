@@ -170,6 +170,7 @@ static PyObject *Coord_step(CoordObject *self, PyObject *args)
 static void on_meter(tfos__loop *l, tfos__timer *t, void *user)
 {
     CoordObject *self = user;
+    tfos__feed_meter_taken_from(&self->meter, self->coord);
     tfos__feed_meter_update(&self->meter, NULL, tfos__now_ms()); /* the chart's samples */
     tfos__timer_arm(l, t, tfos__now_ms() + 1000, on_meter, self);
 }

@@ -499,9 +499,20 @@ static int add_defaults(PyObject *m)
     return rc;
 }
 
+/* check_report(pairs) -> str: the report's text, or ValueError/TypeError. */
+static PyObject *mod_check_report(PyObject *self, PyObject *pairs)
+{
+    (void)self;
+    char text[TFOS_RING_REPORT_MAX + 1];
+    int len = tfos__py_report_text(pairs, text, sizeof text);
+    return len < 0 ? NULL : PyUnicode_FromStringAndSize(text, len);
+}
+
 static PyMethodDef module_methods[] = {
     {"random_secret", mod_random_secret, METH_NOARGS, "random_secret() -> str: a fresh 256-bit cluster secret."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str"},
+    {"check_report", mod_check_report, METH_O,
+     "check_report(pairs) -> str: ctx.report()'s (name, number) pairs as the report text, or ValueError/TypeError."},
     {"encode_rows", mod_encode_rows, METH_O,
      "encode_rows(rows) -> bytes: a columnar batch; TypeError/ValueError naming the row and field when the rows "
      "have no columnar layout."},

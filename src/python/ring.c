@@ -5,6 +5,7 @@
  * are FeedError and its subclasses from module state. */
 #include "tfosmod.h"
 
+#include "core/report.h"
 #include "core/ring.h"
 #include "encode.h"
 #include "tfos/tfos.h"
@@ -90,7 +91,8 @@ static PyObject *Ring_write(RingObject *self, PyObject *args)
     unsigned int tag;
     Py_buffer buf;
     int timeout = -1, rc;
-    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|i", &tag, &buf, &timeout))
+    unsigned long long rows = 0;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|iK", &tag, &buf, &timeout, &rows))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos__ring_write(self->ring, tag, buf.buf, (size_t)buf.len, timeout);
@@ -98,6 +100,7 @@ static PyObject *Ring_write(RingObject *self, PyObject *args)
     PyBuffer_Release(&buf);
     if (rc)
         return ring_raise(self, rc, "writing to the feed ring");
+    tfos__ring_count_rows(self->ring, rows);
     Py_RETURN_NONE;
 }
 
@@ -136,6 +139,7 @@ static PyObject *ring_write_plan(RingObject *self, tfos_plan *p, unsigned int ta
     rc = tfos__ring_commit(self->ring, (size_t)p->total);
     if (rc)
         return ring_raise(self, rc, "committing to the feed ring");
+    tfos__ring_count_rows(self->ring, p->nrows);
     return PyLong_FromUnsignedLongLong(p->total);
 }
 
@@ -255,7 +259,8 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     tfos__ring_stats st;
     tfos__ring_stats_get(self->ring, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:K,s:K,s:O,s:O,s:O,s:O}", "capacity",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O,s:O}",
+                         "capacity",
                          (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
                          (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
                          (unsigned long long)st.partitions_begun, "partitions_completed",
@@ -263,6 +268,9 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
                          (unsigned long long)st.partitions_aborted, "producers", st.producers, "unclean_exits",
                          st.unclean_exits, "consumer_pid", st.consumer_pid, "acked", st.acked, "consumed",
                          (unsigned long long)st.consumed, "progress", (unsigned long long)st.progress,
+                         "rows_in", (unsigned long long)st.rows_in, "rows_out", (unsigned long long)st.rows_out,
+                         "consumer_wait_ns", (unsigned long long)st.consumer_wait_ns, "producer_wait_ns",
+                         (unsigned long long)st.producer_wait_ns,
                          "consumer_waiting", st.consumer_waiting ? Py_True : Py_False, "feed_ended",
                          st.feed_ended ? Py_True : Py_False, "consumer_closed",
                          st.consumer_closed ? Py_True : Py_False, "consumer_terminated",
@@ -293,6 +301,74 @@ static PyObject *Ring_beat(RingObject *self, PyObject *Py_UNUSED(ignored))
     if (!ring_ready(self))
         return NULL;
     tfos__ring_beat(self->ring);
+    Py_RETURN_NONE;
+}
+
+/* count_taken(n): the application took n more rows (the status page's
+ * "consumed"). */
+static PyObject *Ring_count_taken(RingObject *self, PyObject *args)
+{
+    unsigned long long n;
+    if (!PyArg_ParseTuple(args, "K", &n) || !ring_ready(self))
+        return NULL;
+    tfos__ring_count_taken(self->ring, n);
+    Py_RETURN_NONE;
+}
+
+int tfos__py_report_text(PyObject *pairs, char *text, size_t cap)
+{
+    PyObject *seq = PySequence_Fast(pairs, "report() takes a sequence of (name, number) pairs");
+    if (!seq)
+        return -1;
+    size_t len = 0;
+    text[0] = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name, *value;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO", &name, &value))
+            goto fail;
+        Py_ssize_t nlen;
+        const char *nm = PyUnicode_AsUTF8AndSize(name, &nlen);
+        if (!nm)
+            goto fail;
+        double v = PyFloat_AsDouble(value);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "report: %s=%R is not a number", nm, value);
+            goto fail;
+        }
+        int rc = tfos__report_add(text, cap, &len, nm, (size_t)nlen, v);
+        if (rc == TFOS_ETOOBIG)
+            PyErr_Format(PyExc_ValueError, "report: more than %zu bytes of text", cap - 1);
+        else if (rc && i >= TFOS__REPORT_MAX_PAIRS)
+            PyErr_Format(PyExc_ValueError, "report: at most %d values", TFOS__REPORT_MAX_PAIRS);
+        else if (rc)
+            PyErr_Format(PyExc_ValueError, "report: %R is not a metric name (letters, digits, '_' and '.', not "
+                         "starting with a digit, at most %d characters)", name, TFOS__REPORT_MAX_NAME);
+        if (rc)
+            goto fail;
+    }
+    Py_DECREF(seq);
+    return (int)len;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
+/* report(pairs): publish the program's progress, a sequence of (name,
+ * number) pairs, for the status page. ValueError/TypeError name a bad pair. */
+static PyObject *Ring_report(RingObject *self, PyObject *args)
+{
+    PyObject *pairs;
+    if (!PyArg_ParseTuple(args, "O", &pairs) || !ring_ready(self))
+        return NULL;
+    char text[TFOS_RING_REPORT_MAX + 1];
+    int len = tfos__py_report_text(pairs, text, sizeof text);
+    if (len < 0)
+        return NULL;
+    int rc = tfos__ring_report(self->ring, text, (size_t)len);
+    if (rc && rc != TFOS_EAGAIN) /* EAGAIN: another thread reports at this moment; its report stands */
+        return ring_raise(self, rc, "publishing the report");
     Py_RETURN_NONE;
 }
 
@@ -347,7 +423,7 @@ static void Ring_dealloc(RingObject *self)
 }
 
 static PyMethodDef Ring_methods[] = {
-    {"write", (PyCFunction)Ring_write, METH_VARARGS, "write(tag, data, timeout_ms=-1): one record."},
+    {"write", (PyCFunction)Ring_write, METH_VARARGS, "write(tag, data, timeout_ms=-1, rows=0): one record (holding `rows` rows, for the counts)."},
     {"write_rows", (PyCFunction)Ring_write_rows, METH_VARARGS,
      "write_rows(tag, rows, timeout_ms=-1) -> bytes written: rows encoded as a columnar batch straight into the "
      "ring. TypeError/ValueError when the rows have no columnar layout (nothing is written)."},
@@ -366,6 +442,10 @@ static PyMethodDef Ring_methods[] = {
      "wait_acked(target, timeout_ms=-1): wait until the consumer has acknowledged target partitions "
      "(stats()['acked'] reaches it); FeedEnded when it terminated its feed, FeedClosed when it closed or died, "
      "TimeoutError."},
+    {"count_taken", (PyCFunction)Ring_count_taken, METH_VARARGS,
+     "count_taken(n): the application took n more rows (the status page's rows consumed)."},
+    {"report", (PyCFunction)Ring_report, METH_VARARGS,
+     "report(pairs): publish (name, number) pairs as the program's progress (ctx.report)."},
     {"beat", (PyCFunction)Ring_beat, METH_NOARGS,
      "beat(): the application made progress (what the agent's hang watchdog counts; TFNode's ctx.heartbeat())."},
     {"ack", (PyCFunction)Ring_ack, METH_VARARGS,

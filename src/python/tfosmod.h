@@ -55,6 +55,9 @@ PyObject *tfos__py_buffer_copy(PyObject *module, const void *data, size_t len);
  * `what` names it in errors. NULL with an exception set. Free with
  * tfos__py_strv_free. */
 char **tfos__py_strv(PyObject *seq, const char *what);
+/* A ctx.report()'s (name, number) pairs as the report's text (core/report.h)
+ * in text[cap]: its length, or -1 with ValueError/TypeError set. */
+int tfos__py_report_text(PyObject *pairs, char *text, size_t cap);
 void tfos__py_strv_free(char **v);
 
 /* The libtfos policy of a RestartPolicy object (policy.c); obj must be one. */

@@ -353,10 +353,35 @@ static void send_log_error(agent *a)
 
 /* EXITED: how the program ended (kind: exit, signal, start, owner), its
  * exit code, a description and its last lines. */
+/* What the status page shows of this node, in its heartbeats and in its
+ * exit report: the input ring's counters (rows written and taken, the fill,
+ * the time each side slept on the other) and the program's latest report. */
+static void add_progress(agent *a, tfos__msg *m)
+{
+    if (!a->in_ring)
+        return;
+    tfos__ring_stats in;
+    tfos__ring_stats_get(a->in_ring, &in);
+    tfos__msg_add(m, "ring_cap", "%llu", (unsigned long long)in.capacity);
+    tfos__msg_add(m, "ring_used", "%llu", (unsigned long long)in.used);
+    tfos__msg_add(m, "rows_in", "%llu", (unsigned long long)in.rows_in);
+    tfos__msg_add(m, "rows_out", "%llu", (unsigned long long)in.rows_out);
+    tfos__msg_add(m, "wait_data_ns", "%llu", (unsigned long long)in.consumer_wait_ns);
+    tfos__msg_add(m, "wait_room_ns", "%llu", (unsigned long long)in.producer_wait_ns);
+    tfos__msg_add(m, "feed_ended", "%d", in.feed_ended ? 1 : 0);
+    char text[TFOS_RING_REPORT_MAX + 1];
+    int64_t age = 0;
+    if (tfos__ring_report_get(a->in_ring, text, sizeof text, &age) == 0) {
+        tfos__msg_add(m, "report", "%s", text); /* the coordinator checks it */
+        tfos__msg_add(m, "report_age_ms", "%lld", (long long)age);
+    }
+}
+
 static void report_exit(agent *a, int code, const char *kind, const char *desc)
 {
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_EXITED);
+    add_progress(a, &m);
     tfos__msg_add(&m, "code", "%d", code);
     tfos__msg_add(&m, "kind", "%s", kind);
     tfos__msg_add(&m, "desc", "%s", desc);
@@ -927,6 +952,7 @@ static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
     if (a->connected) {
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+        add_progress(a, &m);
         send_msg(a, &m);
     }
 }

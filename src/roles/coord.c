@@ -30,6 +30,8 @@
 #include "core/auth.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/report.h"
+#include "core/ring.h"
 #include "core/spec.h"
 #include "core/wire.h"
 #include "platform/clock.h"
@@ -73,6 +75,15 @@ typedef struct cnode {
     char tail[TAIL_MAX];
     int64_t last_heartbeat;
     int stop_sent;
+    /* what the agent last said of the node's input ring and report */
+    int has_feed, feed_ended;
+    uint64_t ring_cap, ring_used, rows_in, rows_out, wait_data_ns, wait_room_ns;
+    int64_t progress_at;                     /* when those came */
+    uint64_t prev_wait_data_ns, prev_wait_room_ns;
+    int64_t prev_at;                         /* the sample the waits are measured from */
+    double wait_data, wait_room;             /* fractions of the last interval */
+    char report[TFOS_RING_REPORT_MAX + 1];   /* checked; "" none */
+    int64_t report_at;                       /* when the program made it (coordinator's clock) */
 } cnode;
 
 struct peer {
@@ -469,11 +480,66 @@ static int exit_cause(const tfos__frame *f, long long code)
     return code > 128 ? TFOS_CAUSE_SIGNAL : TFOS_CAUSE_EXIT; /* an agent that does not say */
 }
 
+static double wait_fraction(uint64_t now_ns, uint64_t prev_ns, int64_t dt_ms)
+{
+    if (now_ns < prev_ns || dt_ms <= 0)
+        return 0;
+    double f = (double)(now_ns - prev_ns) / ((double)dt_ms * 1e6);
+    return f > 1 ? 1 : f;
+}
+
+/* A heartbeat's or an exit report's progress keys (agent.c add_progress).
+ * The waits are fractions of the time since the sample taken at least 2 s
+ * before, so one beat's jitter does not swing them. */
+static void take_progress(cnode *nd, const tfos__frame *f)
+{
+    long long v;
+    const char *p = f->payload;
+    size_t n = f->len;
+    if (tfos__kv_int(p, n, "rows_in", 0, INT64_MAX, &v))
+        return; /* no feed ring */
+    int64_t now = tfos__now_ms();
+    nd->has_feed = 1;
+    nd->rows_in = (uint64_t)v;
+    if (!tfos__kv_int(p, n, "rows_out", 0, INT64_MAX, &v))
+        nd->rows_out = (uint64_t)v;
+    if (!tfos__kv_int(p, n, "ring_cap", 0, INT64_MAX, &v))
+        nd->ring_cap = (uint64_t)v;
+    if (!tfos__kv_int(p, n, "ring_used", 0, INT64_MAX, &v))
+        nd->ring_used = (uint64_t)v;
+    if (!tfos__kv_int(p, n, "feed_ended", 0, 1, &v))
+        nd->feed_ended = (int)v;
+    if (!tfos__kv_int(p, n, "wait_data_ns", 0, INT64_MAX, &v))
+        nd->wait_data_ns = (uint64_t)v;
+    if (!tfos__kv_int(p, n, "wait_room_ns", 0, INT64_MAX, &v))
+        nd->wait_room_ns = (uint64_t)v;
+    if (!nd->prev_at) {
+        nd->prev_at = now;
+        nd->prev_wait_data_ns = nd->wait_data_ns;
+        nd->prev_wait_room_ns = nd->wait_room_ns;
+    } else if (now - nd->prev_at >= 2000) {
+        nd->wait_data = wait_fraction(nd->wait_data_ns, nd->prev_wait_data_ns, now - nd->prev_at);
+        nd->wait_room = wait_fraction(nd->wait_room_ns, nd->prev_wait_room_ns, now - nd->prev_at);
+        nd->prev_at = now;
+        nd->prev_wait_data_ns = nd->wait_data_ns;
+        nd->prev_wait_room_ns = nd->wait_room_ns;
+    }
+    nd->progress_at = now;
+    char text[TFOS_RING_REPORT_MAX + 1];
+    if (tfos__kv_str(p, n, "report", text, sizeof text) == 0 && tfos__report_check(text, NULL) == 0) {
+        long long age = 0;
+        tfos__kv_int(p, n, "report_age_ms", 0, INT64_MAX / 2, &age);
+        snprintf(nd->report, sizeof nd->report, "%s", text);
+        nd->report_at = now - age;
+    }
+}
+
 static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (p->node < 0)
         return;
     cnode *nd = &c->nodes[p->node];
+    take_progress(nd, f);
     long long code = -1;
     tfos__kv_int(f->payload, f->len, "code", -1, 1 << 16, &code);
     nd->exit_code = (int)code;
@@ -604,6 +670,7 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     switch (f->type) {
     case TFOS_MSG_HEARTBEAT:
         nd->last_heartbeat = tfos__now_ms();
+        take_progress(nd, f);
         return NULL;
     case TFOS_MSG_STARTED: {
         long long pid = 0;
@@ -1055,7 +1122,27 @@ int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
     out->pid = nd->prog_pid;
     out->exit_code = nd->state == N_EXITED ? nd->exit_code : -1;
     out->tb_port = nd->state == N_EMPTY ? 0 : nd->tb_port;
+    out->has_feed = nd->has_feed;
+    out->rows_in = nd->rows_in;
+    out->rows_out = nd->rows_out;
     return 0;
+}
+
+/* A node's "feed" object: its input ring as its agent last saw it. */
+static void node_feed_json(FILE *f, const cnode *nd)
+{
+    if (!nd->has_feed) {
+        fprintf(f, "null");
+        return;
+    }
+    uint64_t buffered = nd->rows_in > nd->rows_out ? nd->rows_in - nd->rows_out : 0;
+    fprintf(f, "{\"rows_written\": %llu, \"rows_consumed\": %llu, \"rows_buffered\": %llu, \"ring_bytes\": %llu, "
+               "\"ring_used\": %llu, \"ring_fill\": %.3f, \"wait_data\": %.3f, \"wait_trainer\": %.3f, "
+               "\"ended\": %s, \"age_s\": %.1f}",
+            (unsigned long long)nd->rows_in, (unsigned long long)nd->rows_out, (unsigned long long)buffered,
+            (unsigned long long)nd->ring_cap, (unsigned long long)nd->ring_used,
+            nd->ring_cap ? (double)nd->ring_used / (double)nd->ring_cap : 0.0, nd->wait_data, nd->wait_room,
+            nd->feed_ended ? "true" : "false", (double)(tfos__now_ms() - nd->progress_at) / 1000.0);
 }
 
 char *tfos_coord_status_json(const tfos_coord *c)
@@ -1085,7 +1172,14 @@ char *tfos_coord_status_json(const tfos_coord *c)
                 nd->state == N_EMPTY ? 0 : nd->addr.port, node_state_names[nd->state], nd->agent_pid, nd->prog_pid,
                 nd->state == N_EXITED ? nd->exit_code : -1);
         tfos__json_str(f, nd->exit_desc);
-        fprintf(f, ", \"tensorboard_port\": %d}", nd->state == N_EMPTY ? 0 : nd->tb_port);
+        fprintf(f, ", \"tensorboard_port\": %d, \"feed\": ", nd->state == N_EMPTY ? 0 : nd->tb_port);
+        node_feed_json(f, nd);
+        fprintf(f, ", \"report\": ");
+        tfos__report_json(f, nd->report[0] ? nd->report : NULL);
+        if (nd->report[0])
+            fprintf(f, ", \"report_age_s\": %.1f}", (double)(tfos__now_ms() - nd->report_at) / 1000.0);
+        else
+            fprintf(f, ", \"report_age_s\": null}");
     }
     fprintf(f, "]}");
     fclose(f);

@@ -288,6 +288,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 }
                 if (rc)
                     break;
+                tfos__ring_count_rows(cur->ring, nb);
                 in_part += nb;
                 st->rows += nb;
                 st->bytes += len;

@@ -68,6 +68,7 @@ struct tfos_local {
     double started_s;        /* the run's start: older feed positions are not this run's */
     tfos__feed_meter meter;
     tfos__timer meter_timer, reap_timer;
+    int64_t consumed_line_at; /* the last "trainers have consumed" line */
     char *history;           /* the policy's history, rendered for the summary */
     char summary[12288];
     char env_secret[TFOS_HEX_SECRET_LEN + 16]; /* "TFOS_SECRET=..." for child_env */
@@ -281,9 +282,21 @@ static void start_feed(tfos_local *l)
 static void on_meter(tfos__loop *loop, tfos__timer *t, void *user)
 {
     tfos_local *l = user;
-    if (!l->feed || tfos__feedrun_done(l->feed))
-        tfos__feed_meter_update(&l->meter, NULL, tfos__now_ms());
-    tfos__timer_arm(loop, t, tfos__now_ms() + 1000, on_meter, l);
+    int64_t now = tfos__now_ms();
+    tfos__feed_meter_taken_from(&l->meter, l->coord);
+    if (!l->feed || tfos__feedrun_done(l->feed)) {
+        tfos__feed_meter_update(&l->meter, NULL, now);
+        /* the feed is written, the trainers still read: say how far they are */
+        const tfos__feed_meter *m = &l->meter;
+        if (m->active && !strcmp(m->state, "done") && m->rows_counted && m->taken_known && !l->opts.quiet &&
+            tfos__feed_meter_consumed(m) < m->total.rows && now - l->consumed_line_at >= 5000) {
+            char line[512];
+            tfos__feed_meter_line(m, 0, line, sizeof line);
+            TFOS_INFO("%s", line);
+            l->consumed_line_at = now;
+        }
+    }
+    tfos__timer_arm(loop, t, now + 1000, on_meter, l);
 }
 
 /* ---- attempts ------------------------------------------------------------------ */
@@ -487,9 +500,34 @@ static int all_agents_done(const tfos_local *l)
     return 1;
 }
 
+/* The run's last /status, as <log_dir>/status.json: `tfos status` shows it
+ * once the run has ended. Written whole (a temporary file, then rename). */
+static void save_final_status(tfos_local *l)
+{
+    tfos__feed_meter_taken_from(&l->meter, l->coord); /* the nodes' last counts came with their exits */
+    tfos__feed_meter_update(&l->meter, NULL, tfos__now_ms());
+    char *json = tfos__status_json(&l->status);
+    char tmp[4400], path[4400];
+    snprintf(path, sizeof path, "%s/status.json", l->log_dir);
+    snprintf(tmp, sizeof tmp, "%s/.status.json.%d", l->log_dir, (int)getpid());
+    FILE *f = json ? fopen(tmp, "w") : NULL;
+    if (f) {
+        int bad = fputs(json, f) < 0 || fputc('\n', f) < 0;
+        bad |= fclose(f) != 0;
+        if (bad || rename(tmp, path)) {
+            TFOS_WARN("cannot write the run's final status to %s: %s", path, strerror(errno));
+            unlink(tmp);
+        }
+    } else if (json) {
+        TFOS_WARN("cannot write the run's final status to %s: %s", path, strerror(errno));
+    }
+    free(json);
+}
+
 static void finish(tfos_local *l)
 {
     tfos_coord *c = l->coord;
+    save_final_status(l);
     if (tfos_coord_state(c) == TFOS_COORD_DONE) {
         l->exit_code = 0;
         l->summary[0] = 0;
@@ -528,6 +566,7 @@ static int conclude(tfos_local *l)
         end_attempt(l);
         if (start_attempt(l) == 0)
             return 0;
+        save_final_status(l);
         l->finished = 1;
         l->exit_code = 1;
         snprintf(l->summary, sizeof l->summary, "could not restart the cluster for attempt %d:\n%s",

@@ -51,6 +51,7 @@ int tfos__feed_meter_start(tfos__feed_meter *m, const tfos__feed_progress *p, co
     m->nnodes = p->nnodes;
     add_counts(&m->base, &m->total); /* an earlier attempt's feed */
     memset(&m->total, 0, sizeof m->total);
+    m->taken_at_start = m->taken;
     m->rows_per_s = m->bytes_per_s = m->read_per_s = 0;
     m->input_bytes = m->input_bytes_read = m->rows_expected = m->partitions_expected = 0;
     memset(m->snap_read, 0, sizeof m->snap_read); /* read counts restart with the attempt */
@@ -85,6 +86,7 @@ void tfos__feed_meter_set(tfos__feed_meter *m, const char *state, uint64_t rows,
         memset(&m->total, 0, sizeof m->total);
         m->active = 1;
         m->source = "spark";
+        m->taken_at_start = m->taken;
         m->rows_counted = 1;
         m->bytes_uncounted = 1;
         m->feed_t0_ms = m->node_since_ms = now_ms;
@@ -115,9 +117,41 @@ static double rate(uint64_t now_v, uint64_t old_v, int64_t now_t, int64_t old_t,
     return (double)(now_v - old_v) * 1000.0 / (double)(now_t - old_t);
 }
 
+void tfos__feed_meter_taken(tfos__feed_meter *m, uint64_t rows_out)
+{
+    if (rows_out < m->taken_last) /* a new cluster: its counts start at 0 */
+        m->taken_base += m->taken_last;
+    m->taken_last = rows_out;
+    m->taken = m->taken_base + rows_out;
+    m->taken_known = 1;
+}
+
+void tfos__feed_meter_taken_from(tfos__feed_meter *m, const tfos_coord *c)
+{
+    if (!c)
+        return;
+    uint64_t sum = 0;
+    int any = 0;
+    for (int i = 0, n = tfos_coord_node_count(c); i < n; i++) {
+        tfos_node_info ni;
+        if (tfos_coord_node(c, i, &ni) == 0 && ni.has_feed) {
+            sum += ni.rows_out;
+            any = 1;
+        }
+    }
+    if (any)
+        tfos__feed_meter_taken(m, sum);
+}
+
+uint64_t tfos__feed_meter_consumed(const tfos__feed_meter *m)
+{
+    return m->taken > m->taken_at_start ? m->taken - m->taken_at_start : 0;
+}
+
 static void sample(tfos__feed_meter *m, int64_t now_ms)
 {
     int k = m->snap_head;
+    m->snap_taken[k] = m->taken;
     m->snap_t[k] = now_ms;
     m->snap_rows[k] = m->base.rows + m->total.rows;
     m->snap_bytes[k] = m->base.bytes + m->total.bytes;
@@ -133,6 +167,7 @@ static void sample(tfos__feed_meter *m, int64_t now_ms)
     m->rows_per_s = rate(m->snap_rows[k], m->snap_rows[o], now_ms, m->snap_t[o], INT64_MIN);
     m->bytes_per_s = rate(m->snap_bytes[k], m->snap_bytes[o], now_ms, m->snap_t[o], INT64_MIN);
     m->read_per_s = rate(m->snap_read[k], m->snap_read[o], now_ms, m->snap_t[o], m->node_since_ms);
+    m->taken_per_s = rate(m->snap_taken[k], m->snap_taken[o], now_ms, m->snap_t[o], INT64_MIN);
     for (int i = 0; i < m->nnodes; i++) {
         tfos__feed_node_meter *n = &m->nodes[i];
         n->rows_per_s = rate(n->snap_rows[k], n->snap_rows[o], now_ms, m->snap_t[o], m->node_since_ms);
@@ -144,6 +179,8 @@ static void sample(tfos__feed_meter *m, int64_t now_ms)
     h->bytes = m->snap_bytes[k];
     h->rows_per_s = m->rows_per_s;
     h->bytes_per_s = m->bytes_per_s;
+    h->taken = m->taken;
+    h->taken_per_s = m->taken_per_s;
     m->hist_head = (m->hist_head + 1) % TFOS__FEED_HISTORY;
     if (m->hist_n < TFOS__FEED_HISTORY)
         m->hist_n++;
@@ -259,6 +296,24 @@ void tfos__feed_meter_line(const tfos__feed_meter *m, uint64_t partition_rows, c
         char e[32];
         human_secs(eta, e, sizeof e);
         snprintf(tail + n, sizeof tail - n, ", ETA %s", e);
+    }
+    uint64_t consumed = tfos__feed_meter_consumed(m);
+    if (strcmp(m->state, "feeding") && m->rows_counted && m->taken_known) {
+        int n = snprintf(buf, len, "feed: %s, %llu rows written; the trainers have consumed %llu (%.0f%%)",
+                         !strcmp(m->state, "done") ? "all written" : m->state, (unsigned long long)t->rows,
+                         (unsigned long long)consumed,
+                         t->rows ? 100.0 * (double)consumed / (double)t->rows : 100.0);
+        if (m->taken_per_s > 0 && n > 0 && (size_t)n < len)
+            snprintf(buf + n, len - (size_t)n, ", %.0f rows/s", m->taken_per_s);
+        return;
+    }
+    if (m->rows_counted && m->taken_known) {
+        char c[48];
+        snprintf(c, sizeof c, ", %llu consumed", (unsigned long long)consumed);
+        if (strlen(tail) + strlen(c) < sizeof tail) {
+            memmove(tail + strlen(c), tail, strlen(tail) + 1);
+            memcpy(tail, c, strlen(c));
+        }
     }
     if (m->rows_counted)
         snprintf(buf, len, "feed: partitions %s%s, %llu rows (%s), %.0f rows/s (%s/s)%s", parts,

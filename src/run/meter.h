@@ -5,6 +5,7 @@
 #ifndef TFOS_RUN_METER_H
 #define TFOS_RUN_METER_H
 #include "run/feeder.h"
+#include "tfos/tfos.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,8 @@ typedef struct tfos__feed_sample {
     int64_t t_ms;             /* since the meter started */
     uint64_t rows, bytes;     /* fed so far in this run, every attempt together */
     double rows_per_s, bytes_per_s;
+    uint64_t taken;           /* rows the trainers took so far in this run */
+    double taken_per_s;
 } tfos__feed_sample;
 
 /* Feed statistics of a `tfos run`, driven from the launcher's loop (one
@@ -47,6 +50,12 @@ typedef struct tfos__feed_meter {
     tfos__feed_counts total, base; /* this attempt; earlier attempts */
     double rows_per_s, bytes_per_s, read_per_s;
     uint64_t input_bytes, input_bytes_read, rows_expected, partitions_expected;
+    /* rows the trainers took (their agents' counts, tfos__feed_meter_taken):
+     * in this run, at the start of the current feed, and the rate */
+    int taken_known;
+    uint64_t taken, taken_base, taken_last, taken_at_start;
+    double taken_per_s;
+    uint64_t snap_taken[TFOS__FEED_RATE_WINDOW + 1];
     int64_t t0_ms, feed_t0_ms, feed_t1_ms, node_since_ms, next_sample_ms;
     /* the rate window: the last RATE_WINDOW+1 one-second snapshots */
     int64_t snap_t[TFOS__FEED_RATE_WINDOW + 1];
@@ -71,8 +80,20 @@ void tfos__feed_meter_end(tfos__feed_meter *m, const char *state, int64_t now_ms
 /* Seconds until the feed is written, from the rows to expect (.npy) or the
  * input bytes left at the current read rate; -1 when unknown. */
 double tfos__feed_meter_eta(const tfos__feed_meter *m);
-/* The console progress line ("feed: partitions 3/~12, ..."), into buf. */
+/* The console progress line ("feed: partitions 3/~12, ..."), into buf;
+ * once the feed is written and the trainers are still reading, what they
+ * have consumed ("feed: written, trainers consumed 1200 of 5000 rows"). */
 void tfos__feed_meter_line(const tfos__feed_meter *m, uint64_t partition_rows, char *buf, size_t len);
+/* The rows every node's program has taken from its ring so far, summed
+ * over the nodes of the current cluster (tfos_node_info.rows_out). A sum
+ * lower than the last (a new cluster after a restart) starts a new count;
+ * the run's total goes on. The next sample takes it. */
+void tfos__feed_meter_taken(tfos__feed_meter *m, uint64_t rows_out);
+/* tfos__feed_meter_taken with the sum over c's nodes (c may be NULL:
+ * between attempts; nothing changes). */
+void tfos__feed_meter_taken_from(tfos__feed_meter *m, const tfos_coord *c);
+/* Rows of the current feed the trainers have taken. */
+uint64_t tfos__feed_meter_consumed(const tfos__feed_meter *m);
 /* Free what the meter holds (the node table). */
 void tfos__feed_meter_fini(tfos__feed_meter *m);
 /* A feed counted elsewhere (Spark's driver: totals only, no nodes, no

@@ -27,21 +27,31 @@ static const char page[] =
     "<!doctype html><html><head><meta charset=\"utf-8\"><title>tfos cluster</title>\n"
     "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}\n"
     "td,th{border:1px solid #bbb;padding:4px 10px;text-align:left}td.n{text-align:right}.running{color:#070}\n"
-    ".exited{color:#555}.failed{color:#b00}pre{background:#f4f4f4;padding:8px}\n"
-    "#feedchart{border:1px solid #ddd;background:#fcfcfc}</style></head><body>\n"
+    ".exited{color:#555}.failed{color:#b00}pre{background:#f4f4f4;padding:8px}.hint{color:#666;font-size:12px}\n"
+    ".starved{color:#b60}.busy{color:#06c}#feedchart{border:1px solid #ddd;background:#fcfcfc}</style></head><body>\n"
     "<h1>tfos cluster</h1><p id=\"summary\">loading…</p><p id=\"tensorboard\"></p>\n"
     "<table><thead><tr><th>node</th><th>executor</th><th>address</th><th>state</th><th>pid</th><th>exit</th>\n"
-    "<th>log</th><th>TensorBoard</th><th>rows fed</th><th>rows/s</th><th>partitions</th></tr></thead>\n"
+    "<th>log</th><th>TensorBoard</th><th>rows written</th><th>rows consumed</th><th>buffered</th><th>who waits</th>\n"
+    "<th>progress (ctx.report)</th></tr></thead>\n"
     "<tbody id=\"nodes\"></tbody></table>\n"
+    "<p class=\"hint\">rows written: into the node's feed ring; consumed: taken by its program; buffered: written, not yet\n"
+    "taken (and how full the ring is). Who waits: the share of the last seconds the trainer slept on an empty ring\n"
+    "(it waits on data), or the feeders slept on its full ring (the data waits on the trainer; one feeder that\n"
+    "feeds several nodes in turn splits its waits among them).</p>\n"
     "<h2>feed</h2><p id=\"feed\">no feed (tfos run --input FILE feeds files to the chief and workers)</p>\n"
-    "<svg id=\"feedchart\" width=\"640\" height=\"180\" viewBox=\"0 0 640 180\" role=\"img\"\n"
+    "<svg id=\"feedchart\" width=\"680\" height=\"200\" viewBox=\"0 0 680 200\" role=\"img\"\n"
     " aria-label=\"feed throughput\"></svg>\n"
     "<h2>history</h2><pre id=\"history\">(no failure)</pre>\n"
     "<script>\n"
     "function esc(s){return String(s).replace(/[&<>\"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c]));}\n"
     "function size(b){return b>=1e9?(b/1e9).toFixed(2)+' GB':b>=1e6?(b/1e6).toFixed(1)+' MB':\n"
     " b>=1e3?(b/1e3).toFixed(1)+' kB':Math.round(b)+' B';}\n"
+    "function count(v){v=Number(v);const a=Math.abs(v);return a>=1e9?(v/1e9).toFixed(2)+'G':a>=1e6?(v/1e6).toFixed(2)+'M':\n"
+    " a>=1e4?(v/1e3).toFixed(1)+'k':String(Math.round(v));}\n"
     "function num(v){return v==null?'':String(Math.round(v));}\n"
+    "function pct(v){return Math.round(100*v)+'\u00a0%';}\n"
+    "function metric(v){return typeof v==='number'?(Number.isInteger(v)?String(v):Math.abs(v)>=1e4||Math.abs(v)<1e-3&&v!==0?\n"
+    " v.toExponential(3):String(Number(v.toPrecision(4)))):String(v);}\n"
     "function dur(s){s=Math.round(s);return s<90?s+' s':s<5400?Math.floor(s/60)+' min '+s%60+' s':\n"
     " Math.floor(s/3600)+' h '+Math.round(s%3600/60)+' min';}\n"
     "function tbUrl(n){return n.tensorboard_port>0?'http://'+n.host+':'+n.tensorboard_port+'/':'';}\n"
@@ -49,15 +59,27 @@ static const char page[] =
     " if(s.log_dir!==null)return '<a href=\"/logs/'+esc(n.job)+'-'+n.index+'.log'+esc(location.search)+'\">log</a>';\n"
     " return s.node_log_dir?'<span class=\"remote\" title=\"on the node\\'s host\">'+esc(s.node_log_dir+'/'+f)+'</span>':'';}\n"
     "function tbLink(n){const u=tbUrl(n);return u?'<a class=\"tb\" href=\"'+esc(u)+'\">'+esc(u)+'</a>':'';}\n"
+    "function waits(f){if(!f)return '';\n"
+    " if(f.wait_data>=0.5)return '<span class=\"starved\">trainer waits on data '+pct(f.wait_data)+'</span>';\n"
+    " if(f.wait_trainer>=0.25)return '<span class=\"busy\">data waits on trainer '+pct(Math.min(1,f.wait_trainer))+'</span>';\n"
+    " if(f.wait_data>0||f.wait_trainer>0)return 'trainer idle '+pct(f.wait_data)+', feed blocked '+pct(Math.min(1,f.wait_trainer));\n"
+    " return '';}\n"
+    "function report(n){if(!n.report)return '';\n"
+    " const r=Object.entries(n.report).map(([k,v])=>esc(k)+' '+esc(metric(v))).join(' · ');\n"
+    " return r+(n.report_age_s!=null&&n.report_age_s>=10?' <span class=\"hint\">('+dur(n.report_age_s)+' ago)</span>':'');}\n"
     "function feedLine(f){\n"
     " if(!f)return 'no feed (tfos run --input FILE feeds files to the chief and workers)';\n"
-    " let t=f.state+': ';\n"
-    " if(f.rows!=null)t+=f.rows+(f.rows_expected!=null?' of '+f.rows_expected:'')+' rows, ';\n"
+    " const written=f.state==='done'&&f.rows!=null&&f.rows_consumed!=null;\n"
+    " let t=(written?(f.rows_consumed>=f.rows?'done':'all written, the trainers are reading'):f.state)+': ';\n"
+    " if(f.rows!=null)t+=count(f.rows)+(f.rows_expected!=null?' of '+count(f.rows_expected):'')+' rows written, ';\n"
+    " if(f.rows_consumed!=null)t+=count(f.rows_consumed)+(f.rows?' ('+Math.floor(100*f.rows_consumed/Math.max(1,f.rows))+' %)':'')+\n"
+    "  ' consumed, ';\n"
     " t+=(f.bytes!=null?size(f.bytes)+', ':'')+'partitions '+f.partitions_completed+\n"
-    "  (f.partitions_expected!=null?' of '+f.partitions_expected:'')+' done'+\n"
+    "  (f.partitions_expected!=null?' of '+f.partitions_expected:'')+' written'+\n"
     "  (f.partitions_aborted?', '+f.partitions_aborted+' aborted':'');\n"
-    " if(f.rows_per_s!=null)t+=' | '+num(f.rows_per_s)+' rows/s';\n"
-    " if(f.bytes_per_s!=null)t+=' | '+size(f.bytes_per_s)+'/s';\n"
+    " if(f.rows_per_s!=null&&f.state==='feeding')t+=' | writing '+count(f.rows_per_s)+' rows/s';\n"
+    " if(f.bytes_per_s!=null&&f.state==='feeding')t+=' ('+size(f.bytes_per_s)+'/s)';\n"
+    " if(f.consumed_per_s!=null)t+=' | consuming '+count(f.consumed_per_s)+' rows/s';\n"
     " if(f.input_bytes)t+=' | '+Math.floor(100*f.input_bytes_read/f.input_bytes)+'% of the input read';\n"
     " if(f.eta_s!=null)t+=' | ETA '+dur(f.eta_s);\n"
     " return t;\n"
@@ -67,15 +89,15 @@ static const char page[] =
     " const of=' of '+(s.max_restarts+1);\n"
     " document.getElementById('summary').textContent=c?'state: '+c.state+' | attempt '+s.attempt+of+\n"
     "  ' | coordinator '+c.address:'attempt '+s.attempt+of+': the cluster is forming again';\n"
-    " const fed={};if(s.feed)s.feed.nodes.forEach(f=>{fed[f.executor_id]=f;});\n"
     " const nodes=c?c.nodes:[];\n"
     " document.getElementById('nodes').innerHTML=nodes.map(n=>{const name=n.job+':'+n.index;\n"
-    "  const cls=n.state==='exited'&&n.exit_code!==0?'failed':n.state;const f=fed[n.executor_id];\n"
+    "  const cls=n.state==='exited'&&n.exit_code!==0?'failed':n.state;const f=n.feed;\n"
     "  return '<tr class=\"'+esc(cls)+'\"><td>'+esc(name)+'</td><td>'+n.executor_id+'</td><td>'+esc(n.host)+':'+n.port+\n"
     "   '</td><td>'+esc(n.state)+'</td><td>'+n.pid+'</td><td>'+(n.exit_code>=0?n.exit_code:'')+'</td>'+\n"
     "   '<td>'+logCell(s,n)+'</td><td>'+tbLink(n)+'</td>'+\n"
-    "   '<td class=\"n\">'+(f?num(f.rows):'')+'</td><td class=\"n\">'+(f?num(f.rows_per_s):'')+'</td><td class=\"n\">'+\n"
-    "   (f?f.partitions_completed:'')+'</td></tr>';}).join('');\n"
+    "   '<td class=\"n\">'+(f?count(f.rows_written):'')+'</td><td class=\"n\">'+(f?count(f.rows_consumed):'')+'</td>'+\n"
+    "   '<td class=\"n\">'+(f?count(f.rows_buffered)+' rows, ring '+pct(f.ring_fill):'')+'</td>'+\n"
+    "   '<td>'+waits(f)+'</td><td>'+report(n)+'</td></tr>';}).join('');\n"
     " const tbs=nodes.filter(n=>n.tensorboard_port>0);\n"
     " document.getElementById('tensorboard').innerHTML=\n"
     "  tbs.map(n=>'TensorBoard ('+esc(n.job+':'+n.index)+'): '+tbLink(n)).join(' ');\n"
@@ -84,20 +106,25 @@ static const char page[] =
     "  (s.partitions_refed?'\\n'+s.partitions_refed+' partitions fed again after a failure':'');\n"
     "}\n"
     "function chart(h){\n"
-    " const svg=document.getElementById('feedchart'),W=640,H=180,L=64,R=12,T=12,B=24,s=h.samples||[];\n"
-    " if(!s.length){svg.innerHTML='<text x=\"320\" y=\"95\" text-anchor=\"middle\" fill=\"#888\">no feed yet</text>';return;}\n"
-    " const k=s[s.length-1].rows_per_s!=null?'rows_per_s':'bytes_per_s',unit=k==='rows_per_s'?'rows/s':'bytes/s';\n"
-    " const t1=s[s.length-1].t,t0=Math.min(s[0].t,t1-60),top=Math.max(1,...s.map(p=>p[k]||0));\n"
+    " const svg=document.getElementById('feedchart'),W=680,H=200,L=72,R=12,T=22,B=28,s=h.samples||[];\n"
+    " if(!s.length){svg.innerHTML='<text x=\"340\" y=\"100\" text-anchor=\"middle\" fill=\"#888\">no feed yet</text>';return;}\n"
+    " const rows=s[s.length-1].rows_per_s!=null,k=rows?'rows_per_s':'bytes_per_s',fmt=rows?v=>count(v)+' rows/s':v=>size(v)+'/s';\n"
+    " const series=[[k,'#0a6ed1',rows?'written':'written (bytes)']];\n"
+    " if(rows&&s[s.length-1].consumed_per_s!=null)series.push(['consumed_per_s','#2a9d3a','consumed']);\n"
+    " const t1=s[s.length-1].t,t0=Math.min(s[0].t,t1-60);\n"
+    " const top=Math.max(1,...s.map(p=>Math.max(...series.map(q=>p[q[0]]||0))));\n"
     " const x=t=>(L+(t-t0)/(t1-t0)*(W-L-R)).toFixed(1),y=v=>(T+(1-(v||0)/top)*(H-T-B)).toFixed(1);\n"
-    " svg.innerHTML='<line x1=\"'+L+'\" y1=\"'+(H-B)+'\" x2=\"'+(W-R)+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>'+\n"
-    "  '<line x1=\"'+L+'\" y1=\"'+T+'\" x2=\"'+L+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>'+\n"
-    "  '<text x=\"'+(L-4)+'\" y=\"'+(T+10)+'\" text-anchor=\"end\" font-size=\"11\">'+Math.round(top)+'</text>'+\n"
-    "  '<text x=\"'+(L-4)+'\" y=\"'+(H-B)+'\" text-anchor=\"end\" font-size=\"11\">0</text>'+\n"
-    "  '<text x=\"'+L+'\" y=\"'+(H-6)+'\" font-size=\"11\">'+Math.round(t0-t1)+' s</text>'+\n"
-    "  '<text x=\"'+(W-R)+'\" y=\"'+(H-6)+'\" text-anchor=\"end\" font-size=\"11\">now</text>'+\n"
-    "  '<text x=\"'+(L+6)+'\" y=\"'+(T+10)+'\" font-size=\"11\" fill=\"#555\">'+unit+'</text>'+\n"
-    "  '<polyline id=\"feedline\" fill=\"none\" stroke=\"#0a6ed1\" stroke-width=\"1.5\" points=\"'+\n"
-    "  s.map(p=>x(p.t)+','+y(p[k])).join(' ')+'\"/>';\n"
+    " let g='<line x1=\"'+L+'\" y1=\"'+(H-B)+'\" x2=\"'+(W-R)+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>'+\n"
+    "  '<line x1=\"'+L+'\" y1=\"'+T+'\" x2=\"'+L+'\" y2=\"'+(H-B)+'\" stroke=\"#999\"/>';\n"
+    " for(const v of [top,top/2,0])g+='<text x=\"'+(L-4)+'\" y=\"'+(Number(y(v))+4)+'\" text-anchor=\"end\" font-size=\"11\">'+\n"
+    "  esc(v?fmt(v):'0')+'</text>';\n"
+    " const span=t1-t0;for(const f of [0,0.5,1]){const t=t0+f*span;\n"
+    "  g+='<text x=\"'+x(t)+'\" y=\"'+(H-8)+'\" text-anchor=\"'+(f==0?'start':f==1?'end':'middle')+'\" font-size=\"11\">'+\n"
+    "   (f==1?'now':Math.round(t-t1)+' s')+'</text>';}\n"
+    " series.forEach((q,i)=>{g+='<polyline id=\"feedline'+(i?'-'+q[2]:'')+'\" fill=\"none\" stroke=\"'+q[1]+'\" stroke-width=\"1.5\" points=\"'+\n"
+    "  s.map(p=>x(p.t)+','+y(p[q[0]])).join(' ')+'\"/>'+\n"
+    "  '<text x=\"'+(L+8+i*110)+'\" y=\"'+(T-8)+'\" font-size=\"11\" fill=\"'+q[1]+'\">— '+q[2]+'</text>';});\n"
+    " svg.innerHTML=g;\n"
     "}\n"
     "async function refresh(){\n"
     " try{const q=location.search;\n"
@@ -160,6 +187,11 @@ static void feed_json(FILE *f, const tfos__feed_meter *m)
         fprintf(f, ", \"eta_s\": %.1f", eta);
     else
         fprintf(f, ", \"eta_s\": null");
+    if (m->taken_known)
+        fprintf(f, ", \"rows_consumed\": %llu, \"consumed_per_s\": %.1f",
+                (unsigned long long)tfos__feed_meter_consumed(m), m->taken_per_s);
+    else
+        fprintf(f, ", \"rows_consumed\": null, \"consumed_per_s\": null");
     int64_t end = m->feed_t1_ms ? m->feed_t1_ms : tfos__now_ms();
     fprintf(f, ", \"elapsed_s\": %.1f, \"nodes\": [", (double)(end - m->feed_t0_ms) / 1000.0);
     for (int i = 0; i < m->nnodes; i++) {
@@ -190,14 +222,18 @@ static char *feed_history(const tfos__feed_meter *m)
             fprintf(f, "\"rows\": %llu, \"rows_per_s\": %.1f, ", (unsigned long long)s->rows, s->rows_per_s);
         else
             fprintf(f, "\"rows\": null, \"rows_per_s\": null, ");
-        fprintf(f, "\"bytes\": %llu, \"bytes_per_s\": %.1f}", (unsigned long long)s->bytes, s->bytes_per_s);
+        fprintf(f, "\"bytes\": %llu, \"bytes_per_s\": %.1f, ", (unsigned long long)s->bytes, s->bytes_per_s);
+        if (m->taken_known)
+            fprintf(f, "\"consumed\": %llu, \"consumed_per_s\": %.1f}", (unsigned long long)s->taken, s->taken_per_s);
+        else
+            fprintf(f, "\"consumed\": null, \"consumed_per_s\": null}");
     }
     fprintf(f, "]}");
     fclose(f);
     return buf;
 }
 
-static char *status_json(const tfos__status_src *src)
+char *tfos__status_json(const tfos__status_src *src)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -339,6 +375,24 @@ static char *metrics(const tfos__status_src *src)
             fprintf(f, "tfos_node_up{job=\"%s\",index=\"%d\",executor=\"%d\"} %d\n", ni.job, ni.index,
                     ni.executor_id, !strcmp(ni.state, "running"));
         }
+        fprintf(f, "# HELP tfos_node_rows_consumed_total Rows the node's program took from its input ring.\n"
+                   "# TYPE tfos_node_rows_consumed_total counter\n");
+        for (int i = 0; i < n; i++) {
+            tfos_node_info ni;
+            tfos_coord_node(src->coord, i, &ni);
+            if (ni.has_feed)
+                fprintf(f, "tfos_node_rows_consumed_total{job=\"%s\",index=\"%d\"} %llu\n", ni.job, ni.index,
+                        (unsigned long long)ni.rows_out);
+        }
+        fprintf(f, "# HELP tfos_node_rows_buffered Rows written into the node's input ring and not taken yet.\n"
+                   "# TYPE tfos_node_rows_buffered gauge\n");
+        for (int i = 0; i < n; i++) {
+            tfos_node_info ni;
+            tfos_coord_node(src->coord, i, &ni);
+            if (ni.has_feed)
+                fprintf(f, "tfos_node_rows_buffered{job=\"%s\",index=\"%d\"} %llu\n", ni.job, ni.index,
+                        (unsigned long long)(ni.rows_in > ni.rows_out ? ni.rows_in - ni.rows_out : 0));
+        }
         fprintf(f, "# HELP tfos_node_exit_code Exit code of a node that ended (128+N for signal N).\n"
                    "# TYPE tfos_node_exit_code gauge\n");
         for (int i = 0; i < n; i++) {
@@ -395,7 +449,7 @@ char *tfos__status_handle(const char *path, const char **ctype, int *status, voi
     const tfos__status_src *src = user;
     if (!strcmp(path, "/status")) {
         *ctype = "application/json";
-        return status_json(src);
+        return tfos__status_json(src);
     }
     if (!strcmp(path, "/metrics")) {
         *ctype = "text/plain; version=0.0.4";

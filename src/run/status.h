@@ -21,6 +21,9 @@ typedef struct tfos__status_src {
     const tfos__feed_meter *feed;
 } tfos__status_src;
 
+/* The /status document (malloc'd; NULL: out of memory). */
+char *tfos__status_json(const tfos__status_src *src);
+
 /* A tfos__http_handler; `user` is a tfos__status_src. Serves /status,
  * /metrics, /feed/history, / and (with a log_dir) /logs/<job>-<index>.log. */
 char *tfos__status_handle(const char *path, const char **ctype, int *status, void *user);

@@ -438,8 +438,26 @@ static void tensorboard_port(void)
     CHECK_EQ(tfos_coord_node(c, 1, &ni), 0);
     CHECK_EQ(ni.tb_port, 0);
     char *js = tfos_coord_status_json(c);
-    CHECK(strstr(js, "\"pid\": 0, \"exit_code\": -1, \"exit\": \"\", \"tensorboard_port\": 6006}"));
-    CHECK(strstr(js, "\"tensorboard_port\": 0}"));
+    CHECK(strstr(js, "\"pid\": 0, \"exit_code\": -1, \"exit\": \"\", \"tensorboard_port\": 6006, \"feed\": null, "
+                     "\"report\": null, \"report_age_s\": null}"));
+    CHECK(strstr(js, "\"tensorboard_port\": 0, \"feed\": null"));
+    free(js);
+    /* heartbeats carry the node's ring counters and its program's report;
+     * a report that does not check is dropped, the last good one stays */
+    send_kv(&a, TFOS_MSG_HEARTBEAT, 9, "ring_cap", "4096", "ring_used", "1024", "rows_in", "500", "rows_out", "120",
+            "wait_data_ns", "0", "wait_room_ns", "0", "feed_ended", "0", "report", "step=3 loss=0.5",
+            "report_age_ms", "200");
+    steps(c, 50);
+    send_kv(&a, TFOS_MSG_HEARTBEAT, 4, "rows_in", "600", "rows_out", "130", "report", "step=4 \"}],\"x\":{\"=1",
+            "report_age_ms", "0");
+    steps(c, 50);
+    CHECK_EQ(tfos_coord_node(c, 0, &ni), 0);
+    CHECK(ni.has_feed && ni.rows_in == 600 && ni.rows_out == 130);
+    js = tfos_coord_status_json(c);
+    CHECK(strstr(js, "\"feed\": {\"rows_written\": 600, \"rows_consumed\": 130, \"rows_buffered\": 470, "
+                     "\"ring_bytes\": 4096, \"ring_used\": 1024, \"ring_fill\": 0.250, \"wait_data\": 0.000, "));
+    CHECK(strstr(js, "\"report\": {\"step\": 3, \"loss\": 0.5}, \"report_age_s\": 0."));
+    CHECK(!strstr(js, "\"x\""));
     free(js);
     tfos__conn_fini(&a);
     tfos__conn_fini(&b);

@@ -959,7 +959,7 @@ static void test_corrupt_header(void)
         int width;
     } bad[] = {
         {0, 0x5858585858585858ull, 8}, /* magic */
-        {8, 2, 4},                      /* version */
+        {8, 1, 4},                      /* version (1: the header before the counters and report) */
         {12, 100, 4},                   /* header size */
         {16, 3000, 8},                  /* capacity not a power of two */
         {16, 4096, 8},                  /* capacity does not match the file */
@@ -1205,6 +1205,82 @@ static void test_threads(void)
     tfos__ring_close(c);
 }
 
+/* ---- what the status page shows: rows, waits, the report --------------- */
+
+static void test_counters_and_report(void)
+{
+    tfos__ring *c, *p, *obs;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, 4096, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK_RC(tfos__ring_attach(&obs, fd, TFOS_RING_OBSERVER), 0);
+    char text[TFOS_RING_REPORT_MAX + 1];
+    int64_t age = -1;
+    CHECK_RC(tfos__ring_report_get(obs, text, sizeof text, &age), TFOS_EEND); /* nothing yet */
+
+    /* rows: producers say what they committed, the consumer what it took;
+     * only those roles count */
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, "abc", 3, 0), 0);
+    tfos__ring_count_rows(p, 30);
+    tfos__ring_count_rows(c, 1000);
+    tfos__ring_count_taken(c, 12);
+    tfos__ring_count_taken(p, 1000);
+    tfos__ring_stats st = stats(obs);
+    CHECK(st.rows_in == 30 && st.rows_out == 12);
+
+    /* the consumer's sleep on an empty ring is counted, and so is a
+     * producer's on a full one */
+    expect(c, TFOS_RING_DATA, 0);
+    uint64_t w0 = stats(obs).consumer_wait_ns;
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, 200), TFOS_ETIMEDOUT);
+    CHECK(stats(obs).consumer_wait_ns - w0 >= 150000000ull);
+    uint8_t buf[1000] = {0};
+    while (tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0) == 0)
+        ;
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 200), TFOS_ETIMEDOUT);
+    CHECK(stats(obs).producer_wait_ns >= 150000000ull);
+
+    /* the report: the latest wins, its age is known, it counts as progress */
+    uint64_t beats = stats(obs).progress;
+    CHECK_RC(tfos__ring_report(p, "step=1 loss=2", 13), 0);
+    CHECK_RC(tfos__ring_report(c, "step=2 loss=1.5", 15), 0);
+    CHECK_RC(tfos__ring_report_get(obs, text, sizeof text, &age), 0);
+    CHECK(strcmp(text, "step=2 loss=1.5") == 0 && age >= 0 && age < 1000);
+    CHECK(stats(obs).progress == beats + 2);
+    /* cut to the reader's buffer; too long to publish; empty is fine */
+    char small[7];
+    CHECK_RC(tfos__ring_report_get(obs, small, sizeof small, NULL), 0);
+    CHECK(strcmp(small, "step=2") == 0);
+    char big[TFOS_RING_REPORT_MAX + 1];
+    memset(big, 'a', sizeof big);
+    CHECK_RC(tfos__ring_report(obs, big, sizeof big), TFOS_ETOOBIG);
+    CHECK_RC(tfos__ring_report(obs, big, TFOS_RING_REPORT_MAX), 0);
+    CHECK_RC(tfos__ring_report_get(obs, text, sizeof text, NULL), 0);
+    CHECK(strlen(text) == TFOS_RING_REPORT_MAX);
+    CHECK_RC(tfos__ring_report(obs, "", 0), 0);
+    CHECK_RC(tfos__ring_report_get(obs, text, sizeof text, NULL), 0);
+    CHECK(text[0] == 0);
+
+    /* a child process reports; the parent reads it */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        tfos__ring *o;
+        CHECK_RC(tfos__ring_attach(&o, fd, TFOS_RING_OBSERVER), 0);
+        CHECK_RC(tfos__ring_report(o, "step=99", 7), 0);
+        tfos__ring_close(o);
+        _exit(0);
+    }
+    CHECK(exited_ok(reap(pid)));
+    CHECK_RC(tfos__ring_report_get(obs, text, sizeof text, NULL), 0);
+    CHECK(strcmp(text, "step=99") == 0);
+    close(fd);
+    tfos__ring_close(obs);
+    tfos__ring_close(p);
+    tfos__ring_close(c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1227,6 +1303,7 @@ int main(void)
         {"dead_consumer_takeover", test_dead_consumer_takeover},
         {"corrupt_header", test_corrupt_header},
         {"fd_passing", test_fd_passing},
+        {"counters_and_report", test_counters_and_report},
         {"threads", test_threads}, /* last: no fork once a thread has run */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -186,6 +186,13 @@ def test_tfos_status_and_logs_commands(tmp_path, marker):
         out, _ = follow.communicate(timeout=30)  # -f ends by itself once the run has ended
         assert "[worker:0] bye\n" in out and "[worker:1] bye\n" in out
         gone = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
+        # ended: its final state from the log dir
+        assert gone.returncode == 0, gone.stderr
+        assert "the run has ended; its final state, from %s/status.json:" % logs in gone.stdout
+        assert re.search(r"^cluster done, attempt 1 of 4", gone.stdout, re.M), gone.stdout
+        assert re.search(r"^worker:1\s+1\s+127\.0\.0\.1:\d+\s+exited\s+\d+\s+0\b", gone.stdout, re.M), gone.stdout
+        (logs / "status.json").unlink()
+        gone = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
         assert gone.returncode == 1 and "does not answer: the run has ended" in gone.stderr
     finally:
         for p in (proc, follow):
@@ -217,7 +224,7 @@ SLOW_READER = ("import os, sys, time\n"
                "    time.sleep(0.05)\n")
 
 PROGRESS = re.compile(r"tfos: feed: partitions (\d+)/~?(\d+), (\d+) rows \([\d.]+ [kMG]?B\), (\d+) rows/s "
-                      r"\([\d.]+ [kMG]?B/s\), (\d+)% of the input read(, ETA [\dminhs ]+)?\n")
+                      r"\([\d.]+ [kMG]?B/s\)(?:, \d+ consumed)?, (\d+)% of the input read(, ETA [\dminhs ]+)?\n")
 
 
 def test_feed_statistics_history_chart_and_progress(tmp_path, marker):
@@ -264,15 +271,16 @@ def test_feed_statistics_history_chart_and_progress(tmp_path, marker):
         assert "tfos_feed_input_bytes %d\n" % data.stat().st_size in text
 
         st = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
-        assert re.search(r"^feed (feeding|done): \d+ rows, [\d.]+ MB, \d+ partitions", st.stdout, re.M), st.stdout
+        assert re.search(r"^feed (feeding|done): \d+ rows written, \d+ consumed, [\d.]+ MB, \d+ partitions", st.stdout,
+                         re.M), st.stdout
 
         # the live page while it feeds: the chart is drawn from /feed/history
         dom, err = dump_dom(tmp_path, url)
         assert '<svg id="feedchart"' in dom, dom[-2000:] + err[-2000:]
         points = re.search(r'<polyline id="feedline"[^>]* points="([^"]+)"', dom)
         assert points and len(points.group(1).split()) >= 2, dom[-3000:]
-        assert re.search(r'<p id="feed">(feeding|done): \d+ rows, ', dom)
-        assert re.search(r"<td>worker:0</td>.*?<td class=\"n\">\d+</td>", dom)
+        assert re.search(r'<p id="feed">(feeding|all written, the trainers are reading): [\d.]+k? rows written, ', dom)
+        assert re.search(r"<td>worker:0</td>.*?<td class=\"n\">[\d.]+k?</td><td class=\"n\">[\d.]+k?</td>", dom)
 
         def done():
             s = json.loads(get(url + "status")[2])
@@ -320,7 +328,7 @@ CANNED_STATUS = {
     "feed": {"state": "feeding", "source": "files", "rows": 4000, "bytes": 96000, "records": 8,
              "partitions_completed": 3, "partitions_aborted": 1, "rows_per_s": 1500.0, "bytes_per_s": 36000.0,
              "input_bytes": 100000, "input_bytes_read": 40000, "rows_expected": None, "partitions_expected": None,
-             "eta_s": 12.0, "elapsed_s": 3.0,
+             "eta_s": 12.0, "elapsed_s": 3.0, "rows_consumed": 1200, "consumed_per_s": 800.0,
              "nodes": [{"node": "chief:0", "executor_id": 0, "rows": 2500, "bytes": 60000, "records": 5,
                         "partitions_completed": 2, "partitions_aborted": 0, "rows_per_s": 900.0,
                         "bytes_per_s": 21600.0},
@@ -330,13 +338,22 @@ CANNED_STATUS = {
     "cluster": {"state": "running", "address": "127.0.0.1:5000", "attempt": 1, "registered": 2, "size": 2,
                 "failure": "",
                 "nodes": [{"executor_id": 0, "job": "chief", "index": 0, "host": "127.0.0.1", "port": 5001,
-                           "state": "running", "pid": 101, "exit_code": -1, "tensorboard_port": 6006},
+                           "state": "running", "pid": 101, "exit_code": -1, "tensorboard_port": 6006,
+                           "feed": {"rows_written": 2500, "rows_consumed": 700, "rows_buffered": 1800,
+                                    "ring_bytes": 1048576, "ring_used": 943718, "ring_fill": 0.9, "wait_data": 0.0,
+                                    "wait_trainer": 0.97, "ended": False, "age_s": 0.4},
+                           "report": {"step": 35, "loss": 0.3125, "acc": "nan"}, "report_age_s": 0.5},
                           {"executor_id": 1, "job": "worker", "index": 0, "host": "127.0.0.1", "port": 5002,
-                           "state": "running", "pid": 102, "exit_code": -1, "tensorboard_port": 0}]},
+                           "state": "running", "pid": 102, "exit_code": -1, "tensorboard_port": 0,
+                           "feed": {"rows_written": 15000, "rows_consumed": 15000, "rows_buffered": 0,
+                                    "ring_bytes": 1048576, "ring_used": 0, "ring_fill": 0.0, "wait_data": 0.82,
+                                    "wait_trainer": 0.0, "ended": False, "age_s": 0.4},
+                           "report": None, "report_age_s": None}]},
 }
 CANNED_HISTORY = {"interval_s": 1, "window_s": 5, "now": 4.0,
                   "samples": [{"t": float(t), "rows": 1000 * t, "rows_per_s": 1000.0 + 100 * t, "bytes": 24000 * t,
-                               "bytes_per_s": 24000.0} for t in range(5)]}
+                               "bytes_per_s": 24000.0, "consumed": 300 * t, "consumed_per_s": 300.0}
+                              for t in range(5)]}
 
 
 def test_page_renders_tensorboard_links_and_chart_from_status_json(tmp_path, marker):
@@ -397,13 +414,22 @@ def test_page_renders_tensorboard_links_and_chart_from_status_json(tmp_path, mar
                      dom)
     assert re.search(r'<td>worker:0</td>.*?<td><a href="/logs/worker-0.log">log</a></td><td></td>', dom)
     assert dom.count(link) == 2 and "TensorBoard (chief:0): " in dom
-    # feed columns per node, the feed line, and one chart point per sample
-    assert re.search(r'<td>chief:0</td>.*?<td class="n">2500</td><td class="n">900</td><td class="n">2</td>', dom)
-    assert ("feeding: 4000 rows, 96.0 kB, partitions 3 done, 1 aborted | 1500 rows/s | 36.0 kB/s | "
-            "40% of the input read | ETA 12 s") in dom
+    # per node: rows written, consumed, buffered with the ring's fill, who waits, the program's report
+    assert re.search(r'<td>chief:0</td>.*?<td class="n">2500</td><td class="n">700</td>'
+                     r'<td class="n">1800 rows, ring 90 %</td><td><span class="busy">data waits on trainer 97 %'
+                     r'</span></td><td>step 35 · loss 0.3125 · acc nan</td>', dom), dom[-3000:]
+    assert re.search(r'<td>worker:0</td>.*?<td class="n">15.0k</td><td class="n">15.0k</td>'
+                     r'<td class="n">0 rows, ring 0 %</td><td><span class="starved">trainer waits on data 82 %'
+                     r'</span></td><td></td>', dom), dom[-3000:]
+    assert ("feeding: 4000 rows written, 1200 (30 %) consumed, 96.0 kB, partitions 3 written, 1 aborted | "
+            "writing 1500 rows/s (36.0 kB/s) | consuming 800 rows/s | 40% of the input read | ETA 12 s") in dom
+    # the chart: one point per sample for each series, axes in human units
     points = re.search(r'<polyline id="feedline"[^>]* points="([^"]+)"', dom)
     assert points and len(points.group(1).split()) == 5
-    assert ">rows/s</text>" in dom and ">1400</text>" in dom  # unit and the y axis's top
+    consumed = re.search(r'<polyline id="feedline-consumed"[^>]* points="([^"]+)"', dom)
+    assert consumed and len(consumed.group(1).split()) == 5
+    assert ">1400 rows/s</text>" in dom and ">700 rows/s</text>" in dom  # the y axis's top and middle
+    assert ">-60 s</text>" in dom and ">now</text>" in dom and "— consumed</text>" in dom
 
 
 def test_quiet_run_prints_no_feed_progress(tmp_path, marker):
@@ -424,3 +450,158 @@ def test_quiet_run_prints_no_feed_progress(tmp_path, marker):
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - start > 6  # long enough for a progress line
     assert "tfos: feed:" not in res.stderr, res.stderr
+
+
+# Reads its feed 100 rows at a time, `delay` s per batch (`late_delay` after
+# `late_step` batches), reporting each step (ctx.report), then waits for the
+# go file.
+REPORTING_READER = ("import os, sys, time\n"
+                    "from tfos import TFNode\n"
+                    "ctx = TFNode.get_context()\n"
+                    "feed = TFNode.DataFeed(ctx.mgr)\n"
+                    "delay, late_step, late_delay, go = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), "
+                    "sys.argv[4]\n"
+                    "step = 0\n"
+                    "while not feed.should_stop():\n"
+                    "    batch = feed.next_batch(100)\n"
+                    "    if not batch:\n"
+                    "        break\n"
+                    "    step += 1\n"
+                    "    ctx.report(step=step, loss=1.0 / step)\n"
+                    "    time.sleep(delay if step < late_step else late_delay)\n"
+                    "print('node %s:%d took %d batches' % (ctx.job_name, ctx.task_index, step), flush=True)\n"
+                    "t0 = time.monotonic()\n"
+                    "while not os.path.exists(go) and time.monotonic() - t0 < 120:\n"
+                    "    time.sleep(0.05)\n")
+
+
+def test_page_shows_consumed_rows_and_who_waits_against_a_slow_consumer(tmp_path, marker):
+    """Issue 18: the status page, /status, /metrics, the console and `tfos
+    status` show rows consumed by the trainers (not only written into their
+    rings), what is buffered, that the data waits on a slow trainer, and each
+    node's ctx.report(); after the run, `tfos status` shows its final state.
+    The page is rendered in headless Chromium (and a screenshot taken)."""
+    import numpy as np
+    # 256-byte rows, 12.8 MB a node: 12 times its 1 MiB ring, so the feeder
+    # waits on the trainers for seconds; the trainers slow down for the last
+    # 10000 rows, read after the feed is written
+    rows = 100000
+    data = tmp_path / marker / "x.npy"
+    data.parent.mkdir()
+    np.save(data, np.arange(rows * 64, dtype=np.float32).reshape(rows, 64))
+    go = tmp_path / "go"
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--feed-mb", "1", "--batch-rows", "100",
+                             "--log-dir", str(logs), "--input", str(data), "--", PY, "-c", REPORTING_READER, "0.02",
+                             "400", "0.05", str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = status_url(proc)
+
+        def slow_trainers():
+            s = json.loads(get(url + "status")[2])
+            nodes = s["cluster"]["nodes"] if s["cluster"] else []
+            ok = len(nodes) == 2 and all(n["feed"] and n["feed"]["wait_trainer"] >= 0.25 and n["report"]
+                                         and 0 < n["feed"]["rows_consumed"] < n["feed"]["rows_written"]
+                                         for n in nodes)
+            return s if ok else None
+
+        mid = wait_for(slow_trainers, 60, interval=0.2)
+        assert mid, get(url + "status")[2]
+        for n in mid["cluster"]["nodes"]:
+            f = n["feed"]
+            assert f["rows_buffered"] == f["rows_written"] - f["rows_consumed"] > 0
+            assert f["ring_bytes"] == 1 << 20 and 0 <= f["ring_fill"] <= 1 and f["wait_data"] < 0.5
+            assert set(n["report"]) == {"step", "loss"} and n["report"]["step"] >= 1
+            assert n["report"]["loss"] == pytest.approx(1.0 / n["report"]["step"], rel=1e-6)
+            assert n["report_age_s"] < 5
+        metrics = get(url + "metrics")[2]
+        for node in ("worker\",index=\"0", "worker\",index=\"1"):
+            assert re.search(r'^tfos_node_rows_consumed_total\{job="%s"\} [1-9]\d*$' % node, metrics, re.M), metrics
+            assert re.search(r'^tfos_node_rows_buffered\{job="%s"\} \d+$' % node, metrics, re.M), metrics
+
+        dom, err = dump_dom(tmp_path, url)
+        assert re.search(r'<span class="busy">data waits on trainer \d+ %</span>', dom), dom[-3000:] + err[-2000:]
+        assert re.search(r"<td>step \d+ · loss [\d.]+</td>", dom), dom[-3000:]
+        assert '<polyline id="feedline-consumed"' in dom
+        shot = tmp_path / "page.png"
+        subprocess.run([chromium()] + chromium_flags(tmp_path) + ["--window-size=1400,700", "--screenshot=%s" % shot,
+                                                                  url], capture_output=True, timeout=90)
+        assert shot.exists() and shot.stat().st_size > 10000
+        if os.environ.get("TFOS_TEST_SHOTS"):  # where a person looks at it
+            shutil.copy(shot, os.path.join(os.environ["TFOS_TEST_SHOTS"], "consumed-rows.png"))
+
+        # the feed is written long before the trainers have read it: the page
+        # says so instead of "done", and the console says how far they are
+        def written_not_read():
+            s = json.loads(get(url + "status")[2])
+            f = s["feed"]
+            return s if f["state"] == "done" and f["rows_consumed"] < f["rows"] else None
+
+        late = wait_for(written_not_read, 60, interval=0.2)
+        assert late, get(url + "status")[2]
+        dom, err = dump_dom(tmp_path, url)
+        assert re.search(r'<p id="feed">all written, the trainers are reading: 100.0k of 100.0k rows written, [\d.]+k? \(\d+ %\) '
+                         r'consumed', dom), re.findall(r'<p id="feed">[^<]*', dom) or dom[-3000:] + err[-2000:]
+
+        def all_read():
+            s = json.loads(get(url + "status")[2])
+            return s if s["feed"]["rows_consumed"] == rows else None
+
+        assert wait_for(all_read, 60, interval=0.2), get(url + "status")[2]
+        dom = dump_dom(tmp_path, url)[0]
+        assert "done: 100.0k of 100.0k rows written, 100.0k (100 %) consumed" in dom, re.findall(r'<p id="feed">[^<]*', dom)
+        go.write_text("go")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-3000:]
+        assert "node worker:0 took 500 batches" in out and "node worker:1 took 500 batches" in out
+        assert re.search(r"tfos: feed: all written, 100000 rows written; the trainers have consumed \d+ \(\d+%\)", err), err
+
+        st = subprocess.run([tfos_cli(), "status", str(logs)], capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        assert "the run has ended; its final state, from %s/status.json:" % logs in st.stdout
+        assert re.search(r"^cluster done, attempt 1 of 4", st.stdout, re.M), st.stdout
+        for i in (0, 1):
+            assert re.search(r"^worker:%d\s+%d\s+127\.0\.0\.1:\d+\s+exited\s+\d+\s+0\s+50000\s+50000\s+step 500 loss 0\.002$"
+                             % (i, i), st.stdout, re.M), st.stdout
+        assert re.search(r"^feed done: 100000 rows written, 100000 consumed, ", st.stdout, re.M), st.stdout
+        final = json.loads(subprocess.run([tfos_cli(), "status", "--json", str(logs)], capture_output=True, text=True,
+                                          timeout=30).stdout)
+        assert final["cluster"]["state"] == "done" and final["feed"]["rows_consumed"] == rows
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_page_shows_a_trainer_waiting_on_data(tmp_path, marker):
+    """A trainer asleep on an empty feed (its producers are slow, here absent)
+    shows as waiting on data."""
+    reader = ("import os, sys\n"
+              "from tfos import _tfos\n"
+              "ring = _tfos.Ring(int(os.environ['TFOS_FEED_FDS'].split(',')[0]), _tfos.ROLE_CONSUMER)\n"
+              "try:\n"
+              "    ring.read(8000)\n"
+              "except TimeoutError:\n"
+              "    print('no data in 8 s', flush=True)\n")
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--",
+                             PY, "-c", reader, marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TFOS_FEED_PRODUCERS="1"))
+    try:
+        url = status_url(proc)
+
+        def starved():
+            s = json.loads(get(url + "status")[2])
+            n = s["cluster"]["nodes"][0] if s["cluster"] else None
+            return n if n and n["feed"] and n["feed"]["wait_data"] >= 0.5 else None
+
+        node = wait_for(starved, 30, interval=0.2)
+        assert node, get(url + "status")[2]
+        assert node["feed"]["wait_trainer"] == 0 and node["feed"]["rows_consumed"] == 0 and node["report"] is None
+        dom, err = dump_dom(tmp_path, url)
+        assert re.search(r'<span class="starved">trainer waits on data \d+ %</span>', dom), dom[-3000:] + err[-2000:]
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "no data in 8 s" in out, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
