@@ -28,8 +28,11 @@ METRIC_LINE = r"[a-z_]+(\{[^}]*\})? -?\d+(\.\d+)?"
 def slow_reader(args, ctx):
     """Read the feed slowly, to its end."""
     feed = TFNode.DataFeed(ctx.mgr, True)
+    step = 0
     while not feed.should_stop():
-        feed.next_batch(10)
+        if feed.next_batch(10):
+            step += 1
+            ctx.report(step=step, loss=1.0 / step)
         time.sleep(args["slow"])
 
 
@@ -120,13 +123,29 @@ def test_status_page_while_train_feeds(spark, tmp_path, caplog):
         assert '<td><a href="/logs/' not in dom  # no log links: the logs are on the executors
         # the feed may have finished by the time the browser rendered it
         feed_line = re.search(r'<p id="feed">([^<]*)</p>', dom)
-        assert feed_line and re.match(r"(feeding|done): \d+ rows, partitions \d of 8 done", feed_line.group(1)), \
+        assert feed_line and re.match(r"(feeding|done|all written, the trainers are reading): \d+ rows written, \d+ "
+                                      r"\(\d+ %\) consumed, partitions \d of 8 written", feed_line.group(1)), \
             feed_line.group(1) if feed_line else dom[:3000]
         assert '<polyline id="feedline"' in dom
 
         assert trained.wait(120) and not errors, errors
         done = json.loads(get(url + "status")[2])["feed"]
         assert done["state"] == "done" and done["rows"] == 2000 and done["partitions_completed"] == 8
+
+        # what map_fun consumed and reported, per node, from its agent's heartbeats
+        def all_consumed():
+            s = json.loads(get(url + "status")[2])
+            nodes = s["cluster"]["nodes"]
+            return s if sum(n["feed"]["rows_consumed"] for n in nodes if n["feed"]) == 2000 else None
+
+        s = wait_for(all_consumed, 10)
+        assert s, get(url + "status")[2]
+        assert s["feed"]["rows_consumed"] == 2000
+        for n in s["cluster"]["nodes"]:
+            assert n["feed"]["rows_written"] == n["feed"]["rows_consumed"] > 0 and n["feed"]["rows_buffered"] == 0
+            assert n["report"]["step"] == n["feed"]["rows_consumed"] // 10
+        assert re.search(r'^tfos_node_rows_consumed_total\{job="worker",index="0"\} [1-9]\d*$',
+                         get(url + "metrics")[2], re.M)
     finally:
         cluster.shutdown()
     with pytest.raises(OSError):
