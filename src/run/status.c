@@ -349,6 +349,22 @@ static void feed_metrics(FILE *f, const tfos__feed_meter *m)
                    "# TYPE tfos_feed_eta_seconds gauge\ntfos_feed_eta_seconds %.1f\n", eta);
 }
 
+/* A per-node series of the rows its agent reported: taken by its program,
+ * or (buffered) written and not taken yet. Nodes without a ring have none. */
+static void node_rows_metric(FILE *f, const tfos_coord *c, const char *name, const char *type, const char *help,
+                             int buffered)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (int i = 0, n = tfos_coord_node_count(c); i < n; i++) {
+        tfos_node_info ni;
+        tfos_coord_node(c, i, &ni);
+        if (!ni.has_feed)
+            continue;
+        uint64_t v = !buffered ? ni.rows_out : ni.rows_in > ni.rows_out ? ni.rows_in - ni.rows_out : 0;
+        fprintf(f, "%s{job=\"%s\",index=\"%d\"} %llu\n", name, ni.job, ni.index, (unsigned long long)v);
+    }
+}
+
 static char *metrics(const tfos__status_src *src)
 {
     char *buf = NULL;
@@ -375,24 +391,10 @@ static char *metrics(const tfos__status_src *src)
             fprintf(f, "tfos_node_up{job=\"%s\",index=\"%d\",executor=\"%d\"} %d\n", ni.job, ni.index,
                     ni.executor_id, !strcmp(ni.state, "running"));
         }
-        fprintf(f, "# HELP tfos_node_rows_consumed_total Rows the node's program took from its input ring.\n"
-                   "# TYPE tfos_node_rows_consumed_total counter\n");
-        for (int i = 0; i < n; i++) {
-            tfos_node_info ni;
-            tfos_coord_node(src->coord, i, &ni);
-            if (ni.has_feed)
-                fprintf(f, "tfos_node_rows_consumed_total{job=\"%s\",index=\"%d\"} %llu\n", ni.job, ni.index,
-                        (unsigned long long)ni.rows_out);
-        }
-        fprintf(f, "# HELP tfos_node_rows_buffered Rows written into the node's input ring and not taken yet.\n"
-                   "# TYPE tfos_node_rows_buffered gauge\n");
-        for (int i = 0; i < n; i++) {
-            tfos_node_info ni;
-            tfos_coord_node(src->coord, i, &ni);
-            if (ni.has_feed)
-                fprintf(f, "tfos_node_rows_buffered{job=\"%s\",index=\"%d\"} %llu\n", ni.job, ni.index,
-                        (unsigned long long)(ni.rows_in > ni.rows_out ? ni.rows_in - ni.rows_out : 0));
-        }
+        node_rows_metric(f, src->coord, "tfos_node_rows_consumed_total", "counter",
+                         "Rows the node's program took from its input ring.", 0);
+        node_rows_metric(f, src->coord, "tfos_node_rows_buffered", "gauge",
+                         "Rows written into the node's input ring and not taken yet.", 1);
         fprintf(f, "# HELP tfos_node_exit_code Exit code of a node that ended (128+N for signal N).\n"
                    "# TYPE tfos_node_exit_code gauge\n");
         for (int i = 0; i < n; i++) {
