@@ -416,10 +416,10 @@ def test_page_renders_tensorboard_links_and_chart_from_status_json(tmp_path, mar
     assert dom.count(link) == 2 and "TensorBoard (chief:0): " in dom
     # per node: rows written, consumed, buffered with the ring's fill, who waits, the program's report
     assert re.search(r'<td>chief:0</td>.*?<td class="n">2500</td><td class="n">700</td>'
-                     r'<td class="n">1800 rows, ring 90 %</td><td><span class="busy">data waits on trainer 97 %'
+                     r'<td class="n">1800 rows, ring 90&nbsp;%</td><td><span class="busy">data waits on trainer 97&nbsp;%'
                      r'</span></td><td>step 35 · loss 0.3125 · acc nan</td>', dom), dom[-3000:]
     assert re.search(r'<td>worker:0</td>.*?<td class="n">15.0k</td><td class="n">15.0k</td>'
-                     r'<td class="n">0 rows, ring 0 %</td><td><span class="starved">trainer waits on data 82 %'
+                     r'<td class="n">0 rows, ring 0&nbsp;%</td><td><span class="starved">trainer waits on data 82&nbsp;%'
                      r'</span></td><td></td>', dom), dom[-3000:]
     assert ("feeding: 4000 rows written, 1200 (30 %) consumed, 96.0 kB, partitions 3 written, 1 aborted | "
             "writing 1500 rows/s (36.0 kB/s) | consuming 800 rows/s | 40% of the input read | ETA 12 s") in dom
@@ -520,7 +520,7 @@ def test_page_shows_consumed_rows_and_who_waits_against_a_slow_consumer(tmp_path
             assert re.search(r'^tfos_node_rows_buffered\{job="%s"\} \d+$' % node, metrics, re.M), metrics
 
         dom, err = dump_dom(tmp_path, url)
-        assert re.search(r'<span class="busy">data waits on trainer \d+ %</span>', dom), dom[-3000:] + err[-2000:]
+        assert re.search(r'<span class="busy">data waits on trainer \d+&nbsp;%</span>', dom), dom[-3000:] + err[-2000:]
         assert re.search(r"<td>step \d+ · loss [\d.]+</td>", dom), dom[-3000:]
         assert '<polyline id="feedline-consumed"' in dom
         shot = tmp_path / "page.png"
@@ -598,7 +598,7 @@ def test_page_shows_a_trainer_waiting_on_data(tmp_path, marker):
         assert node, get(url + "status")[2]
         assert node["feed"]["wait_trainer"] == 0 and node["feed"]["rows_consumed"] == 0 and node["report"] is None
         dom, err = dump_dom(tmp_path, url)
-        assert re.search(r'<span class="starved">trainer waits on data \d+ %</span>', dom), dom[-3000:] + err[-2000:]
+        assert re.search(r'<span class="starved">trainer waits on data \d+&nbsp;%</span>', dom), dom[-3000:] + err[-2000:]
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "no data in 8 s" in out, err[-3000:]
     finally:
