@@ -272,7 +272,8 @@ class TFCluster(object):
         started = time.time()
         while True:
             outcomes = self.sc.accumulator({}, _Outcomes())
-            progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver)
+            progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver,
+                                 quiet=self._conf.get("quiet", False))
             job_error = None
             try:
                 if _is_dataframe(data):
@@ -488,7 +489,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         node_log_dir="tfos-logs",
-        status_port=0, keras="auto"):
+        status_port=0, keras="auto", quiet=False):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -523,7 +524,10 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     MultiWorkerMirroredStrategy. ``"legacy"`` insists on tf-keras (a node
     without it fails to start, saying so); ``"3"`` gives Keras 3; ``"env"``
     leaves the executors' environment alone. ``import keras`` is Keras 3 in
-    every mode. See docs/SPARK.md, "Keras".
+    every mode. See docs/SPARK.md, "Keras". ``quiet=True`` drops the feed
+    progress lines that :meth:`TFCluster.train` logs every 5 s (as ``tfos run
+    --quiet``); the status page still shows the feed. The driver's lines go to
+    the logger ``"tfos"`` (see docs/DESIGN.md, "Logs").
     """
     from .._extras import require
     require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
@@ -565,7 +569,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
-            "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port)}
+            "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
+            "quiet": bool(quiet)}
     cluster = TFCluster(sc, spec, conf)
     cluster._start_attempt(first=True)
     logger.info("cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,

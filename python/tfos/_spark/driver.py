@@ -154,14 +154,17 @@ class _Outcomes(object):
 
 
 class _Progress(object):
-    """Feed progress on the driver's console (stderr) every few seconds:
-    partitions delivered, rows, rows/s, ETA."""
+    """Feed progress, logged every few seconds (the logger "tfos", INFO:
+    stderr unless the program configured logging): partitions delivered,
+    rows, rows/s, ETA; none with ``quiet``. The status page's feed numbers
+    are updated every second either way."""
 
     INTERVAL = 5.0
 
-    def __init__(self, total, already, outcomes, attempt, driver=None):
+    def __init__(self, total, already, outcomes, attempt, driver=None, quiet=False):
         self.total, self.already, self.outcomes, self.attempt = total, already, outcomes, attempt
         self.driver = driver  # the status page's feed numbers, every second
+        self.quiet = quiet
         self.t0 = time.monotonic()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="tfos-progress", daemon=True)
@@ -183,14 +186,13 @@ class _Progress(object):
         return parts, rows
 
     def _loop(self):
-        import sys
         next_line = time.monotonic() + self.INTERVAL
         while not self.done.wait(min(1.0, self.INTERVAL)):
             try:
                 parts, rows = self._feed()
             except Exception:
                 continue
-            if time.monotonic() < next_line:
+            if self.quiet or time.monotonic() < next_line:
                 continue
             next_line = time.monotonic() + self.INTERVAL
             elapsed = time.monotonic() - self.t0
@@ -199,9 +201,8 @@ class _Progress(object):
             eta = ""
             if fresh and parts < self.total:
                 eta = ", ETA %.0f s" % (elapsed / fresh * (self.total - parts))
-            sys.stderr.write("tfos: feeding (attempt %d): %d/%d partitions, %d rows, %.0f rows/s%s\n" % (
-                self.attempt, parts, self.total, rows, rate, eta))
-            sys.stderr.flush()
+            logger.info("feeding (attempt %d): %d/%d partitions, %d rows, %.0f rows/s%s",
+                        self.attempt, parts, self.total, rows, rate, eta)
 
     def stop(self):
         self.done.set()
