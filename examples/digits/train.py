@@ -21,11 +21,12 @@ Roles:
       "test accuracy: 0.9778" as its last line.
   other workers
       train, save to a temporary directory that they delete at once (all
-      workers must take part in the save), print "worker:N: done (...)".
+      workers must take part in the save), print "done (held-out accuracy
+      0.9778)", which tfos shows as "[worker:N] done (...)".
   evaluator
       takes no part in training: waits (at most --eval-timeout seconds) for
       the chief to write a new model file, evaluates it on the held-out split
-      and prints "evaluator:0: held-out accuracy 0.9778"; exits 0 on
+      and prints "held-out accuracy 0.9778"; exits 0 on
       timeout.
   ps
       unused by this strategy (tfos runs the ps servers itself); a program
