@@ -15,7 +15,7 @@ from tfos import _extras
 
 # Declared in pyproject.toml but not installed by requirements.txt, so no test
 # here runs them yet (docs/PACKAGING.md says why for each).
-NOT_PINNED = {"torch", "jax"}
+NOT_PINNED = {"torch"}
 # distribution -> the module it installs, where the names differ
 MODULE_OF = {"tensorflow-cpu": "tensorflow", "tf-keras": "tf_keras"}
 
