@@ -87,36 +87,24 @@ static void deliver(int level, const char *msg)
     PyErr_Restore(type, value, tb);
 }
 
-/* Take up to `max` queued lines, oldest first; the caller frees each msg. */
-static int take_lines(queued_line *out, int max)
-{
-    int n = 0;
-    while (n < max && q_count) {
-        out[n++] = q_lines[q_head];
-        q_head = (q_head + 1) % QUEUE_CAP;
-        q_count--;
-    }
-    return n;
-}
-
-static void deliver_all(queued_line *lines, int n)
-{
-    for (int i = 0; i < n; i++) {
-        deliver(lines[i].level, lines[i].msg);
-        free(lines[i].msg);
-    }
-}
-
+/* With the GIL: deliver the queued lines, oldest first. Lines are taken one
+ * at a time with the GIL held, so that two threads delivering at once (the
+ * pump and a drain) keep them in order. */
 void tfos__py_log_drain(void)
 {
-    queued_line batch[64];
     for (;;) {
+        queued_line line = {0, NULL};
         pthread_mutex_lock(&q_mu);
-        int n = take_lines(batch, 64);
+        if (q_count) {
+            line = q_lines[q_head];
+            q_head = (q_head + 1) % QUEUE_CAP;
+            q_count--;
+        }
         pthread_mutex_unlock(&q_mu);
-        if (!n)
+        if (!line.msg)
             return;
-        deliver_all(batch, n);
+        deliver(line.level, line.msg);
+        free(line.msg);
     }
 }
 
@@ -185,18 +173,16 @@ static PyObject *mod_log_install(PyObject *Py_UNUSED(m), PyObject *fn)
  * while it waits. */
 static PyObject *mod_log_pump(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-    queued_line batch[64];
     for (;;) {
-        int n, stop;
+        int stop;
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&q_mu);
         while (!q_count && !q_stopped)
             pthread_cond_wait(&q_cv, &q_mu);
-        n = take_lines(batch, 64);
-        stop = q_stopped && !q_count;
+        stop = q_stopped;
         pthread_mutex_unlock(&q_mu);
         Py_END_ALLOW_THREADS
-        deliver_all(batch, n);
+        tfos__py_log_drain();
         if (stop)
             break;
     }
