@@ -73,10 +73,16 @@ static void deliver(int level, const char *msg)
         tfos__log_stderr(level, msg);
         return;
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+#endif
     in_emit = 1;
-    PyObject *r = PyObject_CallFunction(emit_fn, "is", py_level(level), msg);
+    /* the C side may log bytes that are not UTF-8 (a peer's name, a path) */
+    PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+    PyObject *r = text ? PyObject_CallFunction(emit_fn, "iN", py_level(level), text) : NULL;
     in_emit = 0;
     if (r) {
         Py_DECREF(r);
@@ -84,7 +90,11 @@ static void deliver(int level, const char *msg)
         PyErr_Clear();
         tfos__log_stderr(level, msg);
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
     PyErr_Restore(type, value, tb);
+#endif
 }
 
 /* With the GIL: deliver the queued lines, oldest first. Lines are taken one
