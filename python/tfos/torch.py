@@ -1,0 +1,306 @@
+"""PyTorch on tfos: Spark's ``TorchDistributor`` on tfos's runtime, and the
+feed as a ``torch.utils.data.IterableDataset``.
+
+A TorchDistributor program changes one import::
+
+    from tfos.torch import TorchDistributor      # was: pyspark.ml.torch.distributor
+
+    def train(lr):
+        import torch.distributed as dist
+        dist.init_process_group("gloo")           # tfos set MASTER_ADDR/PORT, RANK, WORLD_SIZE
+        ...
+        return model.state_dict()                 # rank 0's value comes back
+
+    state = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(train, 1e-3)
+
+and gains what tfos gives every cluster: ports held until the program binds
+them, restarts with checkpoint resume (``max_restarts``, ``TFOS_ATTEMPT``,
+``TFOS_CHECKPOINT_DIR``), every rank's output live with its node name, the
+status page, and a failure that names the rank and carries its traceback.
+
+``train_on_dataframe(main, df, *args, epochs=1)`` is what TorchDistributor
+keeps private: every rank reads the DataFrame's rows from its tfos feed
+through :class:`FeedDataset` (Arrow batches into the node's shared-memory
+ring, tensors out of it: no files, no per-row Python).
+
+How it maps (docs/TORCH.md has the whole story):
+
+- ``local_mode=True``: ``num_processes`` nodes on this machine (``tfos.run``,
+  no Spark needed); ``local_mode=False``: one node per Spark executor
+  (``TFCluster.run``), on ``num_processes`` executors.
+- ``run(main, *args)``: ``main`` a function (pickled with cloudpickle; rank
+  0's return value is returned) or the path of a Python script run with
+  ``args`` as its command line (returns None).
+- ``use_gpu=True`` needs GPUs: each node sees the ones tfos or Spark gave it
+  in ``CUDA_VISIBLE_DEVICES``; without any it fails at once, saying so, as
+  Spark's does.
+"""
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import warnings
+
+import torch
+import torch.utils.data
+
+from . import _tfos
+from ._extras import require
+
+__all__ = ["TorchDistributor", "FeedDataset"]
+
+_DEFAULTS = _tfos.DEFAULTS
+RESULT_ENV = "TFOS_RESULT_FILE"
+
+
+def _dumps(obj):
+    """cloudpickle (functions of __main__ and closures travel by value) when
+    pyspark's copy is there, else pickle."""
+    try:
+        from pyspark import cloudpickle
+    except ImportError:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _write_result(value, path):
+    """Rank 0's return value, pickled, into ``path`` (atomically)."""
+    if not path or os.environ.get("RANK", "0") != "0":
+        return
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(_dumps(value))
+    os.replace(tmp, path)
+
+
+def _call(main, args):
+    """Run ``main`` in a node: a function is called with ``args``; a script
+    path runs as ``__main__`` with ``args`` as its command line."""
+    if isinstance(main, str):
+        import runpy
+        saved = sys.argv
+        sys.argv = [main] + [str(a) for a in args]
+        try:
+            runpy.run_path(main, run_name="__main__")
+        finally:
+            sys.argv = saved
+        return None
+    return main(*args)
+
+
+def _spark_node(tf_args, ctx):
+    """map_fun of the Spark nodes: run ``main`` and leave rank 0's value
+    where the driver fetches it (see :func:`_fetch_spark_result`)."""
+    main, args, result_name = tf_args
+    value = _call(main, args)
+    if not isinstance(main, str):
+        _write_result(value, os.path.join(tempfile.gettempdir(), result_name))
+
+
+def _fetch_spark_result(sc, result_name, slots):
+    """Rank 0's pickled value from whichever executor ran it: one task per
+    executor slot reads (and removes) the file there."""
+    def take(_):
+        path = os.path.join(tempfile.gettempdir(), result_name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        os.unlink(path)
+        return [data]
+
+    found = sc.parallelize(range(slots), slots).barrier().mapPartitions(take).collect()
+    return found[0] if found else None
+
+
+class TorchDistributor(object):
+    """Spark's ``pyspark.ml.torch.distributor.TorchDistributor`` on tfos.
+
+    Same constructor and ``run``; tfos's options are keywords after them:
+    ``max_restarts`` (re-form the cluster after a rank fails, this many
+    times; programs resume from ``TFOS_CHECKPOINT_DIR``), ``checkpoint_dir``
+    (kept across restarts), ``log_dir`` (every rank's log; local mode),
+    ``status_port`` (0: any free port, -1: no status page), ``quiet`` (no
+    feed progress lines) and ``spark`` (the SparkSession for
+    ``local_mode=False``; default: the active one).
+    """
+
+    def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
+                 max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, log_dir=None, status_port=0,
+                 quiet=False, spark=None):
+        if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
+            raise ValueError("TorchDistributor: num_processes must be a positive int, got %r" % (num_processes,))
+        self.num_processes = num_processes
+        self.local_mode = bool(local_mode)
+        self.use_gpu = bool(use_gpu)
+        self.max_restarts = max(0, int(max_restarts))
+        self.checkpoint_dir = checkpoint_dir
+        self.log_dir = log_dir
+        self.status_port = int(status_port)
+        self.quiet = bool(quiet)
+        self.spark = spark
+        self.cluster = None  # the TFCluster of the last Spark run (its status, history)
+
+    # -- checks
+    def _check_main(self, main):
+        if isinstance(main, str):
+            if not os.path.isfile(main):
+                raise FileNotFoundError("TorchDistributor.run: the training script %s does not exist" % main)
+        elif not callable(main):
+            raise TypeError("TorchDistributor.run: train_object must be a function or the path of a Python "
+                            "script, got %s" % type(main).__name__)
+
+    def _check_gpus(self):
+        if not self.use_gpu:
+            return
+        if self.local_mode:
+            from . import gpu_info
+            if not gpu_info.is_gpu_available():
+                raise RuntimeError("TorchDistributor(use_gpu=True, local_mode=True): this machine has no GPU "
+                                   "(nvidia-smi finds none); pass use_gpu=False to train on CPUs")
+            return
+        conf = self._session().sparkContext.getConf()
+        if not conf.get("spark.task.resource.gpu.amount"):
+            raise RuntimeError("TorchDistributor(use_gpu=True, local_mode=False): spark.task.resource.gpu.amount "
+                               "is not set, so Spark gives the tasks no GPU; set it (and the executors' GPU "
+                               "resources) or pass use_gpu=False")
+
+    def _session(self):
+        if self.spark is not None:
+            return self.spark
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError("TorchDistributor(local_mode=False) needs a SparkSession: create one first "
+                               "(SparkSession.builder...getOrCreate()) or pass spark=")
+        return spark
+
+    # -- running
+    def run(self, train_object, *args):
+        """Run ``train_object`` on ``num_processes`` ranks and wait for the
+        end. A function's rank-0 return value is returned; a script returns
+        None. A failed rank raises :class:`tfos.ClusterError` (on Spark its
+        subclass ``TFClusterError``) naming the rank, with its traceback."""
+        self._check_main(train_object)
+        self._check_gpus()
+        if self.local_mode:
+            return self._run_local(train_object, args)
+        return self._run_spark(train_object, args, None, 1)
+
+    def train_on_dataframe(self, train_object, df, *args, epochs=1, feed_timeout=600):
+        """Run ``train_object`` on the ranks while Spark feeds them ``df``
+        (``epochs`` times): in each rank, :class:`FeedDataset` yields its
+        share of the rows as tensors. Needs ``local_mode=False``. A partition
+        whose rank fails is fed again after the restart (at-least-once)."""
+        self._check_main(train_object)
+        if self.local_mode:
+            raise ValueError("TorchDistributor.train_on_dataframe needs local_mode=False: the DataFrame's rows "
+                             "stream from the executors that compute them into the ranks on those executors")
+        self._check_gpus()
+        return self._run_spark(train_object, args, df, int(epochs), feed_timeout)
+
+    def _run_local(self, main, args):
+        from ._launch import run as run_local
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+        # the pickled function and rank 0's value (beside the logs when there is a log dir)
+        work = tempfile.mkdtemp(prefix="tfos-torch-", dir=None if self.log_dir is None else str(self.log_dir))
+        try:
+            if isinstance(main, str):
+                argv = [sys.executable, main] + [str(a) for a in args]
+                result = None
+            else:
+                payload = os.path.join(work, "payload.pkl")
+                with open(payload, "wb") as f:
+                    f.write(_dumps((main, args)))
+                result = os.path.join(work, "result.pkl")
+                argv = [sys.executable, "-m", "tfos._torchprog", payload, result]
+            run_local(argv, workers=self.num_processes, log_dir=self.log_dir, max_restarts=self.max_restarts,
+                      checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet)
+            if result is None or not os.path.exists(result):
+                return None
+            with open(result, "rb") as f:
+                return pickle.load(f)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _run_spark(self, main, args, df, epochs, feed_timeout=600):
+        require("TorchDistributor(local_mode=False)", "pyspark", "pyarrow")
+        from ._spark import cluster as spark_cluster
+        from ._spark.driver import _executor_count
+        sc = self._session().sparkContext
+        import uuid
+        result_name = "tfos-torch-result-%s.pkl" % uuid.uuid4().hex[:12]
+        mode = spark_cluster.InputMode.SPARK if df is not None else spark_cluster.InputMode.TENSORFLOW
+        cluster = spark_cluster.run(sc, _spark_node, (main, tuple(args), result_name), self.num_processes,
+                                    input_mode=mode, max_restarts=self.max_restarts,
+                                    checkpoint_dir=self.checkpoint_dir, status_port=self.status_port,
+                                    quiet=self.quiet, keras="env")
+        self.cluster = cluster
+        try:
+            if df is not None:
+                cluster.train(df, epochs, feed_timeout=feed_timeout)
+        finally:
+            cluster.shutdown()  # raises the failure (with its traceback) if a rank failed
+        if isinstance(main, str):
+            return None
+        data = _fetch_spark_result(sc, result_name, max(self.num_processes, _executor_count(sc)))
+        return None if data is None else pickle.loads(data)
+
+
+class FeedDataset(torch.utils.data.IterableDataset):
+    """This node's tfos feed as an iterable of batches of tensors, for
+    ``torch.utils.data.DataLoader(FeedDataset(64), batch_size=None)``.
+
+    Each item is a tuple of tensors, one per column (a dict by column name
+    with ``as_dict=True``), of up to ``batch_size`` rows; numeric columns
+    become tensors that share the memory numpy decoded the batch into (no
+    copy; string columns stay numpy object arrays). Iteration ends when the
+    feed ends: every epoch the producer fed, in order, one stream. Under
+    ``tfos run --input`` the feed is the input files; on Spark it is the
+    DataFrame of ``TorchDistributor.train_on_dataframe``.
+
+    One reader per node: use it in the rank's own process (DataLoader's
+    ``num_workers=0``); a DataLoader worker process cannot read the node's
+    ring and says so. ``feed`` is the ``DataFeed`` underneath (created on
+    first use); ``feed.save_position()`` beside a checkpoint makes a restart
+    resume the feed where the checkpoint stands.
+    """
+
+    def __init__(self, batch_size, as_dict=False, timeout=None):
+        super().__init__()
+        if int(batch_size) < 1:
+            raise ValueError("FeedDataset: batch_size must be at least 1, got %r" % (batch_size,))
+        self.batch_size = int(batch_size)
+        self.as_dict = bool(as_dict)
+        self.timeout = timeout
+        self.feed = None
+        self.rows = 0
+
+    def _tensor(self, a):
+        if a.dtype == object:
+            return a
+        if not a.flags.writeable:  # a view of the decoded record: shared, never written
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(a)
+        return torch.from_numpy(a)
+
+    def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError("FeedDataset reads this node's tfos feed and must be iterated in the rank's own "
+                               "process: use DataLoader(..., num_workers=0)")
+        if self.feed is None:
+            from .feed import DataFeed
+            self.feed = DataFeed(train_mode=True, timeout=self.timeout)
+        while True:
+            batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
+            if not len(batch):
+                return
+            self.rows += len(next(iter(batch.values())) if self.as_dict else batch[0])
+            if self.as_dict:
+                yield {k: self._tensor(v) for k, v in batch.items()}
+            else:
+                yield tuple(self._tensor(v) for v in batch)

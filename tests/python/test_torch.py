@@ -1,0 +1,166 @@
+"""PyTorch on tfos without Spark (issue 12): real torch, DDP over gloo between
+real processes under `tfos run`, and tfos.torch.TorchDistributor(local_mode=True).
+
+- examples/torch/ddp_digits.py, fed from a file, reaches >= 0.90 held-out;
+- a rank killed with SIGKILL mid-training: the cluster is re-formed and
+  training resumes from the checkpoint, not from step 0;
+- an exception in rank 1 comes back with its traceback (tfos run and
+  TorchDistributor);
+- TorchDistributor returns rank 0's value; FeedDataset refuses DataLoader
+  worker processes;
+- nothing is left running.
+"""
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import PY, ROOT, pids_with, run_tfos, tfos_cli, wait_for
+
+if importlib.util.find_spec("torch") is None:  # pragma: no cover - torch is pinned in requirements.txt
+    pytest.skip("torch is NOT installed for %s: the PyTorch tests are NOT run" % PY, allow_module_level=True)
+
+EXAMPLE = os.path.join(ROOT, "examples", "torch", "ddp_digits.py")
+
+
+@pytest.fixture(scope="module")
+def digits_npy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "digits.npy"
+    subprocess.run([PY, os.path.join(ROOT, "examples", "digits", "make_data.py"), str(path)], check=True,
+                   capture_output=True)
+    return path
+
+
+def test_ddp_fed_from_a_file_and_a_killed_rank_resumes(tmp_path, marker, digits_npy):
+    ckpt = tmp_path / marker / "ckpt"
+    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--max-restarts", "1", "--input", str(digits_npy),
+                             "--epochs", "10", "--log-dir", str(tmp_path / "logs"), "--quiet", "--", PY, EXAMPLE,
+                             "--checkpoint-dir", str(ckpt), "--step-delay", "0.01"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    out, victim, killed = [], None, False
+    try:
+        deadline = time.monotonic() + 300
+        for line in proc.stdout:
+            out.append(line)
+            m = re.search(r"\[worker:1\] rank 1 of 2, pid (\d+), attempt 1", line)
+            if m:
+                victim = int(m.group(1))
+            if not killed and victim and re.search(r"\[worker:0\] checkpoint at step 80$", line):
+                os.kill(victim, signal.SIGKILL)
+                killed = True
+            if time.monotonic() > deadline:
+                break
+        proc.wait(timeout=120)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(out)
+    assert killed, text[-3000:]
+    assert proc.returncode == 0, text[-3000:] + err[-3000:]
+    assert "worker:1 (executor 1, host 127.0.0.1, pid %d) failed: signal 9 (Killed)" % victim in err, err[-3000:]
+    assert "all nodes finished successfully on attempt 2" in err, err[-3000:]
+    assert re.search(r"\[worker:1\] rank 1 of 2, pid \d+, attempt 2", text)
+    resumed = [int(s) for s in re.findall(r"\[worker:\d\] resumed from \S+ckpt.pt at step (\d+)", text)]
+    assert len(resumed) == 2 and min(resumed) >= 80, text[-3000:]  # both ranks, not from step 0
+    acc = float(re.search(r"^\[worker:0\] held-out accuracy: ([\d.]+)$", text, re.M).group(1))
+    assert acc >= 0.90, text[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_exception_in_rank_1_comes_back_with_its_traceback(tmp_path, marker):
+    code = ("import sys, torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            "def step(rank):\n"
+            "    if rank == 1:\n"
+            "        raise ValueError('rank 1 met a bad batch')\n"
+            "step(dist.get_rank())\n"
+            "dist.barrier()\n")
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--", PY, "-c", code, marker],
+                 timeout=120)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert re.search(r"worker:1 \(executor 1, host 127.0.0.1, pid \d+\) failed: exit code 1", r.stderr), r.stderr
+    assert "ValueError: rank 1 met a bad batch" in r.stderr and 'line 5, in step' in r.stderr, r.stderr[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def _distributor_script(tmp_path, body):
+    path = tmp_path / "driver.py"
+    path.write_text("import sys\nfrom tfos.torch import TorchDistributor\n" + body)
+    return path
+
+
+def test_torch_distributor_local_mode_returns_rank_0_value(tmp_path, marker):
+    script = _distributor_script(tmp_path, (
+        "def train(scale):\n"
+        "    import os, torch, torch.distributed as dist\n"
+        "    dist.init_process_group('gloo')\n"
+        "    t = torch.tensor([float(dist.get_rank() + 1)])\n"
+        "    dist.all_reduce(t)\n"
+        "    return {'rank': dist.get_rank(), 'sum': t.item() * scale, 'world': int(os.environ['WORLD_SIZE'])}\n"
+        "out = TorchDistributor(num_processes=3, local_mode=True, use_gpu=False, log_dir=sys.argv[1]).run(train, 10)\n"
+        "print('RESULT', out)\n"))
+    r = subprocess.run([PY, str(script), str(tmp_path / marker / "logs")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "RESULT {'rank': 0, 'sum': 60.0, 'world': 3}" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_torch_distributor_local_mode_failure_names_the_rank(tmp_path, marker):
+    script = _distributor_script(tmp_path, (
+        "def train():\n"
+        "    import torch.distributed as dist\n"
+        "    dist.init_process_group('gloo')\n"
+        "    if dist.get_rank() == 1:\n"
+        "        raise KeyError('missing column')\n"
+        "    dist.barrier()\n"
+        "import tfos\n"
+        "try:\n"
+        "    TorchDistributor(num_processes=2, local_mode=True, use_gpu=False, max_restarts=0,\n"
+        "                     log_dir=sys.argv[1]).run(train)\n"
+        "except tfos.ClusterError as exc:\n"
+        "    print('FAILED', exc.exit_code)\n"
+        "    print(exc)\n"))
+    r = subprocess.run([PY, str(script), str(tmp_path / marker / "logs")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "FAILED 1" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "worker:1" in r.stdout and "KeyError: 'missing column'" in r.stdout, r.stdout
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_torch_distributor_checks_its_arguments(tmp_path):
+    from tfos.torch import TorchDistributor
+    with pytest.raises(ValueError, match="num_processes must be a positive int"):
+        TorchDistributor(num_processes=0)
+    with pytest.raises(FileNotFoundError, match="no-such-script.py does not exist"):
+        TorchDistributor(use_gpu=False).run(str(tmp_path / "no-such-script.py"))
+    with pytest.raises(TypeError, match="must be a function or the path of a Python script"):
+        TorchDistributor(use_gpu=False).run(42)
+    with pytest.raises(ValueError, match="train_on_dataframe needs local_mode=False"):
+        TorchDistributor(use_gpu=False).train_on_dataframe(print, None)
+
+
+def test_feed_dataset_refuses_dataloader_workers(tmp_path, marker, digits_npy):
+    code = ("import torch\n"
+            "from torch.utils.data import DataLoader\n"
+            "from tfos.torch import FeedDataset\n"
+            "ds = FeedDataset(16)\n"
+            "first = next(iter(DataLoader(ds, batch_size=None)))\n"
+            "print('batch', tuple(first[0].shape), first[0].dtype, flush=True)\n"
+            "try:\n"
+            "    next(iter(DataLoader(ds, batch_size=None, num_workers=1)))\n"
+            "except RuntimeError as exc:\n"
+            "    print('refused:', 'num_workers=0' in str(exc), flush=True)\n"
+            "ds.feed.terminate()\n")
+    r = run_tfos(["run", "--workers", "1", "--input", str(digits_npy), "--quiet", "--log-dir",
+                  str(tmp_path / "logs"), "--", PY, "-c", code, marker], timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[worker:0] batch (16, 65) torch.float32" in r.stdout, r.stdout
+    assert "[worker:0] refused: True" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
