@@ -50,6 +50,7 @@ RUN_BY = {
     ("README.md", "examples/digits/make_data.py /tmp/digits.csv"):
         "tests/python/test_doc_snippets.py::test_readme_feed_commands",
     ("README.md", "examples/jax/train.py"): "tests/python/test_doc_snippets.py::test_readme_jax_commands",
+    ("README.md", "examples/torch/ddp_digits.py"): "tests/python/test_doc_snippets.py::test_readme_torch_commands",
     ("examples/digits/README.md", "python examples/digits/predict.py"):
         "tests/python/test_doc_snippets.py::test_digits_readme_train_and_predict",
     ("examples/digits/README.md", "--keras legacy -- python examples/digits/train_fit.py"):
@@ -196,4 +197,17 @@ def test_readme_jax_commands(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     accs = [float(a) for a in re.findall(r"^\[worker:\d\] held-out accuracy: ([\d.]+)$", r.stdout, re.M)]
     assert len(accs) == 2 and min(accs) >= 0.90, r.stdout[-3000:]
+    check_console(r.stdout, r.stderr)
+
+
+def test_readme_torch_commands(tmp_path):
+    """`python` is the venv's; the data goes into tmp_path instead of /tmp/digits.npy."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is NOT installed for %s: the README's PyTorch commands are NOT run" % PY)
+    script = block("README.md", "examples/torch/ddp_digits.py").replace("/tmp/digits.npy",
+                                                                         str(tmp_path / "digits.npy"))
+    r = shell(script, env=venv_active())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    accs = [float(a) for a in re.findall(r"^\[worker:0\] held-out accuracy: ([\d.]+)$", r.stdout, re.M)]
+    assert len(accs) == 1 and accs[0] >= 0.90, r.stdout[-3000:]
     check_console(r.stdout, r.stderr)
