@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-dist demo bench bench-start bench-feed bench-recovery bench-spark clean
+.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-dist demo bench bench-start bench-feed bench-recovery bench-spark bench-torch clean
 
 all: install
 
@@ -114,6 +114,11 @@ bench-recovery: install
 # baseline into its own venv under .bench-venv on first use).
 bench-spark: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark.py
+
+# A Spark DataFrame into a PyTorch DDP loop: tfos's feed vs Spark's
+# TorchDistributor (Parquet + own loader, and its private _train_on_dataframe).
+bench-torch: install
+	$(VPY) bench/torch_feed.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) $(DIST) tfos-logs

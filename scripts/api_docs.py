@@ -5,9 +5,9 @@ into a temporary directory. Usage: python scripts/api_docs.py OUTDIR
 
 The reference covers the package `tfos` and the submodules its `__all__`
 names (TFCluster, TFNode, TFParallel, compat, dfutil, gpu_info, util: pdoc
-follows those), and the two public modules a program imports by their full
-name, tfos.feed (FeedClient, DataFeed) and tfos.pipeline (TFEstimator,
-TFModel). Modules whose names start with `_` are private and stay out, and
+follows those), and the public modules a program imports by their full
+name: tfos.feed (FeedClient, DataFeed), tfos.pipeline (TFEstimator,
+TFModel) and tfos.torch (TorchDistributor, FeedDataset). Modules whose names start with `_` are private and stay out, and
 so do tfos.TFSparkNode (what runs inside Spark tasks, under
 TensorFlowOnSpark's module name for programs that import it; not an API of
 its own) and tfos.arrowfeed (the feeder program `tfos run` starts for
@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 
-MODULES = ["tfos", "tfos.feed", "tfos.pipeline"]
+MODULES = ["tfos", "tfos.feed", "tfos.pipeline", "tfos.torch"]
 
 
 def build(outdir):

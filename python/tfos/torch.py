@@ -99,8 +99,9 @@ def _spark_node(tf_args, ctx):
 
 
 def _fetch_spark_result(sc, result_name, slots):
-    """Rank 0's pickled value from whichever executor ran it: one task per
-    executor slot reads (and removes) the file there."""
+    """Rank 0's pickled value from whichever executor ran it: a barrier job
+    with one task per task slot (so at least one on every executor) reads
+    and removes the file where it finds it."""
     def take(_):
         path = os.path.join(tempfile.gettempdir(), result_name)
         try:
@@ -246,7 +247,9 @@ class TorchDistributor(object):
             cluster.shutdown()  # raises the failure (with its traceback) if a rank failed
         if isinstance(main, str):
             return None
-        data = _fetch_spark_result(sc, result_name, max(self.num_processes, _executor_count(sc)))
+        # a barrier job as wide as every task slot reaches every executor
+        slots = max(self.num_processes, _executor_count(sc), sc.defaultParallelism)
+        data = _fetch_spark_result(sc, result_name, slots)
         return None if data is None else pickle.loads(data)
 
 

@@ -11,7 +11,7 @@ import subprocess
 from conftest import PY, ROOT
 
 PAGES = ["tfos", "tfos/TFCluster", "tfos/TFNode", "tfos/TFParallel", "tfos/feed", "tfos/compat",
-         "tfos/pipeline", "tfos/dfutil", "tfos/util", "tfos/gpu_info"]
+         "tfos/pipeline", "tfos/dfutil", "tfos/util", "tfos/gpu_info", "tfos/torch"]
 
 
 def text_of(path):
@@ -47,6 +47,8 @@ def test_api_reference_builds_from_the_docstrings(tmp_path):
             "DataFeed.batch_results"} <= anchors(out / "tfos" / "TFNode.html")
     assert {"FeedClient", "FeedClient.feed_partition"} <= anchors(out / "tfos" / "feed.html")
     assert {"TFEstimator", "TFModel"} <= anchors(out / "tfos" / "pipeline.html")
+    assert {"TorchDistributor.run", "TorchDistributor.train_on_dataframe", "FeedDataset"} <= anchors(
+        out / "tfos" / "torch.html")
 
     # The docstrings' text, rendered (the pages carry no source code).
     cluster = text_of(out / "tfos" / "TFCluster.html")
