@@ -55,7 +55,7 @@ test-tsan: | deps
 	cd $(TSAN) && ctest --output-on-failure -j $(JOBS)
 
 test-py: install
-	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q tests/python --ignore=tests/python/test_pip_install.py
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs tests/python --ignore=tests/python/test_pip_install.py
 
 # The process-level tests again, with the agent and coordinator built with
 # AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero).
@@ -65,7 +65,7 @@ test-py-asan: install test-asan
 # TFCluster on a real Spark standalone cluster (master + 2 one-core workers
 # on 127.0.0.1, started and stopped by the tests).
 test-spark: install
-	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q tests/spark
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -rs tests/spark
 
 # The release artifacts (docs/PACKAGING.md): an sdist, and a wheel built from
 # it and repaired by auditwheel to a manylinux tag (libjansson bundled in
