@@ -2,8 +2,10 @@
 signals, bounded waits, and a check that nothing is left running."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -73,6 +75,37 @@ def run_tfos(args, timeout=120, env=None, **kw):
         full_env.update(env)
     return subprocess.run([tfos_cli()] + list(args), capture_output=True, text=True, timeout=timeout,
                           env=full_env, **kw)
+
+
+def run_and_kill(args, victim, when, timeout=400, env=None):
+    """Run the tfos CLI and read its stdout as it comes: the pid in group 1
+    of the first line matching ``victim`` gets SIGKILL once a later line
+    matches ``when``. Returns (exit code, stdout, stderr, the pid killed or
+    None). stderr goes to a file, so that a chatty run cannot block on it."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    with tempfile.TemporaryFile("w+") as errf:
+        proc = subprocess.Popen([tfos_cli()] + list(args), stdout=subprocess.PIPE, stderr=errf, text=True,
+                                bufsize=1, env=full_env)
+        out, pid, killed = [], None, None
+        try:
+            deadline = time.monotonic() + timeout
+            for line in proc.stdout:
+                out.append(line)
+                m = pid is None and re.search(victim, line)
+                if m:
+                    pid = int(m.group(1))
+                if killed is None and pid and re.search(when, line):
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+                if time.monotonic() > deadline:
+                    break
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        errf.seek(0)
+        return proc.returncode, "".join(out), errf.read(), killed
 
 
 def prog(name):

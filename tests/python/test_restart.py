@@ -7,39 +7,20 @@ import signal
 import subprocess
 import time
 
-from conftest import PY, ROOT, pids_with, prog, run_tfos, tfos_cli, wait_for
+from conftest import PY, ROOT, pids_with, prog, run_and_kill, run_tfos, tfos_cli, wait_for
 
 EXAMPLE = os.path.join(ROOT, "examples", "digits")
 
 
 def test_killed_worker_restarts_cluster_and_training_resumes(tmp_path, marker):
     model_dir = tmp_path / marker / "model"
-    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--",
-                             PY, os.path.join(EXAMPLE, "train.py"), "--epochs", "12", "--model-dir", str(model_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1"))
-    out, victim, killed = [], None, False
-    try:
-        deadline = time.monotonic() + 400
-        for line in proc.stdout:
-            out.append(line)
-            m = re.search(r"\[worker:1\] pid (\d+), attempt 1", line)
-            if m:
-                victim = int(m.group(1))
-            if not killed and victim and re.search(r"\[worker:0\] epoch 3/12", line):
-                os.kill(victim, signal.SIGKILL)  # the TensorFlow process itself, mid-training
-                killed = True
-            if time.monotonic() > deadline:
-                break
-        proc.wait(timeout=120)
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = "".join(out)
-    assert killed, text[-3000:]
-    assert proc.returncode == 0, text[-3000:] + err[-3000:]
+    # the TensorFlow process itself is killed, mid-training
+    code, text, err, victim = run_and_kill(
+        ["run", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--", PY, os.path.join(EXAMPLE, "train.py"),
+         "--epochs", "12", "--model-dir", str(model_dir)],
+        r"\[worker:1\] pid (\d+), attempt 1", r"\[worker:0\] epoch 3/12", env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert victim, text[-3000:]
+    assert code == 0, text[-3000:] + err[-3000:]
     assert "worker:1 (executor 1, host 127.0.0.1, pid %d) failed: signal 9 (Killed)" % victim in err
     assert "restarting every node (attempt 2 of 4)" in err
     assert "all nodes finished successfully on attempt 2" in err

@@ -13,13 +13,11 @@ real processes under `tfos run`, and tfos.torch.TorchDistributor(local_mode=True
 import importlib.util
 import os
 import re
-import signal
 import subprocess
-import time
 
 import pytest
 
-from conftest import PY, ROOT, pids_with, run_tfos, tfos_cli, wait_for
+from conftest import PY, ROOT, pids_with, run_and_kill, run_tfos, wait_for
 
 if importlib.util.find_spec("torch") is None:  # pragma: no cover - torch is pinned in requirements.txt
     pytest.skip("torch is NOT installed for %s: the PyTorch tests are NOT run" % PY, allow_module_level=True)
@@ -37,33 +35,12 @@ def digits_npy(tmp_path_factory):
 
 def test_ddp_fed_from_a_file_and_a_killed_rank_resumes(tmp_path, marker, digits_npy):
     ckpt = tmp_path / marker / "ckpt"
-    proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--max-restarts", "1", "--input", str(digits_npy),
-                             "--epochs", "10", "--log-dir", str(tmp_path / "logs"), "--quiet", "--", PY, EXAMPLE,
-                             "--checkpoint-dir", str(ckpt), "--step-delay", "0.01"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    out, victim, killed = [], None, False
-    try:
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:
-            out.append(line)
-            m = re.search(r"\[worker:1\] rank 1 of 2, pid (\d+), attempt 1", line)
-            if m:
-                victim = int(m.group(1))
-            if not killed and victim and re.search(r"\[worker:0\] checkpoint at step 80$", line):
-                os.kill(victim, signal.SIGKILL)
-                killed = True
-            if time.monotonic() > deadline:
-                break
-        proc.wait(timeout=120)
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = "".join(out)
-    assert killed, text[-3000:]
-    assert proc.returncode == 0, text[-3000:] + err[-3000:]
+    code, text, err, victim = run_and_kill(
+        ["run", "--workers", "2", "--max-restarts", "1", "--input", str(digits_npy), "--epochs", "10", "--log-dir",
+         str(tmp_path / "logs"), "--quiet", "--", PY, EXAMPLE, "--checkpoint-dir", str(ckpt), "--step-delay", "0.01"],
+        r"\[worker:1\] rank 1 of 2, pid (\d+), attempt 1", r"\[worker:0\] checkpoint at step 80$", timeout=300)
+    assert victim, text[-3000:]
+    assert code == 0, text[-3000:] + err[-3000:]
     assert "worker:1 (executor 1, host 127.0.0.1, pid %d) failed: signal 9 (Killed)" % victim in err, err[-3000:]
     assert "all nodes finished successfully on attempt 2" in err, err[-3000:]
     assert re.search(r"\[worker:1\] rank 1 of 2, pid \d+, attempt 2", text)
