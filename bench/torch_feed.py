@@ -55,19 +55,23 @@ def out(name, value):
     print("%s: %s" % (name, value), flush=True)
 
 
-# ---- the training loop, the same for every path; `batches` yields (x, y) tensors
+# ---- the training loop, the same for every path ------------------------------------
 
 def ddp_loop(batches, t0, entered):
+    """Join the gloo process group, train on ``batches(rank, world)`` (an
+    iterable of (x, y) tensors), and return the run's figures (rank 0's
+    clock; rows of every rank; the last rank's end)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(64, 10))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     rows, first = 0, None
     with model.join():
-        for x, y in batches:
+        for x, y in batches(dist.get_rank(), dist.get_world_size()):
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
@@ -80,24 +84,20 @@ def ddp_loop(batches, t0, entered):
     dist.all_reduce(total[:1])            # rows of every rank
     last = stats[1:].clone()
     dist.all_reduce(last, op=dist.ReduceOp.MAX)  # the last rank's end
+    dist.destroy_process_group()
     return {"rows": int(total[0].item()), "start_s": first - t0, "loop_s": last.item() - first,
-            "end": last.item(), "enter_s": entered - t0}
+            "enter_s": entered - t0}
 
 
 def tfos_train(t0, batch):
     entered = time.time()
-    import torch
-    import torch.distributed as dist
+    import torch.utils.data
     from tfos.torch import FeedDataset
-    dist.init_process_group("gloo")
 
-    def batches():
-        for feats, label in torch.utils.data.DataLoader(FeedDataset(batch), batch_size=None):
-            yield feats, label
+    def batches(rank, world):
+        return torch.utils.data.DataLoader(FeedDataset(batch), batch_size=None)
 
-    res = ddp_loop(batches(), t0, entered)
-    dist.destroy_process_group()
-    return res
+    return ddp_loop(batches, t0, entered)
 
 
 def documented_train(t0, batch, path):
@@ -105,36 +105,25 @@ def documented_train(t0, batch, path):
     import glob
     import pyarrow.parquet as pq
     import torch
-    import torch.distributed as dist
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    files = sorted(glob.glob(os.path.join(path, "*.parquet")))[rank::world]
 
-    def batches():
-        for f in files:
+    def batches(rank, world):
+        for f in sorted(glob.glob(os.path.join(path, "*.parquet")))[rank::world]:
             for rb in pq.ParquetFile(f).iter_batches(batch_size=batch):
                 feats = rb.column(0).flatten().to_numpy(zero_copy_only=False).reshape(rb.num_rows, 64)
                 yield torch.from_numpy(feats), torch.from_numpy(rb.column(1).to_numpy())
 
-    res = ddp_loop(batches(), t0, entered)
-    dist.destroy_process_group()
-    return res
+    return ddp_loop(batches, t0, entered)
 
 
 def private_train(t0, batch, rows_per_rank):
     entered = time.time()
-    import torch
-    import torch.distributed as dist
     from pyspark.ml.torch.distributor import _get_spark_partition_data_loader
-    dist.init_process_group("gloo")
 
-    def batches():
+    def batches(rank, world):
         for feats, label in _get_spark_partition_data_loader(rows_per_rank, batch, num_workers=0):
             yield feats.float(), label.long()
 
-    res = ddp_loop(batches(), t0, entered)
-    dist.destroy_process_group()
-    return res
+    return ddp_loop(batches, t0, entered)
 
 
 # ---- the paths --------------------------------------------------------------------

@@ -51,7 +51,12 @@ from ._extras import require
 __all__ = ["TorchDistributor", "FeedDataset"]
 
 _DEFAULTS = _tfos.DEFAULTS
-RESULT_ENV = "TFOS_RESULT_FILE"
+
+# FeedDataset's tensors are views of the decoded record, which nothing
+# writes: torch's warning about read-only numpy arrays does not apply to them
+# (the filter covers only calls made from this module).
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                        module=__name__)
 
 
 def _dumps(obj):
@@ -280,16 +285,10 @@ class FeedDataset(torch.utils.data.IterableDataset):
         self.as_dict = bool(as_dict)
         self.timeout = timeout
         self.feed = None
-        self.rows = 0
 
-    def _tensor(self, a):
-        if a.dtype == object:
-            return a
-        if not a.flags.writeable:  # a view of the decoded record: shared, never written
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                return torch.from_numpy(a)
-        return torch.from_numpy(a)
+    @staticmethod
+    def _tensor(a):
+        return a if a.dtype == object else torch.from_numpy(a)
 
     def __iter__(self):
         if torch.utils.data.get_worker_info() is not None:
@@ -302,7 +301,6 @@ class FeedDataset(torch.utils.data.IterableDataset):
             batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
             if not len(batch):
                 return
-            self.rows += len(next(iter(batch.values())) if self.as_dict else batch[0])
             if self.as_dict:
                 yield {k: self._tensor(v) for k, v in batch.items()}
             else:

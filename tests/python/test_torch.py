@@ -67,14 +67,18 @@ def test_exception_in_rank_1_comes_back_with_its_traceback(tmp_path, marker):
     assert wait_for(lambda: not pids_with(marker), 10)
 
 
-def _distributor_script(tmp_path, body):
+def _run_driver(tmp_path, marker, body):
+    """Run ``body`` as a driver program (TorchDistributor imported, the log
+    dir, which carries the marker, in sys.argv[1]); it must exit 0."""
     path = tmp_path / "driver.py"
     path.write_text("import sys\nfrom tfos.torch import TorchDistributor\n" + body)
-    return path
+    r = subprocess.run([PY, str(path), str(tmp_path / marker / "logs")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
 
 
 def test_torch_distributor_local_mode_returns_rank_0_value(tmp_path, marker):
-    script = _distributor_script(tmp_path, (
+    r = _run_driver(tmp_path, marker, (
         "def train(scale):\n"
         "    import os, torch, torch.distributed as dist\n"
         "    dist.init_process_group('gloo')\n"
@@ -83,14 +87,12 @@ def test_torch_distributor_local_mode_returns_rank_0_value(tmp_path, marker):
         "    return {'rank': dist.get_rank(), 'sum': t.item() * scale, 'world': int(os.environ['WORLD_SIZE'])}\n"
         "out = TorchDistributor(num_processes=3, local_mode=True, use_gpu=False, log_dir=sys.argv[1]).run(train, 10)\n"
         "print('RESULT', out)\n"))
-    r = subprocess.run([PY, str(script), str(tmp_path / marker / "logs")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
     assert "RESULT {'rank': 0, 'sum': 60.0, 'world': 3}" in r.stdout, r.stdout + r.stderr[-3000:]
     assert wait_for(lambda: not pids_with(marker), 10)
 
 
 def test_torch_distributor_local_mode_failure_names_the_rank(tmp_path, marker):
-    script = _distributor_script(tmp_path, (
+    r = _run_driver(tmp_path, marker, (
         "def train():\n"
         "    import torch.distributed as dist\n"
         "    dist.init_process_group('gloo')\n"
@@ -104,8 +106,6 @@ def test_torch_distributor_local_mode_failure_names_the_rank(tmp_path, marker):
         "except tfos.ClusterError as exc:\n"
         "    print('FAILED', exc.exit_code)\n"
         "    print(exc)\n"))
-    r = subprocess.run([PY, str(script), str(tmp_path / marker / "logs")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
     assert "FAILED 1" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "worker:1" in r.stdout and "KeyError: 'missing column'" in r.stdout, r.stdout
     assert wait_for(lambda: not pids_with(marker), 10)
