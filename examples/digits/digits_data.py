@@ -1,4 +1,4 @@
-"""Data and paths shared by the digits example's train.py and predict.py.
+"""Data and paths shared by the digits examples (examples/digits, jax, torch).
 
 The data is scikit-learn's bundled 8x8 handwritten digits (1797 images, 10
 classes); it ships with scikit-learn, so nothing is downloaded. Every process
@@ -42,3 +42,15 @@ def accuracy(model, x, y):
     """Fraction of rows of x that model (softmax outputs) classifies as y."""
     probs = model.predict(x, batch_size=256, verbose=0)
     return float(np.mean(np.argmax(probs, axis=-1) == y))
+
+
+def feed_xy(cols):
+    """The columns of a fed batch -> (x float32 (n, 64), y int64 (n,)), for
+    every way the rows come: a .npy file (one (n, 65) column, label last),
+    CSV (65 columns), JSON lines or a DataFrame (pixels array, label)."""
+    if len(cols) == 65:
+        return np.stack(cols[:64], axis=1).astype(np.float32), np.asarray(cols[64]).astype(np.int64)
+    if len(cols) == 2:
+        return np.asarray(cols[0], dtype=np.float32), np.asarray(cols[1]).astype(np.int64)
+    a = np.asarray(cols[0], dtype=np.float32)
+    return a[:, :64], a[:, 64].astype(np.int64)

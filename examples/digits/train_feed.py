@@ -17,25 +17,10 @@ the nodes get different numbers of batches); the chief or worker 0 saves.
 import argparse
 import os
 
-import numpy as np
 import tensorflow as tf
 
 import digits_data
 from tfos import TFNode
-
-
-def to_xy(cols):
-    """Feed columns -> (x float32 (n, 64), y int64 (n,)) for every input format."""
-    if len(cols) == 65:                       # CSV: one column per field
-        x = np.stack(cols[:64], axis=1).astype(np.float32)
-        y = np.asarray(cols[64]).astype(np.int64)
-    elif len(cols) == 2:                      # JSON lines: pixels array, label
-        x = np.asarray(cols[0], dtype=np.float32)
-        y = np.asarray(cols[1]).astype(np.int64)
-    else:                                     # .npy: one (n, 65) column
-        a = np.asarray(cols[0], dtype=np.float32)
-        x, y = a[:, :64], a[:, 64].astype(np.int64)
-    return x, y
 
 
 def main():
@@ -59,7 +44,7 @@ def main():
         cols = feed.next_batch_arrays(a.batch_size)
         if not len(cols):
             break
-        x, y = to_xy(cols)
+        x, y = digits_data.feed_xy(cols)
         model.train_on_batch(x, y)
         rows += len(y)
         steps += 1

@@ -35,17 +35,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import digits_data  # noqa: E402  (the same held-out split as the TensorFlow examples)
 
 
-def to_xy(cols):
-    """Feed columns -> (x float32 (n, 64), y int32 (n,)): .npy (one (n, 65)
-    column), CSV (65 columns) or JSON lines (pixels, label)."""
-    if len(cols) == 1:
-        a = np.asarray(cols[0], dtype=np.float32)
-        return a[:, :64], a[:, 64].astype(np.int32)
-    if len(cols) == 65:
-        return np.stack(cols[:64], axis=1).astype(np.float32), np.asarray(cols[64]).astype(np.int32)
-    return np.asarray(cols[0], dtype=np.float32), np.asarray(cols[1]).astype(np.int32)
-
-
 def init_params(key, hidden):
     k1, k2 = jax.random.split(key)
     return {"w1": jax.random.normal(k1, (64, hidden)) * np.sqrt(2.0 / 64), "b1": jnp.zeros(hidden),
@@ -113,7 +102,7 @@ def main():
         cols = () if feed.should_stop() else feed.next_batch_arrays(n)
         k = 0
         if len(cols):
-            bx, by = to_xy(cols)
+            bx, by = digits_data.feed_xy(cols)  # y is int32: cast on assignment
             k = len(by)
             x[:k], y[:k] = bx, by
         mask[:k], mask[k:] = 1.0, 0.0

@@ -35,17 +35,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "digits"))
 
 
-def to_xy(cols):
-    """Feed columns -> (x float32 (n, 64), y int64 (n,)): .npy (one (n, 65)
-    column), a DataFrame (features array, label) or CSV (65 columns)."""
-    if len(cols) == 1:
-        a = np.asarray(cols[0], dtype=np.float32)
-        return a[:, :64], a[:, 64].astype(np.int64)
-    if len(cols) == 65:
-        return np.stack(cols[:64], axis=1).astype(np.float32), np.asarray(cols[64]).astype(np.int64)
-    return np.asarray(cols[0], dtype=np.float32), np.asarray(cols[1]).astype(np.int64)
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch-size", type=int, default=32, help="rows per rank per step")
@@ -111,7 +100,7 @@ def train(argv=None):
     start, rows = time.monotonic(), 0
     with ddp.join():
         for cols in DataLoader(data, batch_size=None):
-            x, y = to_xy([c.numpy() for c in cols])
+            x, y = digits_data.feed_xy([c.numpy() for c in cols])
             x, y = torch.from_numpy(x), torch.from_numpy(y)
             opt.zero_grad()
             loss = loss_fn(ddp(x), y)
