@@ -34,6 +34,18 @@
         }                                                                                                   \
     } while (0)
 
+/* What writer(f, arg) writes to a FILE, as a malloc'd string (free it). */
+static inline char *check_capture(void (*writer)(FILE *, const char *), const char *arg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL);
+    writer(f, arg);
+    CHECK(fclose(f) == 0);
+    return buf;
+}
+
 /* xorshift64: deterministic pseudo-random numbers, so a fuzz failure
  * reproduces. */
 static inline unsigned long long check_rand(unsigned long long *state)

@@ -11,13 +11,7 @@
 /* tfos__json_str(s) as a malloc'd string. */
 static char *lit(const char *s)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    CHECK(f != NULL);
-    tfos__json_str(f, s);
-    CHECK(fclose(f) == 0);
-    return buf;
+    return check_capture(tfos__json_str, s);
 }
 
 #define CHECK_LIT(in, want)      \

@@ -13,13 +13,7 @@
 
 static char *as_json(const char *text)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    CHECK(f != NULL);
-    tfos__report_json(f, text);
-    CHECK(fclose(f) == 0);
-    return buf;
+    return check_capture(tfos__report_json, text);
 }
 
 static void test_build_and_json(void)
