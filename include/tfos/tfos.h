@@ -228,6 +228,11 @@ typedef struct tfos_coord_opts {
      * decision is then always TFOS_RAISE. */
     tfos_policy *policy;
     const char *checkpoint_dir;  /* fingerprinted for the policy when a node fails; may be NULL */
+    /* > 0: the cluster's client holds a lease. Every status query
+     * (tfos_coord_command) renews it; when none has come for this many
+     * seconds the client is presumed gone and the cluster is stopped
+     * (TFOS_CAUSE_STOPPED). 0: no lease. */
+    double lease_timeout;
 } tfos_coord_opts;
 
 /* Cluster state as the coordinator sees it. */
@@ -257,6 +262,8 @@ void tfos_coord_stop(tfos_coord *c, const char *reason);
  * end of the feed once they have read what is there. Nodes not running yet
  * are not told. Idempotent on the agents' side. */
 void tfos_coord_end_feed(tfos_coord *c);
+/* True once a client sent the "release" command (see tfos_coord_command). */
+int tfos_coord_released(const tfos_coord *c);
 /* A human summary of why the cluster failed (node, exit code or signal, last
  * log lines), or "" when it has not failed. Owned by c. */
 const char *tfos_coord_failure(const tfos_coord *c);
@@ -356,6 +363,13 @@ int tfos_report_abort(const char *coord_addr, const char *secret, int executor_i
  * of tfos_coord_status_json (with "state" and "failure"); the caller frees it
  * with free(). Errors as tfos_report_abort, plus TFOS_ENOMEM. */
 int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out);
+/* tfos_query_status with a command the coordinator carries out before it
+ * answers: NULL or "" (none: a query, which renews the lease), "end_feed"
+ * (tfos_coord_end_feed), "stop" (tfos_coord_stop with `reason`; newlines
+ * become spaces), "release" (tfos_coord_released turns true: the client has
+ * read the outcome). An unknown command is refused (TFOS_EINVAL). */
+int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
+                       int timeout_ms, char **json_out);
 
 /* ---- local launcher (`tfos run`) ----------------------------------- */
 

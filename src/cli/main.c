@@ -11,8 +11,10 @@
  * (node, coordinator and guard are internal). Usage errors exit 2. */
 #include "cli/inspect.h"
 #include "core/auth.h"
+#include "core/loop.h"
 #include "core/spec.h"
 #include "platform/clock.h"
+#include "roles/coord.h"
 #include "roles/guard.h"
 #include "run/input.h"
 #include "tfos/tfos.h"
@@ -134,7 +136,12 @@ static const char coordinator_help[] =
     "options:\n"
     "  -h, --help               show this help and exit\n"
     CLUSTER_OPTIONS
-    "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n";
+    "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
+    "  --address-file F         also write HOST:PORT to F (atomically, once listening)\n"
+    "  --lease S                stop the cluster when no status query came for S seconds (the\n"
+    "                           client that queries is gone; default: no lease)\n"
+    "  --linger S               once the cluster is over, keep answering status queries for up to\n"
+    "                           S seconds, or until a client releases it (default 0)\n";
 
 static const char node_help[] =
     "usage: tfos node --coord HOST:PORT --executor-id N [options] [--] PROGRAM [ARGS...]\n"
@@ -259,7 +266,8 @@ typedef struct cli {
     const char *checkpoint_dir, *status_host;
     long long partition_rows;
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
-    double hang_timeout;
+    double hang_timeout, lease, linger;
+    const char *address_file;
     int hand_port;
     char **argv; /* the program: after --, or from the first argument that is not an option */
 } cli;
@@ -402,6 +410,15 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--keras")) {
             if (!(c->keras = NEXT()) || tfos__keras_mode_valid(c->keras))
                 return usage_error("--keras takes env, auto, legacy or 3; got '%s'", c->keras ? c->keras : "");
+        } else if (!strcmp(a, "--lease")) {
+            if (parse_secs(a, NEXT(), &c->lease))
+                return 2;
+        } else if (!strcmp(a, "--linger")) {
+            if (parse_secs_from(a, NEXT(), 1, &c->linger))
+                return 2;
+        } else if (!strcmp(a, "--address-file")) {
+            if (!(c->address_file = NEXT()))
+                return usage_error("%s needs a file name", a);
         } else if (!strcmp(a, "--hand-port")) {
             c->hand_port = 1;
         } else if (!strcmp(a, "--hang-timeout")) {
@@ -517,6 +534,29 @@ static int cmd_node(cli *c)
     return rc ? 1 : code;
 }
 
+/* Write "HOST:PORT\n" to path through a temporary file and a rename, so a
+ * reader never sees half of it. */
+static int write_address_file(const char *path, const char *addr)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = fprintf(f, "%s\n", addr) < 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_coordinator(cli *c)
 {
     if (!c->have_workers && !c->layout.chief)
@@ -545,7 +585,8 @@ static int cmd_coordinator(cli *c)
     }
     tfos_coord_opts o = {.layout = c->layout, .bind_host = host, .port = port, .secret = secret,
                          .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
-                         .heartbeat_timeout = c->heartbeat_timeout};
+                         .failure_grace = c->failure_grace, .heartbeat_timeout = c->heartbeat_timeout,
+                         .lease_timeout = c->lease};
     tfos_coord *co;
     int rc = tfos_coord_open(&co, &o);
     if (rc) {
@@ -555,6 +596,11 @@ static int cmd_coordinator(cli *c)
     }
     printf("TFOS_COORD_ADDR=%s\n", tfos_coord_address(co));
     fflush(stdout);
+    if (c->address_file && write_address_file(c->address_file, tfos_coord_address(co))) {
+        fprintf(stderr, "tfos: cannot write %s: %s\n", c->address_file, strerror(errno));
+        tfos_coord_close(co);
+        return 1;
+    }
     install_signals();
     int stopped = 0;
     while (tfos_coord_step(co, 100) < TFOS_COORD_DONE) {
@@ -565,6 +611,10 @@ static int cmd_coordinator(cli *c)
             stopped = 1;
         }
     }
+    /* the outcome stays readable for a while: its client asks for it */
+    int64_t linger_until = tfos__now_ms() + (int64_t)(c->linger * 1000);
+    while (c->linger > 0 && !got_signal && !tfos_coord_released(co) && tfos__now_ms() < linger_until)
+        tfos__loop_run(tfos__coord_loop(co), 100);
     int code = 0;
     if (tfos_coord_state(co) == TFOS_COORD_FAILED) {
         fprintf(stderr, "tfos: the cluster failed:\n%s\n", tfos_coord_failure(co));

@@ -197,19 +197,22 @@ static PyObject *mod_report_abort(PyObject *Py_UNUSED(m), PyObject *args, PyObje
     Py_RETURN_NONE;
 }
 
-/* query_status(coord_addr, secret, timeout_ms=10000) -> str */
+/* query_status(coord_addr, secret, timeout_ms=10000, command=None, reason=None) -> str */
 static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"coord_addr", "secret", "timeout_ms", NULL};
-    const char *addr, *secret;
+    static char *kwlist[] = {"coord_addr", "secret", "timeout_ms", "command", "reason", NULL};
+    const char *addr, *secret, *command = NULL, *reason = NULL;
     int timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err;
     char *json = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|i", kwlist, &addr, &secret, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|izz", kwlist, &addr, &secret, &timeout, &command, &reason))
         return NULL;
     if (timeout < 0)
         return PyErr_Format(PyExc_ValueError, "query_status: timeout_ms must be >= 0");
+    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
+        return PyErr_Format(PyExc_ValueError, "query_status: unknown command '%s' (end_feed, stop, release)",
+                            command);
     Py_BEGIN_ALLOW_THREADS
-    rc = tfos_query_status(addr, secret, timeout, &json);
+    rc = tfos_coord_command(addr, secret, command, reason, timeout, &json);
     err = errno;
     Py_END_ALLOW_THREADS
     if (rc == TFOS_ENOMEM)
@@ -527,8 +530,9 @@ static PyMethodDef module_methods[] = {
      "executor_id could not start; the cluster fails with the message and stops. Raises ConnectionError, "
      "TimeoutError, PermissionError (wrong secret) or ValueError."},
     {"query_status", (PyCFunction)(void (*)(void))mod_query_status, METH_VARARGS | METH_KEYWORDS,
-     "query_status(coord_addr, secret, timeout_ms=10000) -> str: the coordinator's JSON status (with \"state\" "
-     "and \"failure\"). Raises as report_abort."},
+     "query_status(coord_addr, secret, timeout_ms=10000, command=None, reason=None) -> str: the coordinator's "
+     "JSON status (with \"state\" and \"failure\"), after it carried out command: 'end_feed', 'stop' (with "
+     "reason) or 'release'. Every query renews the client's lease. Raises as report_abort."},
     {"feed_connect", mod_feed_connect, METH_VARARGS,
      "feed_connect(cluster_id, executor_id, secret, timeout_ms=30000) -> (in_fd, out_fd, node): the ring fds of "
      "a node on this machine (the caller owns them)."},

@@ -1178,11 +1178,28 @@ int tfos_report_abort(const char *coord_addr, const char *secret, int executor_i
 
 int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out)
 {
+    return tfos_coord_command(coord_addr, secret, NULL, NULL, timeout_ms, json_out);
+}
+
+int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
+                       int timeout_ms, char **json_out)
+{
     if (!json_out)
         return TFOS_EINVAL;
     *json_out = NULL;
     if (!coord_addr || !secret || timeout_ms < 0)
         return TFOS_EINVAL;
+    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
+        return TFOS_EINVAL;
+    char line[1024] = "";
+    if (reason) { /* one line: the frame's values end at a newline */
+        size_t n = tfos__utf8_cut(reason, strlen(reason), sizeof line - 1);
+        memcpy(line, reason, n);
+        line[n] = '\0';
+        for (char *q = line; *q; q++)
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+    }
     int64_t deadline = tfos__now_ms() + timeout_ms;
     tfos__conn conn;
     char mac[TFOS_MAC_HEX_LEN + 1], err[512] = "";
@@ -1191,6 +1208,10 @@ int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_QUERY);
         tfos__msg_add(&m, "mac", "%s", mac);
+        if (command && *command)
+            tfos__msg_add(&m, "command", "%s", command);
+        if (line[0])
+            tfos__msg_add(&m, "reason", "%s", line);
         tfos__frame f;
         rc = client_exchange(&conn, &m, deadline, coord_addr, &f, err, sizeof err);
         if (rc == 0) {

@@ -116,6 +116,8 @@ struct tfos_coord {
     peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
+    int64_t last_query;    /* the client's lease: when its last status query came */
+    int released;          /* a client sent "release": it has read the outcome */
     int unauthed;          /* peers that have not authenticated yet */
     tfos__warn_limit warn; /* peer-caused warnings: at most WARN_PER_WINDOW per window */
     int failed;
@@ -649,16 +651,48 @@ static void handle_abort(tfos_coord *c, peer *p, const tfos__frame *f)
     send_status(c, p);
 }
 
+static void end_feed(tfos_coord *c);
+
+/* A status query, with the command it may carry (tfos_coord_command): done,
+ * then answered with STATUS. Every authenticated query renews the client's
+ * lease. */
+static void handle_query(tfos_coord *c, peer *p, const tfos__frame *f)
+{
+    if (!peer_authed(c, p, f, "status query"))
+        return;
+    c->last_query = tfos__now_ms();
+    char cmd[32] = "";
+    tfos__kv_str(f->payload, f->len, "command", cmd, sizeof cmd);
+    if (!strcmp(cmd, "end_feed")) {
+        end_feed(c);
+    } else if (!strcmp(cmd, "stop")) {
+        char reason[1024] = "";
+        tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
+        if (c->state < TFOS_COORD_DONE) {
+            set_failure(c, TFOS_CAUSE_STOPPED, NULL, NULL, 0, "%s", reason[0] ? reason : "stopped by the client");
+            TFOS_WARN("coordinator: stopping: %s", c->failure);
+            stop_cluster(c, TFOS_ESTOPPED, c->failure);
+        }
+    } else if (!strcmp(cmd, "release")) {
+        c->released = 1;
+    } else if (cmd[0]) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "unknown command '%s' (end_feed, stop, release)", cmd);
+        refuse(c, p, TFOS_EINVAL, msg);
+        return;
+    }
+    send_status(c, p);
+}
+
 /* Returns NULL to keep the peer, or a reason to drop it. */
 static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (!p->authed) {
         if (f->type == TFOS_MSG_REGISTER)
             handle_register(c, p, f);
-        else if (f->type == TFOS_MSG_QUERY) {
-            if (peer_authed(c, p, f, "status query"))
-                send_status(c, p);
-        } else if (f->type == TFOS_MSG_ABORT)
+        else if (f->type == TFOS_MSG_QUERY)
+            handle_query(c, p, f);
+        else if (f->type == TFOS_MSG_ABORT)
             handle_abort(c, p, f);
         else
             return "first message was not an authenticated REGISTER, QUERY or ABORT";
@@ -832,6 +866,18 @@ static void on_peer(tfos__loop *l, int fd, int events, void *user)
     schedule(c);
 }
 
+/* The client's lease (opts.lease_timeout) counts while the cluster forms or
+ * runs. */
+static int lease_running(const tfos_coord *c)
+{
+    return c->opts.lease_timeout > 0 && (c->state == TFOS_COORD_RESERVING || c->state == TFOS_COORD_RUNNING);
+}
+
+static int64_t lease_deadline(const tfos_coord *c)
+{
+    return c->last_query + (int64_t)(c->opts.lease_timeout * 1000);
+}
+
 /* Every deadline the coordinator keeps; arms nothing, acts on what is due. */
 static void check_timers(tfos_coord *c)
 {
@@ -863,6 +909,13 @@ static void check_timers(tfos_coord *c)
                 send_error(c, c->nodes[i].peer, TFOS_ETIMEDOUT, c->failure);
         c->state = TFOS_COORD_STOPPING;
         c->stop_deadline = now + 5000;
+    }
+    if (lease_running(c) && now >= lease_deadline(c)) {
+        set_failure(c, TFOS_CAUSE_STOPPED, NULL, NULL, 0,
+                    "the client's lease ran out: no word from it for %g s (it was killed, or lost its "
+                    "connection to the cluster); the cluster is stopped", c->opts.lease_timeout);
+        TFOS_WARN("coordinator: stopping: %s", c->failure);
+        stop_cluster(c, TFOS_ESTOPPED, c->failure);
     }
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0) {
         for (int i = 0; i < c->n; i++) {
@@ -928,6 +981,8 @@ static void schedule(tfos_coord *c)
         at = tfos__warn_limit_due(&c->warn);
     if (c->state == TFOS_COORD_STOPPING && c->stop_deadline < at)
         at = c->stop_deadline;
+    if (lease_running(c) && lease_deadline(c) < at)
+        at = lease_deadline(c);
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
         for (int i = 0; i < c->n; i++) {
             const cnode *nd = &c->nodes[i];
@@ -961,6 +1016,8 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
         c->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
     if (c->opts.failure_grace < 0)
         c->opts.failure_grace = 0;
+    if (c->opts.lease_timeout < 0)
+        c->opts.lease_timeout = 0;
     if (c->opts.heartbeat_timeout == 0)
         c->opts.heartbeat_timeout = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
     if (c->opts.policy)
@@ -1005,6 +1062,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
         snprintf(c->address, sizeof c->address, "%s:%d", c->opts.bind_host, port);
     c->state = TFOS_COORD_RESERVING;
     c->reserve_deadline = tfos__now_ms() + (int64_t)(c->opts.reservation_timeout * 1000);
+    c->last_query = tfos__now_ms();
     schedule(c);
     TFOS_DEBUG("coordinator: listening on %s for %d nodes", c->address, n);
     *out = c;
@@ -1064,7 +1122,18 @@ void tfos_coord_stop(tfos_coord *c, const char *reason)
     tfos_coord_fail(c, TFOS_CAUSE_STOPPED, reason);
 }
 
+int tfos_coord_released(const tfos_coord *c)
+{
+    return c->released;
+}
+
 void tfos_coord_end_feed(tfos_coord *c)
+{
+    end_feed(c);
+    bury(c);
+}
+
+static void end_feed(tfos_coord *c)
 {
     int told = 0;
     for (int i = 0; i < c->n; i++) {
@@ -1076,7 +1145,6 @@ void tfos_coord_end_feed(tfos_coord *c)
         send_msg(c, peer_of(nd), &m);
         told++;
     }
-    bury(c);
     TFOS_DEBUG("coordinator: asked %d running node(s) to end their feed", told);
 }
 

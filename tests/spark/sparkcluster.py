@@ -221,6 +221,46 @@ def _tail(path: str, n: int = 40) -> str:
         return f"<cannot read {path}: {e}>"
 
 
+class ConnectServer:
+    """A Spark Connect server started by ``SparkCluster.connect_server``."""
+
+    def __init__(self, cluster: "SparkCluster", label: str, port: int):
+        self.cluster, self.label, self.port = cluster, label, port
+        self.url = f"sc://{HOST}:{port}"
+        self.proc = cluster._procs[label]
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until a client session answers a query (bounded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SparkClusterError(f"the Spark Connect server exited with {self.proc.returncode}:\n"
+                                        + _tail(self.cluster._logs[self.label]))
+            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), timeout=1):
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise SparkClusterError(f"the Spark Connect server did not listen on {HOST}:{self.port} within "
+                                f"{timeout:g} s:\n" + _tail(self.cluster._logs[self.label]))
+
+    def session(self):
+        """A Spark Connect client session to this server (``spark.stop()``
+        ends it; the server and its executors stay)."""
+        from pyspark.sql import SparkSession
+        return SparkSession.builder.remote(self.url).getOrCreate()
+
+    def stop(self, term_timeout: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(term_timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+
+
 class SparkCluster:
     """Standalone master + ``n_workers`` workers on 127.0.0.1.
 
@@ -322,12 +362,12 @@ class SparkCluster:
             env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def _spawn(self, name: str, args: List[str], env: Dict[str, str], cwd: str) -> None:
+    def _spawn(self, name: str, args: List[str], env: Dict[str, str], cwd: str, tool: str = "spark-class") -> None:
         log = os.path.join(self.log_dir, f"{name}.log")
         f = open(log, "ab")
         self._log_files.append(f)
         self._logs[name] = log
-        cmd = [os.path.join(self.spark_home, "bin", "spark-class")] + args
+        cmd = [os.path.join(self.spark_home, "bin", tool)] + args
         f.write(("+ " + " ".join(cmd) + "\n").encode())
         f.flush()
         # start_new_session: own session and process group (pgid == pid), so
@@ -588,6 +628,28 @@ class SparkCluster:
                 spark.stop()
                 raise
         return spark
+
+    def connect_server(self, name: str = "tfos-connect", timeout: float = 120.0, **conf) -> "ConnectServer":
+        """Start Spark 4's Spark Connect server (SparkConnectServer through
+        spark-submit: its driver is a Spark application on this cluster with
+        one executor per worker) listening on 127.0.0.1 at a free port.
+        Returns once it answers; ``ConnectServer.url`` is the client's
+        ``sc://`` URL, ``stop()`` ends it (``stop()`` of the cluster too)."""
+        port = free_port()
+        settings = self.spark_conf(name, **conf)
+        settings.pop("spark.driver.extraJavaOptions", None)
+        settings.update({"spark.connect.grpc.binding.address": HOST, "spark.connect.grpc.binding.port": str(port)})
+        args = ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "--name", name,
+                "--driver-memory", "1g"]
+        for k, v in settings.items():
+            args += ["--conf", f"{k}={v}"]
+        label = f"connect-{port}"
+        # spark-submit sizes the Connect server like a daemon (SPARK_DAEMON_MEMORY)
+        env = dict(self._env(), SPARK_LOCAL_IP=HOST, SPARK_DAEMON_MEMORY="1g")
+        self._spawn(label, args, env, self.tmp_dir, tool="spark-submit")
+        server = ConnectServer(self, label, port)
+        server.wait_ready(timeout)
+        return server
 
     def wait_executors(self, spark, n: int, timeout: float = 60.0) -> None:
         """Wait until ``n`` executors (not counting the driver) are registered."""

@@ -106,31 +106,42 @@ def _terminated(client):
         return False
 
 
-def _wait_consumed(client, timeout):
+def _wait_consumed(client, timeout, failed=None):
     """Wait until the program has taken every row of our partition (its
     DataFeed acknowledges each partition end it passes, in ring order): a
     partition counts as delivered only then, so a node that dies with rows
-    still in its ring or its DataFeed gets them again (at-least-once). One
-    blocking call into the ring (a futex wait, GIL released)."""
+    still in its ring or its DataFeed gets them again (at-least-once). A
+    blocking call into the ring (a futex wait, GIL released); with
+    ``failed`` (a callable: true once the cluster has failed), in slices of
+    a second, asking it in between (a node stopped with its cluster may not
+    have closed the ring)."""
     st = client.input.stats()
     target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this place
-    try:
-        client.input.wait_acked(target, int(timeout * 1000))
-    except _feed.FeedEnded:
-        return  # the program terminated its feed: the rest is not wanted
-    except _feed.FeedClosed:
-        raise _feed.FeedClosed("the node's program died before it read the whole partition")
-    except TimeoutError:
-        raise TimeoutError("the node did not read the partition within %g s" % timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            client.input.wait_acked(target, int(max(0.0, min(left, 1.0) if failed else left) * 1000))
+            return
+        except _feed.FeedEnded:
+            return  # the program terminated its feed: the rest is not wanted
+        except _feed.FeedClosed:
+            raise _feed.FeedClosed("the node's program died before it read the whole partition")
+        except TimeoutError:
+            if failed is not None and failed():
+                raise _feed.FeedClosed("the cluster failed before the node read the whole partition")
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the node did not read the partition within %g s" % timeout)
 
 
-def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):
+def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
     """Feed this task's partition to the node on this executor and wait until
     it is consumed. Records the outcome in ``outcomes`` (an accumulator of
     {partition: (state, message)}): 'done', 'terminated' (the node did not
     want more data), 'aborted' (its node failed while it was being fed) or
     'skipped' (the cluster had failed before it began). Returns the rows fed
-    (Arrow) or None. Errors that are not a node failure are raised."""
+    (Arrow) or None. Errors that are not a node failure are raised.
+    ``failed``: see _wait_consumed."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     rows = None
@@ -147,7 +158,7 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow):
             client.feed_arrow(batches, partition)
         else:
             rows = client.feed_partition(iterator, partition)
-        _wait_consumed(client, feed_timeout)
+        _wait_consumed(client, feed_timeout, failed)
         outcomes.add({partition: ("done", rows)})
     except _feed.FeedClosed as exc:
         # the node called terminate(), or its program ended without reading
@@ -217,36 +228,42 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
     return run
 
 
+def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False):
+    """Feed this task's partition (rows, or a list of Arrow record batches)
+    to the node on this executor and return its results, one per row, in
+    order (a node that read the whole partition and sends no result for
+    ``results_timeout`` seconds fails the task, naming itself and the
+    partition)."""
+    tc = _task_context()
+    partition = tc.partitionId() if tc is not None else 0
+    executor_id = _pick_node(spec, partition)
+    with _NodeLock(spec, executor_id, feed_timeout):
+        client = _open_client(spec, executor_id, partition, feed_timeout)
+        try:
+            count = [0]
+            if arrow:
+                count[0] = sum(rb.num_rows for rb in rows)
+                client.feed_arrow(rows, partition)
+            else:
+                def counted(it):
+                    for row in it:
+                        count[0] += 1
+                        yield row
+                client.feed_partition(counted(rows), partition)
+            return client.collect_results(partition, count[0], results_timeout=results_timeout) \
+                if count[0] else []
+        except (_feed.FeedError, TimeoutError) as exc:
+            raise _explain(spec, executor_id, partition, exc)
+        finally:
+            client.close(detach_output=True)
+
+
 def inference_task(spec, feed_timeout, arrow=False, results_timeout=None):
-    """The function of an inference() stage: feed this partition to the node
-    on this executor and yield its results, one per row, in order (a node
-    that read the whole partition and sends no result for ``results_timeout``
-    seconds fails the task, naming itself and the partition)."""
+    """The function of an inference() stage: the results of
+    :func:`infer_partition`, one per row (Arrow: pickled in one row)."""
 
     def run(iterator):
-        tc = _task_context()
-        partition = tc.partitionId() if tc is not None else 0
-        executor_id = _pick_node(spec, partition)
-        with _NodeLock(spec, executor_id, feed_timeout):
-            client = _open_client(spec, executor_id, partition, feed_timeout)
-            try:
-                count = [0]
-                if arrow:
-                    batches = list(iterator)
-                    count[0] = sum(rb.num_rows for rb in batches)
-                    client.feed_arrow(batches, partition)
-                else:
-                    def counted(it):
-                        for row in it:
-                            count[0] += 1
-                            yield row
-                    client.feed_partition(counted(iterator), partition)
-                results = client.collect_results(partition, count[0], results_timeout=results_timeout) \
-                    if count[0] else []
-            except (_feed.FeedError, TimeoutError) as exc:
-                raise _explain(spec, executor_id, partition, exc)
-            finally:
-                client.close(detach_output=True)
+        results = infer_partition(spec, list(iterator) if arrow else iterator, feed_timeout, results_timeout, arrow)
         if arrow:
             import pyarrow as pa
             yield pa.RecordBatch.from_pydict({"results": [pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)]},

@@ -1,0 +1,256 @@
+"""The executors' side of tfos.spark.Cluster: the Spark stages it runs, each
+a ``mapInArrow`` over a DataFrame, so that a SparkSession is all the client
+needs (classic or Spark Connect; no SparkContext, no accumulators, no socket
+from the executors to the client).
+
+- the node stage (a barrier stage, one task per node): task 0 starts the
+  cluster's coordinator (``tfos coordinator``, detached, on its host), every
+  task learns its address through ``allGather`` and starts its node agent as
+  TFCluster's node tasks do (nodes.py);
+- feed and predict stages: each task feeds its partition to the node on its
+  executor (feeding.py) and returns its outcome, or the rows with the node's
+  results appended, as Arrow;
+- the query stage: one task asks the coordinator for its status, carrying a
+  command (end the feed, stop, release).
+
+Every one of them renews the client's lease on the coordinator (``tfos
+coordinator --lease``): when no stage of the client's has asked for
+``lease`` seconds, the client is gone and the coordinator stops the cluster.
+"""
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from .. import _tfos
+from .._launch import agent_path
+from .feeding import _feed_one, infer_partition
+from .nodes import _abort, _task_context, _wait_registered, start_node
+
+NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
+               ("error", "string"))
+FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"))
+QUERY_FIELDS = (("status", "string"), ("error", "string"))
+
+
+def ddl(fields):
+    """A Spark DDL schema string of (name, type) pairs."""
+    return ", ".join("%s %s" % f for f in fields)
+
+
+def _batch(fields, rows):
+    import pyarrow as pa
+    types = {"long": pa.int64(), "string": pa.string()}
+    schema = pa.schema([(name, types[t]) for name, t in fields])
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _host_ip():
+    """The address the other executors reach this one at."""
+    env = os.environ.get("SPARK_LOCAL_IP")
+    if env:
+        return env
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def start_coordinator(spec, lease, linger, timeout=30.0):
+    """Start the cluster's coordinator on this host (detached: it outlives
+    this task, and ends when the cluster is over or the lease runs out);
+    returns its address."""
+    lay = spec.layout
+    tmp = tempfile.mkdtemp(prefix="tfos-coord-")
+    path = os.path.join(tmp, "address")
+    try:
+        argv = [agent_path(), "coordinator", "--workers", str(lay["num_workers"]), "--ps", str(lay["num_ps"]),
+                "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
+                "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
+                "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace]
+        if lay["chief"]:
+            argv.append("--chief")
+        pid = _tfos.spawn_detached(argv, dict(os.environ, TFOS_SECRET=spec.secret), [])
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if not _tfos.pid_alive(pid):
+                raise RuntimeError("%s exited before it listened (see this executor's stderr)" % argv[0])
+            if time.monotonic() >= deadline:
+                raise RuntimeError("%s did not listen within %g s" % (argv[0], timeout))
+            time.sleep(0.02)
+        with open(path) as f:
+            return f.read().strip()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Renewer(object):
+    """While a task runs: renew the client's lease (a status query to the
+    coordinator) every ``interval`` seconds, at most 2 s apart, and tell
+    whether the cluster has failed (``failed()``): a task waiting on a node
+    stops waiting then."""
+
+    def __init__(self, spec, interval):
+        self.spec, self.interval = spec, min(2.0, max(0.5, float(interval)))
+        self.done = threading.Event()
+        self.failure = None
+        self.thread = threading.Thread(target=self._loop, name="tfos-lease", daemon=True)
+
+    def failed(self):
+        return self.failure is not None
+
+    def _loop(self):
+        while not self.done.wait(self.interval):
+            try:
+                st = json.loads(_tfos.query_status(self.spec.coord_addr, self.spec.secret, 5000))
+            except Exception as exc:  # the cluster is over: nothing to renew
+                self.failure = "the coordinator cannot be reached: %s" % exc
+                return
+            if st.get("failure") or st.get("state") in ("done", "failed"):
+                self.failure = st.get("failure") or "the cluster ended"
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(6)
+
+
+def node_stage(spec, lease, linger):
+    """The barrier stage that forms the cluster: one task per node."""
+
+    def run(batches):
+        from pyspark import BarrierTaskContext
+        ctx = BarrierTaskContext.get()
+        for _ in batches:
+            pass
+        part = ctx.partitionId()
+        coord = err = ""
+        if part == 0:
+            try:
+                coord = start_coordinator(spec, lease, linger)
+            except Exception as exc:
+                err = "the tfos coordinator could not start on host %s: %s" % (socket.gethostname(), exc)
+        coord, err = json.loads(ctx.allGather(json.dumps([coord, err]))[0])
+        row = {"executor_id": part, "host": socket.gethostname(), "coord": coord, "pid": 0, "error": err or None}
+        if coord:
+            spec.coord_addr = coord
+            pid, failed = start_node(spec, part)
+            if failed:
+                row["error"] = failed["error"]
+            else:
+                row["pid"] = pid
+                why = _wait_registered(spec, part, pid)
+                if why:
+                    row["error"] = _abort(spec, part, why)["error"]
+        yield _batch(NODE_FIELDS, [row])
+
+    return run
+
+
+class _Recorder(object):
+    """The outcome of this task's partition (feeding._feed_one reports it as
+    to an accumulator; here it goes back in the task's result)."""
+
+    def __init__(self):
+        self.value = {}
+
+    def add(self, outcome):
+        self.value.update(outcome)
+
+
+def feed_stage(spec, feed_timeout, lease):
+    """The train stage: each task feeds its partition (Arrow record batches
+    as Spark hands them over) to the node on its executor and returns one
+    row: partition, state (done, terminated, aborted, skipped), info, rows."""
+
+    def run(batches):
+        tc = _task_context()
+        part = tc.partitionId() if tc is not None else 0
+        rec = _Recorder()
+        with Renewer(spec, lease / 4.0) as renewer:
+            rows = _feed_one(spec, batches, feed_timeout, rec, True, renewer.failed)
+        state, info = rec.value.get(part, ("done", rows))
+        yield _batch(FEED_FIELDS, [{"partition": part, "state": state, "info": None if state == "done" else
+                                    str(info), "rows": rows or 0}])
+
+    return run
+
+
+def _pyval(v):
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
+def _result_columns(results, fields):
+    """Arrow arrays, one per (name, arrow type) in fields, from the node's
+    results (one per row: a value with one field, else a tuple/list or a
+    dict by name)."""
+    import numpy as np
+    import pyarrow as pa
+    if len(fields) == 1:
+        t = fields[0][1]
+        try:
+            arr = np.asarray(results)
+            if arr.ndim == 1 and arr.dtype != object:
+                return [pa.array(arr).cast(t)]
+        except (ValueError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        return [pa.array([_pyval(r) for r in results], type=t)]
+    cols = []
+    for i, (name, t) in enumerate(fields):
+        cols.append(pa.array([_pyval(r[name] if isinstance(r, dict) else r[i]) for r in results], type=t))
+    return cols
+
+
+def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
+    """The predict stage: each task feeds its partition to the node on its
+    executor and yields the partition's rows with the node's results
+    appended as the columns ``out_fields`` ([(name, Spark DataType)])."""
+
+    def run(batches):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_type
+        fields = [(name, to_arrow_type(dt)) for name, dt in out_fields]
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        with Renewer(spec, lease / 4.0):
+            results = infer_partition(spec, batches, feed_timeout, results_timeout, arrow=True)
+        table = pa.Table.from_batches(batches)
+        try:
+            cols = _result_columns(results, fields)
+        except (KeyError, IndexError, TypeError, ValueError, pa.ArrowException) as exc:
+            tc = _task_context()
+            raise ValueError("partition %d: the node's results do not fit the output columns %s: %s (first "
+                             "result: %r)" % (tc.partitionId() if tc else 0,
+                                              ", ".join("%s %s" % (n, t) for n, t in fields), exc,
+                                              results[0] if results else None)) from exc
+        for (name, _), col in zip(fields, cols):
+            table = table.append_column(name, col)
+        for rb in table.to_batches():
+            yield rb
+
+    return run
+
+
+def query_stage(spec, command=None, reason=None):
+    """One task: the coordinator's status JSON after ``command`` (None: a
+    query; it renews the lease), or the error that kept it from answering."""
+
+    def run(batches):
+        for _ in batches:
+            pass
+        try:
+            row = {"status": _tfos.query_status(spec.coord_addr, spec.secret, 10000, command, reason),
+                   "error": None}
+        except Exception as exc:
+            row = {"status": None, "error": "%s (from host %s)" % (exc, socket.gethostname())}
+        yield _batch(QUERY_FIELDS, [row])
+
+    return run
