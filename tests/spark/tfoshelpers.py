@@ -27,9 +27,10 @@ def _read(pid, name):
 
 
 def tfos_processes(marker=None):
-    """Live (non-zombie) tfos node agents and node programs on this host, as
-    (pid, command line) pairs: agents started by the marked cluster, and
-    their descendants (programs, TensorBoard)."""
+    """Live (non-zombie) tfos node agents, coordinators (tfos.spark.Cluster
+    starts one on an executor) and node programs on this host, as (pid,
+    command line) pairs: agents started by the marked cluster, and their
+    descendants (programs, TensorBoard)."""
     marker = marker or MARKER
     needle = ("TFOS_SPARKCLUSTER=%s\0" % marker).encode() if marker else None
     procs = {}
@@ -46,7 +47,7 @@ def tfos_processes(marker=None):
         procs[pid] = (int(fields[1]), argv.split(b"\0"))
     agents = set()
     for pid, (_, argv) in procs.items():
-        if len(argv) > 1 and argv[0].endswith(b"/tfos") and argv[1] == b"node":
+        if len(argv) > 1 and argv[0].endswith(b"/tfos") and argv[1] in (b"node", b"coordinator"):
             env = _read(pid, "environ") or b""
             if needle is None or needle in env + b"\0":
                 agents.add(pid)

@@ -67,7 +67,8 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
     tmp = tempfile.mkdtemp(prefix="tfos-coord-")
     path = os.path.join(tmp, "address")
     try:
-        argv = [agent_path(), "coordinator", "--workers", str(lay["num_workers"]), "--ps", str(lay["num_ps"]),
+        argv = [agent_path(), "coordinator", "--cluster-id", spec.cluster_id, "--workers", str(lay["num_workers"]),
+                "--ps", str(lay["num_ps"]),
                 "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
                 "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
                 "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace]

@@ -1,0 +1,136 @@
+"""tfos.spark.Cluster, the API that needs only a SparkSession, on a classic
+session and on a real Spark Connect server (SparkConnectServer started by
+spark-submit on this test cluster, on 127.0.0.1): every test runs with both.
+The Connect server is an application that holds both workers' cores, so the
+classic session of this module is stopped before it starts."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from pyspark import cloudpickle
+
+from tfoshelpers import tfos_processes, wait_for, wait_no_tfos_processes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "examples", "digits"))
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the node functions below travel by value
+
+CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
+@pytest.fixture(scope="module", params=["classic", "connect"])
+def session(request, spark_cluster):
+    """(kind, SparkSession, Connect server or None)."""
+    if request.param == "classic":
+        spark = spark_cluster.spark_session("tfos-test-cluster-api")
+        try:
+            yield "classic", spark, None
+        finally:
+            spark.stop()
+        return
+    server = spark_cluster.connect_server("tfos-test-connect")
+    saved = {k: os.environ.get(k) for k in CONNECT_ENV}
+    try:
+        spark = server.session()
+        try:
+            yield "connect", spark, server
+        finally:
+            spark.stop()
+    finally:
+        # a Connect session marks the process as a Connect client: later
+        # modules' classic sessions must not be
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def double_fun(args, ctx):
+    from tfos import TFNode
+    feed = TFNode.DataFeed(ctx.mgr, train_mode=False)
+    while not feed.should_stop():
+        batch = feed.next_batch(100)
+        if batch:
+            feed.batch_results([(r[0] * 2, "n%d" % r[0]) for r in batch])  # rows: (id, k)
+
+
+def failing_fun(args, ctx):
+    raise ValueError("no model for %s" % args)
+
+
+def test_session_kind(session):
+    kind, spark, _ = session
+    is_connect = type(spark).__module__.startswith("pyspark.sql.connect")
+    assert is_connect == (kind == "connect")
+
+
+def test_predict_returns_every_row_in_order(session):
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    df = spark.range(0, 5000, 1, 3).selectExpr("id", "id % 7 AS k")
+    with Cluster(spark, double_fun, None, 2) as cluster:
+        out = cluster.predict(df, "twice long, name string").collect()
+    assert [tuple(r) for r in out] == [(i, i % 7, 2 * i, "n%d" % i) for i in range(5000)]
+
+
+def test_exception_in_main_fun_comes_back(session):
+    from tfos.spark import Cluster, ClusterError
+    _, spark, _ = session
+    df = spark.range(0, 1000, 1, 2)
+    with pytest.raises(ClusterError) as err:
+        with Cluster(spark, failing_fun, "digits-v7", 2) as cluster:
+            cluster.train(df)
+    text = str(err.value)
+    assert "failed: exit code 1" in text and "worker:" in text, text
+    assert "Traceback (most recent call last)" in text, text
+    assert "ValueError: no model for digits-v7" in text, text
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_digits_train_and_predict(session, tmp_path, capsys):
+    import digits_data
+    import spark_connect_digits
+    _, spark, _ = session
+    rows = spark_connect_digits.main(["--model-dir", str(tmp_path / "model"), "--num-nodes", "2"], spark=spark)
+    x_test = digits_data.load_split(digits_data.DEFAULT_SEED)[2]
+    assert sorted(r["id"] for r in rows) == list(range(len(x_test)))
+    accuracy = sum(r["label"] == r["prediction"] for r in rows) / len(rows)
+    assert accuracy >= 0.90, accuracy
+    assert "test accuracy: %.4f" % accuracy in capsys.readouterr().out
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_killed_client_leaves_nothing(session):
+    kind, _, server = session
+    if kind != "connect":
+        pytest.skip("a classic client owns its driver: tests/spark/test_driver_killed.py kills one")
+    client = subprocess.Popen([sys.executable, os.path.join(HERE, "progs", "connect_client.py"), server.url, "8"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not line.startswith("FORMED"):
+            line = client.stdout.readline()
+            if not line and client.poll() is not None:
+                break
+        assert line.startswith("FORMED"), "the client did not form its cluster"
+        cluster_id, agents = line.split()[1], [int(p) for p in line.split()[2:]]
+        assert all(os.path.exists("/proc/%d" % p) for p in agents)
+        assert any(cluster_id in cmd for _, cmd in tfos_processes()), "no coordinator for %s" % cluster_id
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait(30)
+    t0 = time.monotonic()
+    # the lease (8 s) runs out, the coordinator stops the nodes, then lingers 8 s
+    left = wait_no_tfos_processes(60)
+    assert left == [], left
+    assert time.monotonic() - t0 < 60
+    assert wait_for(lambda: all(not os.path.exists("/proc/%d" % p) for p in agents), 5)
