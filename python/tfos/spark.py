@@ -31,6 +31,7 @@ import time
 import uuid
 
 from . import _tfos
+from . import feed as _feed
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
@@ -60,7 +61,8 @@ class Cluster(object):
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
                  feed_mb=_DEFAULTS["feed_mb"], reservation_timeout=_DEFAULTS["reservation_timeout_spark"],
                  heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], grace=_DEFAULTS["stop_grace"],
-                 node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=60.0):
+                 node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=60.0,
+                 max_restarts=_DEFAULTS["max_restarts"]):
         from ._extras import require
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
         from pyspark import cloudpickle
@@ -88,6 +90,11 @@ class Cluster(object):
                              feed_mb=int(feed_mb), log_dir=node_log_dir, heartbeat_timeout=float(heartbeat_timeout),
                              spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras)
         self.spec.grace = float(grace)
+        # the one restart policy (libtfos), applied here: each attempt has a
+        # coordinator of its own, started by its node stage
+        self.policy = _tfos.RestartPolicy(max(0, int(max_restarts)))
+        self.spec.max_restarts = self.policy.max_restarts
+        self.partitions_refed = 0  # partitions fed again after a node failure
         self.nodes = []           # the node stage's rows: executor_id, host, coord, pid
         self.last_status = None   # the coordinator's status as the last job brought it back
         self._lock = threading.Lock()
@@ -95,12 +102,24 @@ class Cluster(object):
         self._keepalive = None
         self._closed = False
 
+    @property
+    def attempt(self):
+        """The current attempt (1 for the first), as the policy counts it."""
+        return self.policy.attempt
+
     # -- forming
     def start(self):
         """Form the cluster (one barrier stage); returns self. Raises
         ClusterError naming the node that could not start."""
-        from pyspark.sql import DataFrame  # noqa: F401  (pyspark is there: the error above says so otherwise)
+        self._form()
+        self._keepalive = threading.Thread(target=self._renew, name="tfos-keepalive", daemon=True)
+        self._keepalive.start()
+        return self
+
+    def _form(self):
         n = self.num_nodes
+        self.spec.attempt = self.attempt
+        self.spec.coord_addr = None
         stage = _session.node_stage(self.spec, self.lease_timeout, self.lease_timeout)
         t0 = time.monotonic()
         try:
@@ -121,12 +140,9 @@ class Cluster(object):
         st = self._wait_state(("running", "done", "failed"), self.spec.reservation_timeout + 10)
         if st["state"] == "failed":
             self._finish(st)
-        logger.info("cluster %s formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
-                    self.cluster_id, time.monotonic() - t0, n, ", ".join(sorted({r["host"] for r in rows})),
-                    self.spec.coord_addr, self.checkpoint_dir)
-        self._keepalive = threading.Thread(target=self._renew, name="tfos-keepalive", daemon=True)
-        self._keepalive.start()
-        return self
+        logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
+                    self.cluster_id, self.attempt, time.monotonic() - t0, n,
+                    ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
 
     def __enter__(self):
         return self.start()
@@ -187,7 +203,36 @@ class Cluster(object):
         except Exception:
             pass
         if st.get("state") == "failed":
-            raise ClusterError("the tfos cluster failed: %s" % st.get("failure"), 1, None)
+            raise ClusterError(self._failure_text(st.get("failure")), 1, None)
+
+    def _failure_text(self, failure):
+        text = "the tfos cluster failed: %s" % failure
+        if self.policy.verdict:
+            text += "\n" + self.policy.verdict
+        history = self.policy.render().splitlines()
+        if len(history) > 1:
+            text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
+        return text
+
+    def _restart_or_raise(self, failure):
+        """This attempt failed: form the cluster again when the restart
+        policy says so (a new coordinator, attempt + 1), else raise."""
+        st = self._wait_state(("done", "failed"), self.spec.grace + 60)
+        st["failure"] = st.get("failure") or failure
+        st["state"] = "failed"
+        cause = getattr(_tfos, "CAUSE_" + str(st.get("cause", "")).upper(), _tfos.CAUSE_EXIT)
+        progress = ""
+        if os.path.isdir(self.checkpoint_dir):  # where the client sees it
+            progress = _tfos.checkpoint_progress(self.checkpoint_dir)
+        if self.policy.decide(cause, summary=st["failure"].splitlines()[0], progress=progress) != _tfos.RESTART:
+            self._finish(st)
+        try:
+            self._query("release")
+        except ClusterError:
+            pass
+        logger.warning("%s; re-forming the cluster (attempt %d of %d)", st["failure"].splitlines()[0],
+                       self.attempt, self.policy.max_restarts + 1)
+        self._form()
 
     def _failure(self, wait=10.0):
         """The cluster's failure text, once the coordinator has it (a feed
@@ -220,31 +265,42 @@ class Cluster(object):
         data = df
         for _ in range(max(1, int(epochs)) - 1):
             data = data.union(df)
-        stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout)
-        t0 = time.monotonic()
-        try:
-            rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
-        except Exception as exc:
+        delivered, not_wanted, offsets = set(), set(), {}
+        fed, started, t0 = 0, time.time(), time.monotonic()
+        while True:
+            stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout, delivered, offsets)
+            rows, job_error = [], None
+            try:
+                rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
+            except Exception as exc:
+                job_error = exc
+            for r in rows:
+                if r["state"] in ("done", "terminated"):
+                    delivered.add(r["partition"])
+                    fed += r["rows"]
+                if r["state"] == "terminated":
+                    not_wanted.add(r["partition"])
+            lost = [r for r in rows if r["state"] in ("aborted", "skipped")]
+            if job_error is None and not lost:
+                break
             failure = self._failure()
-            if failure:
-                self._end_failed(failure)
-            raise ClusterError("feeding the cluster failed: %s" % _short(exc), 1, None) from exc
-        bad = [r for r in rows if r["state"] in ("aborted", "skipped")]
-        if bad:
-            self._end_failed(self._failure() or bad[0]["info"])
-        fed = sum(r["rows"] for r in rows)
+            if not failure:
+                raise ClusterError("feeding the cluster failed: %s" % (
+                    _short(job_error) if job_error is not None else lost[0]["info"]), 1, None) from job_error
+            self._restart_or_raise(failure)
+            # where the surviving checkpoint stands: the partitions its feed
+            # position records are not fed again (else at-least-once)
+            positions = _feed.read_positions(self.checkpoint_dir, since=started)
+            if positions is not None:
+                whole, offsets = positions
+                delivered = set(whole) | not_wanted
+            aborted = sum(1 for r in lost if r["state"] == "aborted")
+            self.partitions_refed += aborted
+            logger.warning("attempt %d: feeding again the partitions not delivered before the failure (%d were "
+                           "in flight)", self.attempt, aborted)
         secs = time.monotonic() - t0
-        logger.info("fed %d rows in %d partitions in %.1f s (%.0f rows/s)", fed, len(rows), secs,
-                    fed / secs if secs > 0 else 0.0)
+        logger.info("fed %d rows in %.1f s (%.0f rows/s)", fed, secs, fed / secs if secs > 0 else 0.0)
         return fed
-
-    def _end_failed(self, failure):
-        st = self._wait_state(("done", "failed"), 60)
-        st.setdefault("failure", failure)
-        if not st.get("failure"):
-            st["failure"] = failure
-        st["state"] = "failed"
-        self._finish(st)
 
     def predict(self, df, schema="prediction double", feed_timeout=600,
                 results_timeout=_DEFAULTS["results_timeout"]):

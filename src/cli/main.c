@@ -138,6 +138,7 @@ static const char coordinator_help[] =
     CLUSTER_OPTIONS
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
     "  --address-file F         also write HOST:PORT to F (atomically, once listening)\n"
+    "  --attempt N              the attempt the nodes are told (TFOS_ATTEMPT; default 1)\n"
     "  --lease S                stop the cluster when no status query came for S seconds (the\n"
     "                           client that queries is gone; default: no lease)\n"
     "  --linger S               once the cluster is over, keep answering status queries for up to\n"
@@ -267,6 +268,7 @@ typedef struct cli {
     long long partition_rows;
     int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
     double hang_timeout, lease, linger;
+    int attempt;
     const char *address_file;
     int hand_port;
     char **argv; /* the program: after --, or from the first argument that is not an option */
@@ -410,6 +412,9 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--keras")) {
             if (!(c->keras = NEXT()) || tfos__keras_mode_valid(c->keras))
                 return usage_error("--keras takes env, auto, legacy or 3; got '%s'", c->keras ? c->keras : "");
+        } else if (!strcmp(a, "--attempt")) {
+            if (parse_int(a, NEXT(), 1, INT_MAX, &c->attempt))
+                return 2;
         } else if (!strcmp(a, "--lease")) {
             if (parse_secs(a, NEXT(), &c->lease))
                 return 2;
@@ -586,7 +591,7 @@ static int cmd_coordinator(cli *c)
     tfos_coord_opts o = {.layout = c->layout, .bind_host = host, .port = port, .secret = secret,
                          .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
                          .failure_grace = c->failure_grace, .heartbeat_timeout = c->heartbeat_timeout,
-                         .lease_timeout = c->lease};
+                         .lease_timeout = c->lease, .attempt = c->attempt};
     tfos_coord *co;
     int rc = tfos_coord_open(&co, &o);
     if (rc) {

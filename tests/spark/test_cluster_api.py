@@ -134,3 +134,32 @@ def test_killed_client_leaves_nothing(session):
     assert left == [], left
     assert time.monotonic() - t0 < 60
     assert wait_for(lambda: all(not os.path.exists("/proc/%d" % p) for p in agents), 5)
+
+
+def test_killed_node_restarts_and_resumes(session, tmp_path):
+    """kill -9 of a node's program mid-feed: the cluster is formed again
+    (attempt 2, a new coordinator), the feed resumes where the surviving
+    checkpoint stands, and the model state has every row once per epoch."""
+    import collections
+    import json
+    from test_tfcluster import checkpointing_reader
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    n, epochs = 3000, 2
+    df = spark.range(0, n, 1, 15)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = {"out": str(out), "every": 2, "die_after": 5, "slow": 0.01}
+    with Cluster(spark, checkpointing_reader, args, 2, max_restarts=2, checkpoint_dir=str(tmp_path / "ckpt"),
+                 reservation_timeout=60) as cluster:
+        cluster.train(df, epochs=epochs, feed_timeout=300)
+        attempt, refed = cluster.attempt, cluster.partitions_refed
+    assert attempt == 2
+    counts = collections.Counter()
+    for p in out.glob("final-2-*.json"):
+        counts.update(json.loads(p.read_text()))
+    wrong = {i: c for i, c in counts.items() if c != epochs}
+    missing = [i for i in range(n) if i not in counts]
+    assert (out / "lost-worker-1.txt").exists()
+    assert not missing and not wrong, (missing[:5], list(wrong.items())[:5], refed)
+    assert wait_no_tfos_processes(30) == []

@@ -27,7 +27,7 @@ import time
 
 from .. import _tfos
 from .._launch import agent_path
-from .feeding import _feed_one, infer_partition
+from .feeding import _feed_one, _skip_arrow_rows, infer_partition
 from .nodes import _abort, _task_context, _wait_registered, start_node
 
 NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
@@ -71,7 +71,8 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
                 "--ps", str(lay["num_ps"]),
                 "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
                 "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
-                "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace]
+                "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace,
+                "--attempt", str(getattr(spec, "attempt", 1))]
         if lay["chief"]:
             argv.append("--chief")
         pid = _tfos.spawn_detached(argv, dict(os.environ, TFOS_SECRET=spec.secret), [])
@@ -166,17 +167,25 @@ class _Recorder(object):
         self.value.update(outcome)
 
 
-def feed_stage(spec, feed_timeout, lease):
+def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None):
     """The train stage: each task feeds its partition (Arrow record batches
     as Spark hands them over) to the node on its executor and returns one
-    row: partition, state (done, terminated, aborted, skipped), info, rows."""
+    row: partition, state (done, terminated, aborted, skipped; 'before' for
+    a partition in ``skip``, delivered before), info, rows. Of a partition
+    in ``offsets``, the first rows are in a checkpoint and are not fed."""
+    skip = frozenset(skip)
+    offsets = dict(offsets or {})
 
     def run(batches):
         tc = _task_context()
         part = tc.partitionId() if tc is not None else 0
+        if part in skip:
+            yield _batch(FEED_FIELDS, [{"partition": part, "state": "before", "info": None, "rows": 0}])
+            return
         rec = _Recorder()
         with Renewer(spec, lease / 4.0) as renewer:
-            rows = _feed_one(spec, batches, feed_timeout, rec, True, renewer.failed)
+            rows = _feed_one(spec, _skip_arrow_rows(batches, offsets.get(part, 0)), feed_timeout, rec, True,
+                             renewer.failed)
         state, info = rec.value.get(part, ("done", rows))
         yield _batch(FEED_FIELDS, [{"partition": part, "state": state, "info": None if state == "done" else
                                     str(info), "rows": rows or 0}])
