@@ -7,7 +7,8 @@ The reference covers the package `tfos` and the submodules its `__all__`
 names (TFCluster, TFNode, TFParallel, compat, dfutil, gpu_info, util: pdoc
 follows those), and the public modules a program imports by their full
 name: tfos.feed (FeedClient, DataFeed), tfos.pipeline (TFEstimator,
-TFModel) and tfos.torch (TorchDistributor, FeedDataset). Modules whose names start with `_` are private and stay out, and
+TFModel), tfos.torch (TorchDistributor, FeedDataset) and tfos.spark
+(Cluster: Spark Connect and classic sessions). Modules whose names start with `_` are private and stay out, and
 so do tfos.TFSparkNode (what runs inside Spark tasks, under
 TensorFlowOnSpark's module name for programs that import it; not an API of
 its own) and tfos.arrowfeed (the feeder program `tfos run` starts for
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import sys
 
-MODULES = ["tfos", "tfos.feed", "tfos.pipeline", "tfos.torch"]
+MODULES = ["tfos", "tfos.feed", "tfos.pipeline", "tfos.torch", "tfos.spark"]
 
 
 def build(outdir):

@@ -11,7 +11,7 @@ import subprocess
 from conftest import PY, ROOT
 
 PAGES = ["tfos", "tfos/TFCluster", "tfos/TFNode", "tfos/TFParallel", "tfos/feed", "tfos/compat",
-         "tfos/pipeline", "tfos/dfutil", "tfos/util", "tfos/gpu_info", "tfos/torch"]
+         "tfos/pipeline", "tfos/dfutil", "tfos/util", "tfos/gpu_info", "tfos/torch", "tfos/spark"]
 
 
 def text_of(path):
