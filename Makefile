@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist demo bench bench-start bench-feed bench-recovery bench-spark bench-torch clean
+.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch clean
 
 all: install
 
@@ -133,6 +133,12 @@ bench-recovery: install
 # baseline into its own venv under .bench-venv on first use).
 bench-spark: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark.py
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark_cluster_api.py
+
+# tfos.spark.Cluster alone (the second half of bench-spark): classic and
+# Spark Connect, against a counting mapInArrow stage and predict_batch_udf.
+bench-spark-connect: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark_cluster_api.py
 
 # A Spark DataFrame into a PyTorch DDP loop: tfos's feed vs Spark's
 # TorchDistributor (Parquet + own loader, and its private _train_on_dataframe).
