@@ -614,14 +614,15 @@ class FeedClient(object):
         """Write one already-encoded record (inside a partition or not)."""
         self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
 
-    def collect_results(self, partition_id, count, timeout=None, results_timeout=None):
+    def collect_results(self, partition_id, count, timeout=None, results_timeout=None, abort=None):
         """The ``count`` inference results of partition ``partition_id``, in
         order. Raises FeedError naming the partition if more arrive than rows
         were fed. With ``results_timeout`` (seconds), once the node has read
         every row written so far (its DataFeed acknowledged our partition's
         end) and no result came for that long, raises FeedError asking whether
         the program returns results (``feed.batch_results``), instead of
-        waiting out ``timeout``."""
+        waiting out ``timeout``. ``abort``: a callable asked every second,
+        returning None, or a reason to stop waiting (raised as FeedError)."""
         if self.output is None:
             self.output = _tfos.Ring(self._out_fd, _tfos.ROLE_CONSUMER)
             os.close(self._out_fd)
@@ -634,6 +635,10 @@ class FeedClient(object):
         quiet_since = None  # when the node had read our whole partition, or sent its last result since
         while len(got) < count:
             now = time.monotonic()
+            why = abort() if abort is not None else None
+            if why:
+                raise FeedError("stopped waiting for the results of partition %d (%d of %d): %s"
+                                % (partition_id, len(got), count, why))
             if deadline is not None and now >= deadline:
                 raise TimeoutError("timed out after %g s waiting for inference results of partition %d "
                                    "(%d of %d)" % (t / 1000.0, partition_id, len(got), count))
@@ -644,7 +649,7 @@ class FeedClient(object):
                                 "of %d) -- does map_fun call feed.batch_results() for every batch it reads?"
                                 % ("no results" if not got else "no more results", partition_id,
                                    results_timeout, len(got), count))
-            slice_ms = 1000 if results_timeout is not None else t
+            slice_ms = 1000 if results_timeout is not None or abort is not None else t
             if deadline is not None:
                 slice_ms = max(1, min(slice_ms, int((deadline - now) * 1000)))
             try:

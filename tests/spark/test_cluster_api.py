@@ -65,6 +65,15 @@ def failing_fun(args, ctx):
     raise ValueError("no model for %s" % args)
 
 
+def predict_then_fail(args, ctx):
+    """Answers the first batch, then dies: the other rows never get results."""
+    from tfos import TFNode
+    feed = TFNode.DataFeed(ctx.mgr, train_mode=False)
+    batch = feed.next_batch(50)
+    feed.batch_results([r[0] for r in batch])
+    raise RuntimeError("the model server crashed on %s" % ctx.job_name)
+
+
 def test_session_kind(session):
     kind, spark, _ = session
     is_connect = type(spark).__module__.startswith("pyspark.sql.connect")
@@ -91,6 +100,20 @@ def test_exception_in_main_fun_comes_back(session):
     assert "failed: exit code 1" in text and "worker:" in text, text
     assert "Traceback (most recent call last)" in text, text
     assert "ValueError: no model for digits-v7" in text, text
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_node_failing_during_predict_fails_the_job_with_its_traceback(session):
+    """The predict tasks stop waiting for results once the cluster failed
+    (they watch the coordinator), rather than for feed_timeout."""
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    df = spark.range(0, 4000, 1, 2)
+    with pytest.raises(Exception) as err:
+        with Cluster(spark, predict_then_fail, None, 2, max_restarts=0) as cluster:
+            cluster.predict(df, "y long", feed_timeout=600).collect()
+    text = str(err.value)
+    assert "RuntimeError: the model server crashed on worker" in text, text[:3000]
     assert wait_no_tfos_processes(30) == []
 
 

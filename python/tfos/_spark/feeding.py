@@ -228,12 +228,12 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
     return run
 
 
-def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False):
+def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None):
     """Feed this task's partition (rows, or a list of Arrow record batches)
     to the node on this executor and return its results, one per row, in
     order (a node that read the whole partition and sends no result for
     ``results_timeout`` seconds fails the task, naming itself and the
-    partition)."""
+    partition; ``abort``: see FeedClient.collect_results)."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     executor_id = _pick_node(spec, partition)
@@ -250,7 +250,7 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False)
                         count[0] += 1
                         yield row
                 client.feed_partition(counted(rows), partition)
-            return client.collect_results(partition, count[0], results_timeout=results_timeout) \
+            return client.collect_results(partition, count[0], results_timeout=results_timeout, abort=abort) \
                 if count[0] else []
         except (_feed.FeedError, TimeoutError) as exc:
             raise _explain(spec, executor_id, partition, exc)

@@ -104,6 +104,10 @@ class Renewer(object):
     def failed(self):
         return self.failure is not None
 
+    def reason(self):
+        """None, or why the cluster is over (for FeedClient.collect_results)."""
+        return self.failure
+
     def _loop(self):
         while not self.done.wait(self.interval):
             try:
@@ -230,8 +234,9 @@ def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
         batches = [b for b in batches if b.num_rows]
         if not batches:
             return
-        with Renewer(spec, lease / 4.0):
-            results = infer_partition(spec, batches, feed_timeout, results_timeout, arrow=True)
+        with Renewer(spec, lease / 4.0) as renewer:
+            results = infer_partition(spec, batches, feed_timeout, results_timeout, arrow=True,
+                                      abort=renewer.reason)
         table = pa.Table.from_batches(batches)
         try:
             cols = _result_columns(results, fields)
