@@ -36,29 +36,13 @@ def parse_args(argv=None):
     where.add_argument("--remote", default=None, help="a Spark Connect server: sc://HOST:PORT")
     where.add_argument("--master", default=None, help="a classic session on this master (default local[2])")
     p.add_argument("--num-nodes", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch size")
-    p.add_argument("--model-dir", default=digits_data.DEFAULT_MODEL_DIR)
-    p.add_argument("--seed", type=int, default=digits_data.DEFAULT_SEED)
-    a = p.parse_args(argv)
-    a.model_dir = os.path.abspath(a.model_dir)
-    return a
+    return spark_digits.parse_training_args(p, argv)
 
 
 def predict_fun(args, ctx):
     """One prediction (the digit) per fed row."""
-    import keras
-    import numpy as np
-    from tfos import TFNode
-
-    model = keras.models.load_model(digits_data.model_path(args.model_dir))
-    feed = TFNode.DataFeed(ctx.mgr, train_mode=False)
-    while not feed.should_stop():
-        cols = feed.next_batch_arrays(256, as_dict=True)
-        if not cols:
-            break
-        probs = model.predict(cols["features"].astype(np.float32), verbose=0)
-        feed.batch_results(np.argmax(probs, axis=-1).tolist())
+    for feed, _, preds in spark_digits.predicted_batches(args, ctx):
+        feed.batch_results(preds.tolist())
 
 
 def session(args):

@@ -44,6 +44,11 @@ def parse_args(argv=None):
                    help="Spark master (default: spark-submit's, else local[2])")
     p.add_argument("--input-mode", choices=("spark", "tensorflow"), default="spark")
     p.add_argument("--num-executors", type=int, default=2)
+    return parse_training_args(p, argv)
+
+
+def parse_training_args(p, argv):
+    """Add the training options (also spark_connect_digits.py's) and parse."""
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--batch-size", type=int, default=64, help="global batch size")
     p.add_argument("--model-dir", default=digits_data.DEFAULT_MODEL_DIR)
@@ -119,8 +124,9 @@ def train_fun(args, ctx):
         os.remove(path)
 
 
-def infer_fun(args, ctx):
-    """InputMode.SPARK inference: one prediction per fed row."""
+def predicted_batches(args, ctx):
+    """(feed, columns, predicted digits) for every fed batch, with the model
+    of --model-dir loaded once."""
     import keras
     import numpy as np
     from tfos import TFNode
@@ -132,7 +138,12 @@ def infer_fun(args, ctx):
         if not cols:
             break
         probs = model.predict(cols["features"].astype(np.float32), verbose=0)
-        preds = np.argmax(probs, axis=-1)
+        yield feed, cols, np.argmax(probs, axis=-1)
+
+
+def infer_fun(args, ctx):
+    """InputMode.SPARK inference: one (label, prediction) per fed row."""
+    for feed, cols, preds in predicted_batches(args, ctx):
         feed.batch_results(list(zip(cols["label"].tolist(), preds.tolist())))
 
 

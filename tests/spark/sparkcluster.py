@@ -52,6 +52,7 @@ __all__ = [
     "cluster_processes",
     "shutdown_gateway",
     "driver_tmp_dir",
+    "restore_env",
 ]
 
 
@@ -207,6 +208,16 @@ def shutdown_gateway(timeout: float = 30.0) -> None:
     if _driver_tmp:
         shutil.rmtree(_driver_tmp, ignore_errors=True)
         _driver_tmp = None
+
+
+def restore_env(saved: Dict[str, Optional[str]]) -> None:
+    """Put back the environment variables of ``saved`` ({name: value, or
+    None for one that was not set})."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def _tail(path: str, n: int = 40) -> str:
@@ -616,11 +627,7 @@ class SparkCluster:
         try:
             spark = builder.getOrCreate()
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            restore_env(saved)
         if wait_executors:
             try:
                 self.wait_executors(spark, self.n_workers, wait_executors)

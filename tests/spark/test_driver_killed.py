@@ -6,9 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from tfoshelpers import tfos_processes, wait_no_tfos_processes
+from tfoshelpers import read_line_starting, tfos_processes, wait_no_tfos_processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -21,13 +20,8 @@ def test_killed_driver_leaves_nothing_behind(spark_cluster):
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
                               start_new_session=True)
     try:
-        line = ""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not line.startswith("READY"):
-            line = driver.stdout.readline()
-            if not line and driver.poll() is not None:
-                break
-        assert line.startswith("READY"), "the driver did not form its cluster"
+        line = read_line_starting(driver, "READY", 120)
+        assert line, "the driver did not form its cluster"
         pids = [int(p) for p in line.split()[1:]]
         assert all(os.path.exists("/proc/%d" % p) for p in pids)
         assert tfos_processes()

@@ -65,3 +65,17 @@ def wait_no_tfos_processes(timeout):
     """Wait (bounded) until no tfos process is left; return what is left."""
     wait_for(lambda: not tfos_processes(), timeout)
     return tfos_processes()
+
+
+def read_line_starting(proc, prefix, timeout):
+    """The first line of proc's stdout (text) that starts with prefix, read
+    for at most timeout seconds (checked between lines); '' when proc ends or
+    time runs out first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(prefix):
+            return line
+        if not line and proc.poll() is not None:
+            return ""
+    return ""
