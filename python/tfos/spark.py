@@ -54,15 +54,19 @@ class Cluster(object):
     ``reservation_timeout``, ``heartbeat_timeout``, ``grace``,
     ``node_log_dir``, ``checkpoint_dir`` (default:
     ``tfos-checkpoints/<cluster id>`` under the client's working directory,
-    which the executors must see), ``keras``. ``lease_timeout``: seconds
-    after which a cluster whose client has stopped asking is stopped.
+    which the executors must see), ``keras``, ``max_restarts`` (default 3:
+    a failed node forms the cluster again and ``train()`` resumes the feed),
+    ``tensorboard`` (TensorBoard on the chief, or worker 0, serving
+    ``tensorboard_log_dir``; see :meth:`tensorboard_url`).
+    ``lease_timeout``: seconds after which a cluster whose client has
+    stopped asking is stopped.
     """
 
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
                  feed_mb=_DEFAULTS["feed_mb"], reservation_timeout=_DEFAULTS["reservation_timeout_spark"],
                  heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], grace=_DEFAULTS["stop_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=60.0,
-                 max_restarts=_DEFAULTS["max_restarts"]):
+                 max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
         from ._extras import require
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
         from pyspark import cloudpickle
@@ -88,7 +92,8 @@ class Cluster(object):
         self.spec = NodeSpec(self.cluster_id, _tfos.random_secret(), None, layout, 1,
                              cloudpickle.dumps((main_fun, args)), local, float(reservation_timeout),
                              feed_mb=int(feed_mb), log_dir=node_log_dir, heartbeat_timeout=float(heartbeat_timeout),
-                             spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras)
+                             spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras,
+                             tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)
         self.spec.grace = float(grace)
         # the one restart policy (libtfos), applied here: each attempt has a
         # coordinator of its own, started by its node stage
@@ -178,6 +183,19 @@ class Cluster(object):
                 continue
             if st.get("state") in ("done", "failed"):
                 return
+
+    def tensorboard_url(self):
+        """``http://HOST:PORT`` of the TensorBoard that ``tensorboard=True``
+        started (where it listens on the cluster: the client may or may not
+        reach it), or None. Still answers after the cluster ended."""
+        url = getattr(self, "_tb_url", None)
+        if url is not None or self._closed:
+            return url
+        for n in self._query().get("nodes", []):
+            if n.get("tensorboard_port"):
+                self._tb_url = "http://%s:%d" % (n["host"], n["tensorboard_port"])
+                return self._tb_url
+        return None
 
     def status(self):
         """The coordinator's view of every node (as the status page serves

@@ -3,6 +3,7 @@ session and on a real Spark Connect server (SparkConnectServer started by
 spark-submit on this test cluster, on 127.0.0.1): every test runs with both.
 The Connect server is an application that holds both workers' cores, so the
 classic session of this module is stopped before it starts."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -126,12 +127,33 @@ def test_digits_train_and_predict(session, tmp_path, capsys):
     assert wait_no_tfos_processes(30) == []
 
 
-def test_killed_client_leaves_nothing(session):
+def test_tensorboard_url(session, spark_cluster, tmp_path):
+    pytest.importorskip("tensorboard", reason="TensorBoard is not installed in this Python (pip install tensorboard)")
+    from test_tfcluster_extras import _http_status, tensorboard_processes
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    log_dir = tmp_path / "tb-logs"
+    with Cluster(spark, double_fun, None, 2, tensorboard=True, tensorboard_log_dir=str(log_dir)) as cluster:
+        url = cluster.tensorboard_url()
+        assert url and url.startswith("http://127.0.0.1:"), url
+        port = int(url.rsplit(":", 1)[1])
+        # TensorBoard takes a few seconds (more on a busy machine) to serve
+        assert wait_for(lambda: _http_status(url) == 200, 150, interval=0.5), url
+        procs = tensorboard_processes(spark_cluster.tmp_dir, port)
+        assert len(procs) == 1 and "--logdir %s " % log_dir in procs[0][1] + " ", procs
+    assert cluster.tensorboard_url() == url
+    assert wait_for(lambda: not tensorboard_processes(None, port), 15), tensorboard_processes(None, port)
+
+
+@pytest.mark.parametrize("how", ["sigkill", "session-ends"])
+def test_client_gone_leaves_nothing(session, how):
+    """A Connect client SIGKILLed, or one whose session ends without
+    shutting its cluster down: the lease runs out and nothing stays."""
     kind, _, server = session
     if kind != "connect":
         pytest.skip("a classic client owns its driver: tests/spark/test_driver_killed.py kills one")
-    client = subprocess.Popen([sys.executable, os.path.join(HERE, "progs", "connect_client.py"), server.url, "8"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    client = subprocess.Popen([sys.executable, os.path.join(HERE, "progs", "connect_client.py"), server.url, "8",
+                               how], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               start_new_session=True)
     try:
         line = read_line_starting(client, "FORMED", 120)
@@ -139,8 +161,11 @@ def test_killed_client_leaves_nothing(session):
         cluster_id, agents = line.split()[1], [int(p) for p in line.split()[2:]]
         assert all(os.path.exists("/proc/%d" % p) for p in agents)
         assert any(cluster_id in cmd for _, cmd in tfos_processes()), "no coordinator for %s" % cluster_id
+        if how == "session-ends":
+            assert client.wait(60) == 0  # spark.stop(), then the process ends: no shutdown()
     finally:
-        os.killpg(client.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(client.pid, signal.SIGKILL)
         client.wait(30)
     # the lease (8 s) runs out, the coordinator stops the nodes, then lingers 8 s
     left = wait_no_tfos_processes(60)

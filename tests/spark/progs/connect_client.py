@@ -1,10 +1,12 @@
-"""A Spark Connect client that forms a tfos.spark.Cluster and then waits to
-be killed: test_cluster_api.py SIGKILLs it and checks that the cluster goes
-away by itself (its lease runs out).
+"""A Spark Connect client that forms a tfos.spark.Cluster and then goes away:
+test_cluster_api.py checks that the cluster goes away by itself (its lease
+runs out).
 
-    python connect_client.py sc://127.0.0.1:PORT LEASE_SECONDS
+    python connect_client.py sc://127.0.0.1:PORT LEASE_SECONDS [sigkill|session-ends]
 
-Prints "FORMED <cluster id> <agent pid> ..." once the cluster runs."""
+Prints "FORMED <cluster id> <agent pid> ..." once the cluster runs; then
+waits to be killed, or (session-ends) stops its session and exits without
+shutting the cluster down."""
 import sys
 import time
 
@@ -23,6 +25,9 @@ def main():
     spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
     cluster = Cluster(spark, wait_fun, None, 2, lease_timeout=float(sys.argv[2])).start()
     print("FORMED", cluster.cluster_id, *[n["pid"] for n in cluster.nodes], flush=True)
+    if sys.argv[3:] == ["session-ends"]:
+        spark.stop()  # and return, the cluster never shut down
+        return
     time.sleep(600)
 
 
