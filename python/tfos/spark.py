@@ -51,7 +51,7 @@ class Cluster(object):
     ``spark.task.cpus``; no dynamic allocation): a partition is fed to the
     node on the executor that computes it. Options as for ``TFCluster.run``:
     ``chief`` (the first node is the chief), ``feed_mb``,
-    ``reservation_timeout``, ``heartbeat_timeout``, ``grace``,
+    ``reservation_timeout``, ``heartbeat_timeout``, ``grace``, ``failure_grace``,
     ``node_log_dir``, ``checkpoint_dir`` (default:
     ``tfos-checkpoints/<cluster id>`` under the client's working directory,
     which the executors must see), ``keras``, ``max_restarts`` (default 3:
@@ -65,6 +65,7 @@ class Cluster(object):
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
                  feed_mb=_DEFAULTS["feed_mb"], reservation_timeout=_DEFAULTS["reservation_timeout_spark"],
                  heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], grace=_DEFAULTS["stop_grace"],
+                 failure_grace=_DEFAULTS["failure_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=60.0,
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
         from ._extras import require
@@ -95,6 +96,7 @@ class Cluster(object):
                              spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras,
                              tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)
         self.spec.grace = float(grace)
+        self.spec.failure_grace = float(failure_grace)
         # the one restart policy (libtfos), applied here: each attempt has a
         # coordinator of its own, started by its node stage
         self.policy = _tfos.RestartPolicy(max(0, int(max_restarts)))

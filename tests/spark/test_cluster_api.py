@@ -187,8 +187,9 @@ def test_killed_node_restarts_and_resumes(session, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     args = {"out": str(out), "every": 2, "die_after": 5, "slow": 0.01}
+    # failure_grace: the survivor's SIGTERM waits until its checkpoint and feed position are both written
     with Cluster(spark, checkpointing_reader, args, 2, max_restarts=2, checkpoint_dir=str(tmp_path / "ckpt"),
-                 reservation_timeout=60) as cluster:
+                 reservation_timeout=60, failure_grace=10) as cluster:
         cluster.train(df, epochs=epochs, feed_timeout=300)
         attempt, refed = cluster.attempt, cluster.partitions_refed
     assert attempt == 2

@@ -351,7 +351,7 @@ def test_restart_resumes_the_feed_where_the_checkpoint_stands(spark, tmp_path):
     out.mkdir()
     cluster = TFCluster.run(sc, checkpointing_reader, {"out": str(out), "every": 2, "die_after": 5, "slow": 0.01},
                             num_executors=2, num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60,
-                            max_restarts=2, checkpoint_dir=str(tmp_path / "ckpt"))
+                            max_restarts=2, checkpoint_dir=str(tmp_path / "ckpt"), failure_grace=10)
     cluster.train(rdd, num_epochs=epochs, feed_timeout=300)
     status = cluster.status()
     cluster.shutdown(timeout=120)

@@ -72,6 +72,7 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
                 "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
                 "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
                 "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace,
+                "--failure-grace", "%g" % getattr(spec, "failure_grace", 0.5),
                 "--attempt", str(getattr(spec, "attempt", 1))]
         if lay["chief"]:
             argv.append("--chief")
