@@ -35,6 +35,8 @@ from . import feed as _feed
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
+from ._spark.driver import failure_text
+from ._spark.driver import short as _short
 from ._spark.nodes import NodeSpec
 
 __all__ = ["Cluster", "ClusterError"]
@@ -103,8 +105,6 @@ class Cluster(object):
         self.spec.max_restarts = self.policy.max_restarts
         self.partitions_refed = 0  # partitions fed again after a node failure
         self.nodes = []           # the node stage's rows: executor_id, host, coord, pid
-        self.last_status = None   # the coordinator's status as the last job brought it back
-        self._lock = threading.Lock()
         self._stop_keepalive = threading.Event()
         self._keepalive = None
         self._closed = False
@@ -170,10 +170,7 @@ class Cluster(object):
         if row["error"]:
             raise ClusterError("the cluster's coordinator at %s cannot be reached: %s" % (self.spec.coord_addr,
                                                                                            row["error"]), 1, None)
-        st = json.loads(row["status"])
-        with self._lock:
-            self.last_status = st
-        return st
+        return json.loads(row["status"])
 
     def _renew(self):
         interval = self.lease_timeout / 4.0
@@ -223,16 +220,7 @@ class Cluster(object):
         except Exception:
             pass
         if st.get("state") == "failed":
-            raise ClusterError(self._failure_text(st.get("failure")), 1, None)
-
-    def _failure_text(self, failure):
-        text = "the tfos cluster failed: %s" % failure
-        if self.policy.verdict:
-            text += "\n" + self.policy.verdict
-        history = self.policy.render().splitlines()
-        if len(history) > 1:
-            text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
-        return text
+            raise ClusterError(failure_text(self.policy, st.get("failure")), 1, None)
 
     def _restart_or_raise(self, failure):
         """This attempt failed: form the cluster again when the restart
@@ -379,7 +367,3 @@ class Cluster(object):
             logger.warning("stopping the cluster: %s (it stops by itself within %g s: its lease runs out)",
                            _short(exc, 300), self.lease_timeout)
 
-
-def _short(exc, limit=4000):
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + " ..."

@@ -10,7 +10,7 @@ import uuid
 from .. import _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Outcomes, _Progress,
-                     _start_driver_ps)
+                     _start_driver_ps, failure_text, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, node_task
 from .. import feed as _feed
@@ -128,16 +128,7 @@ class TFCluster(object):
         self._start_attempt(first=False)
 
     def _failure_text(self, failure, context=""):
-        text = "the tfos cluster failed: %s" % failure
-        if context:
-            text += "\n" + context
-        verdict = self.policy.verdict
-        if verdict:
-            text += "\n" + verdict
-        history = self.history
-        if len(history) > 1:
-            text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
-        return text
+        return failure_text(self.policy, failure, context)
 
     # -- state
     def _raise_if_failed(self, cause=None):
@@ -402,7 +393,7 @@ class TFCluster(object):
             try:
                 ssc.stop(stopSparkContext=False, stopGraceFully=graceful)
             except Exception as exc:
-                logger.warning("stopping the StreamingContext failed: %s", _short(exc, 500))
+                logger.warning("stopping the StreamingContext failed: %s", short(exc, 500))
 
         try:
             while not ssc.awaitTerminationOrTimeout(1):
@@ -594,7 +585,7 @@ def _start_node_job(sc, spec, spark_ids, local, errors):
                 if r.get("error"):
                     errors.append(r["error"])
         except Exception as exc:
-            errors.append("the Spark job that starts the nodes failed: %s" % _short(exc))
+            errors.append("the Spark job that starts the nodes failed: %s" % short(exc))
 
     t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
     t.start()
@@ -603,11 +594,6 @@ def _start_node_job(sc, spec, spark_ids, local, errors):
 
 def _node_group(spec):
     return "tfos-nodes-%s" % spec.cluster_id
-
-
-def _short(exc, limit=4000):
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _wait_formed(cluster, errors, timeout):

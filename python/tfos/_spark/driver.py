@@ -21,6 +21,27 @@ class TFClusterError(ClusterError):
         super().__init__(message, 1, None)
 
 
+def failure_text(policy, failure, context=""):
+    """A failed cluster's message: the failure, ``context``, the restart
+    policy's verdict and the attempts' history (TFCluster and
+    tfos.spark.Cluster)."""
+    text = "the tfos cluster failed: %s" % failure
+    if context:
+        text += "\n" + context
+    if policy.verdict:
+        text += "\n" + policy.verdict
+    history = policy.render().splitlines()
+    if len(history) > 1:
+        text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
+    return text
+
+
+def short(exc, limit=4000):
+    """An exception's text, cut at ``limit`` characters."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 class _Driver(object):
     """The coordinator in this process and the thread that runs its event
     loop (Coordinator.run: C, GIL released, asleep until a node or a status

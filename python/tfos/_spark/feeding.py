@@ -112,9 +112,9 @@ def _wait_consumed(client, timeout, failed=None):
     partition counts as delivered only then, so a node that dies with rows
     still in its ring or its DataFeed gets them again (at-least-once). A
     blocking call into the ring (a futex wait, GIL released); with
-    ``failed`` (a callable: true once the cluster has failed), in slices of
-    a second, asking it in between (a node stopped with its cluster may not
-    have closed the ring)."""
+    ``failed`` (a callable: None while the cluster runs, else why it is
+    over), in slices of a second, asking it in between (a node stopped with
+    its cluster may not have closed the ring)."""
     st = client.input.stats()
     target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this place
     deadline = time.monotonic() + timeout

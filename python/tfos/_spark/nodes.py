@@ -372,25 +372,33 @@ def _wait_registered(spec, executor_id, pid):
     return None  # the coordinator's reservation timeout names the node
 
 
+def start_registered(spec, executor_id):
+    """start_node, then wait until the coordinator has the node (or says
+    why not). Returns (agent pid, None) or (None, error dict)."""
+    pid, err = start_node(spec, executor_id)
+    if err:
+        return None, err
+    why = _wait_registered(spec, executor_id, pid)
+    return (None, _abort(spec, executor_id, why)) if why else (pid, None)
+
+
 def node_task(spec):
     """The function of the node stage: one partition per executor id."""
 
     def run(iterator):
         out = []
         for executor_id in iterator:
-            pid, err = start_node(spec, executor_id)
-            if err:
-                out.append(err)
-                continue
             job, _ = spec.role(executor_id)
             if spec.input_mode == 1 and job not in TASK_JOBS_BLOCKING:
                 # InputMode.SPARK: the executor must stay free for feed tasks
-                why = _wait_registered(spec, executor_id, pid)
-                if why:
-                    out.append(_abort(spec, executor_id, why))
-                    continue
+                pid, err = start_registered(spec, executor_id)
             else:
-                _wait_pid_gone(pid)
+                pid, err = start_node(spec, executor_id)
+                if not err:
+                    _wait_pid_gone(pid)
+            if err:
+                out.append(err)
+                continue
             out.append({"executor_id": executor_id, "agent_pid": pid, "host": socket.gethostname()})
         return iter(out)
 

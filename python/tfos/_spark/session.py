@@ -28,7 +28,7 @@ import time
 from .. import _tfos
 from .._launch import agent_path
 from .feeding import _feed_one, _skip_arrow_rows, infer_partition
-from .nodes import _abort, _task_context, _wait_registered, start_node
+from .nodes import _task_context, start_registered
 
 NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
                ("error", "string"))
@@ -62,7 +62,8 @@ def _host_ip():
 def start_coordinator(spec, lease, linger, timeout=30.0):
     """Start the cluster's coordinator on this host (detached: it outlives
     this task, and ends when the cluster is over or the lease runs out);
-    returns its address."""
+    returns its address. ``spec`` carries Cluster's grace, failure_grace
+    and attempt beside the NodeSpec fields."""
     lay = spec.layout
     tmp = tempfile.mkdtemp(prefix="tfos-coord-")
     path = os.path.join(tmp, "address")
@@ -72,8 +73,7 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
                 "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
                 "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
                 "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace,
-                "--failure-grace", "%g" % getattr(spec, "failure_grace", 0.5),
-                "--attempt", str(getattr(spec, "attempt", 1))]
+                "--failure-grace", "%g" % spec.failure_grace, "--attempt", str(spec.attempt)]
         if lay["chief"]:
             argv.append("--chief")
         pid = _tfos.spawn_detached(argv, dict(os.environ, TFOS_SECRET=spec.secret), [])
@@ -93,8 +93,8 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
 class Renewer(object):
     """While a task runs: renew the client's lease (a status query to the
     coordinator) every ``interval`` seconds, at most 2 s apart, and tell
-    whether the cluster has failed (``failed()``): a task waiting on a node
-    stops waiting then."""
+    why the cluster is over (``reason()``: None while it runs): a task
+    waiting on a node stops waiting then."""
 
     def __init__(self, spec, interval):
         self.spec, self.interval = spec, min(2.0, max(0.5, float(interval)))
@@ -102,11 +102,8 @@ class Renewer(object):
         self.failure = None
         self.thread = threading.Thread(target=self._loop, name="tfos-lease", daemon=True)
 
-    def failed(self):
-        return self.failure is not None
-
     def reason(self):
-        """None, or why the cluster is over (for FeedClient.collect_results)."""
+        """None, or why the cluster is over."""
         return self.failure
 
     def _loop(self):
@@ -148,14 +145,10 @@ def node_stage(spec, lease, linger):
         row = {"executor_id": part, "host": socket.gethostname(), "coord": coord, "pid": 0, "error": err or None}
         if coord:
             spec.coord_addr = coord
-            pid, failed = start_node(spec, part)
+            pid, failed = start_registered(spec, part)
+            row["pid"] = pid or 0
             if failed:
                 row["error"] = failed["error"]
-            else:
-                row["pid"] = pid
-                why = _wait_registered(spec, part, pid)
-                if why:
-                    row["error"] = _abort(spec, part, why)["error"]
         yield _batch(NODE_FIELDS, [row])
 
     return run
@@ -190,7 +183,7 @@ def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None):
         rec = _Recorder()
         with Renewer(spec, lease / 4.0) as renewer:
             rows = _feed_one(spec, _skip_arrow_rows(batches, offsets.get(part, 0)), feed_timeout, rec, True,
-                             renewer.failed)
+                             renewer.reason)
         state, info = rec.value.get(part, ("done", rows))
         yield _batch(FEED_FIELDS, [{"partition": part, "state": state, "info": None if state == "done" else
                                     str(info), "rows": rows or 0}])
@@ -210,12 +203,12 @@ def _result_columns(results, fields):
     import pyarrow as pa
     if len(fields) == 1:
         t = fields[0][1]
-        try:
+        try:  # the fast path: results numpy can hold as one flat array, cast to the column's type
             arr = np.asarray(results)
             if arr.ndim == 1 and arr.dtype != object:
                 return [pa.array(arr).cast(t)]
-        except (ValueError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
+        except (ValueError, TypeError, NotImplementedError, pa.ArrowException):
+            pass  # ragged, nested or not castable as a whole: value by value below, which names the bad one
         return [pa.array([_pyval(r) for r in results], type=t)]
     cols = []
     for i, (name, t) in enumerate(fields):
