@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch clean
 
 all: install
 
@@ -31,6 +31,25 @@ $(BUILD)/build.ninja $(BUILD)/Makefile: CMakeLists.txt | deps
 
 build: $(BUILD)/Makefile
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
+	@if command -v mvn >/dev/null && command -v javac >/dev/null; then $(MAKE) --no-print-directory yarn; \
+	 else echo "make: no JDK/Maven: tfos yarn's client jar not built (make yarn)"; fi
+
+# tfos yarn's Java side (the client and the ApplicationMaster, docs/YARN.md),
+# beside the tfos binary where tfos yarn looks for it. Needs a JDK and Maven.
+YARN_JAR := $(BUILD)/tfos-yarn.jar
+$(YARN_JAR): yarn/pom.xml $(shell find yarn/src -type f)
+	cd yarn && mvn -q -B package
+	mkdir -p $(BUILD) && cp yarn/target/tfos-yarn.jar $@
+
+yarn: $(YARN_JAR)
+
+# The tests' YARN + HDFS minicluster (tests/yarn/minicluster: Hadoop's
+# minicluster artifacts from Maven Central) and its runtime classpath.
+MINICLUSTER := tests/yarn/minicluster/target
+$(MINICLUSTER)/classpath.txt: tests/yarn/minicluster/pom.xml $(shell find tests/yarn/minicluster/src -name '*.java')
+	cd tests/yarn/minicluster && mvn -q -B package dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+
+yarn-minicluster: $(MINICLUSTER)/classpath.txt
 
 # The Python package with its C extension, built by scikit-build-core from the
 # same CMakeLists.txt, installed into the project's virtual environment.
@@ -109,7 +128,11 @@ docs: install
 test-dist: dist
 	TFOS_DIST=$(CURDIR)/$(DIST) $(VPY) -m pytest -q tests/python/test_pip_install.py
 
-test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist
+# tfos yarn on a real YARN + HDFS minicluster (tests/yarn; docs/YARN.md).
+test-yarn: install yarn yarn-minicluster
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=5 tests/yarn
+
+test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn
 
 demo: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \

@@ -7,6 +7,9 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v gcc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+# tfos yarn's Java client and ApplicationMaster are built with a JDK and Maven
+command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need+=(maven)
 python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # jansson: JSON lines input and `tfos status` read JSON with it

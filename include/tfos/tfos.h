@@ -313,7 +313,8 @@ typedef struct tfos_agent_opts {
     const char *coord_addr;  /* "host:port" of the coordinator */
     const char *secret;      /* cluster secret (hex) */
     int executor_id;         /* this node's id within the cluster */
-    const char *host;        /* address other nodes reach this one at; default 127.0.0.1 */
+    const char *host;        /* address other nodes reach this one at; default 127.0.0.1;
+                              * "auto": the local address of its connection to the coordinator */
     const char *log_dir;     /* per-node log files go here; NULL: no files */
     char *const *argv;       /* user program and its arguments */
     char *const *ps_argv;    /* program run instead of argv on ps nodes; NULL: argv */
@@ -409,6 +410,13 @@ typedef struct tfos_run_opts {
     const char *keras;          /* the agents' keras mode (see tfos_agent_opts); NULL: "env" */
     bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
                                  * summary): the launcher logs it at debug level, not error */
+    /* Launchers whose nodes run elsewhere (tfos yarn: docs/YARN.md). */
+    char *const *agent_prefix;  /* start each node's agent as PREFIX... --role JOB -- AGENT-ARGV...: a local
+                                 * stand-in whose exit is the node's (NULL: the agent itself) */
+    const char *bind_host;      /* the coordinator listens here and agents register with --host auto
+                                 * (NULL: 127.0.0.1 for both) */
+    const char *address_file;   /* write "COORD_ADDR\nSTATUS_URL\n" here once both listen (first attempt) */
+    const char *secret;         /* the cluster secret (hex); NULL: a fresh one */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -5,10 +5,14 @@
  *   tfos node [options] [--] CMD ARGS...  one node agent (used by launchers)
  *   tfos coordinator [options]            a coordinator alone, for agents
  *                                         started by hand or by other tools
+ *   tfos yarn [options] [--] CMD ARGS...  the cluster in YARN containers (yarn.c)
  *   tfos version
  *   tfos guard ...                        internal, beside each program
+ *   tfos yarn-am, tfos yarn-container     internal, in the YARN ApplicationMaster's
+ *                                         container (docs/YARN.md)
  * Every command has its own --help; tfos --help lists the user commands
  * (node, coordinator and guard are internal). Usage errors exit 2. */
+#include "cli/cli.h"
 #include "cli/inspect.h"
 #include "core/auth.h"
 #include "core/loop.h"
@@ -40,6 +44,7 @@ static const char top_help[] =
     "  run       tfos run [options] [--] PROGRAM [ARGS...]: a whole cluster on this machine\n"
     "  status    tfos status [URL | LOG_DIR] [--json]: a running or finished run's state\n"
     "  logs      tfos logs [-f] [NODE] [--log-dir D]: a run's node logs\n"
+    "  yarn      tfos yarn [options] [--] PROGRAM [ARGS...]: the cluster in YARN containers\n"
     "  version   tfos version (also -V, --version): the installed tfos\n"
     "\n"
     "options:\n"
@@ -153,7 +158,8 @@ static const char node_help[] =
     "  -h, --help               show this help and exit\n"
     "  --coord HOST:PORT        the coordinator\n"
     "  --executor-id N          this node's id (decides its role)\n"
-    "  --host H                 address other nodes reach this one at (default 127.0.0.1)\n"
+    "  --host H                 address other nodes reach this one at (default 127.0.0.1; auto: the\n"
+    "                           address this host reaches the coordinator from)\n"
     "  --log-dir D              write the program's output to D/<job>-<index>.log\n"
     "  --ps-python PY           on a ps node, run the built-in TF server with PY\n"
     "  --cluster-id ID          enable the node's feed socket under this cluster id (also\n"
@@ -171,6 +177,52 @@ static const char node_help[] =
     "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
     "                           for S seconds is hung (default: off)\n"
     "  --quiet                  do not echo the program's output\n";
+
+static const char yarn_help[] =
+    "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
+    "       tfos yarn status|kill APPLICATION_ID\n"
+    "\n"
+    "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
+    "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
+    "relative to the container's working directory, where --archive and --file are unpacked.\n"
+    "Follows the application to its end and exits as tfos run does; Ctrl-C kills it.\n"
+    "Needs java, and Hadoop's client jars and configuration: --hadoop-classpath, else\n"
+    "$TFOS_HADOOP_CLASSPATH, else `hadoop classpath`; $HADOOP_CONF_DIR (docs/YARN.md).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    CLUSTER_OPTIONS
+    "  --max-restarts N, --checkpoint-dir D, --keras MODE, --hang-timeout S, --feed-mb N,\n"
+    "  --ps-runs-program, --python PY, --quiet: as for tfos run\n"
+    "yarn options:\n"
+    "  --queue Q                the YARN queue (default: default)\n"
+    "  --name N                 the application's name (default tfos)\n"
+    "  --worker-memory M        memory of each worker container (MB, or 512m, 2g; default 1g)\n"
+    "  --worker-vcores N        vcores of each worker container (default 1)\n"
+    "  --worker-gpus N          GPUs (yarn.io/gpu) of each worker container (default 0)\n"
+    "  --ps-memory, --ps-vcores, --chief-memory, --chief-vcores, --chief-gpus,\n"
+    "  --evaluator-memory, --evaluator-vcores, --evaluator-gpus: the same for the other roles\n"
+    "                           (chief and evaluator default to the worker's)\n"
+    "  --am-memory M            the ApplicationMaster's container (default 512m)\n"
+    "  --archive A[#NAME]       an archive (tar.gz, zip: a venv-pack/conda-pack environment) unpacked\n"
+    "                           as NAME in every container; repeatable\n"
+    "  --file F[#NAME]          a file shipped to every container; repeatable\n"
+    "  --env NAME=VALUE         set in every node's environment; repeatable\n"
+    "  --accept-timeout S       kill the application if YARN has not started it within S\n"
+    "                           seconds (default: the reservation timeout)\n"
+    "  --hadoop-classpath CP    Hadoop's client jars\n";
+
+static const char yarn_am_help[] =
+    "usage: tfos yarn-am --am-socket S --bind HOST --resources R --address-file F [run options] -- PROGRAM...\n"
+    "\n"
+    "Internal: tfos run inside the YARN ApplicationMaster's container; every agent starts in a\n"
+    "container of its own through tfos yarn-container.\n";
+
+static const char yarn_container_help[] =
+    "usage: tfos yarn-container --am-socket S --resources R --role JOB -- AGENT-ARGV...\n"
+    "\n"
+    "Internal: one node's stand-in in the ApplicationMaster's container: asks the ApplicationMaster\n"
+    "for a container, has AGENT-ARGV started in it and exits with its exit status.\n";
 
 static const char guard_help[] =
     "usage: tfos guard --agent-pid P --pgid G [--cgroup DIR]\n"
@@ -205,6 +257,31 @@ static int usage_error(const char *fmt, const char *arg)
     fprintf(stderr, "\n");
     usage_hint();
     return 2;
+}
+
+int tfos__usage_error(const char *fmt, const char *arg)
+{
+    return usage_error(fmt, arg);
+}
+
+/* A YARN memory size: MB, or with a unit (512m, 2g). */
+static int parse_memory(const char *opt, const char *s, int *mb)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (s && !errno && end != s && v > 0) {
+        double scale = !*end || !strcmp(end, "m") || !strcmp(end, "M") ? 1
+                       : !strcmp(end, "g") || !strcmp(end, "G")    ? 1024
+                                                                    : 0;
+        if (scale > 0 && v * scale >= 1 && v * scale <= (1 << 24)) {
+            *mb = (int)(v * scale);
+            return 0;
+        }
+    }
+    fprintf(stderr, "tfos: %s takes a size in MB, or with a unit (512m, 2g), got '%s'\n", opt, s ? s : "");
+    usage_hint();
+    return -1;
 }
 
 static int parse_int_quiet(const char *s, int lo, int hi, int *out)
@@ -255,24 +332,7 @@ static int parse_secs(const char *opt, const char *s, double *out)
     return parse_secs_from(opt, s, 0, out);
 }
 
-typedef struct cli {
-    tfos_layout layout;
-    int have_workers, have_max_restarts;
-    double reservation_timeout, grace, failure_grace, heartbeat_timeout;
-    const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id, *keras;
-    int feed_mb;
-    char *inputs[256];
-    int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
-    int csv_delimiter;
-    const char *checkpoint_dir, *status_host;
-    long long partition_rows;
-    int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
-    double hang_timeout, lease, linger;
-    int attempt;
-    const char *address_file;
-    int hand_port;
-    char **argv; /* the program: after --, or from the first argument that is not an option */
-} cli;
+
 
 #define PARSE_HELP (-1)
 
@@ -434,6 +494,60 @@ static int parse(int argc, char **argv, cli *c)
                 return 2;
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
+        } else if (!strcmp(a, "--queue")) {
+            if (!(c->queue = NEXT()))
+                return usage_error("%s needs a queue name", a);
+        } else if (!strcmp(a, "--name")) {
+            if (!(c->app_name = NEXT()))
+                return usage_error("%s needs an application name", a);
+        } else if (!strcmp(a, "--hadoop-classpath")) {
+            if (!(c->hadoop_classpath = NEXT()))
+                return usage_error("%s needs a classpath", a);
+        } else if (!strcmp(a, "--am-memory")) {
+            if (parse_memory(a, NEXT(), &c->am_memory_mb))
+                return 2;
+        } else if (!strncmp(a, "--worker-", 9) || !strncmp(a, "--ps-", 5) || !strncmp(a, "--chief-", 8) ||
+                   !strncmp(a, "--evaluator-", 12)) {
+            int role = a[2] == 'w' ? YARN_ROLE_WORKER : a[2] == 'p' ? YARN_ROLE_PS : a[2] == 'c' ? YARN_ROLE_CHIEF
+                                                                                  : YARN_ROLE_EVALUATOR;
+            const char *what = strchr(a + 2, '-') + 1;
+            if (!strcmp(what, "memory")) {
+                if (parse_memory(a, NEXT(), &c->res_mb[role]))
+                    return 2;
+            } else if (!strcmp(what, "vcores")) {
+                if (parse_int(a, NEXT(), 1, 1024, &c->res_vcores[role]))
+                    return 2;
+            } else if (!strcmp(what, "gpus")) {
+                if (parse_int(a, NEXT(), 0, 64, &c->res_gpus[role]))
+                    return 2;
+            } else {
+                if (eq)
+                    *eq = '=';
+                return usage_error("unknown option '%s'", a);
+            }
+        } else if (!strcmp(a, "--archive") || !strcmp(a, "--file") || !strcmp(a, "--env")) {
+            const char **list = a[2] == 'a' ? c->archives : a[2] == 'f' ? c->files : c->envs;
+            int *n = a[2] == 'a' ? &c->narchives : a[2] == 'f' ? &c->nfiles : &c->nenvs;
+            const char *v = NEXT();
+            if (!v || !*v)
+                return usage_error("%s needs a value", a);
+            if (a[2] == 'e' && (!strchr(v, '=') || v[0] == '='))
+                return usage_error("--env takes NAME=VALUE, got '%s'", v);
+            if (*n >= 64)
+                return usage_error("%s: at most 64", a);
+            list[(*n)++] = v;
+        } else if (!strcmp(a, "--accept-timeout")) {
+            if (parse_secs(a, NEXT(), &c->accept_timeout))
+                return 2;
+        } else if (!strcmp(a, "--am-socket")) {
+            if (!(c->am_socket = NEXT()))
+                return usage_error("%s needs a path", a);
+        } else if (!strcmp(a, "--bind")) {
+            if (!(c->bind = NEXT()))
+                return usage_error("%s needs an address", a);
+        } else if (!strcmp(a, "--resources")) {
+            if (!(c->resources = NEXT()))
+                return usage_error("%s needs a list", a);
         } else {
             if (eq)
                 *eq = '=';
@@ -447,6 +561,8 @@ static int parse(int argc, char **argv, cli *c)
             if (!takes)
                 return usage_error("%s takes no value", a);
         }
+        if (eq)
+            *eq = '='; /* argv stays as given (tfos yarn passes it on) */
 #undef NEXT
     }
     return 0;
@@ -472,8 +588,41 @@ static int self_path(char *buf, size_t len)
     return 0;
 }
 
+/* The first tfos yarn option given (for commands that take none), or NULL. */
+static const char *yarn_option_given(const cli *c)
+{
+    if (c->queue)
+        return "--queue";
+    if (c->app_name)
+        return "--name";
+    if (c->hadoop_classpath)
+        return "--hadoop-classpath";
+    if (c->am_memory_mb)
+        return "--am-memory";
+    for (int r = 0; r < YARN_ROLES; r++)
+        if (c->res_mb[r] || c->res_vcores[r] || c->res_gpus[r])
+            return "--ROLE-memory/--ROLE-vcores/--ROLE-gpus";
+    if (c->narchives)
+        return "--archive";
+    if (c->nfiles)
+        return "--file";
+    if (c->nenvs)
+        return "--env";
+    if (c->accept_timeout > 0)
+        return "--accept-timeout";
+    return NULL;
+}
+
 static int cmd_run(cli *c)
 {
+    int am = !strcmp(g_cmd, "yarn-am");
+    const char *yarn_opt = yarn_option_given(c);
+    if (yarn_opt)
+        return usage_error("%s is an option of tfos yarn", yarn_opt);
+    if (!am && (c->am_socket || c->bind || c->resources))
+        return usage_error("%s", "--am-socket, --bind and --resources are for tfos yarn-am");
+    if (am && (!c->am_socket || !c->bind || !c->resources || !c->address_file))
+        return usage_error("%s", "yarn-am needs --am-socket, --bind, --resources and --address-file");
     if (!c->argv || !c->argv[0])
         return usage_error("%s", "run needs a program (tfos run [options] [--] PROGRAM [ARGS...])");
     if (!c->have_workers && !c->layout.chief)
@@ -498,6 +647,17 @@ static int cmd_run(cli *c)
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
                        .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet,
                        .hang_timeout = c->hang_timeout, .keras = c->keras};
+    /* in the ApplicationMaster's container: every agent starts in a container
+     * of its own through a stand-in (tfos yarn-container) */
+    char *prefix[] = {exe, "yarn-container", "--am-socket", (char *)c->am_socket, "--resources",
+                      (char *)c->resources, NULL};
+    if (am) {
+        o.agent_prefix = prefix;
+        o.bind_host = c->bind;
+        o.status_host = c->status_host ? c->status_host : c->bind;
+        o.address_file = c->address_file;
+        o.secret = getenv("TFOS_SECRET");
+    }
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));
@@ -658,7 +818,8 @@ static const char *command_help(const char *cmd)
     static const struct {
         const char *name, *text;
     } helps[] = {{"run", run_help},   {"status", status_help}, {"logs", logs_help},
-                 {"node", node_help}, {"coordinator", coordinator_help}, {"guard", guard_help}};
+                 {"node", node_help}, {"coordinator", coordinator_help}, {"guard", guard_help},
+                 {"yarn", yarn_help}, {"yarn-am", yarn_am_help}, {"yarn-container", yarn_container_help}};
     for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
         if (!strcmp(cmd, helps[i].name))
             return helps[i].text;
@@ -724,6 +885,16 @@ int main(int argc, char **argv)
         return cmd_status_logs(argc - 2, argv + 2, !strcmp(argv[1], "status"));
     if (!strcmp(argv[1], "guard"))
         return cmd_guard(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "yarn-container")) {
+        for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+            if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                fputs(yarn_container_help, stdout);
+                return 0;
+            }
+        return tfos__cmd_yarn_container(argc - 2, argv + 2);
+    }
+    if (!strcmp(argv[1], "yarn") && argc == 4 && (!strcmp(argv[2], "status") || !strcmp(argv[2], "kill")))
+        return tfos__cmd_yarn(NULL, argc - 2, argv + 2);
     cli c;
     int rc = parse(argc - 2, argv + 2, &c);
     if (rc == PARSE_HELP) {
@@ -732,8 +903,13 @@ int main(int argc, char **argv)
     }
     if (rc)
         return rc;
-    if (!strcmp(argv[1], "run"))
+    if (!strcmp(argv[1], "run") || !strcmp(argv[1], "yarn-am"))
         return cmd_run(&c);
+    if (!strcmp(argv[1], "yarn"))
+        return tfos__cmd_yarn(&c, argc - 2, argv + 2);
+    const char *yarn_opt = yarn_option_given(&c);
+    if (yarn_opt || c.am_socket || c.bind || c.resources)
+        return usage_error("%s is an option of tfos yarn", yarn_opt ? yarn_opt : "--am-socket/--bind/--resources");
     if (!strcmp(argv[1], "node"))
         return cmd_node(&c);
     return cmd_coordinator(&c);

@@ -291,6 +291,36 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
     free(tfc);
     free(cluster);
 
+    /* the host lists of TensorFlow-on-YARN (ps, wk), for programs that do
+     * not read TF_CONFIG: HOST:PORT,... by task index; set when the job has nodes */
+    static const char *const listed[][2] = {{"ps", "TFOS_PS_HOSTS"}, {"worker", "TFOS_WORKER_HOSTS"}};
+    for (size_t j = 0; j < sizeof listed / sizeof *listed && !e.oom; j++) {
+        size_t cap = 1, len = 0;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(nodes[i].job, listed[j][0]))
+                cap += strlen(nodes[i].host) + 8;
+        if (cap == 1)
+            continue;
+        char *hosts = malloc(cap);
+        if (!hosts) {
+            e.oom = 1;
+            break;
+        }
+        hosts[0] = '\0';
+        for (int idx = 0;; idx++) {
+            int found = -1;
+            for (int i = 0; i < n && found < 0; i++)
+                if (!strcmp(nodes[i].job, listed[j][0]) && nodes[i].index == idx)
+                    found = i;
+            if (found < 0)
+                break;
+            len += (size_t)snprintf(hosts + len, cap - len, "%s%s:%d", idx ? "," : "", nodes[found].host,
+                                    nodes[found].port);
+        }
+        env_set(&e, listed[j][1], "%s", hosts);
+        free(hosts);
+    }
+
     env_set(&e, "TFOS_JOB_NAME", "%s", me->job);
     env_set(&e, "TFOS_TASK_INDEX", "%d", me->index);
     env_set(&e, "TFOS_EXECUTOR_ID", "%d", me->executor_id);

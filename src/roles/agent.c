@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -794,7 +796,20 @@ static int connect_and_register(agent *a)
     tfos__msg_begin(&m, TFOS_MSG_REGISTER);
     tfos__msg_add(&m, "mac", "%s", mac);
     tfos__msg_add(&m, "executor_id", "%d", o->executor_id);
-    tfos__msg_add(&m, "host", "%s", o->host ? o->host : "127.0.0.1");
+    char local[TFOS_HOST_MAX] = "127.0.0.1";
+    if (o->host && strcmp(o->host, "auto"))
+        snprintf(local, sizeof local, "%s", o->host);
+    else if (o->host) {
+        /* auto: the address this host reaches the coordinator from, which
+         * the other nodes can reach it at too (YARN containers, tfos yarn) */
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getsockname(a->conn.fd, (struct sockaddr *)&ss, &sl) ||
+            getnameinfo((struct sockaddr *)&ss, sl, local, sizeof local, NULL, 0, NI_NUMERICHOST))
+            TFOS_WARN("agent %d: cannot tell this host's address (%s); registering 127.0.0.1", o->executor_id,
+                      strerror(errno));
+    }
+    tfos__msg_add(&m, "host", "%s", local);
     tfos__msg_add(&m, "port", "%d", a->port);
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
     if (o->tensorboard_port > 0)

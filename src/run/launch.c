@@ -175,7 +175,10 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     size_t argc = 0;
     while (o->argv[argc])
         argc++;
-    char **argv = calloc(argc + 32, sizeof *argv);
+    size_t nprefix = 0;
+    while (o->agent_prefix && o->agent_prefix[nprefix])
+        nprefix++;
+    char **argv = calloc(argc + nprefix + 34, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
     char idbuf[16], mbbuf[16], hangbuf[32], restartsbuf[16];
@@ -184,6 +187,17 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     snprintf(hangbuf, sizeof hangbuf, "%g", o->hang_timeout);
     snprintf(mbbuf, sizeof mbbuf, "%d", o->feed_mb);
     size_t k = 0;
+    const char *job;
+    int idx;
+    tfos_layout_role(&o->layout, id, &job, &idx);
+    (void)idx;
+    for (size_t i = 0; i < nprefix; i++)
+        argv[k++] = o->agent_prefix[i];
+    if (nprefix) {
+        argv[k++] = "--role";
+        argv[k++] = (char *)job;
+        argv[k++] = "--";
+    }
     argv[k++] = (char *)o->agent_path;
     argv[k++] = "node";
     argv[k++] = "--coord";
@@ -191,7 +205,7 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     argv[k++] = "--executor-id";
     argv[k++] = idbuf;
     argv[k++] = "--host";
-    argv[k++] = "127.0.0.1";
+    argv[k++] = o->bind_host ? "auto" : "127.0.0.1";
     argv[k++] = "--log-dir";
     argv[k++] = l->log_dir;
     argv[k++] = "--cluster-id";
@@ -336,7 +350,8 @@ static int start_attempt(tfos_local *l)
     int rc = tfos__random_hex(l->cluster_id, 8);
     if (rc)
         return rc;
-    tfos_coord_opts co = {.layout = l->opts.layout, .bind_host = "127.0.0.1", .port = 0, .secret = l->secret,
+    tfos_coord_opts co = {.layout = l->opts.layout, .bind_host = l->opts.bind_host ? l->opts.bind_host : "127.0.0.1",
+                          .port = 0, .secret = l->secret,
                           .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir};
@@ -372,6 +387,31 @@ static int start_attempt(tfos_local *l)
     else
         TFOS_INFO("cluster of %d nodes starting again: attempt %d of %d (coordinator %s)", l->n, attempt,
                   l->opts.max_restarts + 1, tfos_coord_address(l->coord));
+    return 0;
+}
+
+/* "COORD_ADDR\nSTATUS_URL\n" (STATUS_URL "" without a page), written whole
+ * through a rename: the YARN ApplicationMaster waits for it. */
+static int write_address_file(tfos_local *l)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", l->opts.address_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        TFOS_ERROR("cannot write %s: %s", tmp, strerror(errno));
+        return TFOS_ESYS;
+    }
+    fprintf(f, "%s\n", tfos_coord_address(l->coord));
+    if (l->http)
+        fprintf(f, "http://%s:%d/%s\n", l->opts.status_host ? l->opts.status_host : "127.0.0.1",
+                tfos__http_port(l->http), l->status_query);
+    else
+        fprintf(f, "\n");
+    if (fclose(f) || rename(tmp, l->opts.address_file)) {
+        TFOS_ERROR("cannot write %s: %s", l->opts.address_file, strerror(errno));
+        unlink(tmp);
+        return TFOS_ESYS;
+    }
     return 0;
 }
 
@@ -430,8 +470,13 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         TFOS_ERROR("cannot create the log dir %s: %s", l->log_dir, strerror(errno));
         goto fail;
     }
-    rc = tfos__random_hex(l->secret, 32);
-    if (rc)
+    if (opts->secret && strlen(opts->secret) == TFOS_HEX_SECRET_LEN)
+        snprintf(l->secret, sizeof l->secret, "%s", opts->secret);
+    else if (opts->secret) {
+        TFOS_ERROR("the cluster secret must be %d hex characters", TFOS_HEX_SECRET_LEN);
+        rc = TFOS_EINVAL;
+        goto fail;
+    } else if ((rc = tfos__random_hex(l->secret, 32)))
         goto fail;
     if (opts->checkpoint_dir)
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s", opts->checkpoint_dir);
@@ -479,6 +524,10 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     rc = start_attempt(l);
     if (rc)
         goto fail;
+    if (opts->address_file && (rc = write_address_file(l))) {
+        end_attempt(l);
+        goto fail;
+    }
     *out = l;
     return 0;
 fail:

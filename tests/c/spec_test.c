@@ -80,6 +80,8 @@ static void env_vars(void)
     CHECK_STR(getv(env, "TFOS_PORT"), "2225");
     CHECK_STR(getv(env, "TFOS_CLUSTER_ID"), "c0ffee");
     CHECK_STR(getv(env, "TFOS_FEED_FDS"), "7,8");
+    CHECK_STR(getv(env, "TFOS_PS_HOSTS"), "10.0.0.1:2222");                   /* TOY's ps */
+    CHECK_STR(getv(env, "TFOS_WORKER_HOSTS"), "10.0.0.1:2224,10.0.0.2:2225"); /* and wk, by index */
     CHECK(strstr(getv(env, "TF_CONFIG"), "\"task\": {\"type\": \"worker\", \"index\": 1}"));
     CHECK_STR(getv(env, "TF_CPP_MIN_LOG_LEVEL"), TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL); /* TF's INFO lines off */
     tfos__env_free(env);

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import PY, run_tfos
 
-USER_COMMANDS = ("run", "status", "logs")
-INTERNAL_COMMANDS = ("node", "coordinator", "guard")
+USER_COMMANDS = ("run", "status", "logs", "yarn")
+INTERNAL_COMMANDS = ("node", "coordinator", "guard", "yarn-am", "yarn-container")
 
 # Writes its argv and torchrun's variables to OUT/<RANK>.json. With FAIL_FIRST
 # it fails on the run's first attempt, so the cluster is formed again.
@@ -50,7 +50,7 @@ def test_top_level_help_lists_user_commands_only(flag):
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout.startswith("usage: tfos ")
     listed = re.findall(r"^  (\w+) ", r.stdout.split("commands:\n", 1)[1].split("\n\n", 1)[0], re.M)
-    assert listed == ["run", "status", "logs", "version"]
+    assert listed == ["run", "status", "logs", "yarn", "version"]
     for cmd in INTERNAL_COMMANDS:
         assert "tfos %s" % cmd not in r.stdout and not re.search(r"^\s+%s\b" % cmd, r.stdout, re.M)
     assert "guard" not in r.stdout and "coordinator" not in r.stdout
@@ -64,7 +64,7 @@ def test_each_command_prints_its_own_help(cmd, flag):
     assert r.stdout.startswith("usage: tfos %s " % cmd)
     others = [c for c in USER_COMMANDS + INTERNAL_COMMANDS if c != cmd]
     for other in others:
-        assert "usage: tfos %s" % other not in r.stdout
+        assert "usage: tfos %s " % other not in r.stdout
 
 
 def test_run_help_after_options_and_help_command():

@@ -1,0 +1,48 @@
+/* cli.h: the options of every tfos command, parsed once (main.c), and the
+ * commands that live outside main.c. */
+#ifndef TFOS_CLI_CLI_H
+#define TFOS_CLI_CLI_H
+
+#include "tfos/tfos.h"
+
+enum { YARN_ROLE_WORKER = 0, YARN_ROLE_PS, YARN_ROLE_CHIEF, YARN_ROLE_EVALUATOR, YARN_ROLES };
+
+typedef struct cli {
+    tfos_layout layout;
+    int have_workers, have_max_restarts;
+    double reservation_timeout, grace, failure_grace, heartbeat_timeout;
+    const char *log_dir, *python, *listen, *coord, *host, *ps_python, *cluster_id, *keras;
+    int feed_mb;
+    char *inputs[256];
+    int ninputs, input_format, csv_header, epochs, batch_rows, max_restarts, status_port;
+    int csv_delimiter;
+    const char *checkpoint_dir, *status_host;
+    long long partition_rows;
+    int ps_runs_program, executor_id, quiet, watch_pid, tensorboard_port;
+    double hang_timeout, lease, linger;
+    int attempt;
+    const char *address_file;
+    int hand_port;
+    /* tfos yarn (src/cli/yarn.c) */
+    const char *queue, *app_name, *hadoop_classpath;
+    int am_memory_mb, res_mb[4], res_vcores[4], res_gpus[4]; /* by YARN_ROLE_* */
+    const char *archives[64], *files[64], *envs[64];
+    int narchives, nfiles, nenvs;
+    double accept_timeout;
+    /* tfos yarn-am (internal) */
+    const char *am_socket, *bind, *resources;
+    char **argv; /* the program: after --, or from the first argument that is not an option */
+} cli;
+
+/* One line naming what is wrong, then where the usage is; returns 2. */
+int tfos__usage_error(const char *fmt, const char *arg);
+
+/* tfos yarn [options] [--] PROGRAM ARGS... (argv: everything after "yarn"), and
+ * tfos yarn status|kill APPLICATION_ID. */
+int tfos__cmd_yarn(const cli *c, int argc, char **argv);
+/* tfos yarn-container (internal): a node's stand-in in the ApplicationMaster's
+ * container: asks the ApplicationMaster for a container, has the agent command
+ * started in it and exits with its exit status. */
+int tfos__cmd_yarn_container(int argc, char **argv);
+
+#endif

@@ -1,0 +1,41 @@
+"""Fixtures for the tests of tfos yarn on a real YARN + HDFS minicluster.
+
+Run with the project venv after ``make yarn yarn-minicluster``:
+    .venv/bin/python -m pytest tests/yarn
+
+  yarn_cluster  session scope: the minicluster (yarncluster.py), started once
+                (~13 s) and stopped at the end of the session.
+  no_leftovers  autouse: no test may leave a tfos process (client,
+                ApplicationMaster, launcher, stand-in, agent, program) behind.
+
+TFOS_YARN_KEEP_TMP=1 keeps the cluster's directory (container logs).
+"""
+
+import os
+import signal
+
+import pytest
+
+from yarncluster import YarnCluster, tfos_yarn_processes, wait_no_processes
+
+
+@pytest.fixture(scope="session")
+def yarn_cluster():
+    cluster = YarnCluster()
+    cluster.start(timeout=float(os.environ.get("TFOS_YARN_START_TIMEOUT", "180")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    yield
+    left = wait_no_processes(40)
+    for pid, _ in tfos_yarn_processes():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, "tfos processes left running after the test: %s" % left

@@ -1,0 +1,136 @@
+package tfos.test;
+
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.ResourceScheduler;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler;
+
+/**
+ * A YARN (1 ResourceManager, 2 NodeManagers) and HDFS (1 NameNode, 1 DataNode)
+ * cluster in this JVM, every port on localhost, sized for a 2-core test machine.
+ *
+ * Usage: MiniCluster BASE_DIR CONF_DIR. Writes the client configuration
+ * (only the keys that differ from Hadoop's defaults) to CONF_DIR, prints
+ * "READY fs.defaultFS rm-webapp" on stdout and runs until stdin closes or
+ * the JVM gets SIGTERM, then stops both clusters.
+ */
+public final class MiniCluster {
+    /** Keys that would break or mislead clients outside this JVM. */
+    private static final String[] DROP_PREFIXES = {
+        "net.topology.node.switch.mapping.impl", "mapreduce.", "rpc.engine.",
+        "hadoop.http.filter.initializers", "test.", "hdfs.minidfs.",
+    };
+
+    private MiniCluster() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length != 2) {
+            System.err.println("usage: MiniCluster BASE_DIR CONF_DIR");
+            System.exit(2);
+        }
+        File base = new File(args[0]).getAbsoluteFile();
+        File confDir = new File(args[1]).getAbsoluteFile();
+        System.setProperty("test.build.data", new File(base, "data").getPath());
+        System.setProperty("hadoop.log.dir", new File(base, "logs").getPath());
+
+        Configuration hdfsConf = new Configuration();
+        hdfsConf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(base, "dfs").getPath());
+        hdfsConf.setInt("dfs.replication", 1);
+        hdfsConf.setBoolean("dfs.permissions.enabled", false);
+        MiniDFSCluster dfs = new MiniDFSCluster.Builder(hdfsConf).numDataNodes(1).build();
+        dfs.waitActive();
+        String defaultFs = dfs.getFileSystem().getUri().toString();
+
+        YarnConfiguration conf = new YarnConfiguration();
+        conf.set("fs.defaultFS", defaultFs);
+        conf.setClass(YarnConfiguration.RM_SCHEDULER, FifoScheduler.class, ResourceScheduler.class);
+        conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
+        conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, 2048);
+        conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", 2048);
+        conf.setInt(YarnConfiguration.NM_PMEM_MB, 2048);
+        conf.setInt(YarnConfiguration.NM_VCORES, 4);
+        conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+        conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+        conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
+        conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 1);
+        // keep the containers' logs after the application, for the tests to read
+        conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 3600);
+        // ApplicationMasters find this configuration and Hadoop's classes where this JVM found them
+        conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
+                confDir.getPath() + File.pathSeparator + System.getProperty("java.class.path"));
+        MiniYARNCluster yarn = new MiniYARNCluster("tfos", 2, 1, 1);
+        yarn.init(conf);
+        yarn.start();
+        if (!yarn.waitForNodeManagersToConnect(60000)) {
+            throw new IOException("the NodeManagers did not connect within 60 s");
+        }
+
+        Configuration live = new Configuration(yarn.getConfig());
+        live.addResource(dfs.getConfiguration(0));
+        live.set("fs.defaultFS", defaultFs);
+        writeConf(live, confDir);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(yarn, dfs)));
+        System.out.println("READY " + defaultFs + " " + live.get(YarnConfiguration.RM_WEBAPP_ADDRESS));
+        System.out.flush();
+        while (System.in.read() >= 0) {
+            // runs until the test closes stdin
+        }
+        System.exit(0);
+    }
+
+    private static void stop(MiniYARNCluster yarn, MiniDFSCluster dfs) {
+        try {
+            yarn.stop();
+        } finally {
+            dfs.shutdown();
+        }
+    }
+
+    private static boolean dropped(String key) {
+        for (String p : DROP_PREFIXES) {
+            if (key.startsWith(p)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** One site file holding every key whose value differs from the defaults. */
+    private static void writeConf(Configuration live, File dir) throws IOException {
+        Configuration defaults = new YarnConfiguration(new org.apache.hadoop.hdfs.HdfsConfiguration());
+        Map<String, String> changed = new TreeMap<>();
+        for (Map.Entry<String, String> e : live) {
+            String key = e.getKey();
+            String value = live.get(key);
+            if (value != null && !dropped(key) && !value.equals(defaults.get(key))) {
+                changed.put(key, value);
+            }
+        }
+        Files.createDirectories(dir.toPath());
+        Configuration out = new Configuration(false);
+        for (Map.Entry<String, String> e : changed.entrySet()) {
+            out.set(e.getKey(), e.getValue());
+        }
+        for (String name : Set.of("core-site.xml", "yarn-site.xml", "hdfs-site.xml")) {
+            Path tmp = dir.toPath().resolve(name + ".tmp");
+            // every key in every site file: yarn-default.xml is read after core-site.xml
+            try (OutputStream os = new FileOutputStream(tmp.toFile())) {
+                out.writeXml(os);
+            }
+            Files.move(tmp, dir.toPath().resolve(name), java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+        }
+    }
+}

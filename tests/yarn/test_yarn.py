@@ -1,0 +1,179 @@
+"""tfos yarn on a real YARN + HDFS minicluster (conftest.py, yarncluster.py).
+
+Every test submits a real application: the Java client uploads the tfos
+binary and the program to HDFS, the ApplicationMaster's container runs the C
+launcher, and every node runs in a container of its own (processes of the
+NodeManagers on this machine). The programs run with this venv's Python by
+absolute path (the containers are on this machine), so no archive is needed
+except in the test that ships one.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TFOS = os.environ.get("TFOS_CLI", os.path.join(REPO, "build", "tfos"))
+NODEINFO = os.path.join(HERE, "progs", "nodeinfo.py")
+APP_RE = re.compile(r"submitted (application_\d+_\d+)")
+
+# small containers: the NodeManagers have 2 GiB each
+SMALL = ["--worker-memory", "256m", "--ps-memory", "256m", "--am-memory", "384m"]
+
+
+def tfos_yarn(cluster, args, timeout=180, env=None):
+    e = cluster.env()
+    e.update(env or {})
+    return subprocess.run([TFOS, "yarn"] + args, env=e, capture_output=True, text=True, timeout=timeout,
+                          cwd=cluster.tmp_dir)
+
+
+def app_id(output):
+    m = APP_RE.search(output)
+    assert m, "no application id in:\n" + output
+    return m.group(1)
+
+
+def node_infos(cluster, app):
+    """NODEINFO lines of every node container's stdout, by node name."""
+    infos = {}
+    for container, logs in cluster.container_logs(app).items():
+        for line in logs.get("stdout", "").splitlines():
+            if "NODEINFO " in line:
+                info = json.loads(line.split("NODEINFO ", 1)[1])
+                infos.setdefault(info["node"], []).append(dict(info, log_container=container))
+    return infos
+
+
+def test_workers_and_ps_get_the_cluster_spec_in_containers(yarn_cluster):
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--ps", "1", "--ps-runs-program", "--name", "nodeinfo",
+                                 "--env", "NODEINFO_USER=hello"] + SMALL +
+                  ["--file", NODEINFO, "--", sys.executable, "nodeinfo.py"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    app = app_id(out)
+    assert "%s running" % app in out and "%s finished" % app in out, out
+    assert re.search(r"status page http://\S+", out), out
+
+    infos = node_infos(yarn_cluster, app)
+    assert sorted(infos) == ["ps:0", "worker:0", "worker:1"], infos
+    specs = [i[0]["tf_config"] for i in infos.values()]
+    cluster = specs[0]["cluster"]
+    assert len(cluster["worker"]) == 2 and len(cluster["ps"]) == 1, cluster
+    assert all(s["cluster"] == cluster for s in specs), specs
+    containers = set()
+    for node, [info] in infos.items():
+        job, index = node.split(":")
+        assert info["tf_config"]["task"] == {"type": job, "index": int(index)}
+        assert info["ps_hosts"] == ",".join(cluster["ps"])
+        assert info["worker_hosts"] == ",".join(cluster["worker"])
+        assert info["attempt"] == "1"
+        assert info["user_env"] == "hello"          # --env reaches every node
+        assert "nodeinfo.py" in info["cwd_files"]   # --file is localized into every container
+        assert info["container"] == info["log_container"]
+        containers.add(info["container"])
+    assert len(containers) == 3                     # a container per node
+    # the ApplicationMaster's container holds the launcher's account of the run
+    am = [logs for c, logs in yarn_cluster.container_logs(app).items() if c.endswith("_000001")]
+    assert am and "all nodes finished successfully" in am[0]["stderr"], am
+
+
+def test_archive_is_unpacked_in_every_container(yarn_cluster, tmp_path):
+    env_dir = tmp_path / "env"
+    (env_dir / "bin").mkdir(parents=True)
+    (env_dir / "bin" / "hello.sh").write_text("#!/bin/sh\necho \"ARCHIVE $TFOS_JOB_NAME:$TFOS_TASK_INDEX $1\"\n")
+    (env_dir / "bin" / "hello.sh").chmod(0o755)
+    archive = tmp_path / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(env_dir, arcname=".")
+    r = tfos_yarn(yarn_cluster, ["--workers", "2"] + SMALL +
+                  ["--archive", "%s#env" % archive, "--", "env/bin/hello.sh", "from-the-archive"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    stdout = "".join(logs.get("stdout", "") for logs in yarn_cluster.container_logs(app_id(out)).values())
+    for node in ("worker:0", "worker:1"):
+        assert "ARCHIVE %s from-the-archive" % node in stdout, stdout
+
+
+def test_failing_node_is_named_with_its_exit_code(yarn_cluster):
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--max-restarts", "0"] + SMALL +
+                  ["--file", NODEINFO, "--env", "NODEINFO_FAIL=worker:1", "--env", "NODEINFO_EXIT=3",
+                   "--env", "NODEINFO_SLEEP=2", "--", sys.executable, "nodeinfo.py"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "%s failed" % app_id(out) in out, out
+    assert re.search(r"worker:1.*exit code 3", out), out
+    assert "failing on purpose" in out, out          # the node's last lines come back
+
+
+def test_unsatisfiable_reservation_fails_in_time_and_names_the_request(yarn_cluster):
+    # 3 workers of 1500 MB: the NodeManagers have 2048 MB each and one of them
+    # also holds the ApplicationMaster, so at most 2 fit
+    t0 = time.monotonic()
+    r = tfos_yarn(yarn_cluster, ["--workers", "3", "--worker-memory", "1500m", "--am-memory", "384m",
+                                 "--reservation-timeout", "15", "--max-restarts", "0", "--file", NODEINFO,
+                                 "--", sys.executable, "nodeinfo.py"])
+    took = time.monotonic() - t0
+    out = r.stdout + r.stderr
+    assert r.returncode == 124, out
+    assert ("YARN did not allocate 1 of the containers asked for within the reservation timeout (15.0 s): "
+            "a worker container of 1500 MB, 1 vcores") in out, out
+    assert "reservation" in out and "worker:" in out, out
+    assert took < 90, "took %.0f s" % took
+    status = subprocess.run([TFOS, "yarn", "status", app_id(out)], env=yarn_cluster.env(), capture_output=True,
+                            text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"state\s+FINISHED \(FAILED\)", status.stdout), status.stdout  # over, not left pending
+
+
+def test_killed_client_kills_the_application(yarn_cluster, tmp_path):
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "2"] + SMALL +
+                             ["--file", NODEINFO, "--env", "NODEINFO_SLEEP=300", "--", sys.executable, "nodeinfo.py"],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    app = None
+    try:
+        # wait until both nodes' programs run
+        while time.monotonic() < deadline:
+            m = APP_RE.search(out_path.read_text())
+            app = app or (m and m.group(1))
+            if app and len(node_infos(yarn_cluster, app)) == 2:
+                break
+            time.sleep(0.5)
+        assert app and len(node_infos(yarn_cluster, app)) == 2, out_path.read_text()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    # the Java client dies with tfos yarn and kills the application on its way out
+    deadline = time.monotonic() + 60
+    state = ""
+    while time.monotonic() < deadline:
+        state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True,
+                               text=True, timeout=60).stdout
+        if "KILLED" in state:
+            break
+        time.sleep(1)
+    assert re.search(r"state\s+KILLED", state), state
+    # and no_leftovers checks that no agent or program survived
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "2", "--input", "x.csv", "--", "prog"], "--input feeds files on this machine"),
+    (["--workers", "2", "--status-port", "8080", "--", "prog"], "--status-port and --status-host"),
+    (["--workers", "2", "--worker-memory", "lots", "--", "prog"], "--worker-memory takes a size"),
+    (["--", "prog"], "yarn needs --workers"),
+])
+def test_usage_errors_exit_2(args, message):
+    r = subprocess.run([TFOS, "yarn"] + args, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr, r.stderr

@@ -1,0 +1,160 @@
+"""A real YARN + HDFS minicluster for the tests, on 127.0.0.1.
+
+One JVM (tests/yarn/minicluster, Hadoop 3.5's minicluster artifacts from
+Maven Central) runs a MiniDFSCluster (1 NameNode, 1 DataNode) and a
+MiniYARNCluster (1 ResourceManager, 2 NodeManagers of 2 GiB and 4 vcores,
+FIFO scheduler). It writes the client configuration to ``conf_dir`` and
+prints ``READY``; it stops when its stdin closes (or on SIGTERM). Its stdin
+is a pipe only this process holds, so if pytest dies the pipe closes and the
+JVM stops itself.
+
+``make yarn-minicluster`` builds the jar and its classpath file, which this
+module reads.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGET = os.path.join(HERE, "minicluster", "target")
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def classpath() -> str:
+    with open(os.path.join(TARGET, "classpath.txt")) as f:
+        deps = f.read().strip()
+    return os.path.join(TARGET, "tfos-minicluster.jar") + ":" + deps
+
+
+class YarnCluster:
+    def __init__(self):
+        self.tmp_dir = tempfile.mkdtemp(prefix="tfos-yarn-")
+        self.conf_dir = os.path.join(self.tmp_dir, "conf")
+        self.log_path = os.path.join(self.tmp_dir, "minicluster.log")
+        self.proc = None
+        self.default_fs = None
+        self.rm_webapp = None
+        self.start_seconds = None
+
+    def start(self, timeout: float = 120.0) -> None:
+        java = shutil.which("java")
+        assert java, "java is needed for the YARN tests"
+        t0 = time.monotonic()
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [java, "-Xmx1g", "-cp", classpath(), "tfos.test.MiniCluster",
+             os.path.join(self.tmp_dir, "base"), self.conf_dir],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the minicluster exited with %s; see %s:\n%s"
+                                   % (self.proc.returncode, self.log_path, self.log_tail()))
+            with open(self.log_path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"READY "):
+                        _, self.default_fs, self.rm_webapp = line.decode().split()
+                        self.start_seconds = time.monotonic() - t0
+                        return
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("the minicluster was not ready within %.0f s; see %s" % (timeout, self.log_path))
+
+    def log_tail(self, n: int = 30) -> str:
+        with open(self.log_path, "rb") as f:
+            return b"".join(f.readlines()[-n:]).decode(errors="replace")
+
+    def env(self) -> dict:
+        """The environment tfos yarn needs to reach this cluster."""
+        env = dict(os.environ)
+        env["HADOOP_CONF_DIR"] = self.conf_dir
+        env["TFOS_HADOOP_CLASSPATH"] = classpath()
+        env.pop("YARN_CONF_DIR", None)
+        return env
+
+    def container_logs(self, app_id: str) -> dict:
+        """{container id: {file name: text}} of an application's containers,
+        from the NodeManagers' log dirs (kept: debug-delay-sec)."""
+        out = {}
+        for root, _dirs, files in os.walk(os.path.join(self.tmp_dir, "base")):
+            parts = root.split(os.sep)
+            if len(parts) >= 2 and parts[-2] == app_id and parts[-1].startswith("container_"):
+                logs = {}
+                for name in files:
+                    if name in ("stdout", "stderr"):
+                        with open(os.path.join(root, name), errors="replace") as f:
+                            logs[name] = f.read()
+                out[parts[-1]] = logs
+        return out
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            # a graceful stop takes ~35 s; the tests have checked that no
+            # container process is left, so the rest is the JVM's own
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+        if not os.environ.get("TFOS_YARN_KEEP_TMP"):
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+def _read(pid: int, name: str):
+    try:
+        with open("/proc/%d/%s" % (pid, name), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def tfos_yarn_processes():
+    """Live processes of tfos on YARN on this host, as (pid, command line):
+    the Java client and ApplicationMaster, tfos yarn / yarn-am /
+    yarn-container / node, and every descendant of those (the programs)."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        stat, argv = _read(int(d), "stat"), _read(int(d), "cmdline")
+        if not stat or not argv:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        procs[int(d)] = (int(fields[1]), argv.rstrip(b"\0").split(b"\0"))
+    roots = set()
+    for pid, (_, argv) in procs.items():
+        if any(a.startswith(b"io.tfos.yarn.") for a in argv):
+            roots.add(pid)
+        elif len(argv) > 1 and argv[0].endswith(b"tfos") and argv[1] in (
+                b"yarn", b"yarn-am", b"yarn-container", b"node"):
+            roots.add(pid)
+    found = []
+    for pid, (ppid, argv) in procs.items():
+        p, hops = pid, 0
+        while p not in roots and p in procs and hops < 10:
+            p, hops = procs[p][0], hops + 1
+        if p in roots:
+            found.append((pid, b" ".join(argv).decode(errors="replace")[:200]))
+    return found
+
+
+def wait_no_processes(timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        left = tfos_yarn_processes()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.5)

@@ -1,0 +1,519 @@
+package io.tfos.yarn;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.Writer;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.io.DataOutputBuffer;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.yarn.api.ApplicationConstants;
+import org.apache.hadoop.yarn.api.protocolrecords.RegisterApplicationMasterResponse;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
+import org.apache.hadoop.yarn.api.records.ContainerStatus;
+import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.api.records.LocalResource;
+import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.UpdatedContainer;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
+import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+
+/**
+ * The ApplicationMaster: the part of tfos on YARN that must speak Hadoop's RPC,
+ * and nothing more. It registers with the ResourceManager, runs the C launcher
+ * ({@code ./tfos yarn-am}, the same code as {@code tfos run}: coordinator,
+ * roles, restarts, status page) as its child, and serves that launcher's
+ * container requests on a Unix socket: each {@code tfos yarn-container} stand-in
+ * the launcher starts for a node asks here for one container, gets it launched
+ * with the node's agent command, and learns its exit. A stand-in that goes
+ * away takes its container with it (the launcher ending an attempt).
+ *
+ * Protocol on the socket, one line each, UTF-8. Stand-in to AM: "LAUNCH role
+ * memoryMB vcores gpus", then "ENV K=V" and "ARG a" lines, then "GO". AM to
+ * stand-in: "ALLOCATED containerId host", "STARTED", then "EXITED status
+ * diagnostics" or "FAILED message".
+ *
+ * When the launcher exits, every container left is stopped and the
+ * application unregisters: SUCCEEDED for exit code 0, else FAILED, with
+ * "tfos exit code N" and the launcher's last lines as diagnostics (the client
+ * takes its exit code from them).
+ */
+public final class ApplicationMaster {
+    static final String EXIT_MARK = "tfos exit code ";
+    private static final int TAIL = 40;
+
+    private final Configuration conf = new YarnConfiguration();
+    private final Map<String, LocalResource> shipped = Shipped.decode(System.getenv(Shipped.ENV));
+    private final Map<Long, Node> byRequest = new ConcurrentHashMap<>();
+    private final Map<ContainerId, Node> byContainer = new ConcurrentHashMap<>();
+    private final AtomicLong nextRequest = new AtomicLong(1);
+    private final Deque<String> tail = new ArrayDeque<>();
+    /** Requests YARN never satisfied before their stand-in went away, for the diagnostics. */
+    private final List<String> unsatisfied = new ArrayList<>();
+    private AMRMClientAsync<ContainerRequest> amrm;
+    private NMClientAsync nm;
+    private ByteBuffer tokens;
+    private double reservationTimeout = 60;
+    private volatile Process launcher;
+    private volatile String fatal;
+
+    /** One node's container, from request to exit. */
+    private final class Node {
+        final long id = nextRequest.getAndIncrement();
+        final SocketChannel ch;
+        final Writer out;
+        ContainerRequest request;
+        Container container;
+        final Map<String, String> env = new HashMap<>();
+        final List<String> args = new ArrayList<>();
+        String asked;
+        long askedAt;
+        boolean over;
+
+        Node(SocketChannel ch) {
+            this.ch = ch;
+            this.out = Channels.newWriter(ch, StandardCharsets.UTF_8);
+        }
+
+        synchronized void say(String line) {
+            try {
+                out.write(line.replace('\n', ' ') + "\n");
+                out.flush();
+            } catch (IOException e) {
+                // the stand-in is gone; its reader notices and cleans up
+            }
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        int sep = List.of(args).indexOf("--");
+        if (sep < 0) {
+            System.err.println("usage: ApplicationMaster -- TFOS_YARN_AM_ARGS...");
+            System.exit(2);
+        }
+        List<String> launcherArgs = List.of(args).subList(sep + 1, args.length);
+        ApplicationMaster am = new ApplicationMaster();
+        // the launcher's reservation timeout (tfos run's default): a container
+        // YARN gives later than this came too late for the cluster
+        for (int i = 0; i < launcherArgs.size(); i++) {
+            String a = launcherArgs.get(i);
+            if (a.equals("--")) {
+                break;
+            } else if (a.equals("--reservation-timeout") && i + 1 < launcherArgs.size()) {
+                am.reservationTimeout = Double.parseDouble(launcherArgs.get(i + 1));
+            } else if (a.startsWith("--reservation-timeout=")) {
+                am.reservationTimeout = Double.parseDouble(a.substring(a.indexOf('=') + 1));
+            }
+        }
+        System.exit(am.run(launcherArgs));
+    }
+
+    private int run(List<String> launcherArgs) throws Exception {
+        Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
+        byte[] secret = creds.getSecretKey(Client.SECRET_KEY);
+        // containers get the application's tokens (HDFS delegation tokens) but never the AMRM token
+        Credentials forNodes = new Credentials(creds);
+        Iterator<Token<?>> it = forNodes.getAllTokens().iterator();
+        List<org.apache.hadoop.io.Text> drop = new ArrayList<>();
+        while (it.hasNext()) {
+            Token<?> t = it.next();
+            if (AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
+                drop.add(t.getService());
+            }
+        }
+        drop.forEach(forNodes::removeToken);
+        DataOutputBuffer dob = new DataOutputBuffer();
+        forNodes.writeTokenStorageToStream(dob);
+        tokens = ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
+
+        String host = System.getenv(ApplicationConstants.Environment.NM_HOST.name());
+        Path dir = Files.createTempDirectory(Paths.get("/tmp"), "tfos-am-");
+        Path sock = dir.resolve("s");
+        Path addressFile = dir.resolve("address");
+        ServerSocketChannel server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
+        server.bind(UnixDomainSocketAddress.of(sock));
+
+        List<String> cmd = new ArrayList<>();
+        cmd.add("./tfos");
+        cmd.add("yarn-am");
+        cmd.add("--am-socket");
+        cmd.add(sock.toString());
+        cmd.add("--address-file");
+        cmd.add(addressFile.toString());
+        cmd.add("--bind");
+        cmd.add(host);
+        cmd.addAll(launcherArgs);
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectOutput(ProcessBuilder.Redirect.INHERIT);
+        if (secret != null) {
+            pb.environment().put("TFOS_SECRET", new String(secret, StandardCharsets.US_ASCII));
+        }
+        launcher = pb.start();
+        Runtime.getRuntime().addShutdownHook(new Thread(this::stopLauncher));
+        Thread stderr = new Thread(this::relayStderr, "tfos-launcher-stderr");
+        stderr.setDaemon(true);
+        stderr.start();
+
+        // the launcher writes "coordinator\nstatus-url\n" once both listen
+        String[] address = waitAddress(addressFile, 60);
+        amrm = AMRMClientAsync.createAMRMClientAsync(1000, new RmHandler());
+        amrm.init(conf);
+        amrm.start();
+        nm = NMClientAsync.createNMClientAsync(new NmHandler());
+        nm.init(conf);
+        nm.start();
+        int coordPort = -1;
+        String trackingUrl = "";
+        if (address != null) {
+            coordPort = Integer.parseInt(address[0].substring(address[0].lastIndexOf(':') + 1));
+            trackingUrl = address.length > 1 ? address[1] : "";
+        }
+        RegisterApplicationMasterResponse reg = amrm.registerApplicationMaster(host, coordPort, trackingUrl);
+        System.err.println("tfos-am: registered; coordinator " + (address == null ? "-" : address[0])
+                + ", status " + trackingUrl + ", largest container " + reg.getMaximumResourceCapability());
+
+        Thread acceptor = new Thread(() -> accept(server), "tfos-am-accept");
+        acceptor.setDaemon(true);
+        acceptor.start();
+
+        int code = launcher.waitFor();
+        stderr.join(5000);
+        stopContainers(15);
+        server.close();
+        Files.deleteIfExists(sock);
+        Files.deleteIfExists(addressFile);
+        Files.deleteIfExists(dir);
+        StringBuilder diag = new StringBuilder(EXIT_MARK + code);
+        if (fatal != null) {
+            diag.append("\n").append(fatal);
+        }
+        synchronized (unsatisfied) {
+            if (!unsatisfied.isEmpty()) {
+                diag.append("\nYARN did not allocate ").append(unsatisfied.size())
+                        .append(" of the containers asked for within the reservation timeout (")
+                        .append(reservationTimeout).append(" s): ")
+                        .append(String.join("; ", unsatisfied.subList(0, Math.min(8, unsatisfied.size()))));
+            }
+        }
+        synchronized (tail) {
+            for (String line : tail) {
+                diag.append("\n").append(line);
+            }
+        }
+        FinalApplicationStatus fin = code == 0 ? FinalApplicationStatus.SUCCEEDED : FinalApplicationStatus.FAILED;
+        amrm.unregisterApplicationMaster(fin, diag.toString(), trackingUrl);
+        amrm.stop();
+        nm.stop();
+        return code == 0 ? 0 : 1;
+    }
+
+    private String[] waitAddress(Path file, int seconds) throws InterruptedException, IOException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (System.nanoTime() < deadline && launcher.isAlive()) {
+            if (Files.exists(file)) {
+                return Files.readAllLines(file, StandardCharsets.UTF_8).toArray(new String[0]);
+            }
+            Thread.sleep(50);
+        }
+        return null;
+    }
+
+    /** The launcher's stderr goes on to this container's stderr; its last lines are kept for the diagnostics. */
+    private void relayStderr() {
+        try (BufferedReader r = new BufferedReader(
+                new InputStreamReader(launcher.getErrorStream(), StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = r.readLine()) != null) {
+                System.err.println(line);
+                synchronized (tail) {
+                    tail.addLast(line);
+                    if (tail.size() > TAIL) {
+                        tail.removeFirst();
+                    }
+                }
+            }
+        } catch (IOException e) {
+            // the launcher is gone
+        }
+    }
+
+    private void stopLauncher() {
+        Process p = launcher;
+        if (p != null && p.isAlive()) {
+            p.destroy(); // SIGTERM: the launcher stops its cluster
+            try {
+                if (!p.waitFor(20, TimeUnit.SECONDS)) {
+                    p.destroyForcibly();
+                }
+            } catch (InterruptedException e) {
+                p.destroyForcibly();
+            }
+        }
+    }
+
+    private void accept(ServerSocketChannel server) {
+        while (true) {
+            SocketChannel ch;
+            try {
+                ch = server.accept();
+            } catch (IOException e) {
+                return; // closed at the end
+            }
+            Thread t = new Thread(() -> serve(ch), "tfos-am-node");
+            t.setDaemon(true);
+            t.start();
+        }
+    }
+
+    /** One stand-in's connection: read its request, then wait for it to go away. */
+    private void serve(SocketChannel ch) {
+        Node node = new Node(ch);
+        try (BufferedReader in = new BufferedReader(Channels.newReader(ch, StandardCharsets.UTF_8))) {
+            String[] launch = null;
+            String line;
+            while ((line = in.readLine()) != null && !line.equals("GO")) {
+                if (line.startsWith("LAUNCH ")) {
+                    launch = line.split(" ");
+                } else if (line.startsWith("ENV ")) {
+                    int eq = line.indexOf('=');
+                    node.env.put(line.substring(4, eq), line.substring(eq + 1));
+                } else if (line.startsWith("ARG ")) {
+                    node.args.add(line.substring(4));
+                }
+            }
+            if (line == null || launch == null || launch.length != 5 || node.args.isEmpty()) {
+                node.say("FAILED incomplete request");
+                return;
+            }
+            Resource res = Resource.newInstance(Long.parseLong(launch[2]), Integer.parseInt(launch[3]));
+            int gpus = Integer.parseInt(launch[4]);
+            if (gpus > 0) {
+                res.setResourceValue("yarn.io/gpu", gpus);
+            }
+            node.request = ContainerRequest.newBuilder().capability(res).priority(Priority.newInstance(1))
+                    .allocationRequestId(node.id).relaxLocality(true).build();
+            node.asked = "a " + launch[1] + " container of " + launch[2] + " MB, " + launch[3] + " vcores"
+                    + (gpus > 0 ? ", " + gpus + " GPUs" : "");
+            node.askedAt = System.nanoTime();
+            byRequest.put(node.id, node);
+            amrm.addContainerRequest(node.request);
+            System.err.println("tfos-am: asked YARN for " + node.asked + " (request " + node.id + ")");
+            while (in.readLine() != null) {
+                // nothing more is said; EOF means the stand-in is gone
+            }
+        } catch (IOException | RuntimeException e) {
+            node.say("FAILED " + e);
+        } finally {
+            release(node);
+        }
+    }
+
+    /** The stand-in is gone: withdraw its request or stop its container. */
+    private void release(Node node) {
+        Container c;
+        synchronized (node) {
+            if (node.over) {
+                return;
+            }
+            node.over = true;
+            c = node.container;
+        }
+        byRequest.remove(node.id);
+        if (c == null) {
+            if (node.request != null) {
+                amrm.removeContainerRequest(node.request);
+                String what = node.asked + ", never allocated (asked " + (System.nanoTime() - node.askedAt)
+                        / 1000000000L + " s before)";
+                System.err.println("tfos-am: YARN never allocated " + what);
+                synchronized (unsatisfied) {
+                    unsatisfied.add(what);
+                }
+            }
+        } else {
+            nm.stopContainerAsync(c.getId(), c.getNodeId());
+        }
+        try {
+            node.ch.close();
+        } catch (IOException e) {
+            // already closed
+        }
+    }
+
+    private void stopContainers(int seconds) throws InterruptedException {
+        for (Node node : byContainer.values()) {
+            release(node);
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (!byContainer.isEmpty() && System.nanoTime() < deadline) {
+            Thread.sleep(100);
+        }
+    }
+
+    private ContainerLaunchContext context(Node node) {
+        StringBuilder cmd = new StringBuilder("exec");
+        for (String a : node.args) {
+            // <LOG_DIR> is expanded by the NodeManager, so it stays outside the quotes
+            cmd.append(' ').append(a.equals("<LOG_DIR>") ? a : Shipped.quote(a));
+        }
+        cmd.append(" 1>").append(ApplicationConstants.LOG_DIR_EXPANSION_VAR).append("/stdout 2>")
+                .append(ApplicationConstants.LOG_DIR_EXPANSION_VAR).append("/stderr");
+        return ContainerLaunchContext.newInstance(shipped, node.env, List.of(cmd.toString()), null,
+                tokens.duplicate(), null);
+    }
+
+    private final class RmHandler extends AMRMClientAsync.AbstractCallbackHandler {
+        @Override
+        public void onContainersAllocated(List<Container> containers) {
+            for (Container c : containers) {
+                Node node = byRequest.remove(c.getAllocationRequestId());
+                boolean take = false;
+                if (node != null) {
+                    synchronized (node) {
+                        if (!node.over && node.container == null) {
+                            node.container = c;
+                            take = true;
+                        }
+                    }
+                }
+                if (!take) {
+                    amrm.releaseAssignedContainer(c.getId());
+                    continue;
+                }
+                amrm.removeContainerRequest(node.request);
+                double waited = (System.nanoTime() - node.askedAt) / 1e9;
+                if (waited > reservationTimeout) {
+                    String what = node.asked + ", allocated only after " + (long) waited + " s";
+                    System.err.println("tfos-am: YARN was late: " + what);
+                    synchronized (unsatisfied) {
+                        unsatisfied.add(what);
+                    }
+                }
+                byContainer.put(c.getId(), node);
+                node.say("ALLOCATED " + c.getId() + " " + c.getNodeId().getHost());
+                nm.startContainerAsync(c, context(node));
+            }
+        }
+
+        @Override
+        public void onContainersCompleted(List<ContainerStatus> statuses) {
+            for (ContainerStatus s : statuses) {
+                Node node = byContainer.remove(s.getContainerId());
+                if (node != null) {
+                    node.say("EXITED " + s.getExitStatus() + " " + s.getDiagnostics().strip());
+                    release(node);
+                }
+            }
+        }
+
+        @Override
+        public void onContainersUpdated(List<UpdatedContainer> containers) {
+        }
+
+        @Override
+        public void onShutdownRequest() {
+            fatal = "the ResourceManager asked the ApplicationMaster to shut down";
+            stopLauncher();
+        }
+
+        @Override
+        public void onNodesUpdated(List<NodeReport> updated) {
+        }
+
+        @Override
+        public float getProgress() {
+            return 0.5f;
+        }
+
+        @Override
+        public void onError(Throwable e) {
+            fatal = "ApplicationMaster error: " + e;
+            System.err.println("tfos-am: " + fatal);
+            stopLauncher();
+        }
+    }
+
+    private final class NmHandler extends NMClientAsync.AbstractCallbackHandler {
+        private Node node(ContainerId id) {
+            return byContainer.get(id);
+        }
+
+        @Override
+        public void onContainerStarted(ContainerId id, Map<String, ByteBuffer> allServiceResponse) {
+            Node n = node(id);
+            if (n != null) {
+                n.say("STARTED");
+            }
+        }
+
+        @Override
+        public void onStartContainerError(ContainerId id, Throwable t) {
+            Node n = byContainer.remove(id);
+            if (n != null) {
+                n.say("FAILED cannot start container " + id + ": " + t);
+                release(n);
+            }
+            amrm.releaseAssignedContainer(id);
+        }
+
+        @Override
+        public void onContainerStatusReceived(ContainerId id, ContainerStatus status) {
+        }
+
+        @Override
+        public void onContainerStopped(ContainerId id) {
+        }
+
+        @Override
+        public void onGetContainerStatusError(ContainerId id, Throwable t) {
+        }
+
+        @Override
+        public void onUpdateContainerResourceError(ContainerId id, Throwable t) {
+        }
+
+        @Override
+        public void onContainerResourceUpdated(ContainerId id, Resource resource) {
+        }
+
+        @Override
+        public void onStopContainerError(ContainerId id, Throwable t) {
+        }
+
+        @Override
+        public void onContainerResourceIncreased(ContainerId id, Resource resource) {
+        }
+
+        @Override
+        public void onIncreaseContainerResourceError(ContainerId id, Throwable t) {
+        }
+    }
+}
