@@ -71,6 +71,14 @@ def predict_then_fail(args, ctx):
     raise RuntimeError("the model server crashed on %s" % ctx.job_name)
 
 
+def connect_covers_it(session):
+    """Cluster's code is the same on both sessions: these tests run over
+    Connect only, to keep the suite's time (the classic session keeps the
+    session, predict-order and restart tests)."""
+    if session[0] != "connect":
+        pytest.skip("the same Cluster code runs in this test's Connect variant (suite time)")
+
+
 def test_session_kind(session):
     kind, spark, _ = session
     is_connect = type(spark).__module__.startswith("pyspark.sql.connect")
@@ -87,6 +95,7 @@ def test_predict_returns_every_row_in_order(session):
 
 
 def test_exception_in_main_fun_comes_back(session):
+    connect_covers_it(session)
     from tfos.spark import Cluster, ClusterError
     _, spark, _ = session
     df = spark.range(0, 1000, 1, 2)
@@ -103,6 +112,7 @@ def test_exception_in_main_fun_comes_back(session):
 def test_node_failing_during_predict_fails_the_job_with_its_traceback(session):
     """The predict tasks stop waiting for results once the cluster failed
     (they watch the coordinator), rather than for feed_timeout."""
+    connect_covers_it(session)
     from tfos.spark import Cluster
     _, spark, _ = session
     df = spark.range(0, 4000, 1, 2)
@@ -115,6 +125,7 @@ def test_node_failing_during_predict_fails_the_job_with_its_traceback(session):
 
 
 def test_digits_train_and_predict(session, tmp_path, capsys):
+    connect_covers_it(session)
     import digits_data
     import spark_connect_digits
     _, spark, _ = session
@@ -128,6 +139,7 @@ def test_digits_train_and_predict(session, tmp_path, capsys):
 
 
 def test_tensorboard_url(session, spark_cluster, tmp_path):
+    connect_covers_it(session)
     pytest.importorskip("tensorboard", reason="TensorBoard is not installed in this Python (pip install tensorboard)")
     from test_tfcluster_extras import _http_status, tensorboard_processes
     from tfos.spark import Cluster

@@ -8,6 +8,7 @@ absolute path (the containers are on this machine), so no archive is needed
 except in the test that ships one.
 """
 
+import getpass
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 
 import pytest
 
@@ -177,3 +179,67 @@ def test_usage_errors_exit_2(args, message):
     r = subprocess.run([TFOS, "yarn"] + args, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr, r.stderr
+
+
+def steps_lines(cluster, app):
+    return [line.split("] ", 1)[-1] for logs in cluster.container_logs(app).values()
+            for line in logs.get("stdout", "").splitlines() if "STEPS " in line]
+
+
+def test_killed_program_restarts_the_cluster_and_resumes_from_its_checkpoint(yarn_cluster, tmp_path):
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--checkpoint-dir", str(tmp_path)] + SMALL +
+                  ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_NODE=worker:1",
+                   "--env", "STEPS_DO=kill9", "--", sys.executable, "steps.py"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    lines = steps_lines(yarn_cluster, app_id(out))
+    assert "STEPS worker:1 attempt=1 from=0" in " ".join(lines), lines
+    # attempt 2 ran in new containers and worker:1 went on from its checkpoint
+    resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
+    assert resumed and "from=3" in resumed[0], lines
+    assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
+    first = [ln.rsplit("container=", 1)[1] for ln in lines if "attempt=1" in ln]
+    second = [ln.rsplit("container=", 1)[1] for ln in lines if "attempt=2" in ln]
+    assert len(second) == 2 and not set(first) & set(second), lines
+
+
+def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_path):
+    out_path = tmp_path / "client.out"
+    ckpt = tmp_path / "ckpt"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "2", "--checkpoint-dir", str(ckpt)] + SMALL +
+                             ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_NODE=worker:0",
+                              "--env", "STEPS_DO=wait", "--", sys.executable, "steps.py"],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        container = None
+        while time.monotonic() < deadline and container is None:
+            m = APP_RE.search(out_path.read_text())
+            for line in steps_lines(yarn_cluster, m.group(1)) if m else []:
+                if line.startswith("STEPS worker:0 attempt=1"):
+                    waiting = any(ln.startswith("STEPS worker:0 waiting") for ln in steps_lines(yarn_cluster,
+                                                                                                 m.group(1)))
+                    if waiting:
+                        container = line.rsplit("container=", 1)[1]
+            time.sleep(0.5)
+        assert container, out_path.read_text()
+        # the ResourceManager's REST API: stop that one container, as an operator would
+        req = urllib.request.Request("http://%s/ws/v1/cluster/containers/%s/signal/FORCEFUL_SHUTDOWN?user.name=%s"
+                                     % (yarn_cluster.rm_webapp, container, getpass.getuser()), method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+        rc = p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    out = out_path.read_text()
+    assert rc == 0, out
+    app = app_id(out)
+    am = [logs["stderr"] for c, logs in yarn_cluster.container_logs(app).items() if c.endswith("_000001")]
+    assert am and "restarting every node (attempt 2 of 4)" in am[0], am
+    assert re.search(r"worker: container exited with status (137|143|-\d+)", am[0]), am[0]
+    lines = steps_lines(yarn_cluster, app)
+    assert any(ln.startswith("STEPS worker:0 attempt=2 from=3") for ln in lines), lines
+    assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
