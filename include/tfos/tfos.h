@@ -233,6 +233,11 @@ typedef struct tfos_coord_opts {
      * seconds the client is presumed gone and the cluster is stopped
      * (TFOS_CAUSE_STOPPED). 0: no lease. */
     double lease_timeout;
+    /* A line of a node's output, from agents started with forward_logs
+     * (`node` is "job:index"; `dropped`: lines the agent could not send
+     * before this one). Called on the coordinator's loop; NULL: ignored. */
+    void (*on_log)(void *user, const char *node, const char *line, unsigned long long dropped);
+    void *log_user;
 } tfos_coord_opts;
 
 /* Cluster state as the coordinator sees it. */
@@ -320,6 +325,9 @@ typedef struct tfos_agent_opts {
     char *const *ps_argv;    /* program run instead of argv on ps nodes; NULL: argv */
     double connect_timeout;  /* seconds to reach the coordinator; default 30 */
     bool quiet;              /* do not echo the program's output to our stdout/stderr */
+    bool forward_logs;       /* also send each line of it to the coordinator (tfos_coord_opts.on_log):
+                              * where the console is not the user's (tfos yarn); lines beyond a
+                              * bounded backlog are dropped and counted */
     const char *cluster_id;  /* enables the feed: rings + feed socket; NULL: no feed */
     size_t feed_capacity;    /* input ring bytes (power of two); 0: 64 MiB */
     size_t result_capacity;  /* output ring bytes (power of two); 0: 16 MiB */

@@ -22,7 +22,7 @@ typedef struct cli {
     double hang_timeout, lease, linger;
     int attempt;
     const char *address_file;
-    int hand_port;
+    int hand_port, forward_logs;
     /* tfos yarn (src/cli/yarn.c) */
     const char *queue, *app_name, *hadoop_classpath;
     int am_memory_mb, res_mb[4], res_vcores[4], res_gpus[4]; /* by YARN_ROLE_* */

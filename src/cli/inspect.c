@@ -84,7 +84,7 @@ static int find_url(const char *target, char *url, size_t len, char *dir, size_t
 }
 
 /* GET url+path; the body (malloc'd) or NULL. Bounded by 5 s. */
-static char *http_get(const char *url, const char *path)
+char *tfos__http_get(const char *url, const char *path)
 {
     char host[256];
     int port;
@@ -313,7 +313,7 @@ int tfos__cmd_status(const char *target, int json)
     char url[512], dir[1024] = "";
     if (find_url(target, url, sizeof url, dir, sizeof dir))
         return 1;
-    char *body = http_get(url, "/status");
+    char *body = tfos__http_get(url, "/status");
     if (body) {
         return show_status(body, url, json);
     }
@@ -421,7 +421,7 @@ int tfos__cmd_logs(const char *node, const char *log_dir, int follow)
         pump_logs(dir, node ? only : NULL, offsets, names, &n);
         if (tfos__now_ms() >= next_check) {
             next_check = tfos__now_ms() + 1000;
-            char *b = has_url ? http_get(url, "/status") : NULL;
+            char *b = has_url ? tfos__http_get(url, "/status") : NULL;
             if (!b) {
                 pump_logs(dir, node ? only : NULL, offsets, names, &n);
                 return 0;

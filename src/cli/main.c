@@ -176,7 +176,9 @@ static const char node_help[] =
     "                           of releasing it at exec (TensorFlowOnSpark's release_port=False)\n"
     "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
     "                           for S seconds is hung (default: off)\n"
-    "  --quiet                  do not echo the program's output\n";
+    "  --quiet                  do not echo the program's output\n"
+    "  --forward-logs           also send the program's output to the coordinator (the launcher\n"
+    "                           shows it where the console is not the user's: tfos yarn)\n";
 
 static const char yarn_help[] =
     "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
@@ -494,6 +496,8 @@ static int parse(int argc, char **argv, cli *c)
                 return 2;
         } else if (!strcmp(a, "--quiet")) {
             c->quiet = 1;
+        } else if (!strcmp(a, "--forward-logs")) {
+            c->forward_logs = 1;
         } else if (!strcmp(a, "--queue")) {
             if (!(c->queue = NEXT()))
                 return usage_error("%s needs a queue name", a);
@@ -557,7 +561,7 @@ static int parse(int argc, char **argv, cli *c)
             /* a flag without a value given one (--chief=1): NEXT() did not take it */
             int takes = strcmp(a, "--chief") && strcmp(a, "--evaluator") && strcmp(a, "--ps-runs-program") &&
                         strcmp(a, "--csv-header") && strcmp(a, "--no-csv-header") && strcmp(a, "--hand-port") &&
-                        strcmp(a, "--quiet");
+                        strcmp(a, "--quiet") && strcmp(a, "--forward-logs");
             if (!takes)
                 return usage_error("%s takes no value", a);
         }
@@ -688,6 +692,7 @@ static int cmd_node(cli *c)
     tfos_agent_opts o = {.coord_addr = c->coord, .secret = secret, .executor_id = c->executor_id,
                          .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
+                         .forward_logs = c->forward_logs,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
                          .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout,

@@ -7,6 +7,11 @@
  * files, and starts the ApplicationMaster, which runs `tfos yarn-am`: tfos run
  * itself, whose agents start through stand-ins instead of locally.
  *
+ * While the application runs, tfos yarn follows the nodes' output: their
+ * agents forward it to the launcher (--forward-logs), whose status page (the
+ * tracking URL, which the Java client prints) serves it at /logs/stream/N;
+ * the lines go to our stdout as the nodes print them.
+ *
  * A stand-in (`tfos yarn-container`) is what the launcher sees as a node's
  * agent process: it asks the ApplicationMaster, over the Unix socket the
  * ApplicationMaster gave the launcher, for one container with the role's
@@ -14,11 +19,15 @@
  * exit status. When the launcher ends it (an attempt over, the run stopped),
  * its socket closes and the ApplicationMaster stops the container. */
 #include "cli/cli.h"
+#include "cli/inspect.h"
 #include "core/auth.h"
+#include "platform/clock.h"
 #include "platform/proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +152,48 @@ static void strv_free(strv *s)
     free(s->v);
 }
 
+/* The nodes' output, from the launcher's status page (see the top). */
+typedef struct follower {
+    char url[1024]; /* "" until the Java client printed it */
+    unsigned long long next;
+    int64_t last_ms;
+} follower;
+
+/* Print the lines the page has from f->next on; 1 when it answered. */
+static int follow_once(follower *f)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/logs/stream/%llu", f->next);
+    char *body = tfos__http_get(f->url, path);
+    if (!body)
+        return 0;
+    char *lines = strchr(body, '\n');
+    unsigned long long next;
+    if (sscanf(body, "next %llu", &next) == 1 && lines) {
+        lines++;
+        if (!strncmp(lines, "skipped ", 8)) {
+            char *nl = strchr(lines, '\n');
+            fprintf(stdout, "tfos: (%.*s lines of the nodes' output are gone; the containers' logs have them)\n",
+                    (int)strcspn(lines + 8, "\n"), lines + 8);
+            lines = nl ? nl + 1 : lines + strlen(lines);
+        }
+        fputs(lines, stdout);
+        fflush(stdout);
+        f->next = next;
+    }
+    free(body);
+    return 1;
+}
+
+/* A line of the Java client's stderr: passed on; the status page's URL kept. */
+static void client_line(follower *f, const char *line)
+{
+    fprintf(stderr, "%s\n", line);
+    const char *mark = strstr(line, "tfos: status page http://");
+    if (mark && !f->url[0])
+        snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(mark + 18, " \n"), mark + 18);
+}
+
 static volatile sig_atomic_t forward_to;
 
 static void forward_signal(int sig)
@@ -206,22 +257,73 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    tfos__spawn_opts so = {.argv = argv.v, .envp = env.v, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
+    int errp[2];
+    if (pipe2(errp, O_CLOEXEC)) {
+        strv_free(&argv);
+        strv_free(&env);
+        return 1;
+    }
+    tfos__spawn_opts so = {.argv = argv.v, .envp = env.v, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = errp[1],
                            .pdeathsig = SIGTERM};
     pid_t pid;
     int rc = tfos__spawn(&so, &pid);
     strv_free(&argv);
     strv_free(&env);
+    close(errp[1]);
     if (rc) {
+        close(errp[0]);
         fprintf(stderr, "tfos yarn: cannot run %s: %s (install a JDK 17, or set JAVA_HOME)\n", java, strerror(errno));
         return 1;
     }
     forward_to = pid;
+    /* the client's stderr line by line; the nodes' output every 500 ms */
+    follower fl = {0};
+    char buf[16384];
+    size_t have = 0;
+    for (;;) {
+        struct pollfd p = {.fd = errp[0], .events = POLLIN};
+        int n = poll(&p, 1, 500);
+        if (n > 0) {
+            ssize_t r = read(errp[0], buf + have, sizeof buf - 1 - have);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+            buf[have] = 0;
+            char *start = buf, *nl;
+            while ((nl = strchr(start, '\n'))) {
+                *nl = 0;
+                client_line(&fl, start);
+                start = nl + 1;
+            }
+            have = strlen(start);
+            memmove(buf, start, have);
+            if (have == sizeof buf - 1) { /* a line longer than the buffer */
+                buf[have] = 0;
+                client_line(&fl, buf);
+                have = 0;
+            }
+        }
+        if (fl.url[0] && tfos__now_ms() - fl.last_ms >= 500) {
+            follow_once(&fl);
+            fl.last_ms = tfos__now_ms();
+        }
+    }
+    close(errp[0]);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return 1;
     forward_to = 0;
+    /* what the nodes printed last (the page lingers for its follower) */
+    if (fl.url[0]) {
+        int64_t until = tfos__now_ms() + 3000;
+        unsigned long long before;
+        do
+            before = fl.next;
+        while (follow_once(&fl) && fl.next != before && tfos__now_ms() < until);
+    }
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);

@@ -36,7 +36,8 @@ enum {
                               * a node could not start: fail and stop the cluster.
                               * Answered with STATUS once recorded. */
     TFOS_MSG_LOG_ERROR = 15, /* agent -> coord: message; the node's log file cannot be written */
-    TFOS_MSG_MAX_ = 15,
+    TFOS_MSG_LOG = 16,       /* agent -> coord: line (one line of the program's output; --forward-logs) */
+    TFOS_MSG_MAX_ = 16,
 };
 
 typedef struct tfos__frame {

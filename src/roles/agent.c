@@ -101,6 +101,7 @@ struct agent {
     tfos__timer hb_timer, kill_timer, end_feed_timer;
     int start_failed;      /* the program (or what it needs) could not be started */
     char log_error[300];   /* the node's log file could not be written: why ("" fine) */
+    unsigned long long forward_dropped; /* --forward-logs: lines not sent since the last one sent */
     /* every process of the node: its cgroup ("" where there is none) and the
      * guardian that ends them if the agent is killed or stopped */
     char cgroup[TFOS_CGROUP_PATH_MAX];
@@ -178,10 +179,13 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 static void send_log_error(agent *a);
+static void forward_line(agent *a, int out, const char *line, size_t len);
 
 static void emit_line(agent *a, int out, const char *line, size_t len)
 {
     tail_push(a, line, len);
+    if (a->o->forward_logs)
+        forward_line(a, out, line, len);
     if (a->logfd >= 0) {
         char buf[LINE_MAX_ + 2];
         memcpy(buf, line, len);
@@ -342,6 +346,27 @@ static int open_feed(agent *a)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
     return rc;
+}
+
+/* LOG: one line of the program's output for the coordinator, when the
+ * agent's console is not the user's (--forward-logs). The loop sends it
+ * without blocking; past FORWARD_BACKLOG bytes unsent, lines are dropped
+ * and counted, and the count goes with the next line that fits. */
+#define FORWARD_BACKLOG (1 << 20)
+static void forward_line(agent *a, int out, const char *line, size_t len)
+{
+    if (!a->connected || a->conn.out_len > FORWARD_BACKLOG) {
+        a->forward_dropped++;
+        return;
+    }
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_LOG);
+    if (a->forward_dropped)
+        tfos__msg_add(&m, "dropped", "%llu", (unsigned long long)a->forward_dropped);
+    tfos__msg_add(&m, "stream", "%s", out == STDERR_FILENO ? "stderr" : "stdout");
+    tfos__msg_add(&m, "line", "%.*s", (int)len, line);
+    if (send_msg(a, &m) == 0)
+        a->forward_dropped = 0;
 }
 
 /* LOG_ERROR: the node's log file cannot be written (once per node). */

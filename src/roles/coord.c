@@ -718,6 +718,14 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     case TFOS_MSG_EXITED:
         handle_exited(c, p, f);
         return NULL;
+    case TFOS_MSG_LOG:
+        if (c->opts.on_log) {
+            char line[9000] = "", dropped[32] = "0", label[48];
+            tfos__kv_str(f->payload, f->len, "line", line, sizeof line);
+            tfos__kv_str(f->payload, f->len, "dropped", dropped, sizeof dropped);
+            c->opts.on_log(c->opts.log_user, node_label(nd, label, sizeof label), line, strtoull(dropped, NULL, 10));
+        }
+        return NULL;
     case TFOS_MSG_LOG_ERROR:
         if (!nd->log_error[0]) {
             char label[48];

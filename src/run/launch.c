@@ -76,6 +76,7 @@ struct tfos_local {
     char status_query[48];                     /* "?token=..." beyond loopback, else "" */
     tfos__http *http;
     tfos__status_src status;
+    tfos__logbuf lines;      /* the nodes' forwarded output (agent_prefix: tfos yarn) */
 };
 
 /* Is host a loopback address (the status page needs no token there)? */
@@ -218,6 +219,8 @@ static int spawn_agent(tfos_local *l, int id, char **env)
         argv[k++] = "--feed-mb";
         argv[k++] = mbbuf;
     }
+    if (nprefix) /* the agent's console is a container's log, not the user's */
+        argv[k++] = "--forward-logs";
     if (o->hang_timeout > 0) {
         argv[k++] = "--hang-timeout";
         argv[k++] = hangbuf;
@@ -342,6 +345,14 @@ static void end_attempt(tfos_local *l)
     l->agents_deadline = 0;
 }
 
+/* A line of a node's output, forwarded by its agent (tfos yarn): kept for
+ * the status page's /logs/stream, which tfos yarn's client follows. */
+static void on_node_log(void *user, const char *node, const char *line, unsigned long long dropped)
+{
+    tfos_local *l = user;
+    tfos__logbuf_add(&l->lines, node, line, dropped);
+}
+
 /* Form the cluster anew: a fresh coordinator, cluster id and agents; the
  * attempt number comes from the policy. */
 static int start_attempt(tfos_local *l)
@@ -354,7 +365,8 @@ static int start_attempt(tfos_local *l)
                           .port = 0, .secret = l->secret,
                           .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
-                          .policy = l->policy, .checkpoint_dir = l->checkpoint_dir};
+                          .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
+                          .on_log = l->opts.agent_prefix ? on_node_log : NULL, .log_user = l};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
@@ -516,6 +528,14 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         }
     }
     l->status.feed = &l->meter;
+    if (opts->agent_prefix) {
+        /* the newest 20000 lines, 8 MiB at most */
+        if (tfos__logbuf_init(&l->lines, 20000, 8u << 20)) {
+            rc = TFOS_ENOMEM;
+            goto fail;
+        }
+        l->status.lines = &l->lines;
+    }
     l->status.log_dir = l->log_dir;
     l->status.max_restarts = opts->max_restarts;
     l->status.policy = l->policy;
@@ -531,6 +551,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     *out = l;
     return 0;
 fail:
+    tfos__logbuf_fini(&l->lines);
     tfos__http_close(l->http);
     tfos__feed_meter_fini(&l->meter);
     tfos_policy_close(l->policy);
@@ -710,6 +731,7 @@ void tfos_local_close(tfos_local *l)
     if (l->coord)
         end_attempt(l);
     tfos__http_close(l->http);
+    tfos__logbuf_fini(&l->lines);
     tfos__timer_disarm(l->loop, &l->meter_timer);
     tfos__feed_meter_fini(&l->meter);
     tfos__position_fini(&l->resume);
@@ -743,6 +765,12 @@ int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *ex
         }
     }
     *exit_code = tfos_local_exit_code(l);
+    /* forwarded lines (tfos yarn): the page stays up until its follower has
+     * read them all, for 10 s at most */
+    int64_t linger_until = tfos__now_ms() + 10000;
+    while (l->status.lines && l->lines.served < l->lines.next && tfos__now_ms() < linger_until &&
+           !(stop_signal && *stop_signal && !stopped))
+        tfos__loop_run(l->loop, 100);
     tfos_local_close(l);
     return 0;
 }

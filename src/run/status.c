@@ -6,6 +6,8 @@
  *                  links; refreshed every second)
  *   /logs/<job>-<index>.log   a node's log (its last 256 KiB), when the
  *                  logs are on this machine (log_dir)
+ *   /logs/stream/<seq>  the nodes' forwarded output from line seq on
+ *                  ("next N" first), where agents forward it (tfos yarn)
  * Bound to 127.0.0.1 unless asked otherwise. The same endpoints serve a
  * coordinator on Spark's driver (tfos._tfos.Coordinator.serve_status): no
  * local logs there, and a feed counted by the driver (tfos__feed_meter_set).
@@ -464,6 +466,16 @@ char *tfos__status_handle(const char *path, const char **ctype, int *status, voi
     if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
         *ctype = "text/html; charset=utf-8";
         return strdup(page);
+    }
+    if (!strncmp(path, "/logs/stream/", 13) && src->lines) {
+        char *end;
+        unsigned long long from = strtoull(path + 13, &end, 10);
+        if (end == path + 13 || *end) {
+            *status = 400;
+            return NULL;
+        }
+        *ctype = "text/plain; charset=utf-8";
+        return tfos__logbuf_since(src->lines, from, 256 * 1024);
     }
     if (!strncmp(path, "/logs/", 6) && strlen(path) > 10 && !strcmp(path + strlen(path) - 4, ".log"))
         return node_log(src, path + 6, status);

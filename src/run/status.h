@@ -3,6 +3,7 @@
  * for the files that include only this header). */
 #ifndef TFOS_RUN_STATUS_H
 #define TFOS_RUN_STATUS_H
+#include "run/logbuf.h"
 #include "run/meter.h"
 #include "tfos/tfos.h"
 
@@ -19,13 +20,15 @@ typedef struct tfos__status_src {
     const tfos_policy *policy; /* the restart policy: its history; NULL: none */
     int partitions_refed;     /* partitions fed again after a failure (Spark) */
     const tfos__feed_meter *feed;
+    tfos__logbuf *lines;       /* the nodes' forwarded output (/logs/stream/<seq>); NULL: none */
 } tfos__status_src;
 
 /* The /status document (malloc'd; NULL: out of memory). */
 char *tfos__status_json(const tfos__status_src *src);
 
 /* A tfos__http_handler; `user` is a tfos__status_src. Serves /status,
- * /metrics, /feed/history, / and (with a log_dir) /logs/<job>-<index>.log. */
+ * /metrics, /feed/history, /, (with a log_dir) /logs/<job>-<index>.log and
+ * (with lines) /logs/stream/<seq>: the forwarded lines from seq on. */
 char *tfos__status_handle(const char *path, const char **ctype, int *status, void *user);
 
 #endif

@@ -67,6 +67,9 @@ def test_workers_and_ps_get_the_cluster_spec_in_containers(yarn_cluster):
 
     infos = node_infos(yarn_cluster, app)
     assert sorted(infos) == ["ps:0", "worker:0", "worker:1"], infos
+    # every node's output reached the submitting terminal, prefixed with its node
+    for node in infos:
+        assert re.search(r"^\[%s\] NODEINFO " % node, r.stdout, re.M), r.stdout
     specs = [i[0]["tf_config"] for i in infos.values()]
     cluster = specs[0]["cluster"]
     assert len(cluster["worker"]) == 2 and len(cluster["ps"]) == 1, cluster
@@ -114,6 +117,7 @@ def test_failing_node_is_named_with_its_exit_code(yarn_cluster):
     assert "%s failed" % app_id(out) in out, out
     assert re.search(r"worker:1.*exit code 3", out), out
     assert "failing on purpose" in out, out          # the node's last lines come back
+    assert "[worker:1] nodeinfo: failing on purpose" in r.stdout, r.stdout  # streamed as it was printed
 
 
 def test_unsatisfiable_reservation_fails_in_time_and_names_the_request(yarn_cluster):
