@@ -34,6 +34,9 @@ typedef struct cli {
     char **argv; /* the program: after --, or from the first argument that is not an option */
 } cli;
 
+/* SIGINT, SIGTERM and SIGHUP go to handler (SIGPIPE is ignored). */
+void tfos__on_stop_signals(void (*handler)(int));
+
 /* One line naming what is wrong, then where the usage is; returns 2. */
 int tfos__usage_error(const char *fmt, const char *arg);
 

@@ -572,15 +572,20 @@ static int parse(int argc, char **argv, cli *c)
     return 0;
 }
 
-static void install_signals(void)
+void tfos__on_stop_signals(void (*handler)(int))
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_handler = handler;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+static void install_signals(void)
+{
+    tfos__on_stop_signals(on_signal);
 }
 
 static int self_path(char *buf, size_t len)

@@ -251,12 +251,7 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
         fprintf(stderr, "tfos yarn: out of memory\n");
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = forward_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    tfos__on_stop_signals(forward_signal);
     int errp[2];
     if (pipe2(errp, O_CLOEXEC)) {
         strv_free(&argv);

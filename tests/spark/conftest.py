@@ -64,12 +64,4 @@ def no_tfos_leftovers(spark_cluster):
     import tfoshelpers
     tfoshelpers.MARKER = spark_cluster.tmp_dir
     yield
-    from tfoshelpers import tfos_processes, wait_no_tfos_processes
-    import signal as _signal
-    left = wait_no_tfos_processes(30)
-    for pid, _ in tfos_processes():
-        try:
-            os.kill(pid, _signal.SIGKILL)
-        except OSError:
-            pass
-    assert not left, "tfos processes left running after the test: %s" % left
+    tfoshelpers.check_no_leftovers(tfoshelpers.tfos_processes, 30)

@@ -74,7 +74,8 @@ def predict_then_fail(args, ctx):
 def connect_covers_it(session):
     """Cluster's code is the same on both sessions: these tests run over
     Connect only, to keep the suite's time (the classic session keeps the
-    session, predict-order and restart tests)."""
+    session and predict-order tests; TFCluster's restart tests cover a
+    killed node on classic sessions)."""
     if session[0] != "connect":
         pytest.skip("the same Cluster code runs in this test's Connect variant (suite time)")
 
@@ -189,6 +190,7 @@ def test_killed_node_restarts_and_resumes(session, tmp_path):
     """kill -9 of a node's program mid-feed: the cluster is formed again
     (attempt 2, a new coordinator), the feed resumes where the surviving
     checkpoint stands, and the model state has every row once per epoch."""
+    connect_covers_it(session)
     import collections
     import json
     from test_tfcluster import checkpointing_reader

@@ -2,7 +2,6 @@
 /metrics and the live page in headless Chromium while train() feeds an RDD
 to a cluster of two workers; gone after shutdown()."""
 import json
-import os
 import re
 import shutil
 import subprocess

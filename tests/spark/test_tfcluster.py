@@ -11,11 +11,10 @@ import pytest
 
 from pyspark import cloudpickle
 
-import tfos
 from tfos import TFCluster, TFNode
 from tfos.TFCluster import TFClusterError
 
-from tfoshelpers import tfos_processes, wait_no_tfos_processes, wait_for
+from tfoshelpers import wait_no_tfos_processes, wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

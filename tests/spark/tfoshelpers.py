@@ -26,13 +26,9 @@ def _read(pid, name):
         return None
 
 
-def tfos_processes(marker=None):
-    """Live (non-zombie) tfos node agents, coordinators (tfos.spark.Cluster
-    starts one on an executor) and node programs on this host, as (pid,
-    command line) pairs: agents started by the marked cluster, and their
-    descendants (programs, TensorBoard)."""
-    marker = marker or MARKER
-    needle = ("TFOS_SPARKCLUSTER=%s\0" % marker).encode() if marker else None
+def live_processes():
+    """{pid: (ppid, argv as a list of bytes)} of the live (non-zombie)
+    processes on this host, this one excepted."""
     procs = {}
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
@@ -45,20 +41,50 @@ def tfos_processes(marker=None):
         if fields[0] in (b"Z", b"X"):
             continue
         procs[pid] = (int(fields[1]), argv.split(b"\0"))
+    return procs
+
+
+def processes_under(procs, roots):
+    """The processes of procs that are roots or descend from one, as (pid,
+    command line) pairs."""
+    found = []
+    for pid, (_ppid, argv) in procs.items():
+        p, hops = pid, 0
+        while p not in roots and p in procs and hops < 10:
+            p, hops = procs[p][0], hops + 1
+        if p in roots:
+            found.append((pid, b" ".join(argv).decode(errors="replace").strip()))
+    return found
+
+
+def tfos_processes(marker=None):
+    """Live (non-zombie) tfos node agents, coordinators (tfos.spark.Cluster
+    starts one on an executor) and node programs on this host, as (pid,
+    command line) pairs: agents started by the marked cluster, and their
+    descendants (programs, TensorBoard)."""
+    marker = marker or MARKER
+    needle = ("TFOS_SPARKCLUSTER=%s\0" % marker).encode() if marker else None
+    procs = live_processes()
     agents = set()
     for pid, (_, argv) in procs.items():
         if len(argv) > 1 and argv[0].endswith(b"/tfos") and argv[1] in (b"node", b"coordinator"):
             env = _read(pid, "environ") or b""
             if needle is None or needle in env + b"\0":
                 agents.add(pid)
-    found = []
-    for pid, (ppid, argv) in procs.items():
-        p, hops = pid, 0
-        while p not in agents and p in procs and hops < 8:
-            p, hops = procs[p][0], hops + 1
-        if p in agents:
-            found.append((pid, b" ".join(argv).decode(errors="replace").strip()))
-    return found
+    return processes_under(procs, agents)
+
+
+def check_no_leftovers(find, timeout):
+    """After a test: wait (bounded) until find() lists nothing, SIGKILL what
+    is left so the next test starts clean, and fail naming it."""
+    import signal
+    left = [] if wait_for(lambda: not find(), timeout) else find()
+    for pid, _ in find():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, "tfos processes left running after the test: %s" % left
 
 
 def wait_no_tfos_processes(timeout):

@@ -12,11 +12,11 @@ TFOS_YARN_KEEP_TMP=1 keeps the cluster's directory (container logs).
 """
 
 import os
-import signal
 
 import pytest
 
-from yarncluster import YarnCluster, tfos_yarn_processes, wait_no_processes
+from yarncluster import YarnCluster, tfos_yarn_processes
+from tfoshelpers import check_no_leftovers
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +32,4 @@ def yarn_cluster():
 @pytest.fixture(autouse=True)
 def no_leftovers():
     yield
-    left = wait_no_processes(40)
-    for pid, _ in tfos_yarn_processes():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    assert not left, "tfos processes left running after the test: %s" % left
+    check_no_leftovers(tfos_yarn_processes, 40)

@@ -117,7 +117,7 @@ def test_failing_node_is_named_with_its_exit_code(yarn_cluster):
     assert "%s failed" % app_id(out) in out, out
     assert re.search(r"worker:1.*exit code 3", out), out
     assert "failing on purpose" in out, out          # the node's last lines come back
-    assert "[worker:1] nodeinfo: failing on purpose" in r.stdout, r.stdout  # streamed as it was printed
+    assert "[worker:1] nodeinfo: failing on purpose" in r.stdout, (r.stdout, r.stderr)  # streamed as printed
 
 
 def test_unsatisfiable_reservation_fails_in_time_and_names_the_request(yarn_cluster):
@@ -247,3 +247,28 @@ def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_pa
     lines = steps_lines(yarn_cluster, app)
     assert any(ln.startswith("STEPS worker:0 attempt=2 from=3") for ln in lines), lines
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
+
+
+def test_tfcluster_on_spark_on_yarn_feeds_a_dataframe_read_from_hdfs(yarn_cluster, tmp_path):
+    """TensorFlowOnSpark's own deployment: TFCluster on --master yarn, the
+    executors in YARN containers, the data on HDFS."""
+    env = yarn_cluster.env()
+    env.update({"YARN_CONF_DIR": yarn_cluster.conf_dir, "PYSPARK_PYTHON": sys.executable,
+                "SPARK_LOCAL_IP": "127.0.0.1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.pop("SPARK_HOME", None)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "progs", "tfcluster_yarn.py"), str(tmp_path), "3000"],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    causes = [ln for ln in r.stderr.splitlines() if "Exception" in ln or "Error" in ln][:10]
+    assert r.returncode == 0, "\n".join(causes) + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][0][7:])
+    assert result["defaultFS"] == yarn_cluster.default_fs and result["path"].startswith("hdfs://")
+    nodes = result["nodes"]
+    assert sorted(n["node"] for n in nodes) == ["worker:0", "worker:1"], nodes
+    assert sum(n["rows"] for n in nodes) == 3000 and sum(n["sum"] for n in nodes) == 3000 * 2999 // 2, nodes
+    user = getpass.getuser()
+    for n in nodes:
+        assert n["defaultFS"] == yarn_cluster.default_fs, n                # ctx.defaultFS is HDFS
+        assert n["relative"] == "%s/user/%s/model" % (yarn_cluster.default_fs, user), n
+        assert n["absolute"] == yarn_cluster.default_fs + "/data/x", n
+    # the executors, and so the nodes' agents, ran in YARN containers
+    assert len(yarn_cluster.container_logs(result["app"])) == 3, yarn_cluster.container_logs(result["app"]).keys()

@@ -16,8 +16,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+
+# the process-tree helpers the Spark tests use
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
+from tfoshelpers import live_processes, processes_under  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "minicluster", "target")
@@ -83,7 +88,9 @@ class YarnCluster:
         out = {}
         for root, _dirs, files in os.walk(os.path.join(self.tmp_dir, "base")):
             parts = root.split(os.sep)
-            if len(parts) >= 2 and parts[-2] == app_id and parts[-1].startswith("container_"):
+            # the NodeManagers' log dirs (their local dirs hold containers' working dirs of the same names)
+            if len(parts) >= 2 and parts[-2] == app_id and parts[-1].startswith("container_") and \
+                    any("logDir" in p for p in parts):
                 logs = {}
                 for name in files:
                     if name in ("stdout", "stderr"):
@@ -111,29 +118,11 @@ class YarnCluster:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
 
-def _read(pid: int, name: str):
-    try:
-        with open("/proc/%d/%s" % (pid, name), "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def tfos_yarn_processes():
     """Live processes of tfos on YARN on this host, as (pid, command line):
     the Java client and ApplicationMaster, tfos yarn / yarn-am /
     yarn-container / node, and every descendant of those (the programs)."""
-    procs = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        stat, argv = _read(int(d), "stat"), _read(int(d), "cmdline")
-        if not stat or not argv:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] in (b"Z", b"X"):
-            continue
-        procs[int(d)] = (int(fields[1]), argv.rstrip(b"\0").split(b"\0"))
+    procs = live_processes()
     roots = set()
     for pid, (_, argv) in procs.items():
         if any(a.startswith(b"io.tfos.yarn.") for a in argv):
@@ -141,20 +130,4 @@ def tfos_yarn_processes():
         elif len(argv) > 1 and argv[0].endswith(b"tfos") and argv[1] in (
                 b"yarn", b"yarn-am", b"yarn-container", b"node"):
             roots.add(pid)
-    found = []
-    for pid, (ppid, argv) in procs.items():
-        p, hops = pid, 0
-        while p not in roots and p in procs and hops < 10:
-            p, hops = procs[p][0], hops + 1
-        if p in roots:
-            found.append((pid, b" ".join(argv).decode(errors="replace")[:200]))
-    return found
-
-
-def wait_no_processes(timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        left = tfos_yarn_processes()
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.5)
+    return processes_under(procs, roots)
