@@ -34,6 +34,9 @@ typedef struct cli {
     char **argv; /* the program: after --, or from the first argument that is not an option */
 } cli;
 
+/* This tfos binary's path (/proc/self/exe): 0, or -1 with errno. */
+int tfos__self_path(char *buf, size_t len);
+
 /* SIGINT, SIGTERM and SIGHUP go to handler (SIGPIPE is ignored). */
 void tfos__on_stop_signals(void (*handler)(int));
 

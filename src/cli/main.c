@@ -18,6 +18,7 @@
 #include "core/loop.h"
 #include "core/spec.h"
 #include "platform/clock.h"
+#include "platform/fs.h"
 #include "roles/coord.h"
 #include "roles/guard.h"
 #include "run/input.h"
@@ -588,7 +589,7 @@ static void install_signals(void)
     tfos__on_stop_signals(on_signal);
 }
 
-static int self_path(char *buf, size_t len)
+int tfos__self_path(char *buf, size_t len)
 {
     ssize_t n = readlink("/proc/self/exe", buf, len - 1);
     if (n <= 0)
@@ -641,7 +642,7 @@ static int cmd_run(cli *c)
     if (tfos_layout_total(&c->layout) > 1024)
         return usage_error("%s", "--workers/--ps: a cluster has at most 1024 nodes");
     char exe[PATH_MAX];
-    if (self_path(exe, sizeof exe)) {
+    if (tfos__self_path(exe, sizeof exe)) {
         fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
         return 1;
     }
@@ -709,27 +710,12 @@ static int cmd_node(cli *c)
     return rc ? 1 : code;
 }
 
-/* Write "HOST:PORT\n" to path through a temporary file and a rename, so a
- * reader never sees half of it. */
+/* Write "HOST:PORT\n" to path, whole. */
 static int write_address_file(const char *path, const char *addr)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    int bad = fprintf(f, "%s\n", addr) < 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-        return -1;
-    }
-    return 0;
+    char text[300];
+    snprintf(text, sizeof text, "%s\n", addr);
+    return tfos__write_file_whole(path, text);
 }
 
 static int cmd_coordinator(cli *c)

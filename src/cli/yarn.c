@@ -69,10 +69,8 @@ static int is_client_only(const char *arg, int *has_value)
 
 static int self_dir(char *buf, size_t len)
 {
-    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
-    if (n <= 0)
+    if (tfos__self_path(buf, len))
         return -1;
-    buf[n] = '\0';
     char *slash = strrchr(buf, '/');
     if (slash)
         *slash = '\0';
@@ -80,7 +78,7 @@ static int self_dir(char *buf, size_t len)
 }
 
 /* The client jar: $TFOS_YARN_JAR, else tfos-yarn.jar beside this binary
- * (the build tree and the Python package both put it there). */
+ * (where `make yarn` puts it in the build tree; the wheel has none yet). */
 static int find_jar(char *out, size_t len)
 {
     const char *env = getenv("TFOS_YARN_JAR");
@@ -366,12 +364,10 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv)
     }
 
     char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
+    if (tfos__self_path(self, sizeof self)) {
         fprintf(stderr, "tfos yarn: cannot find my own executable: %s\n", strerror(errno));
         return 1;
     }
-    self[n] = '\0';
     char secret[TFOS_HEX_SECRET_LEN + 1];
     if (tfos__random_hex(secret, 32))
         return 1;

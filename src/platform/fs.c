@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -25,5 +27,26 @@ int tfos__mkdir_p(const char *path, mode_t mode)
     }
     if (mkdir(buf, mode) < 0 && errno != EEXIST)
         return TFOS_ESYS;
+    return 0;
+}
+
+int tfos__write_file_whole(const char *path, const char *text)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
     return 0;
 }

@@ -8,4 +8,9 @@
  * longer than PATH_MAX). */
 int tfos__mkdir_p(const char *path, mode_t mode);
 
+/* Write text to path whole: into a temporary file beside it, then a rename,
+ * so a reader sees all of it or none (address files, status.json). 0, or -1
+ * with errno (the temporary file removed). */
+int tfos__write_file_whole(const char *path, const char *text);
+
 #endif

@@ -179,13 +179,13 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 static void send_log_error(agent *a);
-static void forward_line(agent *a, int out, const char *line, size_t len);
+static void forward_line(agent *a, const char *line, size_t len);
 
 static void emit_line(agent *a, int out, const char *line, size_t len)
 {
     tail_push(a, line, len);
     if (a->o->forward_logs)
-        forward_line(a, out, line, len);
+        forward_line(a, line, len);
     if (a->logfd >= 0) {
         char buf[LINE_MAX_ + 2];
         memcpy(buf, line, len);
@@ -353,7 +353,7 @@ static int open_feed(agent *a)
  * without blocking; past FORWARD_BACKLOG bytes unsent, lines are dropped
  * and counted, and the count goes with the next line that fits. */
 #define FORWARD_BACKLOG (1 << 20)
-static void forward_line(agent *a, int out, const char *line, size_t len)
+static void forward_line(agent *a, const char *line, size_t len)
 {
     if (!a->connected || a->conn.out_len > FORWARD_BACKLOG) {
         a->forward_dropped++;
@@ -363,7 +363,6 @@ static void forward_line(agent *a, int out, const char *line, size_t len)
     tfos__msg_begin(&m, TFOS_MSG_LOG);
     if (a->forward_dropped)
         tfos__msg_add(&m, "dropped", "%llu", (unsigned long long)a->forward_dropped);
-    tfos__msg_add(&m, "stream", "%s", out == STDERR_FILENO ? "stderr" : "stdout");
     tfos__msg_add(&m, "line", "%.*s", (int)len, line);
     if (send_msg(a, &m) == 0)
         a->forward_dropped = 0;

@@ -73,7 +73,8 @@ struct tfos_local {
     char summary[12288];
     char env_secret[TFOS_HEX_SECRET_LEN + 16]; /* "TFOS_SECRET=..." for child_env */
     char env_cluster[40];                      /* "TFOS_CLUSTER_ID=..." */
-    char status_query[48];                     /* "?token=..." beyond loopback, else "" */
+    char status_url[400];                      /* http://HOST:PORT/[?token=...] (a token beyond loopback);
+                                                * "" without a status page */
     tfos__http *http;
     tfos__status_src status;
     tfos__logbuf lines;      /* the nodes' forwarded output (agent_prefix: tfos yarn) */
@@ -389,10 +390,8 @@ static int start_attempt(tfos_local *l)
     l->status.coord = l->coord;
     l->status.attempt = attempt;
     if (attempt == 1 && l->http)
-        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s, status http://%s:%d/%s)", l->n,
-                  tfos_coord_address(l->coord), l->log_dir,
-                  l->opts.status_host ? l->opts.status_host : "127.0.0.1", tfos__http_port(l->http),
-                  l->status_query);
+        TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s, status %s)", l->n,
+                  tfos_coord_address(l->coord), l->log_dir, l->status_url);
     else if (attempt == 1)
         TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", l->n, tfos_coord_address(l->coord),
                   l->log_dir);
@@ -402,26 +401,17 @@ static int start_attempt(tfos_local *l)
     return 0;
 }
 
-/* "COORD_ADDR\nSTATUS_URL\n" (STATUS_URL "" without a page), written whole
- * through a rename: the YARN ApplicationMaster waits for it. */
+/* "COORD_ADDR\nSTATUS_URL\n" (STATUS_URL "" without a page), written whole:
+ * the YARN ApplicationMaster waits for it. */
 static int write_address_file(tfos_local *l)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", l->opts.address_file);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        TFOS_ERROR("cannot write %s: %s", tmp, strerror(errno));
-        return TFOS_ESYS;
-    }
-    fprintf(f, "%s\n", tfos_coord_address(l->coord));
-    if (l->http)
-        fprintf(f, "http://%s:%d/%s\n", l->opts.status_host ? l->opts.status_host : "127.0.0.1",
-                tfos__http_port(l->http), l->status_query);
-    else
-        fprintf(f, "\n");
-    if (fclose(f) || rename(tmp, l->opts.address_file)) {
+    char *whole = NULL;
+    if (asprintf(&whole, "%s\n%s\n", tfos_coord_address(l->coord), l->status_url) < 0)
+        return TFOS_ENOMEM;
+    int bad = tfos__write_file_whole(l->opts.address_file, whole);
+    free(whole);
+    if (bad) {
         TFOS_ERROR("cannot write %s: %s", l->opts.address_file, strerror(errno));
-        unlink(tmp);
         return TFOS_ESYS;
     }
     return 0;
@@ -507,13 +497,15 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
             goto fail;
         }
         /* beyond loopback the page and the logs need a token */
+        char query[48] = "";
         if (!is_loopback(host)) {
             char token[33];
             if ((rc = tfos__random_hex(token, 16)))
                 goto fail;
             tfos__http_set_token(l->http, token);
-            snprintf(l->status_query, sizeof l->status_query, "?token=%s", token);
+            snprintf(query, sizeof query, "?token=%s", token);
         }
+        snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
         /* where `tfos status` and `tfos logs -f` find this run (0600: it may
          * hold the token) */
         char path[4400];
@@ -521,7 +513,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (f) {
-            fprintf(f, "http://%s:%d/%s\n", host, tfos__http_port(l->http), l->status_query);
+            fprintf(f, "%s\n", l->status_url);
             fclose(f);
         } else if (fd >= 0) {
             close(fd);
@@ -571,26 +563,19 @@ static int all_agents_done(const tfos_local *l)
 }
 
 /* The run's last /status, as <log_dir>/status.json: `tfos status` shows it
- * once the run has ended. Written whole (a temporary file, then rename). */
+ * once the run has ended. Written whole (tfos__write_file_whole). */
 static void save_final_status(tfos_local *l)
 {
     tfos__feed_meter_taken_from(&l->meter, l->coord); /* the nodes' last counts came with their exits */
     tfos__feed_meter_update(&l->meter, NULL, tfos__now_ms());
-    char *json = tfos__status_json(&l->status);
-    char tmp[4400], path[4400];
+    char *json = tfos__status_json(&l->status), *text = NULL;
+    char path[4400];
     snprintf(path, sizeof path, "%s/status.json", l->log_dir);
-    snprintf(tmp, sizeof tmp, "%s/.status.json.%d", l->log_dir, (int)getpid());
-    FILE *f = json ? fopen(tmp, "w") : NULL;
-    if (f) {
-        int bad = fputs(json, f) < 0 || fputc('\n', f) < 0;
-        bad |= fclose(f) != 0;
-        if (bad || rename(tmp, path)) {
-            TFOS_WARN("cannot write the run's final status to %s: %s", path, strerror(errno));
-            unlink(tmp);
-        }
-    } else if (json) {
+    if (json && asprintf(&text, "%s\n", json) < 0)
+        text = NULL; /* asprintf leaves it undefined */
+    if (text && tfos__write_file_whole(path, text))
         TFOS_WARN("cannot write the run's final status to %s: %s", path, strerror(errno));
-    }
+    free(text);
     free(json);
 }
 
