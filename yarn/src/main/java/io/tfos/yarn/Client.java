@@ -217,6 +217,17 @@ public final class Client {
         ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(amResources, amEnv, List.of(cmd.toString()),
                 null, tokens, null));
         Thread killer = new Thread(() -> {
+            // bounded: whatever else the JVM's shutdown waits on, it ends 10 s after the kill was asked
+            Thread halt = new Thread(() -> {
+                try {
+                    Thread.sleep(10000);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                Runtime.getRuntime().halt(143);
+            }, "tfos-halt");
+            halt.setDaemon(true);
+            halt.start();
             try {
                 ApplicationReport r = yarn.getApplicationReport(id);
                 if (!finished(r.getYarnApplicationState())) {
