@@ -24,8 +24,53 @@ DEFAULT_SEED = 42
 TEST_FRACTION = 0.2
 
 
+def is_url(path):
+    """True for hdfs://... and other URLs (not file://): TensorFlow 2.21
+    cannot write them itself; train.py and predict.py go through tfos.fs."""
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    return bool(scheme) and scheme != "file" and scheme.replace("+", "").isalnum()
+
+
 def model_path(model_dir):
+    if is_url(model_dir):
+        return model_dir.rstrip("/") + "/" + MODEL_FILE
+    if model_dir.startswith("file://"):
+        model_dir = model_dir[len("file://"):]
     return os.path.join(os.path.abspath(model_dir), MODEL_FILE)
+
+
+def fetch_model(path, local_dir):
+    """A local copy of the model file at path (a URL: through tfos.fs)."""
+    if not is_url(path):
+        return path
+    import tfos.fs
+    local = os.path.join(local_dir, MODEL_FILE)
+    tfos.fs.get(path, local)
+    return local
+
+
+def save_model(model, path):
+    """model.save(path), where path may be a URL: saved here, then copied
+    with tfos.fs (under a temporary name, then renamed into place)."""
+    if not is_url(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        model.save(path)
+        return
+    import tempfile
+    import tfos.fs
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, MODEL_FILE)
+        model.save(local)
+        tfos.fs.put(local, path)
+
+
+def model_stamp(path):
+    """The model file's modification time, or None when there is none."""
+    if not is_url(path):
+        return os.path.getmtime(path) if os.path.exists(path) else None
+    import tfos.fs
+    fs, p = tfos.fs.filesystem(path)
+    return fs.info(p).get("modificationTime") if fs.exists(p) else None
 
 
 def load_split(seed=DEFAULT_SEED):

@@ -5,13 +5,15 @@
 Uses the same split as train.py (same --seed, default 42), prints
 "test accuracy: 0.9778" and a few sample predictions. --model-dir defaults
 to the model folder next to this script (where train.py saves by default); a
-path given on the command line is relative to the current directory. Exits
+path given on the command line is relative to the current directory, or an
+hdfs:// URL (read through tfos.fs). Exits
 with status 1 and a message on stderr if there is no saved model.
 """
 
 import argparse
 import os
 import sys
+import tempfile
 
 import digits_data
 
@@ -28,6 +30,16 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     path = digits_data.model_path(args.model_dir)
+    with tempfile.TemporaryDirectory(prefix="digits-model-") as tmp:
+        if digits_data.is_url(path):  # hdfs://...: a local copy, through tfos.fs
+            try:
+                path = digits_data.fetch_model(path, tmp)
+            except FileNotFoundError:
+                pass
+        return predict(args, path)
+
+
+def predict(args, path):
     if not os.path.isfile(path):
         print(f"predict.py: no saved model at {path}; train one first, e.g. "
               f"python {os.path.join(os.path.dirname(__file__), 'train.py')}"
@@ -41,7 +53,7 @@ def main(argv=None):
     probs = model.predict(x_test, batch_size=256, verbose=0)
     pred = probs.argmax(axis=-1)
 
-    print(f"model: {path}")
+    print(f"model: {digits_data.model_path(args.model_dir)}")
     for i in range(min(args.show, len(x_test))):
         mark = "ok" if pred[i] == y_test[i] else "WRONG"
         print(f"  sample {i}: predicted {pred[i]} "

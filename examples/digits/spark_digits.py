@@ -5,7 +5,7 @@
         --conf spark.executor.cores=1 --conf spark.task.cpus=1 --conf spark.cores.max=2 \\
         --py-files examples/digits/digits_data.py,examples/digits/train.py \\
         examples/digits/spark_digits.py --model-dir /shared/digits-model
-    spark-submit --master yarn --num-executors 2 --executor-cores 1 ... (same arguments)
+    spark-submit --master yarn ...                               # see below
 
 --input-mode spark (default): the training split is a Spark DataFrame
 (features array<float>, label); cluster.train(df) streams its partitions,
@@ -24,12 +24,21 @@ which becomes a DataFrame of (label, prediction); its accuracy is printed as
 --input-mode tensorflow: the nodes read the data themselves; map_fun runs
 train.py's MultiWorkerMirroredStrategy loop (the program tfos run starts).
 
---model-dir must be visible to every executor and to the driver (a shared
-filesystem on a real cluster; local Spark shares this machine's disk).
+--model-dir must be visible to every executor and to the driver: a shared
+filesystem, or an hdfs:// URL (written and read through tfos.fs, since
+TensorFlow 2.21 has no HDFS of its own); local Spark shares this machine's
+disk. --data-dir DIR (or an hdfs:// URL) keeps the splits there as Parquet
+and reads the DataFrames from it. On YARN (docs/YARN.md):
+
+    spark-submit --master yarn --num-executors 2 --executor-cores 1 \
+        --py-files examples/digits/digits_data.py,examples/digits/train.py \
+        examples/digits/spark_digits.py --data-dir hdfs:///user/$USER/digits-data \
+        --model-dir hdfs:///user/$USER/digits-model
 """
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +53,9 @@ def parse_args(argv=None):
                    help="Spark master (default: spark-submit's, else local[2])")
     p.add_argument("--input-mode", choices=("spark", "tensorflow"), default="spark")
     p.add_argument("--num-executors", type=int, default=2)
+    p.add_argument("--data-dir", default=None,
+                   help="a directory or URL (hdfs://...) for the splits as Parquet: written there "
+                        "if absent, and the DataFrames are read from it, as data on HDFS would be")
     return parse_training_args(p, argv)
 
 
@@ -54,8 +66,29 @@ def parse_training_args(p, argv):
     p.add_argument("--model-dir", default=digits_data.DEFAULT_MODEL_DIR)
     p.add_argument("--seed", type=int, default=digits_data.DEFAULT_SEED)
     a = p.parse_args(argv)
-    a.model_dir = os.path.abspath(a.model_dir)
+    if not digits_data.is_url(a.model_dir):
+        a.model_dir = os.path.abspath(a.model_dir)
     return a
+
+
+def split_frames(spark, args, x_train, y_train, x_test, y_test):
+    """(train, test) DataFrames of (features array<float>, label long):
+    made here, or read from --data-dir (written there first if absent)."""
+    schema = "features array<float>, label long"
+    frames = [spark.createDataFrame([(x.tolist(), int(y)) for x, y in zip(x, y)], schema)
+              for x, y in ((x_train, y_train), (x_test, y_test))]
+    if not getattr(args, "data_dir", None):
+        return frames
+    out = []
+    for name, df in zip(("train", "test"), frames):
+        path = args.data_dir.rstrip("/") + "/" + name
+        try:
+            df = spark.read.parquet(path)
+        except Exception:  # not there yet (AnalysisException: path does not exist)
+            df.write.parquet(path)
+            df = spark.read.parquet(path)
+        out.append(df)
+    return out
 
 
 # ---- what runs on the nodes -------------------------------------------------------
@@ -115,13 +148,12 @@ def train_fun(args, ctx):
     print("%d steps on %d fed rows (%d steps reused a batch) in %.1f s" % (
         steps, rows, reused, time.monotonic() - t0), flush=True)
     feed.terminate()  # the rest of the feed is not needed
-    chief = ctx.task_index == 0 and ctx.job_name in ("chief", "worker")
-    path = digits_data.model_path(args.model_dir) if chief else os.path.join(
-        args.model_dir, ".scratch-%d-%s" % (ctx.task_index, digits_data.MODEL_FILE))
-    os.makedirs(args.model_dir, exist_ok=True)
-    model.save(path)  # every worker saves (MWMS); only the chief's copy is kept
-    if not chief:
-        os.remove(path)
+    # every worker saves (MWMS); only the chief's copy is kept
+    if ctx.task_index == 0 and ctx.job_name in ("chief", "worker"):
+        digits_data.save_model(model, digits_data.model_path(args.model_dir))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save(os.path.join(tmp, digits_data.MODEL_FILE))
 
 
 def predicted_batches(args, ctx):
@@ -131,7 +163,8 @@ def predicted_batches(args, ctx):
     import numpy as np
     from tfos import TFNode
 
-    model = keras.models.load_model(digits_data.model_path(args.model_dir))
+    with tempfile.TemporaryDirectory() as tmp:  # an hdfs:// model: a local copy
+        model = keras.models.load_model(digits_data.fetch_model(digits_data.model_path(args.model_dir), tmp))
     feed = TFNode.DataFeed(ctx.mgr, train_mode=False)
     while not feed.should_stop():
         cols = feed.next_batch_arrays(256, as_dict=True)
@@ -181,6 +214,7 @@ def main(argv=None):
 
     x_train, y_train, x_test, y_test = digits_data.load_split(args.seed)
     args.train_rows = len(x_train)
+    train_df, test_df = split_frames(spark, args, x_train, y_train, x_test, y_test)
     t0 = time.monotonic()
     try:
         if args.input_mode == "tensorflow":
@@ -188,9 +222,7 @@ def main(argv=None):
                                     input_mode=TFCluster.InputMode.TENSORFLOW)
             cluster.shutdown()
         else:
-            train_df = spark.createDataFrame(
-                [(x.tolist(), int(y)) for x, y in zip(x_train, y_train)],
-                "features array<float>, label long").repartition(args.num_executors * 2)
+            train_df = train_df.repartition(args.num_executors * 2)
             cluster = TFCluster.run(sc, train_fun, args, args.num_executors, 0,
                                     input_mode=TFCluster.InputMode.SPARK)
             cluster.train(train_df, num_epochs=args.epochs + 1)
@@ -198,8 +230,7 @@ def main(argv=None):
         print("trained in %.1f s; model in %s" % (time.monotonic() - t0, args.model_dir), flush=True)
 
         # distributed inference: a DataFrame of predictions
-        test_df = spark.createDataFrame([(x.tolist(), int(y)) for x, y in zip(x_test, y_test)],
-                                        "features array<float>, label long").repartition(args.num_executors)
+        test_df = test_df.repartition(args.num_executors)
         cluster = TFCluster.run(sc, infer_fun, args, args.num_executors, 0, input_mode=TFCluster.InputMode.SPARK)
         preds = spark.createDataFrame(cluster.inference(test_df), "label long, prediction long").cache()
         n = preds.count()

@@ -35,7 +35,10 @@ Roles:
 
 --model-dir defaults to examples/digits/model (next to this script, whatever
 the current directory); a path given on the command line is relative to the
-current directory. predict.py reads the same default.
+current directory. predict.py reads the same default. --model-dir and
+--checkpoint-dir may be hdfs:// URLs (tfos yarn's default checkpoint dir is
+one): TensorFlow 2.21 cannot write those itself, so the model and the
+checkpoints are written locally and copied with tfos.fs (WebHDFS).
 """
 
 import argparse
@@ -198,15 +201,25 @@ def train(tf, keras, strategy, args, chief, x_train, y_train, x_test, y_test):
     # shared directory, the others into their own scratch directories; every
     # worker restores from the chief's latest. After a restart (tfos run
     # --max-restarts) training goes on from the last finished epoch.
-    manager = None
+    #
+    # A checkpoint dir on HDFS (what tfos yarn gives by default): TensorFlow
+    # 2.21 writes local paths only, so every worker works in a local copy
+    # (tfos.fs.Mirror: pulled from HDFS here) and the chief pushes its new
+    # files to HDFS after each save.
+    manager = mirror = None
     if args.checkpoint_dir:
+        ckpt_dir = args.checkpoint_dir
+        if digits_data.is_url(ckpt_dir):
+            import tfos.fs
+            mirror = tfos.fs.Mirror(ckpt_dir)
+            ckpt_dir = mirror.path
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer,
                                    epochs_done=epochs_done)
-        write_dir = (args.checkpoint_dir if chief else os.path.join(
-            args.checkpoint_dir, f".scratch-{os.environ.get('TFOS_JOB_NAME', 'w')}"
-                                 f"-{os.environ.get('TFOS_TASK_INDEX', '0')}"))
+        write_dir = (ckpt_dir if chief else os.path.join(
+            ckpt_dir, f".scratch-{os.environ.get('TFOS_JOB_NAME', 'w')}"
+                      f"-{os.environ.get('TFOS_TASK_INDEX', '0')}"))
         manager = tf.train.CheckpointManager(ckpt, write_dir, max_to_keep=2)
-        latest = tf.train.latest_checkpoint(args.checkpoint_dir)
+        latest = tf.train.latest_checkpoint(ckpt_dir)
         if latest:
             ckpt.restore(latest)
             print(f"resumed from checkpoint {os.path.basename(latest)} after "
@@ -230,21 +243,26 @@ def train(tf, keras, strategy, args, chief, x_train, y_train, x_test, y_test):
         epochs_done.assign(epoch)
         if manager is not None:
             manager.save()
+            if mirror is not None and chief:
+                mirror.push()
 
     # Every worker evaluates its shard of the held-out split; the counts are
     # summed across workers, so all of them get the accuracy on all of it.
     correct = sum(float(test_step(batch)) for batch in dist_test)
+    if mirror is not None:
+        mirror.close()
     return model, correct / len(x_test)
 
 
 def run_evaluator(keras, args):
     path = digits_data.model_path(args.model_dir)
-    before = os.path.getmtime(path) if os.path.exists(path) else None
+    before = digits_data.model_stamp(path)
     deadline = time.monotonic() + args.eval_timeout
     print(f"waiting up to {args.eval_timeout:.0f}s for {path}",
           flush=True)
     while True:
-        if os.path.exists(path) and os.path.getmtime(path) != before:
+        stamp = digits_data.model_stamp(path)
+        if stamp is not None and stamp != before:
             break
         if time.monotonic() > deadline:
             print("no new model appeared; nothing to evaluate",
@@ -252,7 +270,8 @@ def run_evaluator(keras, args):
             return 0
         time.sleep(1.0)
     time.sleep(0.5)  # the chief renames a complete file into place
-    model = keras.models.load_model(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = keras.models.load_model(digits_data.fetch_model(path, tmp))
     _, _, x_test, y_test = digits_data.load_split(args.seed)
     acc = digits_data.accuracy(model, x_test, y_test)
     print(f"held-out accuracy {acc:.4f}", flush=True)
@@ -304,13 +323,16 @@ def main(argv=None):
     # MultiWorkerMirroredStrategy); only the chief's copy is kept.
     if chief:
         final = digits_data.model_path(args.model_dir)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        # Write under a temporary name, then rename, so that a reader (the
-        # evaluator, predict.py) never sees a half-written file.
-        tmp = os.path.join(os.path.dirname(final),
-                           f".tmp-{os.getpid()}-{digits_data.MODEL_FILE}")
-        model.save(tmp)
-        os.replace(tmp, final)
+        if digits_data.is_url(final):  # hdfs://...: saved here, then copied
+            digits_data.save_model(model, final)
+        else:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            # Write under a temporary name, then rename, so that a reader
+            # (the evaluator, predict.py) never sees a half-written file.
+            tmp = os.path.join(os.path.dirname(final),
+                               f".tmp-{os.getpid()}-{digits_data.MODEL_FILE}")
+            model.save(tmp)
+            os.replace(tmp, final)
         print(f"saved model to {final}", flush=True)
         print(f"test accuracy: {acc:.4f}", flush=True)
     else:

@@ -18,6 +18,7 @@ EXTRAS = {
     "tf-cpu": ("tensorflow", "tensorboard"),
     "torch": ("torch",),
     "jax": ("jax",),
+    "hdfs": ("fsspec", "requests"),
     "serve": (),
 }
 #: modules of tfos's own dependencies (``pip install tfos`` brings them)

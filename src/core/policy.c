@@ -5,6 +5,7 @@
  * coordinator asks it when the cluster fails, and the launcher acts on the
  * answer. Nothing else decides about restarts. */
 #include "core/json.h"
+#include "platform/fs.h"
 #include "tfos/tfos.h"
 
 #include <dirent.h>
@@ -121,14 +122,22 @@ static int retryable(int cause)
     return cause != TFOS_CAUSE_RESERVATION && cause != TFOS_CAUSE_FEED && cause != TFOS_CAUSE_STOPPED;
 }
 
+/* "dir/train.py:52" -> "train.py:52": the same program file sits in another
+ * directory in every YARN container (and Spark work dir) */
+static const char *file_and_line(const char *where)
+{
+    const char *slash = strrchr(where, '/');
+    return slash ? slash + 1 : where;
+}
+
 /* Rule 2: the same job failed with the same exception at the same place as
  * the attempt before, and no checkpoint was written in between. */
 static int deterministic(const tfos_attempt_record *prev, const tfos_failure *f, const char *progress)
 {
     const tfos_failure *g = &prev->failure;
     return f->cause == TFOS_CAUSE_EXIT && g->cause == TFOS_CAUSE_EXIT && f->exc_type[0] && f->exc_where[0] &&
-           !strcmp(f->job, g->job) && !strcmp(f->exc_type, g->exc_type) && !strcmp(f->exc_where, g->exc_where) &&
-           !strcmp(progress, prev->progress);
+           !strcmp(f->job, g->job) && !strcmp(f->exc_type, g->exc_type) &&
+           !strcmp(file_and_line(f->exc_where), file_and_line(g->exc_where)) && !strcmp(progress, prev->progress);
 }
 
 int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progress, int *why_out)
@@ -310,10 +319,8 @@ int tfos_checkpoint_progress(const char *dir, char *buf, size_t len)
     if (!dir || !buf || len < 64)
         return TFOS_EINVAL;
     buf[0] = '\0';
-    if (strstr(dir, "://") && strncmp(dir, "file://", 7))
+    if (!(dir = tfos__local_path(dir)))
         return 0; /* not on this machine */
-    if (!strncmp(dir, "file://", 7))
-        dir += 7;
     struct stat st;
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
         return 0;

@@ -167,7 +167,8 @@ static int owned_var(const char *kv)
      * task, a user), not by the agent: passed through. */
     static const char *const passed[] = {"TFOS_PAYLOAD_FD", "TFOS_INPUT_MODE", "TFOS_DEFAULT_FS",
                                          "TFOS_TENSORBOARD_PORT", "TFOS_TENSORBOARD_LOGDIR",
-                                         "TFOS_EXECUTOR_KEY", "TFOS_LOG_LEVEL", "TFOS_FEED_EMPTY"};
+                                         "TFOS_EXECUTOR_KEY", "TFOS_LOG_LEVEL", "TFOS_FEED_EMPTY",
+                                         "TFOS_WEBHDFS"};
     if (!strncmp(kv, "TFOS_", 5)) {
         for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) {
             size_t l = strlen(passed[i]);

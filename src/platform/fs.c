@@ -3,12 +3,28 @@
 
 #include "tfos/tfos.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
+
+const char *tfos__local_path(const char *p)
+{
+    if (!p)
+        return NULL;
+    if (!strncmp(p, "file://", 7))
+        return p + 7;
+    const char *colon = strstr(p, "://");
+    if (!colon)
+        return p;
+    for (const char *c = p; c < colon; c++) /* a scheme: letters, digits, + - . */
+        if (!isalnum((unsigned char)*c) && !strchr("+-.", *c))
+            return p;
+    return colon > p ? NULL : p;
+}
 
 int tfos__mkdir_p(const char *path, mode_t mode)
 {

@@ -13,4 +13,9 @@ int tfos__mkdir_p(const char *path, mode_t mode);
  * with errno (the temporary file removed). */
 int tfos__write_file_whole(const char *path, const char *text);
 
+/* A directory given as a path or a URL (checkpoint dirs): the path on this
+ * machine (`file://` taken off), or NULL for a URL of another scheme
+ * (`hdfs://...`: the programs reach it, tfos's own processes do not). */
+const char *tfos__local_path(const char *path_or_url);
+
 #endif

@@ -487,8 +487,7 @@ static void start_program(agent *a)
     }
     /* the checkpoint dir, where it is a path on this machine, exists when
      * the program starts (on Spark nobody else made it) */
-    if (a->o->checkpoint_dir && !strstr(a->o->checkpoint_dir, "://") &&
-        tfos__mkdir_p(a->o->checkpoint_dir, 0777))
+    if (tfos__local_path(a->o->checkpoint_dir) && tfos__mkdir_p(tfos__local_path(a->o->checkpoint_dir), 0777))
         TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
                   strerror(errno));
     if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {

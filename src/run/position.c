@@ -1,4 +1,5 @@
 /* position.c: reading saved feed positions (see position.h). */
+#include "platform/fs.h"
 #include "run/position.h"
 
 #include "core/log.h"
@@ -89,10 +90,8 @@ static int read_file(const char *path, pairs *whole, pairs *part)
 int tfos__feed_positions(const char *checkpoint_dir, double since, tfos__position *pos)
 {
     memset(pos, 0, sizeof *pos);
-    if (!checkpoint_dir)
-        return 0;
-    if (!strncmp(checkpoint_dir, "file://", 7))
-        checkpoint_dir += 7;
+    if (!(checkpoint_dir = tfos__local_path(checkpoint_dir)))
+        return 0; /* not on this machine: --input needs a local checkpoint dir */
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/%s", checkpoint_dir, TFOS__POSITION_DIR);
     DIR *d = opendir(dir);

@@ -1,6 +1,7 @@
 /* policy_test.c: the restart policy, table-driven; the traceback parser;
  * the checkpoint fingerprint. */
 #include "check.h"
+#include "platform/fs.h"
 #include "tfos/tfos.h"
 
 #include <stdio.h>
@@ -50,6 +51,9 @@ static const scenario scenarios[] = {
      {{EXC("worker", "train.py:10"), "3 files", R, TFOS_WHY_RESTART},
       {EXC("worker", "train.py:10"), "4 files", R, TFOS_WHY_RESTART},
       {EXC("worker", "train.py:10"), "4 files", X, TFOS_WHY_DETERMINISTIC}}, 3},
+    {"the same file in another directory (a new container) is the same place", 3,
+     {{EXC("worker", "/nm/container_01/train.py:10"), "", R, TFOS_WHY_RESTART},
+      {EXC("worker", "/nm/container_05/train.py:10"), "", X, TFOS_WHY_DETERMINISTIC}}, 2},
     {"another place is not the same failure", 3,
      {{EXC("worker", "train.py:10"), "", R, TFOS_WHY_RESTART},
       {EXC("worker", "train.py:11"), "", R, TFOS_WHY_RESTART}}, 2},
@@ -186,8 +190,23 @@ static void fingerprint(void)
     rmdir(dir);
 }
 
+/* checkpoint dirs as paths or URLs: what is on this machine */
+static void local_paths(void)
+{
+    CHECK_STR(tfos__local_path("/a/b"), "/a/b");
+    CHECK_STR(tfos__local_path("rel/dir"), "rel/dir");
+    CHECK_STR(tfos__local_path("file:///a/b"), "/a/b");
+    CHECK(tfos__local_path("hdfs://nn:8020/ckpt") == NULL);
+    CHECK(tfos__local_path("hdfs:///user/x") == NULL);
+    CHECK(tfos__local_path("s3a://bucket/x") == NULL);
+    CHECK_STR(tfos__local_path("/dir/with://inside"), "/dir/with://inside"); /* no scheme before it */
+    CHECK_STR(tfos__local_path("://x"), "://x");
+    CHECK(tfos__local_path(NULL) == NULL);
+}
+
 int main(void)
 {
+    local_paths();
     table();
     verdicts_and_errors();
     tracebacks();

@@ -51,7 +51,7 @@ RUN_BY = {
         "tests/python/test_doc_snippets.py::test_readme_feed_commands",
     ("README.md", "examples/jax/train.py"): "tests/python/test_doc_snippets.py::test_readme_jax_commands",
     ("README.md", "examples/torch/ddp_digits.py"): "tests/python/test_doc_snippets.py::test_readme_torch_commands",
-    ("examples/digits/README.md", "python examples/digits/predict.py"):
+    ("examples/digits/README.md", "run --workers 2 -- python examples/digits/train.py"):
         "tests/python/test_doc_snippets.py::test_digits_readme_train_and_predict",
     ("examples/digits/README.md", "--keras legacy -- python examples/digits/train_fit.py"):
         "tests/python/test_doc_snippets.py::test_digits_readme_model_fit",
@@ -172,7 +172,7 @@ def venv_active():
 
 
 def test_digits_readme_train_and_predict():
-    r = shell(block("examples/digits/README.md", "python examples/digits/predict.py"), env=venv_active())
+    r = shell(block("examples/digits/README.md", "run --workers 2 -- python examples/digits/train.py"), env=venv_active())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # train.py's chief, then predict.py on the model it saved
     assert len(re.findall(r"^(\[worker:0\] )?test accuracy: 0\.9\d+$", r.stdout, re.M)) == 2, r.stdout[-3000:]

@@ -537,9 +537,19 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     cluster_id = uuid.uuid4().hex[:12]
     listen, advertise = _bind_host(sc)
     try:
-        default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
+        hconf = sc._jsc.hadoopConfiguration()
+        default_fs = hconf.get("fs.defaultFS") or "file://"
     except Exception:
-        default_fs = "file://"
+        hconf, default_fs = None, "file://"
+    webhdfs = None
+    if hconf is not None and default_fs.startswith("hdfs://"):
+        # tfos.fs in the nodes reaches hdfs:// over WebHDFS (TFOS_WEBHDFS)
+        from ..fs import FileSystemError, webhdfs_address
+        import urllib.parse
+        try:
+            webhdfs = webhdfs_address(default_host=urllib.parse.urlsplit(default_fs).hostname, conf=hconf.get)
+        except FileSystemError as e:
+            logger.warning("hdfs:// paths will not be reachable from the nodes through tfos.fs: %s", e)
     if default_fs.startswith("file:"):
         default_fs = "file://"
     if checkpoint_dir is None:
@@ -556,7 +566,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
                                 hand_port=not release_port, keras=keras,
-                                max_restarts=max(0, int(max_restarts)))
+                                max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,

@@ -35,7 +35,7 @@ class NodeSpec(object):
     def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
                  reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
                  default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None,
-                 hang_timeout=0.0, hand_port=False, keras="auto", max_restarts=0):
+                 hang_timeout=0.0, hand_port=False, keras="auto", max_restarts=0, webhdfs=None):
         self.cluster_id = cluster_id
         self.secret = secret
         self.coord_addr = coord_addr
@@ -56,6 +56,7 @@ class NodeSpec(object):
         self.hand_port = hand_port            # release_port=False: map_fun holds its port (ctx.tmp_socket)
         self.keras = keras                    # the agent's --keras: which Keras tf.keras is in map_fun
         self.max_restarts = max_restarts      # the agent's --max-restarts: TORCHELASTIC_MAX_RESTARTS
+        self.webhdfs = webhdfs                # TFOS_WEBHDFS: tfos.fs reaches hdfs:// through it
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of
@@ -312,6 +313,8 @@ def start_node(spec, executor_id):
             # this worker's sys.path but not in its environment
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         })
+        if getattr(spec, "webhdfs", None) and "TFOS_WEBHDFS" not in os.environ:
+            env["TFOS_WEBHDFS"] = spec.webhdfs
         gpus = gpu_addresses()
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

@@ -1,7 +1,8 @@
 """A node program for the YARN restart tests: counts steps 0..$STEPS_TOTAL
 (default 8), half a second each, keeping its last step in
 $TFOS_CHECKPOINT_DIR/<job>-<index>.step (its checkpoint), and starts from
-there after a restart. Prints "STEPS <node> attempt=<n> from=<step>
+there after a restart. A checkpoint dir on HDFS (tfos yarn's default) goes
+through a tfos.fs.Mirror: pulled at the start, pushed after every step. Prints "STEPS <node> attempt=<n> from=<step>
 container=<id>" when it starts and "STEPS <node> done" at the end.
 
 On attempt 1, at step $STEPS_AT (default 3), the node named by $STEPS_NODE
@@ -13,13 +14,16 @@ import signal
 import sys
 import time
 
+import tfos.fs
+
 job, index = os.environ["TFOS_JOB_NAME"], os.environ["TFOS_TASK_INDEX"]
 me = "%s:%s" % (job, index)
 attempt = int(os.environ["TFOS_ATTEMPT"])
 if job == "ps":
     while True:
         time.sleep(1)
-path = os.path.join(os.environ["TFOS_CHECKPOINT_DIR"], "%s-%s.step" % (job, index))
+mirror = tfos.fs.Mirror(os.environ["TFOS_CHECKPOINT_DIR"])
+path = os.path.join(mirror.path, "%s-%s.step" % (job, index))
 start = int(open(path).read()) if os.path.exists(path) else 0
 print("STEPS %s attempt=%d from=%d container=%s" % (me, attempt, start, os.environ.get("CONTAINER_ID")),
       flush=True)
@@ -34,5 +38,6 @@ for step in range(start, int(os.environ.get("STEPS_TOTAL", "8"))):
     with open(path + ".tmp", "w") as f:
         f.write(str(step + 1))
     os.replace(path + ".tmp", path)
+    mirror.push()
 print("STEPS %s done" % me, flush=True)
 sys.exit(0)

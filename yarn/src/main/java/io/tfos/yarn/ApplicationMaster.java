@@ -47,6 +47,7 @@ import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.util.Apps;
 
 /**
  * The ApplicationMaster: the part of tfos on YARN that must speak Hadoop's RPC,
@@ -386,7 +387,13 @@ public final class ApplicationMaster {
         }
         cmd.append(" 1>").append(ApplicationConstants.LOG_DIR_EXPANSION_VAR).append("/stdout 2>")
                 .append(ApplicationConstants.LOG_DIR_EXPANSION_VAR).append("/stderr");
-        return ContainerLaunchContext.newInstance(shipped, node.env, List.of(cmd.toString()), null,
+        // The working directory, where --file and --archive land, on PYTHONPATH: YARN localizes each
+        // file as a symlink into its own cache directory, and Python puts the script's real directory,
+        // not the link's, on sys.path, so a shipped program could not import a module shipped beside it.
+        Map<String, String> env = new HashMap<>(node.env);
+        Apps.addToEnvironment(env, "PYTHONPATH", ApplicationConstants.Environment.PWD.$$(),
+                ApplicationConstants.CLASS_PATH_SEPARATOR);
+        return ContainerLaunchContext.newInstance(shipped, env, List.of(cmd.toString()), null,
                 tokens.duplicate(), null);
     }
 

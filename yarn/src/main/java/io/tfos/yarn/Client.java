@@ -55,6 +55,9 @@ import org.apache.hadoop.yarn.util.Apps;
  * command line.
  */
 public final class Client {
+    /** tfos yarn's stand-in for the default checkpoint dir, which needs the application id. */
+    static final String DEFAULT_CHECKPOINT_DIR = "<DEFAULT_CHECKPOINT_DIR>";
+
     static final Text SECRET_KEY = new Text("tfos.secret");
 
     private Client() {
@@ -152,7 +155,7 @@ public final class Client {
         if (tfos == null || i >= args.size()) {
             usage("--tfos BIN and -- AM_ARGS");
         }
-        List<String> amArgs = args.subList(i + 1, args.size());
+        List<String> amArgs = new ArrayList<>(args.subList(i + 1, args.size()));
 
         YarnClientApplication app = yarn.createApplication();
         ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
@@ -160,6 +163,16 @@ public final class Client {
         FileSystem fs = FileSystem.get(conf);
         Path staging = new Path(fs.getHomeDirectory(), ".tfos/" + id);
         fs.mkdirs(staging, new FsPermission((short) 0700));
+
+        for (int k = 0; k < amArgs.size(); k++) {
+            if (amArgs.get(k).equals(DEFAULT_CHECKPOINT_DIR)) {
+                // kept after the application, as tfos run keeps <log-dir>/checkpoints
+                Path ckpt = fs.makeQualified(new Path(fs.getHomeDirectory(), "tfos-checkpoints/" + id));
+                fs.mkdirs(ckpt);
+                amArgs.set(k, ckpt.toString());
+                System.err.println("tfos: checkpoints in " + ckpt);
+            }
+        }
 
         Map<String, LocalResource> shipped = new LinkedHashMap<>();
         shipped.put("tfos", upload(fs, staging, tfos, "tfos", LocalResourceType.FILE));
@@ -178,6 +191,10 @@ public final class Client {
         Map<String, String> amEnv = new HashMap<>(env);
         amEnv.put(Shipped.ENV, Shipped.encode(shipped));
         amEnv.put("TFOS_YARN_STAGING", fs.makeQualified(staging).toString());
+        String webhdfs = webhdfsAddress(conf, fs);
+        if (webhdfs != null && !amEnv.containsKey("TFOS_WEBHDFS")) {
+            amEnv.put("TFOS_WEBHDFS", webhdfs); // tfos.fs in the programs: hdfs:// over WebHDFS
+        }
         StringBuilder cp = new StringBuilder("./tfos-yarn.jar");
         for (String c : conf.getStrings(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
                 YarnConfiguration.DEFAULT_YARN_CROSS_PLATFORM_APPLICATION_CLASSPATH)) {
@@ -251,6 +268,26 @@ public final class Client {
             }
             fs.delete(staging, true);
         }
+    }
+
+    /**
+     * The NameNode's WebHDFS base (http://host:port) when the default
+     * FileSystem is HDFS, else null. Single NameNode; an HA nameservice's
+     * users set TFOS_WEBHDFS themselves (--env).
+     */
+    static String webhdfsAddress(org.apache.hadoop.conf.Configuration conf, FileSystem fs) {
+        if (!"hdfs".equals(fs.getUri().getScheme()) || fs.getUri().getHost() == null) {
+            return null;
+        }
+        boolean https = "HTTPS_ONLY".equalsIgnoreCase(conf.get("dfs.http.policy", ""));
+        String addr = https ? conf.get("dfs.namenode.https-address", "0.0.0.0:9871")
+                : conf.get("dfs.namenode.http-address", "0.0.0.0:9870");
+        int colon = addr.lastIndexOf(':');
+        String host = colon > 0 ? addr.substring(0, colon) : "";
+        if (host.isEmpty() || host.equals("0.0.0.0")) {
+            host = fs.getUri().getHost();
+        }
+        return (https ? "https://" : "http://") + host + ":" + addr.substring(colon + 1);
     }
 
     private static String[] split(String spec) {

@@ -1,0 +1,272 @@
+"""Files on HDFS for programs run by tfos, under TensorFlow 2.21.
+
+TensorFlow no longer reads or writes ``hdfs://`` itself: its HDFS filesystem
+moved to tensorflow-io, which has no build for TensorFlow 2.21. So
+``model.save``, ``tf.train.Checkpoint`` and ``tf.io.gfile`` take local paths
+only. This module reaches HDFS over WebHDFS, the NameNode's REST API (on by
+default in Hadoop 3), with fsspec's client: no JVM, no libhdfs, nothing
+native. pyarrow's ``HadoopFileSystem`` is the other route; it needs libhdfs
+and a JVM on every node, which Hadoop's tarball has but Maven Central and
+PyPI do not.
+
+- :func:`put` and :func:`get` copy a file or a directory tree.
+- :class:`Mirror` is a local copy of a remote directory: pulled when it is
+  made, pushed after each save. A checkpoint dir on HDFS goes through one.
+- :func:`open`, :func:`exists` and :func:`filesystem` are for anything else.
+
+Where the NameNode's web address comes from, first found:
+
+1. ``TFOS_WEBHDFS`` (``http://host:port``). ``tfos yarn`` and ``TFCluster``
+   set it from the cluster's configuration for every node.
+2. ``dfs.namenode.http-address`` in ``$HADOOP_CONF_DIR/hdfs-site.xml``
+   (``https-address`` when ``dfs.http.policy`` is ``HTTPS_ONLY``).
+
+The user is ``HADOOP_USER_NAME``, else the login name (simple
+authentication). ``webhdfs://host:port/path`` URLs work as they are, and
+other schemes fsspec knows (``s3://`` with s3fs installed, ...) go to
+fsspec. A path with no scheme, or ``file://``, is local.
+
+Needs ``pip install tfos[hdfs]`` (fsspec and requests).
+"""
+import builtins
+import getpass
+import os
+import posixpath
+import shutil
+import tempfile
+import urllib.parse
+import xml.etree.ElementTree as ElementTree
+
+from . import _extras
+
+__all__ = ["FileSystemError", "is_remote", "filesystem", "webhdfs_address", "put", "get", "exists", "open", "Mirror"]
+
+
+class FileSystemError(RuntimeError):
+    """hdfs:// cannot be reached: no WebHDFS address is known. (Without
+    fsspec and requests: tfos._extras.MissingDependency.)"""
+
+
+def is_remote(path) -> bool:
+    """True for a URL with a scheme other than ``file``."""
+    scheme = urllib.parse.urlsplit(str(path)).scheme
+    return len(scheme) > 1 and scheme != "file"  # "C:" is a drive, not a scheme
+
+
+def _local(path) -> str:
+    path = str(path)
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def _conf_value(name):
+    """``name`` from the Hadoop site files in $HADOOP_CONF_DIR (or
+    $YARN_CONF_DIR), or None."""
+    for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        d = os.environ.get(var)
+        if not d:
+            continue
+        for site in ("hdfs-site.xml", "core-site.xml"):
+            p = os.path.join(d, site)
+            if not os.path.isfile(p):
+                continue
+            try:
+                root = ElementTree.parse(p).getroot()
+            except ElementTree.ParseError as e:
+                raise FileSystemError("cannot read %s: %s" % (p, e)) from None
+            for prop in root.iter("property"):
+                if (prop.findtext("name") or "").strip() == name:
+                    return (prop.findtext("value") or "").strip()
+    return None
+
+
+def webhdfs_address(default_host=None, conf=None) -> str:
+    """The NameNode's WebHDFS base, ``http://host:port`` (see the module).
+    ``conf``: a lookup of Hadoop settings (name -> value or None) to use
+    instead of $HADOOP_CONF_DIR's files (TFCluster passes Spark's Hadoop
+    configuration); ``default_host`` replaces a wildcard address's host."""
+    env = os.environ.get("TFOS_WEBHDFS")
+    if env and conf is None:
+        return env.rstrip("/")
+    conf = conf or _conf_value
+    https = (conf("dfs.http.policy") or "").upper() == "HTTPS_ONLY"
+    addr = conf("dfs.namenode.https-address" if https else "dfs.namenode.http-address")
+    if not addr:
+        raise FileSystemError(
+            "no WebHDFS address for hdfs:// paths: set TFOS_WEBHDFS=http://NAMENODE:PORT, or HADOOP_CONF_DIR to a "
+            "directory whose hdfs-site.xml has dfs.namenode.http-address")
+    host, _, port = addr.rpartition(":")
+    if host in ("", "0.0.0.0") and default_host:
+        host = default_host
+    return "%s://%s:%s" % ("https" if https else "http", host, port)
+
+
+def _webhdfs(base):
+    from fsspec.implementations.webhdfs import WebHDFS
+    u = urllib.parse.urlsplit(base)
+    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    return WebHDFS(host=u.hostname, port=u.port or (9871 if u.scheme == "https" else 9870), user=user,
+                   use_https=u.scheme in ("https", "swebhdfs"))
+
+
+def filesystem(url):
+    """``(fsspec filesystem, path in it)`` for ``url``."""
+    _extras.require("tfos.fs", "fsspec", "requests")
+    import fsspec
+    if not is_remote(url):
+        return fsspec.filesystem("file"), os.path.abspath(_local(url))
+    u = urllib.parse.urlsplit(str(url))
+    path = u.path or "/"
+    if u.scheme == "hdfs":
+        return _webhdfs(webhdfs_address(default_host=u.hostname)), path
+    if u.scheme in ("webhdfs", "swebhdfs"):
+        return _webhdfs("%s://%s" % ("https" if u.scheme == "swebhdfs" else "http", u.netloc)), path
+    return fsspec.core.url_to_fs(str(url))
+
+
+def exists(url) -> bool:
+    if not is_remote(url):
+        return os.path.exists(_local(url))
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def open(url, mode="rb"):  # noqa: A001 (the module's own open, as fsspec's)
+    """A file object for ``url`` (local paths: the builtin open)."""
+    if not is_remote(url):
+        return builtins.open(_local(url), mode)
+    fs, path = filesystem(url)
+    return fs.open(path, mode)
+
+
+def _put_file(fs, local, path):
+    """Upload under a temporary name, then rename into place: a reader never
+    sees half a file. (WebHDFS renames onto nothing: an old file goes first.)"""
+    parent = posixpath.dirname(path)
+    fs.makedirs(parent, exist_ok=True)
+    tmp = posixpath.join(parent, ".%s.tfos-tmp-%d" % (posixpath.basename(path), os.getpid()))
+    fs.put_file(local, tmp)
+    if fs.exists(path):
+        fs.rm(path)
+    fs.mv(tmp, path)
+
+
+def put(local, url) -> None:
+    """Copy the local file or directory tree ``local`` to ``url`` (a file
+    becomes ``url``; a directory's files go under ``url``)."""
+    local = _local(local)
+    if not os.path.exists(local):
+        raise FileNotFoundError("tfos.fs.put: no such file or directory: %s" % local)
+    if not is_remote(url):
+        if os.path.isdir(local):
+            shutil.copytree(local, _local(url), dirs_exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(_local(url))), exist_ok=True)
+            shutil.copyfile(local, _local(url))
+        return
+    fs, path = filesystem(url)
+    if not os.path.isdir(local):
+        _put_file(fs, local, path)
+        return
+    fs.makedirs(path, exist_ok=True)
+    for rel in _files_under(local):
+        _put_file(fs, os.path.join(local, rel), posixpath.join(path, rel.replace(os.sep, "/")))
+
+
+def get(url, local) -> None:
+    """Copy the remote file or directory tree ``url`` to ``local``."""
+    local = _local(local)
+    fs, path = filesystem(url)
+    if not fs.exists(path):
+        raise FileNotFoundError("tfos.fs.get: no such file or directory: %s" % url)
+    if not fs.isdir(path):
+        os.makedirs(os.path.dirname(os.path.abspath(local)) or ".", exist_ok=True)
+        fs.get_file(path, local)
+        return
+    os.makedirs(local, exist_ok=True)
+    root = path.rstrip("/")
+    for f in fs.find(path):
+        rel = f[len(root):].lstrip("/") if f.startswith(root) else posixpath.relpath(f, root)
+        dst = os.path.join(local, *rel.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        fs.get_file(f, dst)
+
+
+def _files_under(root):
+    out = []
+    for d, _dirs, files in os.walk(root):
+        for name in files:
+            out.append(os.path.relpath(os.path.join(d, name), root))
+    return sorted(out)
+
+
+def _push_order(rel):
+    """Files named ``checkpoint`` (TensorFlow's pointer to the latest
+    checkpoint) go last, after the files they name."""
+    return (os.path.basename(rel) == "checkpoint", rel)
+
+
+class Mirror:
+    """A local directory that stands for a remote one, for libraries that
+    take local paths only.
+
+    ``Mirror(url)`` downloads what ``url`` holds into ``mirror.path`` (a new
+    directory under ``dir``, default the working directory: a YARN
+    container's, removed with it). :meth:`push` uploads the files that are
+    new or changed since, ``checkpoint`` files last, and removes remote files
+    that were removed here (``CheckpointManager(max_to_keep=...)``), so a
+    program killed between two pushes leaves the previous complete
+    checkpoint. A local ``url`` is used in place: ``path`` is the URL's path
+    and push does nothing.
+
+    Only one node should push to a directory (the chief, as TensorFlow's
+    multi-worker checkpointing has it); every node may pull.
+    """
+
+    def __init__(self, url, dir=None):
+        self.url = str(url)
+        self.remote = is_remote(self.url)
+        if not self.remote:
+            self.path = os.path.abspath(_local(self.url))
+            os.makedirs(self.path, exist_ok=True)
+            self._synced = {}
+            return
+        self._fs, self._root = filesystem(self.url)
+        self.path = tempfile.mkdtemp(prefix="tfos-mirror-", dir=dir or os.getcwd())
+        self._synced = {}  # relative path -> (size, mtime_ns) as last pulled or pushed
+        if self._fs.exists(self._root):
+            get(self.url, self.path)
+        self._synced = self._local_state()
+
+    def _local_state(self):
+        state = {}
+        for rel in _files_under(self.path):
+            st = os.stat(os.path.join(self.path, rel))
+            state[rel] = (st.st_size, st.st_mtime_ns)
+        return state
+
+    def push(self) -> int:
+        """Uploads what changed; returns the number of files uploaded."""
+        if not self.remote:
+            return 0
+        now = self._local_state()
+        changed = sorted((rel for rel, st in now.items() if self._synced.get(rel) != st), key=_push_order)
+        self._fs.makedirs(self._root, exist_ok=True)
+        for rel in changed:
+            _put_file(self._fs, os.path.join(self.path, rel), posixpath.join(self._root, rel.replace(os.sep, "/")))
+        for rel in set(self._synced) - set(now):
+            remote = posixpath.join(self._root, rel.replace(os.sep, "/"))
+            if self._fs.exists(remote):
+                self._fs.rm(remote)
+        self._synced = now
+        return len(changed)
+
+    def close(self) -> None:
+        """Removes the local copy (not pushed: call :meth:`push` first)."""
+        if self.remote:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

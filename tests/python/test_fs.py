@@ -1,0 +1,61 @@
+"""tfos.fs on local paths and its WebHDFS address lookup (the hdfs:// side
+runs against a real NameNode in tests/yarn/test_yarn.py)."""
+import os
+
+import pytest
+
+import tfos.fs
+
+
+def test_urls_and_paths():
+    assert tfos.fs.is_remote("hdfs://nn:8020/x") and tfos.fs.is_remote("hdfs:///x")
+    assert tfos.fs.is_remote("webhdfs://nn:9870/x") and tfos.fs.is_remote("s3://b/k")
+    assert not tfos.fs.is_remote("/a/b") and not tfos.fs.is_remote("rel/x")
+    assert not tfos.fs.is_remote("file:///a/b") and not tfos.fs.is_remote("C:\\x")
+
+
+def test_webhdfs_address_from_the_environment_then_hdfs_site(tmp_path, monkeypatch):
+    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    monkeypatch.delenv("YARN_CONF_DIR", raising=False)
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    with pytest.raises(tfos.fs.FileSystemError, match="dfs.namenode.http-address"):
+        tfos.fs.webhdfs_address()
+    (tmp_path / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.namenode.http-address</name>"
+        "<value>0.0.0.0:9870</value></property></configuration>")
+    assert tfos.fs.webhdfs_address(default_host="nn1") == "http://nn1:9870"
+    (tmp_path / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.http.policy</name><value>HTTPS_ONLY</value></property>"
+        "<property><name>dfs.namenode.https-address</name><value>nn2:9871</value></property></configuration>")
+    assert tfos.fs.webhdfs_address() == "https://nn2:9871"
+    # a lookup given by the caller (TFCluster: Spark's Hadoop configuration)
+    conf = {"dfs.namenode.http-address": "nn3:50070"}
+    assert tfos.fs.webhdfs_address(conf=conf.get) == "http://nn3:50070"
+    monkeypatch.setenv("TFOS_WEBHDFS", "http://nn4:9870/")
+    assert tfos.fs.webhdfs_address() == "http://nn4:9870"
+    (tmp_path / "hdfs-site.xml").write_text("<configuration><property>")
+    monkeypatch.delenv("TFOS_WEBHDFS")
+    with pytest.raises(tfos.fs.FileSystemError, match="hdfs-site.xml"):
+        tfos.fs.webhdfs_address()
+
+
+def test_put_get_and_a_local_mirror(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    tfos.fs.put(str(src), "file://" + str(tmp_path / "copy"))
+    assert (tmp_path / "copy" / "sub" / "b.txt").read_text() == "b"
+    tfos.fs.put(str(src / "a.txt"), str(tmp_path / "one" / "a.txt"))
+    assert tfos.fs.exists(str(tmp_path / "one" / "a.txt"))
+    with tfos.fs.open(str(tmp_path / "one" / "a.txt"), "r") as f:
+        assert f.read() == "a"
+    with pytest.raises(FileNotFoundError, match="nope"):
+        tfos.fs.put(str(tmp_path / "nope"), str(tmp_path / "x"))
+    # a local directory is its own mirror: used in place, nothing to push
+    m = tfos.fs.Mirror(str(tmp_path / "ckpt"))
+    assert m.path == str(tmp_path / "ckpt") and os.path.isdir(m.path)
+    (tmp_path / "ckpt" / "checkpoint").write_text("x")
+    assert m.push() == 0
+    m.close()
+    assert (tmp_path / "ckpt" / "checkpoint").exists()
