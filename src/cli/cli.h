@@ -50,5 +50,8 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv);
  * container: asks the ApplicationMaster for a container, has the agent command
  * started in it and exits with its exit status. */
 int tfos__cmd_yarn_container(int argc, char **argv);
+/* tfos yarn pack [-o FILE] [ENV_DIR]: a virtual environment as a .tar.gz
+ * for --archive FILE#env (yarn.c) */
+int tfos__cmd_yarn_pack(int argc, char **argv);
 
 #endif

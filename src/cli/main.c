@@ -184,6 +184,7 @@ static const char node_help[] =
 static const char yarn_help[] =
     "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
     "       tfos yarn status|kill APPLICATION_ID\n"
+    "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
     "\n"
     "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
     "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
@@ -889,6 +890,8 @@ int main(int argc, char **argv)
             }
         return tfos__cmd_yarn_container(argc - 2, argv + 2);
     }
+    if (!strcmp(argv[1], "yarn") && argc >= 3 && !strcmp(argv[2], "pack"))
+        return tfos__cmd_yarn_pack(argc - 3, argv + 3);
     if (!strcmp(argv[1], "yarn") && argc == 4 && (!strcmp(argv[2], "status") || !strcmp(argv[2], "kill")))
         return tfos__cmd_yarn(NULL, argc - 2, argv + 2);
     cli c;

@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 import urllib.request
 
@@ -91,21 +90,26 @@ def test_workers_and_ps_get_the_cluster_spec_in_containers(yarn_cluster):
     assert am and "all nodes finished successfully" in am[0]["stderr"], am
 
 
-def test_archive_is_unpacked_in_every_container(yarn_cluster, tmp_path):
-    env_dir = tmp_path / "env"
-    (env_dir / "bin").mkdir(parents=True)
-    (env_dir / "bin" / "hello.sh").write_text("#!/bin/sh\necho \"ARCHIVE $TFOS_JOB_NAME:$TFOS_TASK_INDEX $1\"\n")
-    (env_dir / "bin" / "hello.sh").chmod(0o755)
-    archive = tmp_path / "env.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(env_dir, arcname=".")
+def test_packed_venv_is_unpacked_in_every_container_and_runs(yarn_cluster, tmp_path):
+    """tfos yarn pack makes the archive from a virtual environment; YARN
+    unpacks it as env/ in every container, and the program runs its
+    python, which imports what the environment holds."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=60)
+    site = [d for d in (tmp_path / "venv" / "lib").glob("python*/site-packages")][0]
+    (site / "packprobe.py").write_text("WHERE = __file__\n")
+    p = subprocess.run([TFOS, "yarn", "pack", "-o", str(tmp_path / "env.tar.gz"), str(tmp_path / "venv")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "ship it with:" in p.stdout, p.stdout + p.stderr
+    assert "every node needs that interpreter" in p.stdout, p.stdout
     r = tfos_yarn(yarn_cluster, ["--workers", "2"] + SMALL +
-                  ["--archive", "%s#env" % archive, "--", "env/bin/hello.sh", "from-the-archive"])
+                  ["--archive", "%s#env" % (tmp_path / "env.tar.gz"), "--", "env/bin/python", "-c",
+                   "import os, sys, packprobe; print('ARCHIVE', os.environ['TFOS_JOB_NAME'] + ':' + "
+                   "os.environ['TFOS_TASK_INDEX'], os.path.realpath(sys.prefix) == os.path.realpath('env'), "
+                   "os.path.realpath(packprobe.WHERE).startswith(os.path.realpath('env') + '/'))"])
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    stdout = "".join(logs.get("stdout", "") for logs in yarn_cluster.container_logs(app_id(out)).values())
     for node in ("worker:0", "worker:1"):
-        assert "ARCHIVE %s from-the-archive" % node in stdout, stdout
+        assert "[%s] ARCHIVE %s True True" % (node, node) in r.stdout, out
 
 
 def test_failing_node_is_named_with_its_exit_code(yarn_cluster):
@@ -178,6 +182,9 @@ def test_killed_client_kills_the_application(yarn_cluster, tmp_path):
     (["--workers", "2", "--status-port", "8080", "--", "prog"], "--status-port and --status-host"),
     (["--workers", "2", "--worker-memory", "lots", "--", "prog"], "--worker-memory takes a size"),
     (["--", "prog"], "yarn needs --workers"),
+    (["pack", "-x"], "yarn pack: unknown option -x"),
+    (["pack", "a", "b"], "'b' is one too many"),
+    (["pack", "/"], "/ is not a virtual environment: cannot read //pyvenv.cfg"),
 ])
 def test_usage_errors_exit_2(args, message):
     r = subprocess.run([TFOS, "yarn"] + args, capture_output=True, text=True, timeout=30)
@@ -190,13 +197,23 @@ def steps_lines(cluster, app):
             for line in logs.get("stdout", "").splitlines() if "STEPS " in line]
 
 
-def test_killed_program_restarts_the_cluster_and_resumes_from_its_checkpoint(yarn_cluster, tmp_path):
-    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--checkpoint-dir", str(tmp_path)] + SMALL +
+def test_killed_program_restarts_the_cluster_and_resumes_from_its_hdfs_checkpoint(yarn_cluster, monkeypatch):
+    # no --checkpoint-dir: tfos-checkpoints/<application id> on HDFS, which
+    # steps.py reaches through tfos.fs (WebHDFS)
+    r = tfos_yarn(yarn_cluster, ["--workers", "2"] + SMALL +
                   ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_NODE=worker:1",
                    "--env", "STEPS_DO=kill9", "--", sys.executable, "steps.py"])
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    lines = steps_lines(yarn_cluster, app_id(out))
+    app = app_id(out)
+    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+    assert "checkpoints in " + ckpt in out, out
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    import tfos.fs
+    for node in ("worker-0", "worker-1"):
+        with tfos.fs.open("%s/%s.step" % (ckpt, node)) as f:
+            assert f.read() == b"8", node
+    lines = steps_lines(yarn_cluster, app)
     assert "STEPS worker:1 attempt=1 from=0" in " ".join(lines), lines
     # attempt 2 ran in new containers and worker:1 went on from its checkpoint
     resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
@@ -205,6 +222,39 @@ def test_killed_program_restarts_the_cluster_and_resumes_from_its_checkpoint(yar
     first = [ln.rsplit("container=", 1)[1] for ln in lines if "attempt=1" in ln]
     second = [ln.rsplit("container=", 1)[1] for ln in lines if "attempt=2" in ln]
     assert len(second) == 2 and not set(first) & set(second), lines
+
+
+def test_digits_example_trains_on_yarn_and_saves_its_model_to_hdfs(yarn_cluster, monkeypatch):
+    """examples/digits/train.py as docs/YARN.md runs it: 2 workers and a ps
+    in containers, checkpoints on HDFS (the default), the model saved to
+    HDFS; predict.py then reads it back from HDFS and scores it."""
+    digits = os.path.join(REPO, "examples", "digits")
+    model_dir = "hdfs:///user/%s/digits-model" % getpass.getuser()
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--ps", "1", "--worker-memory", "1g", "--ps-memory", "512m",
+                                 "--am-memory", "384m", "--name", "digits",
+                                 "--file", os.path.join(digits, "train.py"),
+                                 "--file", os.path.join(digits, "digits_data.py"),
+                                 "--", sys.executable, "train.py", "--epochs", "5", "--model-dir", model_dir],
+                  timeout=400)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    m = re.search(r"\[worker:0\] test accuracy: ([0-9.]+)", r.stdout)
+    assert m and float(m.group(1)) >= 0.90, out
+    assert re.search(r"\[worker:0\] saved model to %s/digits.keras" % re.escape(model_dir), r.stdout), out
+    assert "[worker:1] done (held-out accuracy" in r.stdout, out
+    # every epoch's checkpoint went to HDFS: the chief pushed it (tfos.fs.Mirror)
+    app = app_id(out)
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    import tfos.fs
+    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+    with tfos.fs.open(ckpt + "/checkpoint") as f:
+        assert b'model_checkpoint_path: "ckpt-5"' in f.read()
+    # the model on HDFS, read back and scored outside YARN
+    p = subprocess.run([sys.executable, os.path.join(digits, "predict.py"), "--model-dir", model_dir],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = re.search(r"test accuracy: ([0-9.]+)", p.stdout)
+    assert m and float(m.group(1)) >= 0.90, p.stdout
 
 
 def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_path):
@@ -249,13 +299,19 @@ def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_pa
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
 
 
+def spark_on_yarn_env(cluster):
+    """The environment of a Spark driver (client mode) for the minicluster."""
+    env = cluster.env()
+    env.update({"YARN_CONF_DIR": cluster.conf_dir, "PYSPARK_PYTHON": sys.executable,
+                "SPARK_LOCAL_IP": "127.0.0.1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.pop("SPARK_HOME", None)
+    return env
+
+
 def test_tfcluster_on_spark_on_yarn_feeds_a_dataframe_read_from_hdfs(yarn_cluster, tmp_path):
     """TensorFlowOnSpark's own deployment: TFCluster on --master yarn, the
     executors in YARN containers, the data on HDFS."""
-    env = yarn_cluster.env()
-    env.update({"YARN_CONF_DIR": yarn_cluster.conf_dir, "PYSPARK_PYTHON": sys.executable,
-                "SPARK_LOCAL_IP": "127.0.0.1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    env.pop("SPARK_HOME", None)
+    env = spark_on_yarn_env(yarn_cluster)
     r = subprocess.run([sys.executable, os.path.join(HERE, "progs", "tfcluster_yarn.py"), str(tmp_path), "3000"],
                        env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     causes = [ln for ln in r.stderr.splitlines() if "Exception" in ln or "Error" in ln][:10]
@@ -272,3 +328,74 @@ def test_tfcluster_on_spark_on_yarn_feeds_a_dataframe_read_from_hdfs(yarn_cluste
         assert n["absolute"] == yarn_cluster.default_fs + "/data/x", n
     # the executors, and so the nodes' agents, ran in YARN containers
     assert len(yarn_cluster.container_logs(result["app"])) == 3, yarn_cluster.container_logs(result["app"]).keys()
+
+
+def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdfs(yarn_cluster, monkeypatch):
+    """examples/digits/spark_digits.py under spark-submit --master yarn, as
+    its docstring and docs/YARN.md give it: the splits written to HDFS as
+    Parquet and read back as DataFrames, fed (InputMode.SPARK) to 2 workers
+    in YARN executors, the model saved to HDFS, then distributed inference
+    with the model read back from HDFS."""
+    digits = os.path.join(REPO, "examples", "digits")
+    user = getpass.getuser()
+    data, model = "hdfs:///user/%s/spark-digits-data" % user, "hdfs:///user/%s/spark-digits-model" % user
+    jars = os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars", "*")
+    conf = {"spark.yarn.jars": "local:" + jars, "spark.yarn.am.memory": "512m",
+            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0", "spark.yarn.maxAppAttempts": "1",
+            "spark.pyspark.python": sys.executable}
+    cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "yarn",
+           "--num-executors", "2", "--executor-cores", "1", "--executor-memory", "512m",
+           "--py-files", ",".join(os.path.join(digits, f) for f in ("digits_data.py", "train.py"))]
+    for k, v in conf.items():
+        cmd += ["--conf", "%s=%s" % (k, v)]
+    cmd += [os.path.join(digits, "spark_digits.py"), "--data-dir", data, "--model-dir", model]
+    r = subprocess.run(cmd, env=spark_on_yarn_env(yarn_cluster), capture_output=True, text=True, timeout=400,
+                       cwd=yarn_cluster.tmp_dir)
+    causes = [ln for ln in r.stderr.splitlines() if "Exception" in ln or "Error" in ln][:10]
+    assert r.returncode == 0, "\n".join(causes) + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
+    m = re.search(r"^test accuracy: ([0-9.]+)$", r.stdout, re.M)
+    assert m and float(m.group(1)) >= 0.90, r.stdout
+    assert "predicted 360 held-out rows on 2 nodes" in r.stdout, r.stdout
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    import tfos.fs
+    assert tfos.fs.exists(model + "/digits.keras")
+    for split in ("train", "test"):
+        assert tfos.fs.exists("%s/%s/_SUCCESS" % (data, split)), split
+
+
+def test_tfos_fs_copies_trees_and_mirrors_a_directory_over_webhdfs(yarn_cluster, monkeypatch, tmp_path):
+    """tfos.fs against the minicluster's NameNode (found through
+    HADOOP_CONF_DIR's hdfs-site.xml, as a program outside tfos would)."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    import tfos.fs
+    base = "%s/user/%s/fs-test" % (yarn_cluster.default_fs, getpass.getuser())
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(bytes(range(256)) * 1000)
+    (src / "sub" / "b.txt").write_text("b")
+    tfos.fs.put(str(src), base + "/tree")
+    tfos.fs.get(base + "/tree", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+    assert (tmp_path / "back" / "sub" / "b.txt").read_text() == "b"
+    with pytest.raises(FileNotFoundError, match="no-such"):
+        tfos.fs.get(base + "/no-such", str(tmp_path / "x"))
+    # a mirror: pulled when made; push uploads what changed and drops what was removed
+    m1 = tfos.fs.Mirror(base + "/tree", dir=str(tmp_path))
+    assert sorted(os.listdir(m1.path)) == ["a.bin", "sub"]
+    os.remove(os.path.join(m1.path, "a.bin"))
+    with open(os.path.join(m1.path, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-1"')
+    with open(os.path.join(m1.path, "ckpt-1.index"), "w") as f:
+        f.write("i")
+    assert m1.push() == 2
+    assert m1.push() == 0
+    fs, path = tfos.fs.filesystem(base + "/tree")
+    assert sorted(os.path.basename(p) for p in fs.ls(path, detail=False)) == ["checkpoint", "ckpt-1.index", "sub"]
+    m2 = tfos.fs.Mirror(base + "/tree", dir=str(tmp_path))
+    with open(os.path.join(m2.path, "checkpoint")) as f:
+        assert f.read() == 'model_checkpoint_path: "ckpt-1"'
+    m1.close()
+    m2.close()
+    assert not os.path.exists(m1.path) and not os.path.exists(m2.path)
