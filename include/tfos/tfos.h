@@ -335,6 +335,10 @@ typedef struct tfos_agent_opts {
     int watch_pid;           /* the agent's owner (e.g. the Spark executor JVM): when this
                               * process is gone, stop the program and exit; 0: none */
     int tensorboard_port;    /* announced to the coordinator (status "tensorboard_port"); 0: none */
+    bool tensorboard;        /* start TensorBoard beside the program (tfos run/yarn --tensorboard): in
+                              * the program's process group, on a free port (or tensorboard_port),
+                              * announced as above; its URL is printed as the node's first line */
+    const char *tensorboard_logdir; /* its --logdir, also TFOS_TENSORBOARD_LOGDIR; NULL: <log_dir>/tensorboard */
     bool hand_port;          /* hand the reserved port's socket to the program (TFOS_PORT_FD) instead of
                               * releasing it at exec: TensorFlowOnSpark's release_port=False, where
                               * ctx.tmp_socket holds the port until ctx.release_port() */
@@ -416,6 +420,8 @@ typedef struct tfos_run_opts {
     const char *status_host;    /* NULL: 127.0.0.1 */
     bool quiet;                 /* no feed progress lines (every 5 s while --input feeds) */
     const char *keras;          /* the agents' keras mode (see tfos_agent_opts); NULL: "env" */
+    bool tensorboard;           /* TensorBoard on the chief (else worker 0): tfos_agent_opts.tensorboard */
+    const char *tensorboard_logdir; /* NULL: <that node's log dir>/tensorboard */
     bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
                                  * summary): the launcher logs it at debug level, not error */
     /* Launchers whose nodes run elsewhere (tfos yarn: docs/YARN.md). */

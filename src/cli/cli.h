@@ -23,6 +23,8 @@ typedef struct cli {
     int attempt;
     const char *address_file;
     int hand_port, forward_logs;
+    int tensorboard; /* --tensorboard */
+    const char *tensorboard_logdir;
     /* tfos yarn (src/cli/yarn.c) */
     const char *queue, *app_name, *hadoop_classpath;
     int am_memory_mb, res_mb[4], res_vcores[4], res_gpus[4]; /* by YARN_ROLE_* */
@@ -50,6 +52,8 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv);
  * container: asks the ApplicationMaster for a container, has the agent command
  * started in it and exits with its exit status. */
 int tfos__cmd_yarn_container(int argc, char **argv);
+/* tfos yarn logs APPLICATION_ID [--follow] (yarn.c) */
+int tfos__cmd_yarn_logs(int argc, char **argv);
 /* tfos yarn pack [-o FILE] [ENV_DIR]: a virtual environment as a .tar.gz
  * for --archive FILE#env (yarn.c) */
 int tfos__cmd_yarn_pack(int argc, char **argv);

@@ -85,6 +85,9 @@ static const char run_help[] =
     "                           the same exception at the same place twice without a new checkpoint\n"
     "                           stops at once: the failure is deterministic)\n"
     "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
+    "  --tensorboard            run TensorBoard beside the chief's program (else worker 0's), on a\n"
+    "                           free port; its URL is the node's first line and on the status page\n"
+    "  --tensorboard-logdir D   its log dir, TFOS_TENSORBOARD_LOGDIR (default <log-dir>/tensorboard)\n"
     "  --status-port P          serve /status, /metrics and a live page on 127.0.0.1:P (0: any port, -1: off)\n"
     "  --status-host H          listen on H instead of 127.0.0.1; beyond loopback the page needs the\n"
     "                           token printed in its URL (?token=..., or Authorization: Bearer ...)\n"
@@ -173,6 +176,9 @@ static const char node_help[] =
     "  --watch-pid PID          the node's owner (e.g. the Spark executor): when PID is gone,\n"
     "                           stop the program, report it to the coordinator and exit\n"
     "  --tensorboard-port P     announce TensorBoard on port P (coordinator status: tensorboard_port)\n"
+    "  --tensorboard            start TensorBoard beside the program, in its process group, on\n"
+    "                           --tensorboard-port or a free port (TFOS_TENSORBOARD_PORT)\n"
+    "  --tensorboard-logdir D   its log dir, TFOS_TENSORBOARD_LOGDIR (default <log-dir>/tensorboard)\n"
     "  --hand-port              give the reserved port's socket to the program (TFOS_PORT_FD) instead\n"
     "                           of releasing it at exec (TensorFlowOnSpark's release_port=False)\n"
     "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
@@ -184,6 +190,8 @@ static const char node_help[] =
 static const char yarn_help[] =
     "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
     "       tfos yarn status|kill APPLICATION_ID\n"
+    "       tfos yarn logs APPLICATION_ID [--follow]   (the nodes' output: live while it runs, else\n"
+    "                                                   YARN's aggregated logs)\n"
     "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
     "\n"
     "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
@@ -493,6 +501,11 @@ static int parse(int argc, char **argv, cli *c)
         } else if (!strcmp(a, "--hang-timeout")) {
             if (parse_secs(a, NEXT(), &c->hang_timeout))
                 return 2;
+        } else if (!strcmp(a, "--tensorboard")) {
+            c->tensorboard = 1;
+        } else if (!strcmp(a, "--tensorboard-logdir")) {
+            if (!(c->tensorboard_logdir = NEXT()))
+                return usage_error("%s needs a directory", a);
         } else if (!strcmp(a, "--tensorboard-port")) {
             if (parse_int(a, NEXT(), 1, 65535, &c->tensorboard_port))
                 return 2;
@@ -657,7 +670,8 @@ static int cmd_run(cli *c)
                        .batch_rows = c->batch_rows, .partition_rows = c->partition_rows,
                        .max_restarts = c->max_restarts, .checkpoint_dir = c->checkpoint_dir,
                        .status_port = c->status_port, .status_host = c->status_host, .quiet = c->quiet,
-                       .hang_timeout = c->hang_timeout, .keras = c->keras};
+                       .hang_timeout = c->hang_timeout, .keras = c->keras, .tensorboard = c->tensorboard,
+                       .tensorboard_logdir = c->tensorboard_logdir};
     /* in the ApplicationMaster's container: every agent starts in a container
      * of its own through a stand-in (tfos yarn-container) */
     char *prefix[] = {exe, "yarn-container", "--am-socket", (char *)c->am_socket, "--resources",
@@ -702,7 +716,8 @@ static int cmd_node(cli *c)
                          .forward_logs = c->forward_logs,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
-                         .tensorboard_port = c->tensorboard_port, .hang_timeout = c->hang_timeout,
+                         .tensorboard_port = c->tensorboard_port, .tensorboard = c->tensorboard,
+                         .tensorboard_logdir = c->tensorboard_logdir, .hang_timeout = c->hang_timeout,
                          .hand_port = c->hand_port, .keras = c->keras,
                          .max_restarts = c->have_max_restarts ? c->max_restarts : 0};
     signal(SIGPIPE, SIG_IGN);
@@ -892,6 +907,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "yarn") && argc >= 3 && !strcmp(argv[2], "pack"))
         return tfos__cmd_yarn_pack(argc - 3, argv + 3);
+    if (!strcmp(argv[1], "yarn") && argc >= 3 && !strcmp(argv[2], "logs"))
+        return tfos__cmd_yarn_logs(argc - 3, argv + 3);
     if (!strcmp(argv[1], "yarn") && argc == 4 && (!strcmp(argv[2], "status") || !strcmp(argv[2], "kill")))
         return tfos__cmd_yarn(NULL, argc - 2, argv + 2);
     cli c;

@@ -78,17 +78,27 @@ static int self_dir(char *buf, size_t len)
     return 0;
 }
 
-/* The client jar: $TFOS_YARN_JAR, else tfos-yarn.jar beside this binary
- * (where `make yarn` puts it in the build tree; the wheel has none yet). */
+/* The client jar: $TFOS_YARN_JAR, else the first readable of, relative to
+ * this binary's directory: tfos-yarn.jar beside it (`make yarn` in build/;
+ * the package's tfos/bin/), ../share/tfos/ (the wheel's data copy, for the
+ * <venv>/bin/tfos that `pip install .` writes), ../tfos/bin/ (for the
+ * site-packages/tfos.scripts/tfos that auditwheel's launcher runs). */
 static int find_jar(char *out, size_t len)
 {
+    static const char *const where[] = {"", "/../share/tfos", "/../tfos/bin"};
     const char *env = getenv("TFOS_YARN_JAR");
     if (env && *env) {
         snprintf(out, len, "%s", env);
     } else {
         char dir[PATH_MAX];
-        if (self_dir(dir, sizeof dir) || snprintf(out, len, "%.*s/tfos-yarn.jar", (int)(len - 16), dir) < 0)
+        if (self_dir(dir, sizeof dir))
             return -1;
+        for (size_t i = 0; i < sizeof where / sizeof *where; i++) {
+            snprintf(out, len, "%.*s%s/tfos-yarn.jar", (int)(len - 40), dir, where[i]);
+            if (!access(out, R_OK))
+                return 0;
+        }
+        snprintf(out, len, "%.*s/tfos-yarn.jar", (int)(len - 16), dir);
     }
     if (access(out, R_OK)) {
         fprintf(stderr,
@@ -325,17 +335,24 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
 
 /* ---- tfos yarn --------------------------------------------------------- */
 
+/* The Java client's `COMMAND APP [EXTRA]` (status, kill, logs). */
+static int client_command(const char *command, const char *app, const char *extra)
+{
+    strv args = {0};
+    if (strv_add(&args, command) || strv_add(&args, app) || (extra && strv_add(&args, extra))) {
+        strv_free(&args);
+        return 1;
+    }
+    int code = run_client(&args, NULL, NULL);
+    strv_free(&args);
+    return code;
+}
+
 int tfos__cmd_yarn(const cli *c, int argc, char **argv)
 {
     (void)argc; /* argv ends with NULL; c->argv points into it */
-    if (!c) { /* tfos yarn status|kill APPLICATION_ID */
-        strv args = {0};
-        if (strv_add(&args, argv[0]) || strv_add(&args, argv[1]))
-            return 1;
-        int code = run_client(&args, NULL, NULL);
-        strv_free(&args);
-        return code;
-    }
+    if (!c) /* tfos yarn status|kill APPLICATION_ID */
+        return client_command(argv[0], argv[1], NULL);
     if (!c->argv || !c->argv[0])
         return tfos__usage_error("%s", "yarn needs a program (tfos yarn [options] [--] PROGRAM [ARGS...])");
     if (!c->have_workers && !c->layout.chief)
@@ -542,6 +559,17 @@ int tfos__cmd_yarn_container(int argc, char **argv)
     }
     fprintf(stderr, "tfos: %s: the ApplicationMaster went away\n", role);
     return 1;
+}
+
+/* ---- tfos yarn logs ---------------------------------------------------- */
+
+int tfos__cmd_yarn_logs(int argc, char **argv)
+{
+    int follow = argc == 2 && (!strcmp(argv[1], "--follow") || !strcmp(argv[1], "-f"));
+    if (argc < 1 || argc > 2 || (argc == 2 && !follow) || argv[0][0] == '-')
+        return tfos__usage_error("%s", "yarn logs takes an application id and --follow "
+                                       "(tfos yarn logs APPLICATION_ID [--follow])");
+    return client_command("logs", argv[0], follow ? "--follow" : NULL);
 }
 
 /* ---- tfos yarn pack ---------------------------------------------------- */

@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,8 @@ struct agent {
     int hung;
     tfos__conn conn;
     int connected;
+    char host[TFOS_HOST_MAX]; /* the address this node registered */
+    int tb_port;              /* TensorBoard's (--tensorboard, --tensorboard-port); 0: none */
     int sfd;
     int resv_fd;
     int port;
@@ -458,6 +461,62 @@ static void start_guard(agent *a)
 
 static void try_end_feed(agent *a);
 
+/* --tensorboard: the program's argv behind a shell that first starts
+ * TensorBoard in the background, then execs the program. So TensorBoard is in
+ * the program's process group (and cgroup), and ends with it as everything
+ * the program starts does. Its output goes to <log_dir>/tensorboard.log.
+ * argv[3..7] are: python, logdir, host, port, log file. NULL on failure. */
+static const char tensorboard_sh[] =
+    "\"$0\" -m tensorboard.main --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"
+    "shift 4\n"
+    "exec \"$@\"";
+
+static void free_tensorboard(char **tb)
+{
+    if (!tb)
+        return;
+    for (int i = 3; i < 8; i++)
+        free(tb[i]);
+    free(tb);
+}
+
+static char **with_tensorboard(agent *a, char *const *argv)
+{
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    char **tb = calloc(n + 9, sizeof *tb);
+    if (!tb)
+        return NULL;
+    const char *dir = a->o->log_dir ? a->o->log_dir : ".";
+    tb[0] = "/bin/sh";
+    tb[1] = "-c";
+    tb[2] = (char *)tensorboard_sh;
+    tb[3] = strdup(tfos__program_python(NULL, argv));
+    if (a->o->tensorboard_logdir)
+        tb[4] = strdup(a->o->tensorboard_logdir);
+    else if (asprintf(&tb[4], "%s/tensorboard", dir) < 0)
+        tb[4] = NULL;
+    tb[5] = strdup(a->host);
+    if (asprintf(&tb[6], "%d", a->tb_port) < 0)
+        tb[6] = NULL;
+    if (asprintf(&tb[7], "%s/tensorboard.log", dir) < 0)
+        tb[7] = NULL;
+    for (int i = 3; i < 8; i++)
+        if (!tb[i]) {
+            free_tensorboard(tb);
+            return NULL;
+        }
+    for (size_t i = 0; i < n; i++)
+        tb[8 + i] = argv[i];
+    /* what the program writes its summaries to, on this node */
+    if (tfos__local_path(tb[4]) && tfos__mkdir_p(tfos__local_path(tb[4]), 0777))
+        TFOS_WARN("agent %s: cannot create TensorBoard's log dir %s: %s", a->label, tb[4], strerror(errno));
+    setenv("TFOS_TENSORBOARD_LOGDIR", tb[4], 1);
+    setenv("TFOS_TENSORBOARD_PORT", tb[6], 1);
+    return tb;
+}
+
 static void start_program(agent *a)
 {
     const tfos__node_addr *me = &a->nodes[a->self];
@@ -516,6 +575,18 @@ static void start_program(agent *a)
         }
         a->keras_resolved = 1;
     }
+    char **tb_argv = NULL;
+    if (a->o->tensorboard && strcmp(me->job, "ps")) {
+        if (!(tb_argv = with_tensorboard(a, argv))) {
+            const char *desc = "could not set up TensorBoard";
+            tail_push(a, desc, strlen(desc));
+            a->start_failed = 1;
+            a->child_done = 1;
+            a->child_status = 1 << 8;
+            return;
+        }
+        argv = tb_argv;
+    }
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
@@ -565,6 +636,13 @@ static void start_program(agent *a)
     tfos__msg_add(&m, "pid", "%d", (int)a->child);
     send_msg(a, &m);
     TFOS_DEBUG("agent %s: started %s (pid %d)", a->label, argv[0], (int)a->child);
+    if (tb_argv) {
+        char line[TFOS_HOST_MAX + PATH_MAX + 64];
+        int n = snprintf(line, sizeof line, "tfos: TensorBoard at http://%s:%d/ (logdir %s)", a->host, a->tb_port,
+                         tb_argv[4]);
+        emit_line(a, 2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        free_tensorboard(tb_argv);
+    }
     return;
 fail:;
     int e = errno;
@@ -581,6 +659,7 @@ fail:;
             close(errp[i]);
     }
     tfos__env_free(env);
+    free_tensorboard(tb_argv);
     tail_push(a, desc, strlen(desc));
     a->start_failed = 1;
     a->child_done = 1;
@@ -832,11 +911,12 @@ static int connect_and_register(agent *a)
             TFOS_WARN("agent %d: cannot tell this host's address (%s); registering 127.0.0.1", o->executor_id,
                       strerror(errno));
     }
+    snprintf(a->host, sizeof a->host, "%s", local);
     tfos__msg_add(&m, "host", "%s", local);
     tfos__msg_add(&m, "port", "%d", a->port);
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
-    if (o->tensorboard_port > 0)
-        tfos__msg_add(&m, "tb_port", "%d", o->tensorboard_port);
+    if (a->tb_port > 0)
+        tfos__msg_add(&m, "tb_port", "%d", a->tb_port);
     return send_msg(a, &m);
 }
 
@@ -1054,6 +1134,17 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     if (rc) {
         TFOS_ERROR("agent %d: cannot reserve a port: %s", o->executor_id, strerror(errno));
         goto out;
+    }
+    a.tb_port = o->tensorboard_port;
+    if (o->tensorboard && a.tb_port <= 0) {
+        /* a free port now, TensorBoard's when the program starts (announced
+         * at registration, as TFCluster's nodes do) */
+        int tb_fd;
+        if ((rc = tfos__reserve_port(&tb_fd, &a.tb_port))) {
+            TFOS_ERROR("agent %d: cannot find a port for TensorBoard: %s", o->executor_id, strerror(errno));
+            goto out;
+        }
+        close(tb_fd);
     }
     rc = connect_and_register(&a);
     if (rc)

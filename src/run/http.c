@@ -288,6 +288,16 @@ void tfos__http_set_token(tfos__http *s, const char *token)
     snprintf(s->token, sizeof s->token, "%s", token ? token : "");
 }
 
+int tfos__http_busy(const tfos__http *s)
+{
+    if (!s)
+        return 0;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (s->conns[i].fd >= 0 && s->conns[i].out && s->conns[i].out_off < s->conns[i].out_len)
+            return 1;
+    return 0;
+}
+
 void tfos__http_close(tfos__http *s)
 {
     if (!s)

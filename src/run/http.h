@@ -24,6 +24,9 @@ int tfos__http_port(const tfos__http *h);
 /* Require `token` (Authorization: Bearer, or ?token=) on every request;
  * NULL or "": none (loopback only, Host checked). */
 void tfos__http_set_token(tfos__http *h, const char *token);
+/* Whether a response is still being written (its connection open): a
+ * server about to close lets these finish first. NULL: 0. */
+int tfos__http_busy(const tfos__http *h);
 /* Stop listening, drop every connection, free. NULL is a no-op. */
 void tfos__http_close(tfos__http *h);
 

@@ -180,7 +180,7 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     size_t nprefix = 0;
     while (o->agent_prefix && o->agent_prefix[nprefix])
         nprefix++;
-    char **argv = calloc(argc + nprefix + 34, sizeof *argv);
+    char **argv = calloc(argc + nprefix + 40, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
     char idbuf[16], mbbuf[16], hangbuf[32], restartsbuf[16];
@@ -192,7 +192,6 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     const char *job;
     int idx;
     tfos_layout_role(&o->layout, id, &job, &idx);
-    (void)idx;
     for (size_t i = 0; i < nprefix; i++)
         argv[k++] = o->agent_prefix[i];
     if (nprefix) {
@@ -229,6 +228,15 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     if (o->keras && strcmp(o->keras, "env")) {
         argv[k++] = "--keras";
         argv[k++] = (char *)o->keras;
+    }
+    /* TensorBoard on the chief, else on worker 0 (TensorFlowOnSpark's choice) */
+    if (o->tensorboard && ((o->layout.chief && !strcmp(job, "chief")) ||
+                           (!o->layout.chief && !strcmp(job, "worker") && idx == 0))) {
+        argv[k++] = "--tensorboard";
+        if (o->tensorboard_logdir) {
+            argv[k++] = "--tensorboard-logdir";
+            argv[k++] = (char *)o->tensorboard_logdir;
+        }
     }
     if (!o->ps_runs_program && o->layout.num_ps > 0) {
         argv[k++] = "--ps-python";
@@ -752,10 +760,11 @@ int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *ex
     }
     *exit_code = tfos_local_exit_code(l);
     /* forwarded lines (tfos yarn): the page stays up until its follower has
-     * read them all, for 10 s at most */
+     * read them all, and the last response has gone out whole (closing the
+     * server drops what it has not written yet), for 10 s at most */
     int64_t linger_until = tfos__now_ms() + 10000;
-    while (l->status.lines && l->lines.served < l->lines.next && tfos__now_ms() < linger_until &&
-           !(stop_signal && *stop_signal && !stopped))
+    while (l->status.lines && (l->lines.served < l->lines.next || tfos__http_busy(l->http)) &&
+           tfos__now_ms() < linger_until && !(stop_signal && *stop_signal && !stopped))
         tfos__loop_run(l->loop, 100);
     tfos_local_close(l);
     return 0;

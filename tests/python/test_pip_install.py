@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -69,8 +70,8 @@ def spark_env(env_dir):
     return env_dir
 
 
-def run(argv, timeout=60, **kw):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(), **kw)
+def run(argv, timeout=60, env=None, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or clean_env(), **kw)
 
 
 def test_wheel_is_manylinux_with_binaries_and_stubs():
@@ -120,6 +121,23 @@ def test_one_version_everywhere(env_dir):
     r = run([str(bindir / "python"), "-c",
              "import tfos, importlib.metadata as m; print(tfos.__version__, m.version('tfos'))"])
     assert r.stdout.split() == [v, v], r.stdout + r.stderr
+
+
+def test_tfos_yarn_finds_its_client_jar_in_the_wheel(env_dir):
+    """Where the wheel was built with a JDK and Maven (make dist, .ci/run),
+    it carries tfos yarn's client jar beside both tfos binaries."""
+    if not (shutil.which("mvn") and shutil.which("javac") and shutil.which("java")):
+        pytest.skip("no JDK and Maven here: the wheel was built without tfos-yarn.jar")
+    names = zipfile.ZipFile(the_wheel()).namelist()
+    assert "tfos/bin/tfos-yarn.jar" in names, names
+    assert any(n.endswith(".data/data/share/tfos/tfos-yarn.jar") for n in names), names
+    assert (env_dir / "share" / "tfos" / "tfos-yarn.jar").is_file()
+    for argv in ([str(env_dir / "bin" / "tfos")], [str(env_dir / "bin" / "python"), "-m", "tfos"]):
+        # no Hadoop on the classpath: the client's own class loads from the jar, then misses Hadoop's
+        r = run(argv + ["yarn", "status", "application_1_1"],
+                env=clean_env(TFOS_HADOOP_CLASSPATH="/nonexistent/hadoop.jar"))
+        assert r.returncode != 0 and "cannot read the YARN client jar" not in r.stderr, (argv, r.stderr)
+        assert "Could not find or load main class" not in r.stderr and "org/apache/hadoop" in r.stderr, r.stderr
 
 
 def test_tfos_run_from_the_wheel(env_dir, tmp_path, marker):

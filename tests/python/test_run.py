@@ -292,3 +292,31 @@ def test_coordinator_survives_hostile_peers(tmp_path, marker):
                      "does not know the cluster secret", "not an authenticated REGISTER",
                      "closed before authenticating"):
         assert expected in err, "no log line for %r in:\n%s" % (expected, err)
+
+
+def test_tensorboard_runs_beside_worker_0_and_ends_with_it(tmp_path, marker):
+    """--tensorboard: TensorBoard starts beside worker 0's program (no chief),
+    on the port and log dir the program is told, answers while the program
+    runs, and is gone once the run is over."""
+    tb_dir = tmp_path / ("tb-" + marker)
+    r = run_tfos(["run", "--workers", "2", "--tensorboard", "--tensorboard-logdir", str(tb_dir), "--log-dir",
+                  str(tmp_path / "logs"), "--", PY, prog("tb_probe.py")], timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # the URL on the node's stderr, as tfos's own lines are
+    m = re.search(r"^\[worker:0\] tfos: TensorBoard at http://127\.0\.0\.1:(\d+)/ \(logdir (.*)\)$", r.stderr, re.M)
+    assert m and m.group(2) == str(tb_dir), r.stderr
+    assert "[worker:0] TBPROBE worker:0 port=%s logdir=%s" % (m.group(1), tb_dir) in r.stdout, r.stdout
+    assert "[worker:1] TBPROBE worker:1 port=None logdir=None" in r.stdout, r.stdout
+    assert '[worker:0] TB answered {"logdir": "%s"}' % tb_dir in r.stdout, r.stdout
+    assert tb_dir.is_dir() and (tmp_path / "logs" / "tensorboard.log").is_file()
+    assert wait_for(lambda: not pids_with(str(tb_dir)), 10), pids_with(str(tb_dir))
+
+
+def test_tensorboard_goes_on_the_chief_when_there_is_one(tmp_path):
+    r = run_tfos(["run", "--chief", "--workers", "1", "--tensorboard", "--log-dir", str(tmp_path / "logs"), "--",
+                  PY, prog("tb_probe.py")], timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    logdir = str(tmp_path / "logs" / "tensorboard")
+    assert "[chief:0] tfos: TensorBoard at http://127.0.0.1:" in r.stderr, r.stderr
+    assert '[chief:0] TB answered {"logdir": "%s"}' % logdir in r.stdout, r.stdout
+    assert "[worker:0] TBPROBE worker:0 port=None" in r.stdout, r.stdout

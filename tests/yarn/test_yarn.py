@@ -364,6 +364,62 @@ def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdf
         assert tfos.fs.exists("%s/%s/_SUCCESS" % (data, split)), split
 
 
+def test_logs_of_a_running_then_of_an_ended_application(yarn_cluster, tmp_path):
+    """tfos yarn logs: while the application runs, the nodes' output from
+    its status page; once it has ended (here: tfos yarn kill), YARN's
+    aggregated container logs."""
+    out_path = tmp_path / "client.out"
+    program = "print('LOGS-TEST hello', flush=True); import time; time.sleep(300)"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "1"] + SMALL + ["--", sys.executable, "-c", program],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "[worker:0] LOGS-TEST hello" not in out_path.read_text():
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.5)
+        app = app_id(out_path.read_text())
+        running = subprocess.run([TFOS, "yarn", "logs", app], env=yarn_cluster.env(), capture_output=True,
+                                 text=True, timeout=60)
+        assert running.returncode == 0, running.stdout + running.stderr
+        assert "[worker:0] LOGS-TEST hello" in running.stdout, running.stdout + running.stderr
+        killed = subprocess.run([TFOS, "yarn", "kill", app], env=yarn_cluster.env(), capture_output=True,
+                                text=True, timeout=60)
+        assert killed.returncode == 0 and "killed " + app in killed.stderr, killed.stderr
+        assert p.wait(timeout=60) == 143, out_path.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    # aggregation to HDFS runs after the end: give it a little while
+    deadline = time.monotonic() + 60
+    while True:
+        ended = subprocess.run([TFOS, "yarn", "logs", app], env=yarn_cluster.env(), capture_output=True,
+                               text=True, timeout=60)
+        if ended.returncode == 0 and "LOGS-TEST hello" in ended.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert ended.returncode == 0 and "[worker:0] LOGS-TEST hello" in ended.stdout, ended.stdout + ended.stderr
+    bad = subprocess.run([TFOS, "yarn", "logs", app, "--tail"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "yarn logs takes an application id" in bad.stderr, bad.stderr
+
+
+def test_tensorboard_runs_in_the_chiefs_container(yarn_cluster):
+    """tfos yarn --tensorboard: TensorBoard beside worker 0's program in its
+    container, its URL streamed to the client, answering while it runs."""
+    probe = os.path.join(REPO, "tests", "python", "progs", "tb_probe.py")
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--tensorboard"] + SMALL +
+                  ["--file", probe, "--", sys.executable, "tb_probe.py"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    m = re.search(r"^\[worker:0\] tfos: TensorBoard at http://([\d.]+):(\d+)/ \(logdir (\S+)\)$", r.stdout, re.M)
+    assert m, out
+    assert "[worker:0] TBPROBE worker:0 port=%s logdir=%s" % (m.group(2), m.group(3)) in r.stdout, out
+    stdout = "".join(logs.get("stdout", "") for logs in yarn_cluster.container_logs(app_id(out)).values())
+    assert '[worker:0] TB answered {"logdir": "%s"}' % m.group(3) in r.stdout, out + "\nCONTAINERS:\n" + stdout
+    assert "[worker:1] TBPROBE worker:1 port=None" in r.stdout, out
+
+
 def test_tfos_fs_copies_trees_and_mirrors_a_directory_over_webhdfs(yarn_cluster, monkeypatch, tmp_path):
     """tfos.fs against the minicluster's NameNode (found through
     HADOOP_CONF_DIR's hdfs-site.xml, as a program outside tfos would)."""

@@ -65,7 +65,7 @@ public final class Client {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 1) {
-            usage("a command: submit, status or kill");
+            usage("a command: submit, status, logs or kill");
         }
         YarnConfiguration conf = new YarnConfiguration();
         YarnClient yarn = YarnClient.createYarnClient();
@@ -80,13 +80,16 @@ public final class Client {
                 case "status":
                     code = status(yarn, appId(args));
                     break;
+                case "logs":
+                    code = logs(yarn, conf, args);
+                    break;
                 case "kill":
                     yarn.killApplication(appId(args));
                     System.err.println("tfos: killed " + args[1]);
                     code = 0;
                     break;
                 default:
-                    usage("submit, status or kill, not '" + args[0] + "'");
+                    usage("submit, status, logs or kill, not '" + args[0] + "'");
                     code = 2;
             }
         } finally {
@@ -110,6 +113,42 @@ public final class Client {
             usage("an application id like application_1700000000000_0001, not '" + args[1] + "'");
             return null;
         }
+    }
+
+    /**
+     * logs APP [--follow]. A running application: its status page's URL, from which tfos yarn prints the
+     * nodes' output so far (the launcher keeps the newest lines); with --follow, followed to the end. An
+     * ended one: YARN's aggregated container logs, through Hadoop's own LogsCLI (yarn logs).
+     */
+    private static int logs(YarnClient yarn, YarnConfiguration conf, String[] args) throws Exception {
+        boolean followIt = args.length == 3 && args[2].equals("--follow");
+        ApplicationId id = appId(followIt ? new String[] {args[0], args[1]} : args);
+        ApplicationReport r = yarn.getApplicationReport(id);
+        YarnApplicationState s = r.getYarnApplicationState();
+        String original = r.getOriginalTrackingUrl();
+        if (s == YarnApplicationState.RUNNING && original != null && original.startsWith("http")) {
+            System.err.println("tfos: status page " + original + " (coordinator " + r.getHost() + ":"
+                    + r.getRpcPort() + ")");
+            // following never kills the application: no accept timeout
+            return followIt ? follow(yarn, id, Double.POSITIVE_INFINITY) : 0;
+        }
+        if (!finished(s)) {
+            System.err.println("tfos: " + id + " is " + s.name().toLowerCase() + ": no output yet");
+            return 1;
+        }
+        Object cli;
+        try {
+            cli = Class.forName("org.apache.hadoop.yarn.client.cli.LogsCLI").getDeclaredConstructor().newInstance();
+            // as `yarn logs` (LogsCLI.main) sets up the web client it reads running containers' logs with
+            Class.forName("org.apache.hadoop.yarn.webapp.util.WebServiceClient")
+                    .getMethod("initialize", org.apache.hadoop.conf.Configuration.class).invoke(null, conf);
+        } catch (ReflectiveOperationException e) {
+            System.err.println("tfos: " + id + " has ended, and its status page with it; Hadoop's LogsCLI is not on "
+                    + "the classpath (hadoop-yarn-client): use yarn logs -applicationId " + id);
+            return 1;
+        }
+        return org.apache.hadoop.util.ToolRunner.run(conf, (org.apache.hadoop.util.Tool) cli,
+                new String[] {"-applicationId", id.toString()});
     }
 
     private static int status(YarnClient yarn, ApplicationId id) throws IOException, YarnException {

@@ -68,6 +68,9 @@ public final class MiniCluster {
         conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 1);
         // keep the containers' logs after the application, for the tests to read
         conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 3600);
+        // and aggregate them to HDFS when it ends, for `yarn logs` (tfos yarn logs)
+        conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
+        conf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
         // ApplicationMasters find this configuration and Hadoop's classes where this JVM found them
         conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
                 confDir.getPath() + File.pathSeparator + System.getProperty("java.class.path"));
