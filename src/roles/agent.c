@@ -461,6 +461,16 @@ static void start_guard(agent *a)
 
 static void try_end_feed(agent *a);
 
+/* The program cannot be started: `desc` is its last line and the node ends
+ * with exit code 1 (cause "start"). */
+static void start_fails(agent *a, const char *desc)
+{
+    tail_push(a, desc, strlen(desc));
+    a->start_failed = 1;
+    a->child_done = 1;
+    a->child_status = 1 << 8;
+}
+
 /* --tensorboard: the program's argv behind a shell that first starts
  * TensorBoard in the background, then execs the program. So TensorBoard is in
  * the program's process group (and cgroup), and ends with it as everything
@@ -523,11 +533,7 @@ static void start_program(agent *a)
     snprintf(a->label, sizeof a->label, "%s:%d", me->job, me->index);
     snprintf(a->prefix, sizeof a->prefix, "[%s] ", a->label);
     if (open_log(a)) {
-        const char *desc = "could not open the node's log file";
-        tail_push(a, desc, strlen(desc));
-        a->start_failed = 1;
-        a->child_done = 1;
-        a->child_status = 1 << 8;
+        start_fails(a, "could not open the node's log file");
         return;
     }
     char *const *argv = a->o->argv;
@@ -550,11 +556,7 @@ static void start_program(agent *a)
         TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
                   strerror(errno));
     if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {
-        const char *desc = "could not create the node's feed rings";
-        tail_push(a, desc, strlen(desc));
-        a->start_failed = 1;
-        a->child_done = 1;
-        a->child_status = 1 << 8;
+        start_fails(a, "could not create the node's feed rings");
         return;
     }
     /* TFOS_FEED_EMPTY=1 (`tfos run` without --input): no feeder will ever
@@ -567,10 +569,7 @@ static void start_program(agent *a)
         if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->legacy_keras, why,
                                 sizeof why)) {
             TFOS_ERROR("agent %s: %s", a->label, why);
-            tail_push(a, why, strlen(why));
-            a->start_failed = 1;
-            a->child_done = 1;
-            a->child_status = 1 << 8;
+            start_fails(a, why);
             return;
         }
         a->keras_resolved = 1;
@@ -578,11 +577,7 @@ static void start_program(agent *a)
     char **tb_argv = NULL;
     if (a->o->tensorboard && strcmp(me->job, "ps")) {
         if (!(tb_argv = with_tensorboard(a, argv))) {
-            const char *desc = "could not set up TensorBoard";
-            tail_push(a, desc, strlen(desc));
-            a->start_failed = 1;
-            a->child_done = 1;
-            a->child_status = 1 << 8;
+            start_fails(a, "could not set up TensorBoard");
             return;
         }
         argv = tb_argv;
