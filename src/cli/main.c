@@ -212,7 +212,7 @@ static const char yarn_help[] =
     "  --worker-memory M        memory of each worker container (MB, or 512m, 2g; default 1g)\n"
     "  --worker-vcores N        vcores of each worker container (default 1)\n"
     "  --worker-gpus N          GPUs (yarn.io/gpu) of each worker container (default 0)\n"
-    "  --ps-memory, --ps-vcores, --chief-memory, --chief-vcores, --chief-gpus,\n"
+    "  --ps-memory, --ps-vcores, --ps-gpus, --chief-memory, --chief-vcores, --chief-gpus,\n"
     "  --evaluator-memory, --evaluator-vcores, --evaluator-gpus: the same for the other roles\n"
     "                           (chief and evaluator default to the worker's)\n"
     "  --am-memory M            the ApplicationMaster's container (default 512m)\n"

@@ -420,6 +420,41 @@ def test_tensorboard_runs_in_the_chiefs_container(yarn_cluster):
     assert "[worker:1] TBPROBE worker:1 port=None" in r.stdout, out
 
 
+def am_stderr(cluster, app):
+    am = [logs.get("stderr", "") for c, logs in cluster.container_logs(app).items() if c.endswith("_000001")]
+    assert am, cluster.container_logs(app).keys()
+    return am[0]
+
+
+def test_worker_gpus_are_asked_for_and_allocated(yarn_cluster):
+    """--worker-gpus: the container request carries yarn.io/gpu, and YARN
+    allocates it (the fixture's NodeManagers declare 2 GPUs each; which
+    devices a container may use is YARN's isolation, not exercised here)."""
+    r = tfos_yarn(yarn_cluster, ["--workers", "2", "--ps", "1", "--worker-gpus", "1"] + SMALL +
+                  ["--", sys.executable, "-c", "print('GPU-TEST done')"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    am = am_stderr(yarn_cluster, app_id(out))
+    assert am.count("asked YARN for a worker container of 256 MB, 1 vcores, 1 GPUs") == 2, am
+    assert re.search(r"asked YARN for a ps container of 256 MB, 1 vcores \(", am), am   # ps nodes get none
+    got = re.findall(r"tfos: (worker|ps): container container_\S+ \S+ (<[^>]*>)", am)
+    assert sorted(j for j, _ in got) == ["ps", "worker", "worker"], am
+    for job, res in got:
+        assert ("yarn.io/gpu: 1" in res) == (job == "worker"), got
+
+
+def test_more_gpus_than_any_node_has_fail_at_once_naming_the_request(yarn_cluster):
+    r = tfos_yarn(yarn_cluster, ["--workers", "1", "--worker-gpus", "3"] + SMALL +
+                  ["--", sys.executable, "-c", "print('never')"], timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "YARN refused the ApplicationMaster's request: InvalidResourceRequestException" in out, out
+    assert "Requested resource=<memory:256, vCores:1, yarn.io/gpu: 3>" in out, out
+    assert "maximum allowed allocation=<memory:2048, vCores:4, yarn.io/gpu: 2>" in out, out
+    assert "\tat org.apache" not in out, out   # the message, not the ResourceManager's stack
+    assert "never" not in r.stdout, out
+
+
 def test_tfos_fs_copies_trees_and_mirrors_a_directory_over_webhdfs(yarn_cluster, monkeypatch, tmp_path):
     """tfos.fs against the minicluster's NameNode (found through
     HADOOP_CONF_DIR's hdfs-site.xml, as a program outside tfos would)."""

@@ -61,7 +61,7 @@ import org.apache.hadoop.yarn.util.Apps;
  *
  * Protocol on the socket, one line each, UTF-8. Stand-in to AM: "LAUNCH role
  * memoryMB vcores gpus", then "ENV K=V" and "ARG a" lines, then "GO". AM to
- * stand-in: "ALLOCATED containerId host", "STARTED", then "EXITED status
+ * stand-in: "ALLOCATED containerId host resource", "STARTED", then "EXITED status
  * diagnostics" or "FAILED message".
  *
  * When the launcher exits, every container left is stopped and the
@@ -207,6 +207,9 @@ public final class ApplicationMaster {
         acceptor.start();
 
         int code = launcher.waitFor();
+        if (fatal != null && code > 128) {
+            code = 1; // the launcher was stopped because YARN failed us: a failure, not a signal from the user
+        }
         stderr.join(5000);
         stopContainers(15);
         server.close();
@@ -318,7 +321,13 @@ public final class ApplicationMaster {
             Resource res = Resource.newInstance(Long.parseLong(launch[2]), Integer.parseInt(launch[3]));
             int gpus = Integer.parseInt(launch[4]);
             if (gpus > 0) {
-                res.setResourceValue("yarn.io/gpu", gpus);
+                try {
+                    res.setResourceValue("yarn.io/gpu", gpus);
+                } catch (org.apache.hadoop.yarn.exceptions.ResourceNotFoundException e) {
+                    node.say("FAILED this YARN cluster has no yarn.io/gpu resource type (yarn.resource-types), "
+                            + "so it cannot give a " + launch[1] + " container " + gpus + " GPUs");
+                    return;
+                }
             }
             node.request = ContainerRequest.newBuilder().capability(res).priority(Priority.newInstance(1))
                     .allocationRequestId(node.id).relaxLocality(true).build();
@@ -425,7 +434,8 @@ public final class ApplicationMaster {
                     }
                 }
                 byContainer.put(c.getId(), node);
-                node.say("ALLOCATED " + c.getId() + " " + c.getNodeId().getHost());
+                // what YARN gave, as it says it: "<memory:1024, vCores:1, yarn.io/gpu: 1>"
+                node.say("ALLOCATED " + c.getId() + " " + c.getNodeId().getHost() + " " + c.getResource());
                 nm.startContainerAsync(c, context(node));
             }
         }
@@ -462,7 +472,11 @@ public final class ApplicationMaster {
 
         @Override
         public void onError(Throwable e) {
-            fatal = "ApplicationMaster error: " + e;
+            // the first line of what the ResourceManager said, without its server-side stack
+            String what = e.getMessage() == null ? e.toString() : e.getMessage();
+            int at = what.indexOf("\n");
+            fatal = "YARN refused the ApplicationMaster's request: " + e.getClass().getSimpleName() + ": "
+                    + (at < 0 ? what : what.substring(0, at)).strip();
             System.err.println("tfos-am: " + fatal);
             stopLauncher();
         }

@@ -15,7 +15,7 @@ import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.ResourceScheduler;
-import org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
 
 /**
  * A YARN (1 ResourceManager, 2 NodeManagers) and HDFS (1 NameNode, 1 DataNode)
@@ -56,7 +56,16 @@ public final class MiniCluster {
 
         YarnConfiguration conf = new YarnConfiguration();
         conf.set("fs.defaultFS", defaultFs);
-        conf.setClass(YarnConfiguration.RM_SCHEDULER, FifoScheduler.class, ResourceScheduler.class);
+        // the CapacityScheduler with the DominantResourceCalculator: the FIFO scheduler allocates by
+        // memory alone and gives no GPUs; one queue with the whole cluster, AMs may take all of it
+        conf.setClass(YarnConfiguration.RM_SCHEDULER, CapacityScheduler.class, ResourceScheduler.class);
+        conf.set("yarn.scheduler.capacity.resource-calculator",
+                "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator");
+        conf.set("yarn.scheduler.capacity.root.queues", "default");
+        conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
+        conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+        conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "1.0");
+        conf.set("yarn.scheduler.capacity.node-locality-delay", "-1");
         conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
         conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, 2048);
         conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", 2048);
@@ -66,6 +75,10 @@ public final class MiniCluster {
         conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
         conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
         conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 1);
+        // GPUs as a countable resource, 2 per NodeManager, declared rather than discovered (no GPU,
+        // no nvidia-smi here): what tfos yarn --worker-gpus asks for is then scheduled and allocated
+        conf.set("yarn.resource-types", "yarn.io/gpu");
+        conf.set("yarn.nodemanager.resource-type.yarn.io/gpu", "2");
         // keep the containers' logs after the application, for the tests to read
         conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 3600);
         // and aggregate them to HDFS when it ends, for `yarn logs` (tfos yarn logs)
@@ -74,6 +87,7 @@ public final class MiniCluster {
         // ApplicationMasters find this configuration and Hadoop's classes where this JVM found them
         conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
                 confDir.getPath() + File.pathSeparator + System.getProperty("java.class.path"));
+        org.apache.hadoop.yarn.util.resource.ResourceUtils.resetResourceTypes(conf);
         MiniYARNCluster yarn = new MiniYARNCluster("tfos", 2, 1, 1);
         yarn.init(conf);
         yarn.start();
