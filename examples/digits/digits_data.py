@@ -50,11 +50,15 @@ def fetch_model(path, local_dir):
 
 
 def save_model(model, path):
-    """model.save(path), where path may be a URL: saved here, then copied
-    with tfos.fs (under a temporary name, then renamed into place)."""
+    """model.save(path), written under a temporary name and then renamed,
+    so that a reader (the evaluator, predict.py) never sees a half-written
+    file. path may be a URL: saved here, then copied with tfos.fs (which
+    renames into place the same way)."""
     if not is_url(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        model.save(path)
+        tmp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}-{MODEL_FILE}")
+        model.save(tmp)
+        os.replace(tmp, path)
         return
     import tempfile
     import tfos.fs

@@ -323,16 +323,7 @@ def main(argv=None):
     # MultiWorkerMirroredStrategy); only the chief's copy is kept.
     if chief:
         final = digits_data.model_path(args.model_dir)
-        if digits_data.is_url(final):  # hdfs://...: saved here, then copied
-            digits_data.save_model(model, final)
-        else:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            # Write under a temporary name, then rename, so that a reader
-            # (the evaluator, predict.py) never sees a half-written file.
-            tmp = os.path.join(os.path.dirname(final),
-                               f".tmp-{os.getpid()}-{digits_data.MODEL_FILE}")
-            model.save(tmp)
-            os.replace(tmp, final)
+        digits_data.save_model(model, final)  # whole or not at all; hdfs:// too
         print(f"saved model to {final}", flush=True)
         print(f"test accuracy: {acc:.4f}", flush=True)
     else:

@@ -552,7 +552,8 @@ static void start_program(agent *a)
     }
     /* the checkpoint dir, where it is a path on this machine, exists when
      * the program starts (on Spark nobody else made it) */
-    if (tfos__local_path(a->o->checkpoint_dir) && tfos__mkdir_p(tfos__local_path(a->o->checkpoint_dir), 0777))
+    const char *local_ckpt = tfos__local_path(a->o->checkpoint_dir);
+    if (local_ckpt && tfos__mkdir_p(local_ckpt, 0777))
         TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
                   strerror(errno));
     if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {

@@ -493,7 +493,8 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     else
         snprintf(l->checkpoint_dir, sizeof l->checkpoint_dir, "%s/checkpoints", l->log_dir);
     /* a URL (hdfs://...) is for the programs to reach: nothing to make here */
-    rc = tfos__local_path(l->checkpoint_dir) ? tfos__mkdir_p(tfos__local_path(l->checkpoint_dir), 0777) : 0;
+    const char *local_ckpt = tfos__local_path(l->checkpoint_dir);
+    rc = local_ckpt ? tfos__mkdir_p(local_ckpt, 0777) : 0;
     if (rc) {
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;

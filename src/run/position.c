@@ -1,8 +1,8 @@
 /* position.c: reading saved feed positions (see position.h). */
-#include "platform/fs.h"
 #include "run/position.h"
 
 #include "core/log.h"
+#include "platform/fs.h"
 #include "tfos/tfos.h"
 
 #include <dirent.h>

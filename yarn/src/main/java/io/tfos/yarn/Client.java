@@ -127,8 +127,7 @@ public final class Client {
         YarnApplicationState s = r.getYarnApplicationState();
         String original = r.getOriginalTrackingUrl();
         if (s == YarnApplicationState.RUNNING && original != null && original.startsWith("http")) {
-            System.err.println("tfos: status page " + original + " (coordinator " + r.getHost() + ":"
-                    + r.getRpcPort() + ")");
+            announceStatusPage(r);
             // following never kills the application: no accept timeout
             return followIt ? follow(yarn, id, Double.POSITIVE_INFINITY) : 0;
         }
@@ -149,6 +148,12 @@ public final class Client {
         }
         return org.apache.hadoop.util.ToolRunner.run(conf, (org.apache.hadoop.util.Tool) cli,
                 new String[] {"-applicationId", id.toString()});
+    }
+
+    /** The line tfos yarn reads the status page's URL from (yarn.c, client_line). */
+    private static void announceStatusPage(ApplicationReport r) {
+        System.err.println("tfos: status page " + r.getOriginalTrackingUrl() + " (coordinator " + r.getHost() + ":"
+                + r.getRpcPort() + ")");
     }
 
     private static int status(YarnClient yarn, ApplicationId id) throws IOException, YarnException {
@@ -377,8 +382,7 @@ public final class Client {
             if (s == YarnApplicationState.RUNNING && url == null && original != null && !original.isEmpty()
                     && !original.equals("N/A")) {
                 url = original;
-                System.err.println("tfos: status page " + url + " (coordinator " + r.getHost() + ":"
-                        + r.getRpcPort() + ")");
+                announceStatusPage(r);
             }
             if (finished(s)) {
                 String diag = r.getDiagnostics() == null ? "" : r.getDiagnostics().strip();
