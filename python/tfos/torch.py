@@ -109,13 +109,18 @@ def _fetch_spark_result(sc, result_name, slots):
     and removes the file where it finds it."""
     def take(_):
         path = os.path.join(tempfile.gettempdir(), result_name)
+        # claimed by a rename, which one task wins: two tasks on one host
+        # (executors sharing /tmp) both read it, and the second unlink failed
+        claimed = "%s.taken-%d" % (path, os.getpid())
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            os.rename(path, claimed)
         except FileNotFoundError:
             return []
-        os.unlink(path)
-        return [data]
+        try:
+            with open(claimed, "rb") as f:
+                return [f.read()]
+        finally:
+            os.unlink(claimed)
 
     found = sc.parallelize(range(slots), slots).barrier().mapPartitions(take).collect()
     return found[0] if found else None
