@@ -25,7 +25,6 @@ and `train()` returns it.
 """
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -51,17 +50,13 @@ def parse_args(argv=None):
 
 def save_checkpoint(path, state, feed):
     """rank 0's model and optimizer, then every rank's feed position, with
-    SIGTERM held off so that a stop cannot split the two."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
+    a stop (SIGTERM) held off so that it cannot split the two."""
+    with feed.checkpoint():
         if state is not None:
             import torch
             tmp = path + ".tmp"
             torch.save(state, tmp)
             os.replace(tmp, path)
-        feed.save_position()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def train(argv=None):

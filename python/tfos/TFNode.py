@@ -11,10 +11,10 @@ import logging
 import os
 import re
 
-from .feed import DataFeed  # noqa: F401  (TFoS: TFNode.DataFeed)
+from .feed import DataFeed, hold_stop  # noqa: F401  (TFoS: TFNode.DataFeed)
 
 __all__ = ["NodeContext", "get_context", "hdfs_path", "DataFeed", "next_batch", "batch_results", "terminate",
-           "release_port", "export_saved_model", "start_cluster_server"]
+           "release_port", "export_saved_model", "start_cluster_server", "hold_stop"]
 
 
 class NodeContext(object):

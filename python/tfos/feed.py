@@ -24,6 +24,8 @@ import collections
 import contextlib
 import os
 import pickle
+import signal
+import threading
 import time
 
 from . import _tfos
@@ -37,7 +39,7 @@ FeedError = _tfos.FeedError
 FeedClosed = _tfos.FeedClosed
 FeedEnded = _tfos.FeedEnded
 
-__all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "get_manager"]
+__all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "get_manager", "hold_stop"]
 
 
 def _np():
@@ -253,9 +255,67 @@ class FeedManager(object):
         or shared filesystem path). Returns the file written."""
         return save_position(self.consumed, checkpoint_dir, self.partial)
 
+    @contextlib.contextmanager
+    def checkpoint(self, checkpoint_dir=None):
+        """Write a checkpoint inside ``with mgr.checkpoint():``; the feed
+        position is saved when the block ends (not when it raises), and a stop
+        (SIGTERM, SIGINT) that comes meanwhile waits until both are written
+        (:func:`hold_stop`)."""
+        with hold_stop():
+            yield
+            self.save_position(checkpoint_dir)
+
     def close(self):
         self.input.close()
         self.output.close()
+
+
+class hold_stop(object):
+    """``with hold_stop():`` defers SIGTERM and SIGINT until the block ends,
+    then acts on them as it would have (the default kills the process, a
+    handler runs): for writing a checkpoint and its feed position, which a
+    stop must not split. tfos stops the survivors of a failed node with
+    SIGTERM, and SIGKILL after ``--failure-grace``.
+
+    Blocking the signal with ``signal.pthread_sigmask`` is not enough: it
+    blocks it in the calling thread only, and a process with other threads
+    (numpy's BLAS, TensorFlow, PyTorch) gets the signal in one of those,
+    which kills it mid-write. This swaps in a Python handler instead, which
+    runs in the main thread whichever thread the signal lands on. Only the
+    main thread can do that: elsewhere it raises RuntimeError."""
+
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        self.signals = tuple(signals)
+        self.held = []
+        self._old = {}
+        self._masked = set()
+
+    def _note(self, signum, frame):
+        self.held.append(signum)
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("tfos.hold_stop() must run in the main thread (Python handles signals there); "
+                               "write the checkpoint from the main thread")
+        for s in self.signals:
+            if signal.getsignal(s) is None:
+                # a handler Python did not install cannot be put back:
+                # block it in this thread, the best that can be done
+                self._masked.add(s)
+            else:
+                self._old[s] = signal.signal(s, self._note)
+        if self._masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, self._masked)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        if self._masked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self._masked)
+        for s in dict.fromkeys(self.held):
+            signal.raise_signal(s)     # now, with the disposition it had
+        return False
 
 
 POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (run/position.h)
@@ -512,6 +572,12 @@ class DataFeed(object):
         node has consumed (see :meth:`FeedManager.save_position`): after a
         restart the feed resumes where the checkpoint stands."""
         return self.mgr.save_position(checkpoint_dir)
+
+    def checkpoint(self, checkpoint_dir=None):
+        """``with feed.checkpoint(): <save the model>``: the feed position is
+        saved when the block ends, and a stop waits until both are written
+        (see :meth:`FeedManager.checkpoint`)."""
+        return self.mgr.checkpoint(checkpoint_dir)
 
     def terminate(self):
         """Stop the feed early: producers writing to this node get FeedClosed

@@ -278,7 +278,7 @@ class FeedDataset(torch.utils.data.IterableDataset):
     One reader per node: use it in the rank's own process (DataLoader's
     ``num_workers=0``); a DataLoader worker process cannot read the node's
     ring and says so. ``feed`` is the ``DataFeed`` underneath (created on
-    first use); ``feed.save_position()`` beside a checkpoint makes a restart
+    first use); ``with feed.checkpoint(): <save>`` makes a restart
     resume the feed where the checkpoint stands.
     """
 

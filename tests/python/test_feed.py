@@ -277,3 +277,82 @@ def test_producer_killed_mid_batch_rows_come_first_then_feed_closed():
     assert [r[0] for r in df.next_batch(100)] == list(range(30))
     with pytest.raises(feed.FeedClosed):
         df.next_batch(100)
+
+
+HOLD_PROG = r'''
+import os, signal, sys, threading, time
+from tfos import TFNode
+mode, flag = sys.argv[1], sys.argv[2]
+# a second thread, as numpy's BLAS, TensorFlow and PyTorch start: with
+# SIGTERM blocked in the main thread only, the kernel delivers it there
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+if mode == "handler":
+    signal.signal(signal.SIGTERM, lambda *_: (print("handler ran", flush=True), sys.exit(3)))
+with TFNode.hold_stop():
+    print("in", flush=True)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)                    # the signal has landed by now
+    print("wrote both", flush=True)
+print("after the block", flush=True)
+'''
+
+
+@pytest.mark.parametrize("mode", ["default", "handler"])
+def test_hold_stop_defers_sigterm_until_the_block_ends(tmp_path, mode):
+    import subprocess
+    flag = tmp_path / "sent"
+    p = subprocess.Popen([PY, "-c", HOLD_PROG, mode, str(flag)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "in\n"
+        p.send_signal(signal.SIGTERM)
+        flag.write_text("1")
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    # the block finished, then the stop acted as it would have: the default
+    # kills the process, a handler runs (after the block, not in it)
+    assert out.splitlines()[0] == "wrote both", out
+    if mode == "default":
+        assert p.returncode == -signal.SIGTERM and "after the block" not in out, (p.returncode, out)
+    else:
+        assert out.splitlines()[1:] == ["handler ran"] and p.returncode == 3, (p.returncode, out)
+
+
+def test_hold_stop_needs_the_main_thread_and_restores_the_handler():
+    import threading
+    errors = []
+
+    def body():
+        try:
+            with feed.hold_stop():
+                pass
+        except RuntimeError as exc:
+            errors.append(str(exc))
+    th = threading.Thread(target=body)
+    th.start()
+    th.join(10)
+    assert errors and "main thread" in errors[0], errors
+    before = signal.getsignal(signal.SIGTERM)
+    with feed.hold_stop():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_checkpoint_saves_the_position_only_when_the_block_succeeds(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setenv("TFOS_ATTEMPT", "1")
+    monkeypatch.setenv("TFOS_JOB_NAME", "worker")
+    monkeypatch.setenv("TFOS_TASK_INDEX", "0")
+    mgr = feed.FeedManager.__new__(feed.FeedManager)   # the position needs no rings
+    mgr.consumed, mgr.partial = [0, 1], {2: 40}
+    pos = tmp_path / feed.POSITION_DIR / "attempt-1-worker-0.json"
+    with pytest.raises(OSError):
+        with mgr.checkpoint(str(tmp_path)):
+            raise OSError("disk full")
+    assert not pos.exists()
+    with mgr.checkpoint(str(tmp_path)):
+        pass
+    got = json.loads(pos.read_text())
+    assert got["partitions"] == [0, 1] and got["partial"] == {"2": 40}, got

@@ -317,14 +317,12 @@ def checkpointing_reader(args, ctx):
         if done - at_ckpt >= args["every"]:
             # the checkpoint and its feed position go together: a stop
             # (SIGTERM) waits until both are written
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-            state.extend(fresh)
-            fresh = []
-            with open(ckpt + ".tmp", "w") as f:
-                json.dump(state, f)
-            os.replace(ckpt + ".tmp", ckpt)
-            feed.save_position()
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            with feed.checkpoint():
+                state.extend(fresh)
+                fresh = []
+                with open(ckpt + ".tmp", "w") as f:
+                    json.dump(state, f)
+                os.replace(ckpt + ".tmp", ckpt)
             at_ckpt = done
         if ctx.attempt == 1 and ctx.task_index == 1 and done >= args["die_after"]:
             with open(os.path.join(args["out"], "lost-%s.txt" % node), "w") as f:
