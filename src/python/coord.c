@@ -262,8 +262,12 @@ static PyObject *Coord_set_feed(CoordObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     lock(self);
-    if (self->http)
+    if (self->http) {
+        /* the nodes' counts as of now, not of the last 1 s sample: a feed
+         * that starts here counts what they consume from this point */
+        tfos__feed_meter_taken_from(&self->meter, self->coord);
         tfos__feed_meter_set(&self->meter, state, rows, done, aborted, expected, tfos__now_ms());
+    }
     unlock(self);
     Py_RETURN_NONE;
 }

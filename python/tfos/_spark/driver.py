@@ -188,6 +188,13 @@ class _Progress(object):
         self.quiet = quiet
         self.t0 = time.monotonic()
         self.done = threading.Event()
+        # the feed starts now, before the job: the page counts the rows the
+        # nodes consume from here (a first update a second later counted from
+        # then, missing what the trainers had already taken)
+        try:
+            self._feed()
+        except Exception:
+            pass
         self.thread = threading.Thread(target=self._loop, name="tfos-progress", daemon=True)
         self.thread.start()
 
