@@ -131,7 +131,7 @@ char *tfos__http_get(const char *url, const char *path)
     close(fd);
     buf[len] = 0;
     char *body = strstr(buf, "\r\n\r\n");
-    if (!body || strncmp(buf, "HTTP/1.0 200", 12)) {
+    if (!body || (strncmp(buf, "HTTP/1.0 200", 12) && strncmp(buf, "HTTP/1.1 200", 12))) {
         free(buf);
         return NULL;
     }

@@ -1,8 +1,12 @@
-/* http.c: the status page server (see http.h). Each connection is read
- * until its request's header ends, answered into a buffer, and written out
- * as its socket takes it; one timer drops idle connections. While every
- * slot is taken the listening socket is not accepted from, so clients wait
- * in the kernel's backlog instead of being dropped.
+/* http.c: the HTTP server (see http.h). Each connection is read until its
+ * request's head ends, then its body (Content-Length bytes); the route
+ * answers into a buffer at once or later (tfos__http_reply), and the
+ * response is written out as the socket takes it. A kept-alive connection
+ * then reads its next request (bytes of it already read are kept). One
+ * timer drops idle connections (a connection waiting for a deferred answer
+ * is not idle). While every slot is taken the listening socket is not
+ * accepted from, so clients wait in the kernel's backlog instead of being
+ * dropped.
  *
  * Who may ask: on loopback, only requests whose Host is a loopback name (a
  * page from elsewhere that rebinds its DNS name to 127.0.0.1 still sends its
@@ -23,17 +27,24 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_CONNS 64
-#define REQ_MAX 8192
+#define HEAD_MAX 8192
 #define IDLE_MS 5000
+
+enum { C_HEAD, C_BODY, C_PENDING, C_WRITE };
 
 typedef struct hconn {
     int fd;          /* -1: free slot */
-    size_t len;
+    int state;
+    uint32_t gen;    /* bumped at every request: a stale reply id is refused */
+    int keep;        /* keep the connection after this response */
+    int minor;       /* the request's HTTP/1.x, answered in kind */
     int64_t since;
+    char *buf;       /* the request (head, then body), NUL-terminated */
+    size_t len, cap;
+    size_t head_len, body_len; /* once the head is read */
+    char saved;      /* the byte after the body, while the route sees a NUL there */
     char *out;       /* the response, once built */
     size_t out_len, out_off;
-    char buf[REQ_MAX];
 } hconn;
 
 struct tfos__http {
@@ -41,10 +52,14 @@ struct tfos__http {
     int lfd, port;
     int paused;      /* every slot taken: not accepting */
     char token[80];  /* "" : none */
-    tfos__http_handler handler;
+    tfos__http_route route;
+    tfos__http_handler handler; /* GET-only servers (tfos__http_open) */
+    void *handler_user;
     void *user;
+    size_t max_body;
     tfos__timer idle;
-    hconn conns[MAX_CONNS];
+    int nconns;
+    hconn *conns;
 };
 
 static void drop(tfos__http *s, hconn *c)
@@ -52,21 +67,27 @@ static void drop(tfos__http *s, hconn *c)
     tfos__loop_unwatch(s->loop, c->fd);
     close(c->fd);
     c->fd = -1;
-    c->len = 0;
+    c->gen++;
+    c->len = c->head_len = c->body_len = 0;
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_off = 0;
+    if (c->cap > 2 * HEAD_MAX) { /* a big body's buffer goes back */
+        free(c->buf);
+        c->buf = NULL;
+        c->cap = 0;
+    }
     if (s->paused) { /* a slot is free again */
         s->paused = 0;
         tfos__loop_events(s->loop, s->lfd, TFOS_EV_READ);
     }
 }
 
-/* The value of header `name` (case-insensitive) into out, or 0 if absent. */
-static int header(const char *req, const char *name, char *out, size_t len)
+int tfos__http_header(const char *head, const char *name, char *out, size_t len)
 {
     size_t nl = strlen(name);
-    for (const char *p = strstr(req, "\n"); p; p = strstr(p + 1, "\n")) {
+    const char *end = strstr(head, "\r\n\r\n");
+    for (const char *p = strchr(head, '\n'); p && (!end || p < end + 2); p = strchr(p + 1, '\n')) {
         if (!strncasecmp(p + 1, name, nl) && p[1 + nl] == ':') {
             const char *v = p + 2 + nl;
             while (*v == ' ' || *v == '\t')
@@ -79,23 +100,44 @@ static int header(const char *req, const char *name, char *out, size_t len)
     return 0;
 }
 
+const char *tfos__http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized (this server needs its token)";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 421: return "Misdirected Request (Host is not this machine)";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+    }
+}
+
 /* Is the request allowed (see the top of this file)? 0, or the status. */
-static int refused(const tfos__http *s, const char *req, char *path)
+static int refused(const tfos__http *s, const char *head, const char *query)
 {
     if (s->token[0]) {
         char auth[160] = "";
-        char *q = strchr(path, '?');
-        const char *t = q ? strstr(q, "token=") : NULL;
-        if (header(req, "Authorization", auth, sizeof auth) && !strncmp(auth, "Bearer ", 7) &&
+        const char *t = strstr(query, "token=");
+        size_t tl = strlen(s->token);
+        if (tfos__http_header(head, "Authorization", auth, sizeof auth) && !strncmp(auth, "Bearer ", 7) &&
             !strcmp(auth + 7, s->token))
             return 0;
-        if (t && (t == q + 1 || t[-1] == '&') && !strncmp(t + 6, s->token, strlen(s->token)) &&
-            (t[6 + strlen(s->token)] == '\0' || t[6 + strlen(s->token)] == '&'))
+        if (t && (t == query || t[-1] == '&') && !strncmp(t + 6, s->token, tl) &&
+            (t[6 + tl] == '\0' || t[6 + tl] == '&'))
             return 0;
         return 401;
     }
     char host[300];
-    if (!header(req, "Host", host, sizeof host))
+    if (!tfos__http_header(head, "Host", host, sizeof host))
         return 0; /* HTTP/1.0 without Host: not a browser */
     char name[300];
     snprintf(name, sizeof name, "%s", host);
@@ -118,8 +160,8 @@ static void on_idle(tfos__loop *l, tfos__timer *t, void *user);
 static void schedule_idle(tfos__http *s)
 {
     int64_t at = INT64_MAX;
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i].fd >= 0 && s->conns[i].since + IDLE_MS < at)
+    for (int i = 0; i < s->nconns; i++)
+        if (s->conns[i].fd >= 0 && s->conns[i].state != C_PENDING && s->conns[i].since + IDLE_MS < at)
             at = s->conns[i].since + IDLE_MS;
     if (at == INT64_MAX)
         tfos__timer_disarm(s->loop, &s->idle);
@@ -133,57 +175,191 @@ static void on_idle(tfos__loop *l, tfos__timer *t, void *user)
     (void)t;
     tfos__http *s = user;
     int64_t now = tfos__now_ms();
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i].fd >= 0 && now - s->conns[i].since >= IDLE_MS)
+    for (int i = 0; i < s->nconns; i++)
+        if (s->conns[i].fd >= 0 && s->conns[i].state != C_PENDING && now - s->conns[i].since >= IDLE_MS)
             drop(s, &s->conns[i]);
     schedule_idle(s);
 }
 
-/* Build the response into c->out. */
-static void respond(tfos__http *s, hconn *c)
+/* Put the response into c->out and start writing it (takes body). */
+static void send_response(tfos__http *s, hconn *c, int status, const char *ctype, char *body, size_t len)
 {
-    char method[8], path[512];
-    int status = 200;
-    const char *ctype = "text/plain; charset=utf-8";
-    char *body = NULL;
-    if (sscanf(c->buf, "%7s %511s HTTP/", method, path) != 2) {
-        status = 400;
-    } else if (strcmp(method, "GET")) {
-        status = 405;
-    } else if ((status = refused(s, c->buf, path))) {
-        /* 401 without the token; 421 for a Host that is not this machine */
-    } else {
-        status = 200;
-        char *q = strchr(path, '?');
-        if (q)
-            *q = 0;
-        body = s->handler(path, &ctype, &status, s->user);
-    }
-    const char *reason = status == 200   ? "OK"
-                         : status == 404 ? "Not Found"
-                         : status == 405 ? "Method Not Allowed"
-                         : status == 401 ? "Unauthorized (the status page needs its token)"
-                         : status == 421 ? "Misdirected Request (Host is not this machine)"
-                                         : "Bad Request";
     if (!body) {
-        body = strdup(reason);
+        body = strdup(tfos__http_reason(status));
+        len = body ? strlen(body) : 0;
         ctype = "text/plain; charset=utf-8";
+    } else if (!len) {
+        len = strlen(body);
     }
-    size_t blen = body ? strlen(body) : 0;
+    free(c->out);
+    c->out = NULL;
     FILE *f = open_memstream(&c->out, &c->out_len);
     if (!f) {
         free(body);
         drop(s, c);
         return;
     }
-    fprintf(f, "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-               "Connection: close\r\n\r\n", status, reason, ctype, blen);
+    fprintf(f, "HTTP/1.%d %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n%s\r\n",
+            c->minor, status, tfos__http_reason(status), ctype ? ctype : "text/plain; charset=utf-8", len,
+            c->keep ? "" : "Connection: close\r\n");
     if (body)
-        fwrite(body, 1, blen, f);
+        fwrite(body, 1, len, f);
     fclose(f);
     free(body);
     c->out_off = 0;
+    c->state = C_WRITE;
+    c->since = tfos__now_ms();
     tfos__loop_events(s->loop, c->fd, TFOS_EV_WRITE);
+}
+
+static uint64_t conn_id(const tfos__http *s, const hconn *c)
+{
+    return ((uint64_t)(c - s->conns) << 32) | c->gen;
+}
+
+/* The head and body are in: ask the route. */
+static void dispatch(tfos__http *s, hconn *c)
+{
+    char method[16] = "", target[1024] = "", version[16] = "";
+    char *body = c->buf + c->head_len;
+    c->saved = body[c->body_len]; /* a pipelined request's first byte: put back by response_sent */
+    body[c->body_len] = '\0';
+    if (sscanf(c->buf, "%15s %1023s %15s", method, target, version) != 3 || strncmp(version, "HTTP/1.", 7)) {
+        c->keep = 0;
+        send_response(s, c, 400, NULL, NULL, 0);
+        return;
+    }
+    char *q = strchr(target, '?');
+    const char *query = "";
+    if (q) {
+        *q = '\0';
+        query = q + 1;
+    }
+    int status = refused(s, c->buf, query);
+    if (status) {
+        send_response(s, c, status, NULL, NULL, 0);
+        return;
+    }
+    tfos__http_req rq = {.method = method, .path = target, .query = query, .head = c->buf, .body = body,
+                         .body_len = c->body_len, .id = conn_id(s, c)};
+    tfos__http_resp rs = {.status = 200, .ctype = "text/plain; charset=utf-8"};
+    c->state = C_PENDING;
+    if (s->route(&rq, &rs, s->user) == 1)
+        return; /* tfos__http_reply answers it */
+    send_response(s, c, rs.status, rs.ctype, rs.body, rs.len);
+}
+
+/* A request head has ended at c->buf[head_len): read its framing. */
+static void head_done(tfos__http *s, hconn *c)
+{
+    char v[64], version[16] = "";
+    sscanf(c->buf, "%*s %*s %15s", version);
+    int http11 = !strcmp(version, "HTTP/1.1");
+    c->minor = http11;
+    c->keep = http11;
+    if (tfos__http_header(c->buf, "Connection", v, sizeof v))
+        c->keep = !strcasecmp(v, "close") ? 0 : !strcasecmp(v, "keep-alive") ? 1 : c->keep;
+    if (tfos__http_header(c->buf, "Transfer-Encoding", v, sizeof v)) {
+        c->keep = 0;
+        c->body_len = 0;
+        send_response(s, c, 411, NULL, strdup("a request body needs a Content-Length (chunked bodies are not "
+                                                "taken)"), 0);
+        return;
+    }
+    c->body_len = 0;
+    if (tfos__http_header(c->buf, "Content-Length", v, sizeof v)) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') {
+            c->keep = 0;
+            send_response(s, c, 400, NULL, strdup("Content-Length is not a number"), 0);
+            return;
+        }
+        if (n > s->max_body) {
+            c->keep = 0;
+            char *msg = NULL;
+            if (asprintf(&msg, "the request body has %llu bytes; this server takes up to %zu", n, s->max_body) < 0)
+                msg = NULL;
+            send_response(s, c, s->max_body ? 413 : 405, NULL, msg, 0);
+            return;
+        }
+        c->body_len = (size_t)n;
+    }
+    if (c->body_len && tfos__http_header(c->buf, "Expect", v, sizeof v) && !strcasecmp(v, "100-continue")) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        (void)!send(c->fd, cont, sizeof cont - 1, MSG_NOSIGNAL); /* 25 bytes into an empty socket buffer */
+    }
+    c->state = C_BODY;
+}
+
+/* Grow c->buf to hold `need` bytes and a NUL. */
+static int reserve(hconn *c, size_t need)
+{
+    if (need + 1 <= c->cap)
+        return 0;
+    size_t cap = c->cap ? c->cap : HEAD_MAX;
+    while (cap < need + 1)
+        cap *= 2;
+    char *b = realloc(c->buf, cap);
+    if (!b)
+        return -1;
+    c->buf = b;
+    c->cap = cap;
+    return 0;
+}
+
+/* Make progress on what has been read: a head, a body, a dispatch. */
+static void advance(tfos__http *s, hconn *c)
+{
+    if (c->state == C_HEAD) {
+        char *e = strstr(c->buf, "\r\n\r\n");
+        size_t hl = e ? (size_t)(e - c->buf) + 4 : 0;
+        if (!e && (e = strstr(c->buf, "\n\n")))
+            hl = (size_t)(e - c->buf) + 2;
+        if (!hl) {
+            if (c->len >= HEAD_MAX)
+                drop(s, c);
+            return;
+        }
+        c->head_len = hl;
+        head_done(s, c);
+        if (c->state != C_BODY)
+            return;
+    }
+    if (c->state == C_BODY && c->len >= c->head_len + c->body_len) {
+        if (reserve(c, c->head_len + c->body_len + 1)) {
+            drop(s, c);
+            return;
+        }
+        dispatch(s, c);
+    }
+}
+
+/* The response went out: close, or take the connection's next request. */
+static void response_sent(tfos__http *s, hconn *c)
+{
+    if (!c->keep) {
+        drop(s, c);
+        return;
+    }
+    size_t used = c->head_len + c->body_len;
+    size_t rest = c->len > used ? c->len - used : 0;
+    c->buf[used] = c->saved;
+    memmove(c->buf, c->buf + used, rest);
+    c->len = rest;
+    c->buf[rest] = '\0';
+    c->head_len = c->body_len = 0;
+    free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_off = 0;
+    c->gen++;
+    c->state = C_HEAD;
+    c->since = tfos__now_ms();
+    tfos__loop_events(s->loop, c->fd, TFOS_EV_READ);
+    if (rest)
+        advance(s, c);
+    schedule_idle(s);
 }
 
 static void on_conn(tfos__loop *l, int fd, int events, void *user)
@@ -191,22 +367,42 @@ static void on_conn(tfos__loop *l, int fd, int events, void *user)
     (void)l;
     tfos__http *s = user;
     hconn *c = NULL;
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < s->nconns && !c; i++)
         if (s->conns[i].fd == fd)
             c = &s->conns[i];
     if (!c)
         return;
-    if (c->out) {
+    if (c->state == C_WRITE) {
         if (!(events & TFOS_EV_WRITE))
             return;
         ssize_t w = send(fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (w > 0)
             c->out_off += (size_t)w;
-        if ((w < 0 && errno != EAGAIN && errno != EINTR) || c->out_off == c->out_len)
+        if (w < 0 && errno != EAGAIN && errno != EINTR)
             drop(s, c);
+        else if (c->out_off == c->out_len)
+            response_sent(s, c);
         return;
     }
-    ssize_t r = recv(fd, c->buf + c->len, sizeof c->buf - 1 - c->len, 0);
+    if (c->state == C_PENDING) {
+        /* the answer is not ready: only notice a client that has gone */
+        char b;
+        ssize_t r = recv(fd, &b, 1, MSG_PEEK);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            drop(s, c);
+        else if (r > 0) /* pipelined: read it once this one is answered */
+            tfos__loop_events(s->loop, fd, 0);
+        return;
+    }
+    size_t want = c->state == C_BODY ? c->head_len + c->body_len - c->len : 4096;
+    if (want < 4096)
+        want = 4096;
+    if (reserve(c, c->len + want)) {
+        drop(s, c);
+        return;
+    }
+    size_t room = c->state == C_HEAD && c->cap - 1 - c->len > HEAD_MAX ? HEAD_MAX : c->cap - 1 - c->len;
+    ssize_t r = recv(fd, c->buf + c->len, room, 0);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
         drop(s, c);
         return;
@@ -214,11 +410,9 @@ static void on_conn(tfos__loop *l, int fd, int events, void *user)
     if (r < 0)
         return;
     c->len += (size_t)r;
-    c->buf[c->len] = 0;
-    if (strstr(c->buf, "\r\n\r\n") || strstr(c->buf, "\n\n"))
-        respond(s, c);
-    else if (c->len >= sizeof c->buf - 1)
-        drop(s, c);
+    c->buf[c->len] = '\0';
+    c->since = tfos__now_ms();
+    advance(s, c);
 }
 
 static void on_listen(tfos__loop *l, int lfd, int events, void *user)
@@ -230,18 +424,20 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
         if (fd < 0)
             break;
         hconn *c = NULL;
-        for (int i = 0; i < MAX_CONNS && !c; i++)
+        for (int i = 0; i < s->nconns && !c; i++)
             if (s->conns[i].fd < 0)
                 c = &s->conns[i];
-        if (!c || tfos__loop_watch(l, fd, TFOS_EV_READ, on_conn, s)) {
+        if (!c || reserve(c, HEAD_MAX) || tfos__loop_watch(l, fd, TFOS_EV_READ, on_conn, s)) {
             close(fd);
             continue;
         }
         c->fd = fd;
         c->len = 0;
+        c->buf[0] = '\0';
+        c->state = C_HEAD;
         c->since = tfos__now_ms();
         int busy = 1;
-        for (int i = 0; i < MAX_CONNS && busy; i++)
+        for (int i = 0; i < s->nconns && busy; i++)
             busy = s->conns[i].fd >= 0;
         if (busy) { /* the rest wait in the backlog until a slot is free */
             s->paused = 1;
@@ -252,30 +448,76 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
     schedule_idle(s);
 }
 
-int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
-                    void *user)
+int tfos__http_reply(tfos__http *s, uint64_t id, int status, const char *ctype, char *body, size_t len)
+{
+    uint32_t slot = (uint32_t)(id >> 32);
+    hconn *c = s && slot < (uint32_t)s->nconns ? &s->conns[slot] : NULL;
+    if (!c || c->fd < 0 || c->gen != (uint32_t)id || c->state != C_PENDING) {
+        free(body);
+        return TFOS_ECLOSED;
+    }
+    send_response(s, c, status, ctype, body, len);
+    schedule_idle(s);
+    return 0;
+}
+
+/* tfos__http_open's route: GET through the handler. */
+static int get_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    tfos__http *s = user;
+    if (strcmp(rq->method, "GET")) {
+        rs->status = 405;
+        return 0;
+    }
+    rs->body = s->handler(rq->path, &rs->ctype, &rs->status, s->handler_user);
+    return 0;
+}
+
+int tfos__http_open_routes(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_route r,
+                           void *user, size_t max_body, int max_conns)
 {
     tfos__http *s = calloc(1, sizeof *s);
     if (!s)
         return TFOS_ENOMEM;
-    for (int i = 0; i < MAX_CONNS; i++)
+    s->nconns = max_conns > 0 ? max_conns : 64;
+    s->conns = calloc((size_t)s->nconns, sizeof *s->conns);
+    if (!s->conns) {
+        free(s);
+        return TFOS_ENOMEM;
+    }
+    for (int i = 0; i < s->nconns; i++)
         s->conns[i].fd = -1;
     int rc = tfos__tcp_listen(host, port, 1024, &s->lfd, &s->port);
     if (rc) {
+        free(s->conns);
         free(s);
         return rc;
     }
     s->loop = loop;
-    s->handler = h;
+    s->route = r;
     s->user = user;
+    s->max_body = max_body;
     rc = tfos__loop_watch(loop, s->lfd, TFOS_EV_READ, on_listen, s);
     if (rc) {
         close(s->lfd);
+        free(s->conns);
         free(s);
         return rc;
     }
     *out = s;
     return 0;
+}
+
+int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
+                    void *user)
+{
+    int rc = tfos__http_open_routes(out, loop, host, port, get_route, NULL, 0, 64);
+    if (rc == 0) {
+        (*out)->user = *out; /* get_route's */
+        (*out)->handler = h;
+        (*out)->handler_user = user;
+    }
+    return rc;
 }
 
 int tfos__http_port(const tfos__http *s)
@@ -292,8 +534,8 @@ int tfos__http_busy(const tfos__http *s)
 {
     if (!s)
         return 0;
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i].fd >= 0 && s->conns[i].out && s->conns[i].out_off < s->conns[i].out_len)
+    for (int i = 0; i < s->nconns; i++)
+        if (s->conns[i].fd >= 0 && s->conns[i].state == C_WRITE && s->conns[i].out_off < s->conns[i].out_len)
             return 1;
     return 0;
 }
@@ -302,11 +544,14 @@ void tfos__http_close(tfos__http *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < s->nconns; i++) {
         if (s->conns[i].fd >= 0)
             drop(s, &s->conns[i]);
+        free(s->conns[i].buf);
+    }
     tfos__timer_disarm(s->loop, &s->idle);
     tfos__loop_unwatch(s->loop, s->lfd);
     close(s->lfd);
+    free(s->conns);
     free(s);
 }
