@@ -79,7 +79,7 @@ test-py: install
 # The process-level tests again, with the agent and coordinator built with
 # AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero).
 test-py-asan: install test-asan
-	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py
+	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py tests/python/test_serve.py
 
 # TFCluster on a real Spark standalone cluster (master + 2 one-core workers
 # on 127.0.0.1, started and stopped by the tests).

@@ -386,6 +386,18 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
 
 /* ---- local launcher (`tfos run`) ----------------------------------- */
 
+/* `tfos serve`: the nodes are model servers behind an Open Inference
+ * Protocol front end on the status page's port (docs/SERVING.md). */
+typedef struct tfos_serve_opts {
+    char *const *models;       /* the model names served (their dirs go to the servers' argv) */
+    int nmodels;
+    int max_batch;             /* rows per batch sent to a model server; 0: 64 */
+    int max_delay_ms;          /* the longest a request waits for others to batch with; 0: 5, -1: none */
+    long long max_queue_rows;  /* rows waiting per model before requests get 429; 0: 64 * max_batch */
+    double timeout_s;          /* a request not answered by then gets 504; 0: 30 */
+    long long max_body;        /* largest request body in bytes; 0: 64 MiB */
+} tfos_serve_opts;
+
 typedef struct tfos_run_opts {
     tfos_layout layout;
     char *const *argv;          /* the user program */
@@ -431,6 +443,9 @@ typedef struct tfos_run_opts {
                                  * (NULL: 127.0.0.1 for both) */
     const char *address_file;   /* write "COORD_ADDR\nSTATUS_URL\n" here once both listen (first attempt) */
     const char *secret;         /* the cluster secret (hex); NULL: a fresh one */
+    const tfos_serve_opts *serve; /* tfos serve: the front end on the status page's port (NULL: tfos run) */
+    const char *http_token;     /* the status page's (and front end's) token; NULL: a fresh one beyond
+                                 * loopback, none on it */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -57,5 +57,8 @@ int tfos__cmd_yarn_logs(int argc, char **argv);
 /* tfos yarn pack [-o FILE] [ENV_DIR]: a virtual environment as a .tar.gz
  * for --archive FILE#env (yarn.c) */
 int tfos__cmd_yarn_pack(int argc, char **argv);
+/* tfos serve [options] (serve.c; argv: everything after "serve") */
+int tfos__cmd_serve(int argc, char **argv);
+const char *tfos__serve_help(void);
 
 #endif

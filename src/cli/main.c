@@ -6,6 +6,7 @@
  *   tfos coordinator [options]            a coordinator alone, for agents
  *                                         started by hand or by other tools
  *   tfos yarn [options] [--] CMD ARGS...  the cluster in YARN containers (yarn.c)
+ *   tfos serve --model NAME=DIR ...       models over HTTP (serve.c)
  *   tfos version
  *   tfos guard ...                        internal, beside each program
  *   tfos yarn-am, tfos yarn-container     internal, in the YARN ApplicationMaster's
@@ -46,6 +47,7 @@ static const char top_help[] =
     "  status    tfos status [URL | LOG_DIR] [--json]: a running or finished run's state\n"
     "  logs      tfos logs [-f] [NODE] [--log-dir D]: a run's node logs\n"
     "  yarn      tfos yarn [options] [--] PROGRAM [ARGS...]: the cluster in YARN containers\n"
+    "  serve     tfos serve --model NAME=DIR [options]: models over HTTP (Open Inference Protocol)\n"
     "  version   tfos version (also -V, --version): the installed tfos\n"
     "\n"
     "options:\n"
@@ -835,6 +837,8 @@ static const char *command_help(const char *cmd)
     for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
         if (!strcmp(cmd, helps[i].name))
             return helps[i].text;
+    if (!strcmp(cmd, "serve"))
+        return tfos__serve_help();
     return NULL;
 }
 
@@ -897,6 +901,8 @@ int main(int argc, char **argv)
         return cmd_status_logs(argc - 2, argv + 2, !strcmp(argv[1], "status"));
     if (!strcmp(argv[1], "guard"))
         return cmd_guard(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve"))
+        return tfos__cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "yarn-container")) {
         for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
             if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

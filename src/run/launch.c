@@ -25,6 +25,7 @@
 #include "run/feedrun.h"
 #include "run/http.h"
 #include "run/position.h"
+#include "run/serve.h"
 #include "run/status.h"
 #include "tfos/tfos.h"
 
@@ -78,6 +79,8 @@ struct tfos_local {
     tfos__http *http;
     tfos__status_src status;
     tfos__logbuf lines;      /* the nodes' forwarded output (agent_prefix: tfos yarn) */
+    tfos__serve *serve;      /* tfos serve: the front end (NULL: tfos run) */
+    char env_serve[64];      /* "TFOS_SERVE_ADDR=@..." */
 };
 
 /* Is host a loopback address (the status page needs no token there)? */
@@ -104,18 +107,22 @@ static char **child_env(tfos_local *l)
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env)
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16) &&
-            strncmp(environ[i], "TFOS_FEED_EMPTY=", 16))
+            strncmp(environ[i], "TFOS_FEED_EMPTY=", 16) && strncmp(environ[i], "TFOS_SERVE_ADDR=", 16))
             env[j++] = environ[i];
     snprintf(l->env_secret, sizeof l->env_secret, "TFOS_SECRET=%s", l->secret);
     snprintf(l->env_cluster, sizeof l->env_cluster, "TFOS_CLUSTER_ID=%s", l->cluster_id);
     env[j++] = l->env_secret;
     env[j++] = l->env_cluster;
+    if (l->serve) {
+        snprintf(l->env_serve, sizeof l->env_serve, "TFOS_SERVE_ADDR=%s", tfos__serve_address(l->serve));
+        env[j++] = l->env_serve;
+    }
     const char *producers = getenv("TFOS_FEED_PRODUCERS");
     if (l->opts.ninputs == 0 && !(producers && !strcmp(producers, "1")))
         env[j] = (char *)"TFOS_FEED_EMPTY=1";
@@ -499,16 +506,31 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
-    if (opts->status_port >= 0) {
-        const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
-        rc = tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);
-        if (rc) {
-            TFOS_ERROR("cannot serve the status page on port %d: %s", opts->status_port, strerror(errno));
+    if (opts->serve) {
+        char err[512];
+        if ((rc = tfos__serve_open(&l->serve, l->loop, opts->serve, l->secret, err, sizeof err))) {
+            TFOS_ERROR("%s", err);
             goto fail;
         }
+    }
+    if (opts->status_port >= 0) {
+        const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
+        long long body = opts->serve && opts->serve->max_body > 0 ? opts->serve->max_body : 64LL << 20;
+        rc = l->serve ? tfos__http_open_routes(&l->http, l->loop, host, opts->status_port, tfos__serve_route, l->serve,
+                                               (size_t)body, 256)
+                      : tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);
+        if (rc) {
+            TFOS_ERROR("cannot serve %s on port %d: %s", l->serve ? "the models" : "the status page",
+                       opts->status_port, strerror(errno));
+            goto fail;
+        }
+        if (l->serve)
+            tfos__serve_attach(l->serve, l->http, &l->status);
         /* beyond loopback the page and the logs need a token */
         char query[48] = "";
-        if (!is_loopback(host)) {
+        if (opts->http_token && *opts->http_token) {
+            tfos__http_set_token(l->http, opts->http_token);
+        } else if (!is_loopback(host)) {
             char token[33];
             if ((rc = tfos__random_hex(token, 16)))
                 goto fail;
@@ -516,6 +538,10 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
             snprintf(query, sizeof query, "?token=%s", token);
         }
         snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
+        for (int i = 0; l->serve && i < opts->serve->nmodels; i++)
+            TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s",
+                      opts->serve->models[i], host, tfos__http_port(l->http), opts->serve->models[i],
+                      opts->http_token && *opts->http_token ? ", with the token" : query[0] ? ", with the token in the status URL" : "");
         /* where `tfos status` and `tfos logs -f` find this run (0600: it may
          * hold the token) */
         char path[4400];
@@ -554,6 +580,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     return 0;
 fail:
     tfos__logbuf_fini(&l->lines);
+    tfos__serve_close(l->serve);
     tfos__http_close(l->http);
     tfos__feed_meter_fini(&l->meter);
     tfos_policy_close(l->policy);
@@ -611,8 +638,12 @@ static void finish(tfos_local *l)
         else
             snprintf(l->summary, sizeof l->summary, "%s%s%s", tfos_coord_failure(c),
                      *verdict ? "\nnot restarted: " : "", verdict);
-        tfos__log(l->opts.caller_reports ? TFOS_LOG_DEBUG : TFOS_LOG_ERROR,
-                  "the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
+        if (l->serve && l->stop_signo && tfos_policy_count(l->policy) <= 1) /* how a server is stopped */
+            TFOS_INFO("stopped serving (signal %d, %s); logs of the model servers are in %s", l->stop_signo,
+                      strsignal(l->stop_signo), l->log_dir);
+        else
+            tfos__log(l->opts.caller_reports ? TFOS_LOG_DEBUG : TFOS_LOG_ERROR,
+                      "the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
     }
     l->finished = 1;
 }
@@ -725,6 +756,9 @@ void tfos_local_close(tfos_local *l)
     }
     if (l->coord)
         end_attempt(l);
+    tfos__serve_close(l->serve); /* answers what still waits (503), before the HTTP server goes */
+    for (int64_t until = tfos__now_ms() + 2000; l->serve && tfos__http_busy(l->http) && tfos__now_ms() < until;)
+        tfos__loop_run(l->loop, 50);
     tfos__http_close(l->http);
     tfos__logbuf_fini(&l->lines);
     tfos__timer_disarm(l->loop, &l->meter_timer);

@@ -55,6 +55,8 @@ RUN_BY = {
         "tests/python/test_doc_snippets.py::test_digits_readme_train_and_predict",
     ("examples/digits/README.md", "--keras legacy -- python examples/digits/train_fit.py"):
         "tests/python/test_doc_snippets.py::test_digits_readme_model_fit",
+    ("examples/digits/README.md", "serve_client.py --url"):
+        "tests/python/test_doc_snippets.py::test_digits_readme_serve",
     ("docs/SPARK.md", "spark-submit --master spark://HOST:7077"):
         "tests/spark/test_doc_snippets.py::test_spark_submit_command_from_spark_md",
 }
@@ -176,6 +178,23 @@ def test_digits_readme_train_and_predict():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # train.py's chief, then predict.py on the model it saved
     assert len(re.findall(r"^(\[worker:0\] )?test accuracy: 0\.9\d+$", r.stdout, re.M)) == 2, r.stdout[-3000:]
+    check_console(r.stdout, r.stderr)
+
+
+def test_digits_readme_serve():
+    """Export, serve and score, as the digits README says (after its training
+    command, which test_digits_readme_train_and_predict runs: run here when
+    no model is saved yet)."""
+    model = os.path.join(ROOT, "examples", "digits", "model", "digits.keras")
+    if not os.path.exists(model):
+        r = shell("python examples/digits/train.py --epochs 5", env=venv_active())
+        assert r.returncode == 0, r.stderr[-3000:]
+    r = shell(block("examples/digits/README.md", "serve_client.py --url"), env=venv_active())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"^exported \S+digits\.keras as version \d+: ", r.stdout, re.M), r.stdout
+    m = re.search(r"^served accuracy: (0\.\d+)$", r.stdout, re.M)
+    assert m and float(m.group(1)) >= 0.9, r.stdout[-3000:]
+    assert "model server worker:0 is ready" in r.stderr and "stopped serving (signal 15" in r.stderr, r.stderr[-3000:]
     check_console(r.stdout, r.stderr)
 
 

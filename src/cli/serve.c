@@ -1,0 +1,222 @@
+/* serve.c: tfos serve: resident model servers behind an Open Inference
+ * Protocol front end, on this machine (docs/SERVING.md).
+ *
+ *   tfos serve --model NAME=DIR [--model ...] [--replicas N] [--port P] ...
+ *
+ * It is tfos run with the model servers as the nodes (each runs
+ * `python -m tfos.serve --model NAME=DIR ...`, supervised by its agent and
+ * restarted by the restart policy) and the front end (run/serve.c) on the
+ * status page's port. */
+#include "cli/cli.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_MODELS 64
+
+static const char serve_help[] =
+    "usage: tfos serve --model NAME=DIR [--model NAME=DIR ...] [options]\n"
+    "\n"
+    "Serves models over HTTP with the Open Inference Protocol (KServe v2): GET /v2/health/ready,\n"
+    "GET /v2/models/NAME, POST /v2/models/NAME/infer. Requests are batched across clients and\n"
+    "run by --replicas model servers (python -m tfos.serve), each a tfos node: supervised,\n"
+    "restarted when it fails, on the status page (/, /status) and in /metrics on the same port.\n"
+    "DIR is a TensorFlow SavedModel (its serving_default signature), or a directory of numbered\n"
+    "versions of one (the highest is served). Runs until Ctrl-C or SIGTERM.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    "  --model NAME=DIR         a model to serve; repeatable\n"
+    "  --replicas N             model servers (default 1)\n"
+    "  --port P                 the HTTP port (default 8500; 0: any free port)\n"
+    "  --listen ADDR            listen on ADDR instead of 127.0.0.1; beyond loopback every request\n"
+    "                           needs the token (Authorization: Bearer TOKEN)\n"
+    "  --token T                the token (default: $TFOS_SERVE_TOKEN; needed with --listen beyond\n"
+    "                           loopback)\n"
+    "  --max-batch N            rows per batch a model server runs (default 64)\n"
+    "  --max-delay-ms MS        the longest a request waits for others to batch with (default 5)\n"
+    "  --max-queue-rows N       rows waiting per model before requests get 429 (default 64 x max-batch)\n"
+    "  --timeout S              a request not answered in S seconds gets 504 (default 30)\n"
+    "  --max-body BYTES         largest request body (default 64 MiB)\n"
+    "  --python PY              the model servers' interpreter (default: the python beside this\n"
+    "                           tfos, else python3)\n"
+    "  --max-restarts N         restart the model servers up to N times after one fails (default 10)\n"
+    "  --log-dir D              the model servers' logs (default tfos-logs/run-<time>-<pid>)\n"
+    "  --reservation-timeout S  seconds for every model server to start (default "
+    "60)\n"
+    "\n"
+    "Options take their value as the next argument or after '=' (--port=8500).\n";
+
+const char *tfos__serve_help(void)
+{
+    return serve_help;
+}
+
+static int to_int(const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int is_loopback(const char *host)
+{
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
+}
+
+static volatile int got_signal;
+
+static void on_signal(int sig)
+{
+    if (!got_signal)
+        got_signal = sig;
+}
+
+int tfos__cmd_serve(int argc, char **argv)
+{
+    char *names[MAX_MODELS];
+    static char name_buf[MAX_MODELS][104];
+    char *model_args[MAX_MODELS];
+    int nmodels = 0;
+    long long replicas = 1, port = 8500, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
+              restarts = 10;
+    double timeout = 0, reservation = 0;
+    const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i], *val = NULL, *eq = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(serve_help, stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2))
+            return tfos__usage_error("unexpected argument '%s' (tfos serve takes options only)", a);
+        if ((eq = strchr(a, '='))) {
+            *eq = '\0';
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        }
+        if (!val) {
+            int r = tfos__usage_error("%s needs a value", a);
+            return r;
+        }
+        int bad = 0;
+        if (!strcmp(a, "--model")) {
+            char *e = strchr(val, '=');
+            if (!e || e == val || !e[1])
+                return tfos__usage_error("--model takes NAME=DIR, not '%s'", val);
+            if (nmodels == MAX_MODELS)
+                return tfos__usage_error("%s: at most 64 models", a);
+            size_t nl = (size_t)(e - val);
+            if (nl > 100 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
+                return tfos__usage_error("--model %s: a name is up to 100 letters, digits, '_', '.' and '-'", val);
+            snprintf(name_buf[nmodels], sizeof name_buf[nmodels], "%.*s", (int)nl, val);
+            names[nmodels] = name_buf[nmodels];
+            for (int j = 0; j < nmodels; j++)
+                if (!strcmp(names[j], names[nmodels]))
+                    return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
+            if (access(e + 1, R_OK | X_OK)) {
+                fprintf(stderr, "tfos: --model %s: %s: %s\n", names[nmodels], e + 1, strerror(errno));
+                return 2;
+            }
+            model_args[nmodels++] = val;
+        } else if (!strcmp(a, "--replicas")) {
+            bad = to_int(val, 1, 64, &replicas);
+        } else if (!strcmp(a, "--port")) {
+            bad = to_int(val, 0, 65535, &port);
+        } else if (!strcmp(a, "--max-batch")) {
+            bad = to_int(val, 1, 1 << 20, &max_batch);
+        } else if (!strcmp(a, "--max-delay-ms")) {
+            bad = to_int(val, 0, 60000, &max_delay);
+            if (!bad && max_delay == 0)
+                max_delay = -1; /* 0 given: no waiting (the opts' 0 is "default") */
+        } else if (!strcmp(a, "--max-queue-rows")) {
+            bad = to_int(val, 1, 1LL << 32, &queue_rows);
+        } else if (!strcmp(a, "--max-body")) {
+            bad = to_int(val, 1024, 1LL << 32, &max_body);
+        } else if (!strcmp(a, "--max-restarts")) {
+            bad = to_int(val, 0, 1000000, &restarts);
+        } else if (!strcmp(a, "--timeout") || !strcmp(a, "--reservation-timeout")) {
+            char *end;
+            double d = strtod(val, &end);
+            bad = end == val || *end || !(d > 0);
+            *(strcmp(a, "--timeout") ? &reservation : &timeout) = d;
+        } else if (!strcmp(a, "--listen")) {
+            listen = val;
+        } else if (!strcmp(a, "--token")) {
+            token = val;
+        } else if (!strcmp(a, "--python")) {
+            python = val;
+        } else if (!strcmp(a, "--log-dir")) {
+            log_dir = val;
+        } else {
+            return tfos__usage_error("unknown option '%s'", a);
+        }
+        if (bad) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s: '%%s' is out of range or not a number", a);
+            return tfos__usage_error(msg, val);
+        }
+    }
+    if (!nmodels)
+        return tfos__usage_error("%s", "serve needs --model NAME=DIR");
+    if (listen && !is_loopback(listen) && !(token && *token))
+        return tfos__usage_error("--listen %s goes beyond this machine: give --token T (or $TFOS_SERVE_TOKEN), "
+                                 "which every request must carry", listen);
+    if (token && *token && (strlen(token) < 16 || strlen(token) > 64 || strpbrk(token, " \t\r\n&?#")))
+        return tfos__usage_error("%s", "--token: 16 to 64 characters, no spaces or any of & ? #");
+    char exe[PATH_MAX];
+    if (tfos__self_path(exe, sizeof exe)) {
+        fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    /* the python beside this tfos (a venv's bin), else python3 */
+    char beside[PATH_MAX + 16];
+    if (!python) {
+        snprintf(beside, sizeof beside, "%s", exe);
+        char *slash = strrchr(beside, '/');
+        if (slash) {
+            snprintf(slash + 1, sizeof beside - (size_t)(slash + 1 - beside), "python3");
+            python = access(beside, X_OK) ? "python3" : beside;
+        } else {
+            python = "python3";
+        }
+    }
+    char **prog = calloc((size_t)(4 + 2 * nmodels), sizeof *prog);
+    if (!prog)
+        return 1;
+    int k = 0;
+    prog[k++] = (char *)python;
+    prog[k++] = "-m";
+    prog[k++] = "tfos.serve";
+    for (int i = 0; i < nmodels; i++) {
+        prog[k++] = "--model";
+        prog[k++] = model_args[i];
+    }
+    prog[k] = NULL;
+    tfos_serve_opts so = {.models = names, .nmodels = nmodels, .max_batch = (int)max_batch,
+                          .max_delay_ms = (int)max_delay, .max_queue_rows = queue_rows, .timeout_s = timeout,
+                          .max_body = max_body};
+    tfos_run_opts o = {.layout = {.num_workers = (int)replicas}, .argv = prog, .agent_path = exe, .log_dir = log_dir,
+                       .reservation_timeout = reservation, .python = python, .max_restarts = (int)restarts,
+                       .status_port = (int)port, .status_host = listen, .serve = &so, .http_token = token,
+                       .quiet = true};
+    tfos__on_stop_signals(on_signal);
+    int code = 1;
+    int rc = tfos_run_local(&o, &got_signal, &code);
+    free(prog);
+    if (rc) {
+        fprintf(stderr, "tfos: could not start serving: %s\n", tfos_strerror(rc));
+        return 1;
+    }
+    return code;
+}

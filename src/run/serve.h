@@ -1,0 +1,52 @@
+/* serve.h: `tfos serve`'s front end: the Open Inference Protocol (KServe
+ * v2) over HTTP, dynamic batching, and the link to the model servers.
+ *
+ * The model servers are the cluster's nodes (supervised by their agents as
+ * for tfos run); each runs `python -m tfos.serve`, which loads the models
+ * and connects back to the front end's Unix socket. The front end lives in
+ * the launcher, on its event loop, beside the status page (one port):
+ *
+ *   client --HTTP--> front end: parse, check against the model's signature,
+ *                    queue; a batch goes out when max_batch rows wait or the
+ *                    oldest has waited max_delay_ms
+ *            frames  --> a model server with room (at most 2 batches each)
+ *                    <-- the outputs, as one columnar batch (core/batch.h)
+ *                    split per request, answered as OIP JSON
+ *
+ * Frames on the Unix socket: u32 payload length, u32 type, u64 id, payload
+ * (little-endian). HELLO (server -> front end, id: its node): the cluster
+ * secret, a newline, the models' metadata as JSON. BATCH (id: the batch):
+ * u16 model name length, name, u16 version length, version, a columnar
+ * batch of the inputs in the model's order. RESULT (id: the batch): a
+ * columnar batch of the outputs. ERROR (id: the batch): the model's error,
+ * as text. A server that goes away has its batches sent again to another
+ * (inference is idempotent). */
+#ifndef TFOS_RUN_SERVE_H
+#define TFOS_RUN_SERVE_H
+#include "core/loop.h"
+#include "run/http.h"
+#include "run/status.h"
+#include "tfos/tfos.h"
+
+#include <stdio.h>
+
+enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4 };
+
+typedef struct tfos__serve tfos__serve;
+
+/* Listen for model servers that know `secret`, on an abstract Unix socket
+ * (tfos__serve_address: "@NAME", what the servers get as TFOS_SERVE_ADDR).
+ * err says why on failure. */
+int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret, char *err,
+                     size_t errlen);
+const char *tfos__serve_address(const tfos__serve *s);
+/* The HTTP server that answers (borrowed) and the status page behind it. */
+void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status);
+/* A tfos__http_route: /v2/... here, the status page's paths (GET) there;
+ * /metrics gets the model metrics too. user: the tfos__serve. */
+int tfos__serve_route(const tfos__http_req *req, tfos__http_resp *resp, void *user);
+/* Model servers connected and ready. */
+int tfos__serve_ready(const tfos__serve *s);
+void tfos__serve_close(tfos__serve *s);
+
+#endif

@@ -1,0 +1,343 @@
+"""tfos serve: real model servers (a digits SavedModel trained here), real
+HTTP clients, real signals. The Open Inference Protocol's JSON over HTTP is
+spoken by hand (http.client): no OIP client from PyPI is pinned."""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import PY, pids_with, tfos_cli, wait_for
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    """A digits classifier exported as a SavedModel (version 1), with held-out
+    rows and its own predictions for them."""
+    d = tmp_path_factory.mktemp("serve-model")
+    code = r'''
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np, keras
+from sklearn.datasets import load_digits
+digits = load_digits()
+x = (digits.data / 16.0).astype("float32"); y = digits.target
+keras.utils.set_random_seed(1)
+m = keras.Sequential([keras.Input((64,), name="pixels"), keras.layers.Dense(32, activation="relu"),
+                      keras.layers.Dense(10, activation="softmax")])
+m.compile("adam", "sparse_categorical_crossentropy")
+m.fit(x[:1500], y[:1500], epochs=10, verbose=0)
+m.export(os.path.join(sys.argv[1], "digits", "1"), verbose=False)
+np.save(os.path.join(sys.argv[1], "x.npy"), x[1500:])
+np.save(os.path.join(sys.argv[1], "pred.npy"), m.predict(x[1500:], verbose=0))
+'''
+    r = subprocess.run([PY, "-c", code, str(d)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {"dir": d / "digits", "x": np.load(d / "x.npy"), "pred": np.load(d / "pred.npy")}
+
+
+class Server(object):
+    """`tfos serve` as a process, on a free port."""
+
+    def __init__(self, model_dir, tmp_path, marker, *args):
+        # the marker rides on the model servers' command lines through the
+        # model's path (a link), and on the agents' through the log dir
+        link = tmp_path / ("%s-digits" % marker)
+        if not link.exists():
+            link.symlink_to(model_dir)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+        self.proc = subprocess.Popen([tfos_cli(), "serve", "--model", "digits=%s" % link, "--port", "0",
+                                      "--python", PY, "--log-dir", str(tmp_path / ("logs-" + marker))] + list(args),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.err = []
+        self.port = None
+        first = self.proc.stderr.readline()
+        self.err.append(first)
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v2/models/digits/infer", first)
+        assert m, first + self.proc.stderr.read()
+        self.port = int(m.group(1))
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        assert wait_for(lambda: self.get("/v2/health/ready")[0] == 200, 120, 0.2), self.text()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.err.append(line)
+
+    def text(self):
+        return "".join(self.err)
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            c.request(method, path, body=data, headers=headers or {})
+            r = c.getresponse()
+            payload = r.read()
+            return r.status, payload
+        finally:
+            if conn is None:
+                c.close()
+
+    def get(self, path):
+        try:
+            return self.request("GET", path)
+        except OSError:
+            return None, b""
+
+    def infer(self, x, conn=None, **extra):
+        body = dict({"inputs": [{"name": "pixels", "shape": list(x.shape), "datatype": "FP32",
+                                 "data": x.ravel().tolist()}]}, **extra)
+        return self.request("POST", "/v2/models/digits/infer", body, conn=conn)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.reader.join(10)
+        return self.proc.returncode
+
+
+def outputs(payload):
+    doc = json.loads(payload)
+    o = doc["outputs"][0]
+    return doc, np.array(o["data"], dtype=np.float32).reshape(o["shape"])
+
+
+def test_oip_answers_with_the_models_predictions(digits_model, tmp_path, marker):
+    s = Server(digits_model["dir"], tmp_path, marker)
+    try:
+        x, pred = digits_model["x"], digits_model["pred"]
+        assert s.get("/v2/health/live")[0] == 200
+        st, body = s.get("/v2")
+        assert st == 200 and json.loads(body)["name"] == "tfos"
+        st, body = s.get("/v2/models/digits")
+        meta = json.loads(body)
+        assert st == 200 and meta["versions"] == ["1"] and meta["platform"] == "tensorflow_savedmodel"
+        assert meta["inputs"] == [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}], meta
+        assert meta["outputs"][0]["datatype"] == "FP32" and meta["outputs"][0]["shape"] == [-1, 10], meta
+        assert s.get("/v2/models/digits/ready")[0] == 200
+        assert s.get("/v2/models/digits/versions/1")[0] == 200
+        # many requests on one kept-alive connection: flat data, then nested
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        for lo, n in ((0, 1), (1, 7), (8, 64), (72, 200)):
+            st, body = s.infer(x[lo:lo + n], conn=conn, id="req-%d" % lo)
+            assert st == 200, body
+            doc, out = outputs(body)
+            assert doc["model_name"] == "digits" and doc["model_version"] == "1" and doc["id"] == "req-%d" % lo
+            np.testing.assert_allclose(out, pred[lo:lo + n], atol=1e-5)
+        nested = {"inputs": [{"name": "pixels", "shape": [2, 64], "datatype": "FP32", "data": x[:2].tolist()}],
+                  "outputs": [{"name": meta["outputs"][0]["name"]}]}
+        st, body = s.request("POST", "/v2/models/digits/versions/1/infer", nested, conn=conn)
+        assert st == 200, body
+        np.testing.assert_allclose(outputs(body)[1], pred[:2], atol=1e-5)
+        conn.close()
+        # the status page and the model metrics share the port
+        st, body = s.get("/metrics")
+        text = body.decode()
+        assert st == 200 and "tfos_serve_servers_ready 1" in text
+        assert re.search(r'^tfos_serve_requests_total\{model="digits",version="1",outcome="ok"\} 5$', text, re.M), \
+            text
+        assert re.search(r'^tfos_serve_rows_total\{model="digits",version="1"\} 274$', text, re.M), text
+        assert json.loads(s.get("/status")[1])["cluster"]["nodes"][0]["state"] == "running"
+    finally:
+        code = s.stop()
+    assert code == 128 + signal.SIGTERM, s.text()[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+BAD = [
+    (b"{not json", 400, "not JSON"),
+    ({"inputs": []}, 400, "inputs"),
+    ({"inputs": [{"name": "pixels", "shape": [1, 63], "datatype": "FP32", "data": [0.0] * 63}]}, 400,
+     "shape[1] is 63, the model takes 64"),
+    ({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "INT32", "data": [0] * 64}]}, 400,
+     "datatype INT32, but model digits takes FP32"),
+    ({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 60}]}, 400,
+     "data has 60 elements, its shape holds 64"),
+    ({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32", "data": ["a"] * 64}]}, 400,
+     "data[0] is not a FP32 value"),
+    ({"inputs": [{"name": "image", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}, 400,
+     "has no input image (its inputs: pixels)"),
+    ({"inputs": [{"name": "pixels", "shape": [1], "datatype": "FP32", "data": [0.0]}]}, 400,
+     "shape must have 2 dimensions"),
+    ({"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}],
+      "outputs": [{"name": "nope"}]}, 400, "has no output nope"),
+]
+
+
+def test_bad_requests_get_4xx_naming_what_is_wrong(digits_model, tmp_path, marker):
+    s = Server(digits_model["dir"], tmp_path, marker, "--max-body", "100000")
+    try:
+        for body, status, text in BAD:
+            st, got = s.request("POST", "/v2/models/digits/infer", body)
+            assert st == status and text in json.loads(got)["error"], (body, st, got)
+        st, got = s.request("POST", "/v2/models/nope/infer", {"inputs": []})
+        assert st == 404 and "no model nope" in json.loads(got)["error"]
+        st, got = s.request("POST", "/v2/models/digits/versions/7/infer", {"inputs": []})
+        assert st == 404 and "no version 7" in json.loads(got)["error"]
+        assert s.request("GET", "/v2/models/digits/infer")[0] == 405
+        assert s.request("POST", "/v2/models/digits/infer", b"x" * 200000)[0] == 413
+        assert s.request("PUT", "/status")[0] == 405
+        # a valid body with random bytes changed, cut or repeated: every
+        # answer is 200 or 4xx with a JSON error, and the server stays up
+        import random
+        rng = random.Random(7)
+        valid = json.dumps({"inputs": [{"name": "pixels", "shape": [2, 64], "datatype": "FP32",
+                                        "data": digits_model["x"][:2].ravel().tolist()}]}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        statuses = set()
+        for _ in range(300):
+            b = bytearray(valid)
+            for _ in range(rng.randint(1, 4)):
+                k = rng.randrange(len(b))
+                op = rng.randrange(3)
+                if op == 0:
+                    b[k] = rng.choice(b'{}[]":,0123456789-eE.x \\')
+                elif op == 1:
+                    del b[k:k + rng.randint(1, 40)]
+                else:
+                    b[k:k] = b[max(0, k - 30):k]
+            st, got = s.request("POST", "/v2/models/digits/infer", bytes(b), conn=conn)
+            statuses.add(st)
+            assert st == 200 or (400 <= st < 500 and "error" in json.loads(got)), (bytes(b), st, got)
+        conn.close()
+        assert 400 in statuses, statuses
+        # still serving, and the bad bodies are counted as failed (a wrong
+        # path or version, or a body too large, never reached the model)
+        st, body = s.infer(digits_model["x"][:3])
+        assert st == 200, body
+        text = s.get("/metrics")[1].decode()
+        failed = int(re.search(r'outcome="failed"\} (\d+)$', text, re.M).group(1))
+        ok = int(re.search(r'outcome="ok"\} (\d+)$', text, re.M).group(1))
+        assert failed >= len(BAD) and ok + failed == len(BAD) + 300 + 1, text
+    finally:
+        s.stop()
+
+
+def test_concurrent_clients_are_batched_and_every_answer_is_theirs(digits_model, tmp_path, marker):
+    s = Server(digits_model["dir"], tmp_path, marker, "--max-batch", "32", "--max-delay-ms", "20",
+               "--replicas", "2")
+    x, pred = digits_model["x"], digits_model["pred"]
+    wrong, errors = [], []
+
+    def client(k):
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        try:
+            for j in range(25):
+                lo = (k * 25 + j) % (len(x) - 3)
+                st, body = s.infer(x[lo:lo + 1 + j % 3], conn=conn)
+                if st != 200:
+                    errors.append((st, body))
+                elif not np.allclose(outputs(body)[1], pred[lo:lo + 1 + j % 3], atol=1e-5):
+                    wrong.append(lo)
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(repr(exc))
+        finally:
+            conn.close()
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        assert not errors and not wrong, (errors[:3], wrong[:5])
+        text = s.get("/metrics")[1].decode()
+        ok = int(re.search(r'outcome="ok"\} (\d+)', text).group(1))
+        batches = int(re.search(r'tfos_serve_batches_total\{[^}]*\} (\d+)', text).group(1))
+        assert ok == 300 and batches < ok, (ok, batches)  # concurrent requests shared batches
+    finally:
+        s.stop()
+
+
+def test_a_full_queue_answers_429_at_once(digits_model, tmp_path, marker):
+    # a request waits up to 1.5 s for others to batch with: a second one
+    # finds the queue full (8 rows) and is refused at once
+    s = Server(digits_model["dir"], tmp_path, marker, "--max-delay-ms", "1500", "--max-queue-rows", "8")
+    x = digits_model["x"]
+    try:
+        first = {}
+        t = threading.Thread(target=lambda: first.update(r=s.infer(x[:8])))
+        t.start()
+        assert wait_for(lambda: re.search(r"tfos_serve_queue_rows\{[^}]*\} 8$", s.get("/metrics")[1].decode(), re.M),
+                        10, 0.02)
+        t0 = time.monotonic()
+        st, body = s.infer(x[8:9])
+        refused_in = time.monotonic() - t0
+        assert st == 429 and "is busy" in json.loads(body)["error"], body
+        t.join(30)
+        assert first["r"][0] == 200, first
+        print("429 answered in %.3f s while the first request waited to batch" % refused_in)
+    finally:
+        s.stop()
+
+
+def test_a_killed_model_server_is_restarted_and_requests_resume(digits_model, tmp_path, marker):
+    s = Server(digits_model["dir"], tmp_path, marker, "--timeout", "120")
+    x, pred = digits_model["x"], digits_model["pred"]
+    try:
+        assert s.infer(x[:2])[0] == 200
+        pid = json.loads(s.get("/status")[1])["cluster"]["nodes"][0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        # a request sent now waits in the queue for the restarted server
+        st, body = s.infer(x[:5])
+        assert st == 200, body
+        np.testing.assert_allclose(outputs(body)[1], pred[:5], atol=1e-5)
+        assert "restarting every node (attempt 2" in s.text(), s.text()[-3000:]
+        assert pid not in [n["pid"] for n in json.loads(s.get("/status")[1])["cluster"]["nodes"]]
+    finally:
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+def test_a_token_is_required_when_given(digits_model, tmp_path, marker):
+    token = "t0ken-" + marker
+    # Server() polls readiness without the token: started by hand here
+    link = tmp_path / ("%s-digits" % marker)
+    link.symlink_to(digits_model["dir"])
+    proc = subprocess.Popen([tfos_cli(), "serve", "--model", "digits=%s" % link, "--port", "0", "--python", PY,
+                             "--token", token, "--log-dir", str(tmp_path / "logs")],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r":(\d+)/v2/models", proc.stderr.readline()).group(1))
+
+        def ask(headers):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                c.request("GET", "/v2/health/live", headers=headers)
+                return c.getresponse().status
+            except OSError:
+                return None
+            finally:
+                c.close()
+        assert wait_for(lambda: ask({}) == 401, 30, 0.1)
+        assert ask({"Authorization": "Bearer " + token}) == 200
+        assert ask({"Authorization": "Bearer wrong-token-0000000"}) == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("args,text", [
+    ([], "serve needs --model NAME=DIR"),
+    (["--model", "digits"], "--model takes NAME=DIR"),
+    (["--model", "a b=/tmp"], "a name is up to 100 letters"),
+    (["--model", "d=/nonexistent-dir"], "/nonexistent-dir: No such file or directory"),
+    (["--model", "d=/tmp", "--listen", "0.0.0.0"], "give --token T"),
+    (["--model", "d=/tmp", "--replicas", "0"], "--replicas: '0' is out of range"),
+])
+def test_usage_errors_name_the_option(args, text):
+    r = subprocess.run([tfos_cli(), "serve"] + args, capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, TFOS_SERVE_TOKEN=""))
+    assert r.returncode == 2 and text in r.stderr, r.stderr
