@@ -27,11 +27,14 @@ static const char serve_help[] =
     "run by --replicas model servers (python -m tfos.serve), each a tfos node: supervised,\n"
     "restarted when it fails, on the status page (/, /status) and in /metrics on the same port.\n"
     "DIR is a TensorFlow SavedModel (its serving_default signature), or a directory of numbered\n"
-    "versions of one (the highest is served). Runs until Ctrl-C or SIGTERM.\n"
+    "versions of one (TensorFlow Serving's layout). Runs until Ctrl-C or SIGTERM.\n"
     "\n"
     "options:\n"
     "  -h, --help               show this help and exit\n"
-    "  --model NAME=DIR         a model to serve; repeatable\n"
+    "  --model NAME=DIR         a model to serve; repeatable. DIR's highest numbered version is served\n"
+    "                           and a higher one that appears is loaded, then served in its place\n"
+    "  --model NAME@V=DIR       serve version V of DIR only (pinned)\n"
+    "  --poll S                 seconds between looks for new versions (default 2; 0: never)\n"
     "  --replicas N             model servers (default 1)\n"
     "  --port P                 the HTTP port (default 8500; 0: any free port)\n"
     "  --listen ADDR            listen on ADDR instead of 127.0.0.1; beyond loopback every request\n"
@@ -89,7 +92,7 @@ int tfos__cmd_serve(int argc, char **argv)
     int nmodels = 0;
     long long replicas = 1, port = 8500, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
               restarts = 10;
-    double timeout = 0, reservation = 0;
+    double timeout = 0, reservation = 0, poll_s = 2;
     const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i], *val = NULL, *eq = NULL;
@@ -113,12 +116,15 @@ int tfos__cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--model")) {
             char *e = strchr(val, '=');
             if (!e || e == val || !e[1])
-                return tfos__usage_error("--model takes NAME=DIR, not '%s'", val);
+                return tfos__usage_error("--model takes NAME=DIR or NAME@VERSION=DIR, not '%s'", val);
             if (nmodels == MAX_MODELS)
                 return tfos__usage_error("%s: at most 64 models", a);
-            size_t nl = (size_t)(e - val);
-            if (nl > 100 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
+            size_t nl = strcspn(val, "@=");
+            if (!nl || nl > 100 ||
+                strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
                 return tfos__usage_error("--model %s: a name is up to 100 letters, digits, '_', '.' and '-'", val);
+            if (val[nl] == '@' && (val + nl + 1 == e || strspn(val + nl + 1, "0123456789") != (size_t)(e - val - nl - 1)))
+                return tfos__usage_error("--model %s: the pinned version (NAME@VERSION=DIR) is a number", val);
             snprintf(name_buf[nmodels], sizeof name_buf[nmodels], "%.*s", (int)nl, val);
             names[nmodels] = name_buf[nmodels];
             for (int j = 0; j < nmodels; j++)
@@ -128,7 +134,20 @@ int tfos__cmd_serve(int argc, char **argv)
                 fprintf(stderr, "tfos: --model %s: %s: %s\n", names[nmodels], e + 1, strerror(errno));
                 return 2;
             }
+            if (val[nl] == '@') {
+                char pb[PATH_MAX + 64];
+                snprintf(pb, sizeof pb, "%s/%.*s/saved_model.pb", e + 1, (int)(e - val - nl - 1), val + nl + 1);
+                if (access(pb, R_OK)) {
+                    fprintf(stderr, "tfos: --model %s: version %.*s is pinned, but there is no %s: %s\n",
+                            names[nmodels], (int)(e - val - nl - 1), val + nl + 1, pb, strerror(errno));
+                    return 2;
+                }
+            }
             model_args[nmodels++] = val;
+        } else if (!strcmp(a, "--poll")) {
+            char *end;
+            poll_s = strtod(val, &end);
+            bad = end == val || *end || poll_s < 0 || poll_s > 86400;
         } else if (!strcmp(a, "--replicas")) {
             bad = to_int(val, 1, 64, &replicas);
         } else if (!strcmp(a, "--port")) {
@@ -191,13 +210,17 @@ int tfos__cmd_serve(int argc, char **argv)
             python = "python3";
         }
     }
-    char **prog = calloc((size_t)(4 + 2 * nmodels), sizeof *prog);
+    char **prog = calloc((size_t)(6 + 2 * nmodels), sizeof *prog);
+    char pollbuf[32];
+    snprintf(pollbuf, sizeof pollbuf, "%g", poll_s);
     if (!prog)
         return 1;
     int k = 0;
     prog[k++] = (char *)python;
     prog[k++] = "-m";
     prog[k++] = "tfos.serve";
+    prog[k++] = "--poll-s";
+    prog[k++] = pollbuf;
     for (int i = 0; i < nmodels; i++) {
         prog[k++] = "--model";
         prog[k++] = model_args[i];

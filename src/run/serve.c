@@ -30,6 +30,8 @@
 #define FRAME_MAX (1u << 30)  /* a batch frame's payload */
 #define INFLIGHT 2            /* batches on one server at once */
 #define LAT_BUCKETS 14
+#define MAX_VERSIONS 8        /* versions of a model one server holds */
+#define MAX_VSTATS 16         /* versions counted apart in /metrics */
 
 static const double lat_bounds_ms[LAT_BUCKETS] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000};
 
@@ -42,7 +44,6 @@ typedef struct tensor_spec {
 
 typedef struct model {
     char name[128];
-    char version[32];         /* the version served */
     char platform[64];
     int known;                /* metadata received from a server */
     int nin, nout;
@@ -51,6 +52,10 @@ typedef struct model {
     long long queued_rows;
     /* metrics */
     unsigned long long ok, failed, refused, rows, batches, batch_rows;
+    struct {
+        char v[32];
+        unsigned long long ok;
+    } vstat[MAX_VSTATS];      /* answers by the version that ran them */
     unsigned long long lat[LAT_BUCKETS + 1];
     double lat_sum_ms;
 } model;
@@ -62,6 +67,7 @@ typedef struct req {
     uint32_t rows;
     int64_t t0, deadline;
     char id[160];             /* the request's "id", echoed */
+    char version[32];         /* the version asked for; "": the server's latest */
     uint64_t want;            /* outputs asked for (bit per output); 0: all */
     uint32_t inner[MAX_IO][TFOS_BATCH_MAX_DIMS]; /* per-row shape of each input */
     int inner_ndim[MAX_IO];
@@ -78,8 +84,14 @@ typedef struct flight {
     uint32_t rows;
 } flight;
 
+typedef struct server_versions {
+    int n;
+    char v[MAX_VERSIONS][32]; /* the first: the one served when none is named */
+} server_versions;
+
 typedef struct server {
     int fd;                   /* -1: free */
+    server_versions *mv;      /* per model: the versions this server holds */
     int ready;                /* said HELLO with the secret */
     int node;
     int inflight;
@@ -227,9 +239,25 @@ static int read_specs(json_t *arr, tensor_spec *specs, int *n)
     return 0;
 }
 
-/* A server's HELLO metadata: {"models": [{name, versions, platform, inputs,
- * outputs}]}. The first server's defines each model. */
-static int take_metadata(tfos__serve *s, const char *text, size_t len)
+/* Versions as numbers where they are (TensorFlow Serving's), else text:
+ * newest first. */
+static int version_cmp(const char *a, const char *b)
+{
+    char *ea, *eb;
+    long long x = strtoll(a, &ea, 10), y = strtoll(b, &eb, 10);
+    if (!*ea && !*eb && *a && *b)
+        return x < y ? 1 : x > y ? -1 : 0;
+    return -strcmp(a, b);
+}
+
+/* Every version of model mi that a ready server holds, newest first; n of
+ * them into out (up to max). */
+static int model_versions(const tfos__serve *s, int mi, char (*out)[32], int max);
+
+/* A server's metadata (HELLO, or MODELS when its versions change):
+ * {"models": [{name, versions, platform, inputs, outputs}]}. The newest
+ * metadata gives a model its signature; the server's versions are its own. */
+static int take_metadata(tfos__serve *s, int ix, const char *text, size_t len)
 {
     json_error_t e;
     json_t *doc = json_loadb(text, len, 0, &e);
@@ -243,20 +271,24 @@ static int take_metadata(tfos__serve *s, const char *text, size_t len)
             rc = -1;
             continue;
         }
-        if (m->known)
-            continue;
         model tmp = *m;
-        const char *version = json_string_value(json_array_get(json_object_get(jm, "versions"), 0));
+        json_t *versions = json_object_get(jm, "versions");
         const char *platform = json_string_value(json_object_get(jm, "platform"));
-        snprintf(tmp.version, sizeof tmp.version, "%s", version ? version : "1");
         snprintf(tmp.platform, sizeof tmp.platform, "%s", platform ? platform : "");
         if (read_specs(json_object_get(jm, "inputs"), tmp.in, &tmp.nin) ||
-            read_specs(json_object_get(jm, "outputs"), tmp.out, &tmp.nout) || !tmp.nin || !tmp.nout) {
+            read_specs(json_object_get(jm, "outputs"), tmp.out, &tmp.nout) || !tmp.nin || !tmp.nout ||
+            !json_is_array(versions) || !json_array_size(versions)) {
             rc = -1;
             continue;
         }
         tmp.known = 1;
         *m = tmp;
+        server_versions *sv = &s->servers[ix].mv[m - s->models];
+        sv->n = 0;
+        size_t k;
+        json_t *jv;
+        json_array_foreach(versions, k, jv) if (json_is_string(jv) && sv->n < MAX_VERSIONS)
+            snprintf(sv->v[sv->n++], sizeof sv->v[0], "%s", json_string_value(jv));
     }
     json_decref(doc);
     return rc;
@@ -276,8 +308,10 @@ static void specs_json(FILE *f, const tensor_spec *sp, int n)
     fputs("]", f);
 }
 
-static char *model_json(const model *m)
+static char *model_json(const tfos__serve *s, const model *m)
 {
+    char vs[MAX_SERVERS * MAX_VERSIONS][32];
+    int nv = model_versions(s, (int)(m - s->models), vs, MAX_SERVERS * MAX_VERSIONS);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -286,7 +320,10 @@ static char *model_json(const model *m)
     fputs("{\"name\": ", f);
     tfos__json_str(f, m->name);
     fputs(", \"versions\": [", f);
-    tfos__json_str(f, m->version);
+    for (int k = 0; k < nv; k++) {
+        fputs(k ? ", " : "", f);
+        tfos__json_str(f, vs[k]);
+    }
     fputs("], \"platform\": ", f);
     tfos__json_str(f, m->platform);
     fputs(", \"inputs\": ", f);
@@ -311,6 +348,42 @@ static int servers_ready(const tfos__serve *s)
 int tfos__serve_ready(const tfos__serve *s)
 {
     return s ? servers_ready(s) : 0;
+}
+
+static int holds(const server *sv, int mi, const char *version)
+{
+    if (!sv->mv)
+        return 0;
+    for (int k = 0; k < sv->mv[mi].n; k++)
+        if (!strcmp(sv->mv[mi].v[k], version))
+            return 1;
+    return 0;
+}
+
+static int model_versions(const tfos__serve *s, int mi, char (*out)[32], int max)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        const server *sv = &s->servers[i];
+        if (sv->fd < 0 || !sv->ready || !sv->mv)
+            continue;
+        for (int k = 0; k < sv->mv[mi].n; k++) {
+            int seen = 0;
+            for (int j = 0; j < n && !seen; j++)
+                seen = !strcmp(out[j], sv->mv[mi].v[k]);
+            if (!seen && n < max)
+                snprintf(out[n++], 32, "%s", sv->mv[mi].v[k]);
+        }
+    }
+    /* newest first (a few entries: insertion sort) */
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && version_cmp(out[b - 1], out[b]) > 0; b--) {
+            char t[32];
+            memcpy(t, out[b], 32);
+            memcpy(out[b], out[b - 1], 32);
+            memcpy(out[b - 1], t, 32);
+        }
+    return n;
 }
 
 static void dispatch_all(tfos__serve *s);
@@ -341,6 +414,23 @@ static int queue_frame(server *sv, uint32_t type, uint64_t id, const void *a, si
     return 0;
 }
 
+/* Put one batch's requests back at the front of its model's queue. */
+static void requeue_reqs(tfos__serve *s, flight *fl)
+{
+    model *m = &s->models[fl->model];
+    req *last = fl->reqs;
+    while (last && last->next)
+        last = last->next;
+    if (last) {
+        last->next = m->head;
+        m->head = fl->reqs;
+        if (!m->tail)
+            m->tail = last;
+    }
+    m->queued_rows += fl->rows;
+    free(fl);
+}
+
 /* Put a server's batches back at the front of their queues, in order. */
 static void requeue_flights(tfos__serve *s, int server_ix)
 {
@@ -352,18 +442,7 @@ static void requeue_flights(tfos__serve *s, int server_ix)
             continue;
         }
         *pp = fl->next;
-        model *m = &s->models[fl->model];
-        req *last = fl->reqs;
-        while (last && last->next)
-            last = last->next;
-        if (last) {
-            last->next = m->head;
-            m->head = fl->reqs;
-            if (!m->tail)
-                m->tail = last;
-        }
-        m->queued_rows += fl->rows;
-        free(fl);
+        requeue_reqs(s, fl);
     }
 }
 
@@ -377,6 +456,7 @@ static void drop_server(tfos__serve *s, int ix, const char *why)
     close(sv->fd);
     free(sv->in);
     free(sv->out);
+    free(sv->mv);
     memset(sv, 0, sizeof *sv);
     sv->fd = -1;
     requeue_flights(s, ix);
@@ -437,7 +517,8 @@ static void write_value(FILE *f, int dt, const char *p)
 }
 
 /* One request's answer: rows [row0, row0 + r->rows) of every output. */
-static char *answer_json(const model *m, const req *r, const tfos__batch_view *v, const char *batch, uint32_t row0)
+static char *answer_json(const model *m, const char *version, const req *r, const tfos__batch_view *v,
+                         const char *batch, uint32_t row0)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -447,7 +528,7 @@ static char *answer_json(const model *m, const req *r, const tfos__batch_view *v
     fputs("{\"model_name\": ", f);
     tfos__json_str(f, m->name);
     fputs(", \"model_version\": ", f);
-    tfos__json_str(f, m->version);
+    tfos__json_str(f, version);
     if (r->id[0]) {
         fputs(", \"id\": ", f);
         tfos__json_str(f, r->id);
@@ -501,8 +582,21 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
     model *m = &s->models[fl->model];
     tfos__col cols[MAX_IO];
     tfos__batch_view v;
-    char err[256] = "";
+    char err[256] = "", version[32] = "";
     int bad = type == TFOS_SERVE_ERROR;
+    if (!bad) { /* the version that ran it, then the outputs */
+        uint16_t vl = 0;
+        if (len >= 2)
+            memcpy(&vl, p, 2);
+        if (len < 2u + vl || vl >= sizeof version) {
+            drop_server(s, ix, "it sent a result without its version");
+            requeue_reqs(s, fl);
+            return;
+        }
+        memcpy(version, p + 2, vl);
+        p += 2 + vl;
+        len -= 2u + vl;
+    }
     if (!bad && (tfos__batch_ncols(p, len) > MAX_IO || tfos__batch_open(p, len, &v, cols, MAX_IO, err, sizeof err)))
         bad = 1;
     if (!bad && v.nrows != fl->rows)
@@ -522,9 +616,15 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
                 fail_req(s, r, 500, "model %s's server sent a bad result: %s", m->name, err);
             continue;
         }
-        char *body = answer_json(m, r, &v, p, row0);
+        char *body = answer_json(m, version, r, &v, p, row0);
         row0 += r->rows;
         m->ok++;
+        for (int k = 0; k < MAX_VSTATS; k++)
+            if (!strcmp(m->vstat[k].v, version) || !m->vstat[k].v[0]) {
+                snprintf(m->vstat[k].v, sizeof m->vstat[k].v, "%s", version);
+                m->vstat[k].ok++;
+                break;
+            }
         observe(m, r->t0);
         if (body)
             tfos__http_reply(s->http, r->http_id, 200, "application/json", body, 0);
@@ -545,7 +645,11 @@ static void on_frame(tfos__serve *s, int ix, uint32_t type, uint64_t id, const c
             drop_server(s, ix, "it does not know the cluster secret");
             return;
         }
-        if (take_metadata(s, p + TFOS_HEX_SECRET_LEN + 1, len - TFOS_HEX_SECRET_LEN - 1))
+        if (!sv->mv && !(sv->mv = calloc((size_t)s->nmodels, sizeof *sv->mv))) {
+            drop_server(s, ix, "out of memory");
+            return;
+        }
+        if (take_metadata(s, ix, p + TFOS_HEX_SECRET_LEN + 1, len - TFOS_HEX_SECRET_LEN - 1))
             TFOS_WARN("model server %d sent metadata tfos could not read whole (or for models it was not given)",
                       ix);
         sv->ready = 1;
@@ -554,9 +658,17 @@ static void on_frame(tfos__serve *s, int ix, uint32_t type, uint64_t id, const c
         dispatch_all(s);
         return;
     }
-    if (type == TFOS_SERVE_RESULT || type == TFOS_SERVE_ERROR)
+    if (type == TFOS_SERVE_RESULT || type == TFOS_SERVE_ERROR) {
         on_result(s, ix, type, id, p, len);
-    else
+    } else if (type == TFOS_SERVE_MODELS) {
+        if (take_metadata(s, ix, p, len))
+            TFOS_WARN("model server worker:%d sent metadata tfos could not read whole", sv->node);
+        for (int mi = 0; mi < s->nmodels; mi++)
+            if (sv->mv[mi].n)
+                TFOS_INFO("model server worker:%d: model %s, version %s (of %d held)", sv->node, s->models[mi].name,
+                          sv->mv[mi].v[0], sv->mv[mi].n);
+        dispatch_all(s);
+    } else
         drop_server(s, ix, "it sent a frame of an unknown type");
 }
 
@@ -646,6 +758,8 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
  * batch)? */
 static int same_inner(const model *m, const req *a, const req *b)
 {
+    if (strcmp(a->version, b->version))
+        return 0;
     for (int i = 0; i < m->nin; i++)
         if (a->inner_ndim[i] != b->inner_ndim[i] ||
             memcmp(a->inner[i], b->inner[i], sizeof(uint32_t) * (size_t)a->inner_ndim[i]))
@@ -653,13 +767,15 @@ static int same_inner(const model *m, const req *a, const req *b)
     return 1;
 }
 
-/* The server with room and the fewest batches, or -1. */
-static int pick_server(tfos__serve *s)
+/* The server with room and the fewest batches that holds model mi's
+ * `version` ("": any), or -1. */
+static int pick_server(tfos__serve *s, int mi, const char *version)
 {
     int best = -1;
     for (int i = 0; i < MAX_SERVERS; i++) {
         server *sv = &s->servers[i];
-        if (sv->fd >= 0 && sv->ready && sv->inflight < INFLIGHT && (best < 0 || sv->inflight < s->servers[best].inflight))
+        if (sv->fd >= 0 && sv->ready && sv->inflight < INFLIGHT && sv->mv && sv->mv[mi].n &&
+            (!version[0] || holds(sv, mi, version)) && (best < 0 || sv->inflight < s->servers[best].inflight))
             best = i;
     }
     return best;
@@ -701,13 +817,13 @@ static int send_batch(tfos__serve *s, int mi, int ix)
                 break;
         }
     }
-    /* the prefix: model name and version */
-    char prefix[4 + sizeof m->name + sizeof m->version];
-    uint16_t nl = (uint16_t)strlen(m->name), vl = (uint16_t)strlen(m->version);
+    /* the prefix: model name and the version asked for ("": the server's latest) */
+    char prefix[4 + sizeof m->name + sizeof first->version];
+    uint16_t nl = (uint16_t)strlen(m->name), vl = (uint16_t)strlen(first->version);
     memcpy(prefix, &nl, 2);
     memcpy(prefix + 2, m->name, nl);
     memcpy(prefix + 2 + nl, &vl, 2);
-    memcpy(prefix + 4 + nl, m->version, vl);
+    memcpy(prefix + 4 + nl, first->version, vl);
     flight *fl = calloc(1, sizeof *fl);
     server *sv = &s->servers[ix];
     if (!fl || queue_frame(sv, TFOS_SERVE_BATCH, s->next_batch, prefix, 4u + nl + vl, batch, total)) {
@@ -753,7 +869,7 @@ static void dispatch_all(tfos__serve *s)
         while (m->head) {
             int due = m->queued_rows >= s->o.max_batch || s->o.max_delay_ms < 0 ||
                       now - m->head->t0 >= s->o.max_delay_ms;
-            int ix = due ? pick_server(s) : -1;
+            int ix = due ? pick_server(s, mi, m->head->version) : -1;
             if (ix < 0 || send_batch(s, mi, ix))
                 break;
         }
@@ -1012,13 +1128,15 @@ static char *metrics_text(tfos__serve *s, char *status_metrics)
         "# HELP tfos_serve_batches_total Batches sent to model servers.\n# TYPE tfos_serve_batches_total counter\n",
         "# HELP tfos_serve_queue_rows Rows waiting for a batch.\n# TYPE tfos_serve_queue_rows gauge\n",
         "# HELP tfos_serve_request_seconds Time from a request's arrival to its answer.\n"
-        "# TYPE tfos_serve_request_seconds histogram\n"};
-    for (int h = 0; h < 5; h++) {
+        "# TYPE tfos_serve_request_seconds histogram\n",
+        "# HELP tfos_serve_version_requests_total Infer requests answered, by the model version that ran them.\n"
+        "# TYPE tfos_serve_version_requests_total counter\n"};
+    for (int h = 0; h < 6; h++) {
         fputs(heads[h], f);
         for (int mi = 0; mi < s->nmodels; mi++) {
             const model *m = &s->models[mi];
             char lab[200];
-            snprintf(lab, sizeof lab, "model=\"%s\",version=\"%s\"", m->name, m->version);
+            snprintf(lab, sizeof lab, "model=\"%s\"", m->name);
             if (h == 0)
                 fprintf(f, "tfos_serve_requests_total{%s,outcome=\"ok\"} %llu\n"
                            "tfos_serve_requests_total{%s,outcome=\"failed\"} %llu\n"
@@ -1026,11 +1144,15 @@ static char *metrics_text(tfos__serve *s, char *status_metrics)
                         lab, m->ok, lab, m->failed, lab, m->refused);
             else if (h == 1)
                 fprintf(f, "tfos_serve_rows_total{%s} %llu\n", lab, m->rows);
+            else if (h == 5)
+                for (int k = 0; k < MAX_VSTATS && m->vstat[k].v[0]; k++)
+                    fprintf(f, "tfos_serve_version_requests_total{%s,version=\"%s\"} %llu\n", lab, m->vstat[k].v,
+                            m->vstat[k].ok);
             else if (h == 2)
                 fprintf(f, "tfos_serve_batches_total{%s} %llu\n", lab, m->batches);
             else if (h == 3)
                 fprintf(f, "tfos_serve_queue_rows{%s} %lld\n", lab, m->queued_rows);
-            else {
+            else if (h == 4) {
                 unsigned long long cum = 0;
                 for (int b = 0; b <= LAT_BUCKETS; b++) {
                     cum += m->lat[b];
@@ -1049,7 +1171,7 @@ static char *metrics_text(tfos__serve *s, char *status_metrics)
     return buf;
 }
 
-static int infer(tfos__serve *s, model *m, const tfos__http_req *rq, tfos__http_resp *rs)
+static int infer(tfos__serve *s, model *m, const char *version, const tfos__http_req *rq, tfos__http_resp *rs)
 {
     if (!m->known)
         return fail_now(rs, 503, "model %s is loading: no model server is ready yet", m->name);
@@ -1071,6 +1193,7 @@ static int infer(tfos__serve *s, model *m, const tfos__http_req *rq, tfos__http_
                         m->name, q, s->o.max_queue_rows);
     }
     r->http_id = rq->id;
+    snprintf(r->version, sizeof r->version, "%s", version);
     r->model = (int)(m - s->models);
     r->t0 = tfos__now_ms();
     r->deadline = r->t0 + (int64_t)(s->o.timeout_s * 1000);
@@ -1110,12 +1233,21 @@ static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp
     model *m = find_model(s, name);
     if (!m)
         return fail_now(rs, 404, "no model %s here", name);
-    if (version[0] && m->known && strcmp(version, m->version))
-        return fail_now(rs, 404, "model %s has no version %s (serving version %s)", name, version, m->version);
+    if (version[0] && m->known) {
+        char vs[MAX_SERVERS * MAX_VERSIONS][32], list[300] = "";
+        int nv = model_versions(s, (int)(m - s->models), vs, MAX_SERVERS * MAX_VERSIONS), found = 0;
+        for (int k = 0; k < nv; k++) {
+            found |= !strcmp(vs[k], version);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.31s", k ? ", " : "", vs[k]);
+        }
+        if (!found)
+            return fail_now(rs, 404, "model %s has no version %s loaded (versions: %s)", name, version,
+                            nv ? list : "none ready");
+    }
     if (!strcmp(rest, "infer")) {
         if (strcmp(rq->method, "POST"))
             return fail_now(rs, 405, "infer takes POST");
-        return infer(s, m, rq, rs);
+        return infer(s, m, version, rq, rs);
     }
     if (strcmp(rq->method, "GET"))
         return fail_now(rs, 405, "%s takes GET", rq->path);
@@ -1129,7 +1261,7 @@ static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp
         return fail_now(rs, 404, "no such path: %s", rq->path);
     if (!m->known)
         return fail_now(rs, 503, "model %s is loading: no model server is ready yet", name);
-    rs->body = model_json(m);
+    rs->body = model_json(s, m);
     rs->ctype = "application/json";
     return 0;
 }

@@ -30,7 +30,7 @@
 
 #include <stdio.h>
 
-enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4 };
+enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4, TFOS_SERVE_MODELS = 5 };
 
 typedef struct tfos__serve tfos__serve;
 

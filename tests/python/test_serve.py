@@ -18,8 +18,9 @@ from conftest import PY, pids_with, tfos_cli, wait_for
 
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    """A digits classifier exported as a SavedModel (version 1), with held-out
-    rows and its own predictions for them."""
+    """A digits classifier exported as a SavedModel (version 1; a second one,
+    trained apart, as version 2 elsewhere), with held-out rows and each
+    version's predictions for them."""
     d = tmp_path_factory.mktemp("serve-model")
     code = r'''
 import os, sys
@@ -28,18 +29,21 @@ import numpy as np, keras
 from sklearn.datasets import load_digits
 digits = load_digits()
 x = (digits.data / 16.0).astype("float32"); y = digits.target
-keras.utils.set_random_seed(1)
-m = keras.Sequential([keras.Input((64,), name="pixels"), keras.layers.Dense(32, activation="relu"),
-                      keras.layers.Dense(10, activation="softmax")])
-m.compile("adam", "sparse_categorical_crossentropy")
-m.fit(x[:1500], y[:1500], epochs=10, verbose=0)
-m.export(os.path.join(sys.argv[1], "digits", "1"), verbose=False)
 np.save(os.path.join(sys.argv[1], "x.npy"), x[1500:])
-np.save(os.path.join(sys.argv[1], "pred.npy"), m.predict(x[1500:], verbose=0))
+for version, epochs in ((1, 10), (2, 3)):
+    keras.utils.set_random_seed(version)
+    m = keras.Sequential([keras.Input((64,), name="pixels"), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dense(10, activation="softmax")])
+    m.compile("adam", "sparse_categorical_crossentropy")
+    m.fit(x[:1500], y[:1500], epochs=epochs, verbose=0)
+    where = ("digits", "1") if version == 1 else ("v2",)
+    m.export(os.path.join(sys.argv[1], *where), verbose=False)
+    np.save(os.path.join(sys.argv[1], "pred%d.npy" % version), m.predict(x[1500:], verbose=0))
 '''
     r = subprocess.run([PY, "-c", code, str(d)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    return {"dir": d / "digits", "x": np.load(d / "x.npy"), "pred": np.load(d / "pred.npy")}
+    return {"dir": d / "digits", "v1": d / "digits" / "1", "v2": d / "v2", "x": np.load(d / "x.npy"),
+            "pred": np.load(d / "pred1.npy"), "pred2": np.load(d / "pred2.npy")}
 
 
 class Server(object):
@@ -147,9 +151,9 @@ def test_oip_answers_with_the_models_predictions(digits_model, tmp_path, marker)
         st, body = s.get("/metrics")
         text = body.decode()
         assert st == 200 and "tfos_serve_servers_ready 1" in text
-        assert re.search(r'^tfos_serve_requests_total\{model="digits",version="1",outcome="ok"\} 5$', text, re.M), \
-            text
-        assert re.search(r'^tfos_serve_rows_total\{model="digits",version="1"\} 274$', text, re.M), text
+        assert re.search(r'^tfos_serve_requests_total\{model="digits",outcome="ok"\} 5$', text, re.M), text
+        assert re.search(r'^tfos_serve_version_requests_total\{model="digits",version="1"\} 5$', text, re.M), text
+        assert re.search(r'^tfos_serve_rows_total\{model="digits"\} 274$', text, re.M), text
         assert json.loads(s.get("/status")[1])["cluster"]["nodes"][0]["state"] == "running"
     finally:
         code = s.stop()
@@ -186,7 +190,7 @@ def test_bad_requests_get_4xx_naming_what_is_wrong(digits_model, tmp_path, marke
         st, got = s.request("POST", "/v2/models/nope/infer", {"inputs": []})
         assert st == 404 and "no model nope" in json.loads(got)["error"]
         st, got = s.request("POST", "/v2/models/digits/versions/7/infer", {"inputs": []})
-        assert st == 404 and "no version 7" in json.loads(got)["error"]
+        assert st == 404 and "no version 7 loaded (versions: 1)" in json.loads(got)["error"]
         assert s.request("GET", "/v2/models/digits/infer")[0] == 405
         assert s.request("POST", "/v2/models/digits/infer", b"x" * 200000)[0] == 413
         assert s.request("PUT", "/status")[0] == 405
@@ -329,6 +333,97 @@ def test_a_token_is_required_when_given(digits_model, tmp_path, marker):
         proc.wait(30)
 
 
+def test_a_new_version_is_switched_to_under_load_dropping_nothing(digits_model, tmp_path, marker):
+    serving = tmp_path / "serving"
+    serving.mkdir()
+    (serving / "1").symlink_to(digits_model["v1"])
+    x, preds = digits_model["x"], {"1": digits_model["pred"], "2": digits_model["pred2"]}
+    assert not np.allclose(preds["1"], preds["2"], atol=1e-3)  # the versions tell apart
+    s = Server(serving, tmp_path, marker, "--poll", "0.3", "--replicas", "2")
+    seen, bad, stop = [], [], threading.Event()
+
+    def client(k):
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        j = 0
+        while not stop.is_set():
+            lo = (k * 37 + j) % (len(x) - 4)
+            j += 1
+            st, body = s.infer(x[lo:lo + 4], conn=conn)
+            if st != 200:
+                bad.append((st, body))
+                continue
+            doc, out = outputs(body)
+            v = doc["model_version"]
+            seen.append(v)
+            if not np.allclose(out, preds[v][lo:lo + 4], atol=1e-5):
+                bad.append(("version %s gave another model's answer" % v, lo))
+        conn.close()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        assert wait_for(lambda: len(seen) > 50, 60)
+        os.symlink(digits_model["v2"], serving / ".new")
+        os.rename(serving / ".new", serving / "2")   # as examples/digits/export.py: whole, at once
+        assert wait_for(lambda: seen.count("2") > 50, 120), (len(seen), s.text()[-3000:])
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not bad, bad[:3]
+        first2 = seen.index("2")
+        print("%d answers, %d by version 1 before the switch" % (len(seen), first2))
+        # every server switched: only version 2 answers a request that names none now
+        for _ in range(10):
+            assert outputs(s.infer(x[:2])[1])[0]["model_version"] == "2"
+        meta = json.loads(s.get("/v2/models/digits")[1])
+        assert meta["versions"] == ["2", "1"], meta
+        # the version before stays for requests that name it
+        st, body = s.request("POST", "/v2/models/digits/versions/1/infer",
+                             {"inputs": [{"name": "pixels", "shape": [3, 64], "datatype": "FP32",
+                                          "data": x[:3].ravel().tolist()}]})
+        assert st == 200 and outputs(body)[0]["model_version"] == "1", body
+        np.testing.assert_allclose(outputs(body)[1], preds["1"][:3], atol=1e-5)
+        assert "model digits version 2 loaded" in s.text()
+    finally:
+        stop.set()
+        s.stop()
+
+
+def test_a_pinned_version_is_the_only_one_served(digits_model, tmp_path, marker):
+    serving = tmp_path / "serving"
+    serving.mkdir()
+    (serving / "1").symlink_to(digits_model["v1"])
+    (serving / "2").symlink_to(digits_model["v2"])
+    link = tmp_path / ("%s-pinned" % marker)
+    link.symlink_to(serving)
+    proc = subprocess.Popen([tfos_cli(), "serve", "--model", "digits@1=%s" % link, "--port", "0", "--python", PY,
+                             "--log-dir", str(tmp_path / "logs")], stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(re.search(r":(\d+)/v2/models", proc.stderr.readline()).group(1))
+
+        def infer(path):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                c.request("POST", path, json.dumps({"inputs": [{"name": "pixels", "shape": [2, 64], "datatype": "FP32",
+                                                                "data": digits_model["x"][:2].ravel().tolist()}]}))
+                r = c.getresponse()
+                return r.status, json.loads(r.read())
+            except OSError:
+                return None, None
+            finally:
+                c.close()
+        assert wait_for(lambda: infer("/v2/models/digits/infer")[0] == 200, 120, 0.2)
+        st, doc = infer("/v2/models/digits/infer")
+        assert doc["model_version"] == "1"
+        np.testing.assert_allclose(np.array(doc["outputs"][0]["data"]).reshape(2, 10), digits_model["pred"][:2],
+                                   atol=1e-5)
+        st, doc = infer("/v2/models/digits/versions/2/infer")
+        assert st == 404 and "no version 2 loaded (versions: 1)" in doc["error"], doc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
 @pytest.mark.parametrize("args,text", [
     ([], "serve needs --model NAME=DIR"),
     (["--model", "digits"], "--model takes NAME=DIR"),
@@ -336,6 +431,8 @@ def test_a_token_is_required_when_given(digits_model, tmp_path, marker):
     (["--model", "d=/nonexistent-dir"], "/nonexistent-dir: No such file or directory"),
     (["--model", "d=/tmp", "--listen", "0.0.0.0"], "give --token T"),
     (["--model", "d=/tmp", "--replicas", "0"], "--replicas: '0' is out of range"),
+    (["--model", "d@x=/tmp"], "the pinned version (NAME@VERSION=DIR) is a number"),
+    (["--model", "d@3=/tmp"], "version 3 is pinned, but there is no /tmp/3/saved_model.pb"),
 ])
 def test_usage_errors_name_the_option(args, text):
     r = subprocess.run([tfos_cli(), "serve"] + args, capture_output=True, text=True, timeout=30,
