@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve clean
 
 all: install
 
@@ -162,6 +162,11 @@ bench-spark: install
 # Spark Connect, against a counting mapInArrow stage and predict_batch_udf.
 bench-spark-connect: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/spark_cluster_api.py
+
+# tfos serve: HTTP against the model called in-process, and predict_udf
+# against Spark's predict_batch_udf with the same SavedModel (docs/SERVING.md).
+bench-serve: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) bench/serve.py
 
 # A Spark DataFrame into a PyTorch DDP loop: tfos's feed vs Spark's
 # TorchDistributor (Parquet + own loader, and its private _train_on_dataframe).

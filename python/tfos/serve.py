@@ -1,4 +1,12 @@
-"""tfos.serve: the model server behind ``tfos serve`` (docs/SERVING.md).
+"""tfos.serve: clients of ``tfos serve``, and its model server (docs/SERVING.md).
+
+For Spark jobs, :func:`predict_udf` scores a DataFrame's columns with a
+served model; :class:`Client` is the same from any Python program. On the
+server's host both skip HTTP: they send tfos's columnar batches over the
+front end's local socket. Elsewhere they speak the Open Inference Protocol
+over HTTP.
+
+The model server:
 
 ``tfos serve --model NAME=DIR`` runs ``python -m tfos.serve --model NAME=DIR``
 on each of its nodes. This process loads the models once, connects to the
@@ -29,14 +37,17 @@ import time
 
 from . import _tfos
 
-HELLO, BATCH, RESULT, ERROR, MODELS = 1, 2, 3, 4, 5
+HELLO, BATCH, RESULT, ERROR, MODELS, CLIENT, INFER = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct("<IIQ")
 
 # TensorFlow's dtype names -> the Open Inference Protocol's
 _OIP = {"bool": "BOOL", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
         "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64", "float32": "FP32", "float64": "FP64"}
 
-__all__ = ["ServeError", "latest_version", "versions_in"]
+__all__ = ["Client", "ServeError", "predict_udf", "latest_version", "versions_in"]
+
+_NUMPY = {"BOOL": "bool", "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
+          "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "FP32": "float32", "FP64": "float64"}
 
 
 class ServeError(RuntimeError):
@@ -233,6 +244,290 @@ def serve(models, address, secret, node, poll_s=2.0):
             msg = "%s: %s" % (type(exc).__name__, exc)
             _send(sock, ERROR, fid, msg.encode("utf-8", "replace")[:4000])
 
+
+# ---- clients ---------------------------------------------------------------------
+
+class Client(object):
+    """A connection to a ``tfos serve`` at ``url`` (default: ``$TFOS_SERVE_URL``,
+    else http://127.0.0.1:8500). ``token``: the server's (default
+    ``$TFOS_SERVE_TOKEN``). With ``local=True`` (the default) a client on the
+    server's host sends its batches over the front end's local socket, as
+    tfos columnar batches, not JSON; elsewhere, or with ``local=False``, it
+    uses HTTP and the Open Inference Protocol. ``timeout``: seconds for any
+    one answer.
+
+    ``infer(model, {input: array})`` returns ``(version, {output: array})``;
+    ``infer_batches`` sends several requests at once and returns their
+    answers in order."""
+
+    def __init__(self, url=None, token=None, local=True, timeout=60.0):
+        import urllib.parse
+        self.url = (url or os.environ.get("TFOS_SERVE_URL") or "http://127.0.0.1:8500").rstrip("/")
+        u = urllib.parse.urlparse(self.url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError("tfos serve URL %r: give http://HOST:PORT" % self.url)
+        self.host, self.port = u.hostname, u.port or 80
+        self.token = token if token is not None else os.environ.get("TFOS_SERVE_TOKEN") or ""
+        self.timeout = float(timeout)
+        self._http = None
+        self._sock = None
+        self._next = 1
+        if local:
+            self._sock = self._local()
+
+    @property
+    def is_local(self):
+        """Whether batches go over the local socket (else HTTP)."""
+        return self._sock is not None
+
+    # -- HTTP
+    def _request(self, method, path, body=None):
+        import http.client
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
+            if self._http is None:
+                self._http = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                self._http.request(method, path, body=body, headers=headers)
+                r = self._http.getresponse()
+                return r.status, r.read()
+            except (ConnectionError, http.client.HTTPException):
+                self._http.close()
+                self._http = None
+                if attempt:
+                    raise
+
+    def _json(self, method, path, body=None):
+        status, payload = self._request(method, path, body)
+        try:
+            doc = json.loads(payload or b"null")
+        except ValueError:
+            doc = None
+        if status != 200:
+            why = doc.get("error") if isinstance(doc, dict) else payload[:300]
+            raise ServeError("tfos serve at %s: %s %s: HTTP %d: %s" % (self.url, method, path, status, why))
+        return doc
+
+    def metadata(self, model):
+        """The model's metadata: ``versions``, ``inputs``, ``outputs``."""
+        return self._json("GET", "/v2/models/%s" % model)
+
+    # -- the local socket
+    def _local(self):
+        try:
+            address = self._json("GET", "/v2/local")["address"]
+        except (ServeError, OSError, KeyError, TypeError):
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect("\0" + address[1:])   # fails off the server's host (its network namespace)
+        except OSError:
+            sock.close()
+            return None
+        _send(sock, CLIENT, 0, self.token.encode())
+        head = _recv_exact(sock, _HEAD.size)
+        if head is None:
+            sock.close()
+            return None
+        length, ftype, _ = _HEAD.unpack(head)
+        payload = _recv_exact(sock, length)
+        if ftype != CLIENT:
+            sock.close()
+            raise ServeError("tfos serve at %s refused this client: %s" % (self.url, bytes(payload or b"")[:300]))
+        return sock
+
+    def _send_infer(self, model, version, inputs):
+        rid = self._next
+        self._next += 1
+        nb, vb = model.encode(), (version or "").encode()
+        cols = _tfos.encode_columns([(k, v) for k, v in inputs.items()])
+        _send(self._sock, INFER, rid, struct.pack("<H", len(nb)) + nb + struct.pack("<H", len(vb)) + vb + cols)
+        return rid
+
+    def _recv_answer(self):
+        head = _recv_exact(self._sock, _HEAD.size)
+        if head is None:
+            raise ServeError("tfos serve at %s closed the local connection" % self.url)
+        length, ftype, rid = _HEAD.unpack(head)
+        payload = _recv_exact(self._sock, length)
+        if payload is None:
+            raise ServeError("tfos serve at %s closed the local connection" % self.url)
+        if ftype == ERROR:
+            status, _, text = bytes(payload).decode("utf-8", "replace").partition(" ")
+            try:
+                text = json.loads(text)["error"]
+            except (ValueError, KeyError, TypeError):
+                pass
+            return rid, ServeError("tfos serve at %s: HTTP %s: %s" % (self.url, status, text))
+        vl = struct.unpack_from("<H", payload, 0)[0]
+        version = bytes(payload[2:2 + vl]).decode()
+        return rid, (version, _decode(memoryview(payload)[2 + vl:]))
+
+    # -- inference
+    def infer(self, model, inputs, version=None):
+        """``(version, {output: array})`` for ``inputs`` (``{input: array}``,
+        the rows on the first axis)."""
+        return self.infer_batches(model, [inputs], version)[0]
+
+    def infer_batches(self, model, batches, version=None):
+        """:meth:`infer` for each of ``batches``, sent before any answer is
+        awaited (the server batches them with others); answers in order.
+        Raises ServeError naming the server and its reason."""
+        np = _np()
+        batches = [{k: np.ascontiguousarray(v) for k, v in b.items()} for b in batches]
+        if self._sock is not None:
+            ids = [self._send_infer(model, version, b) for b in batches]
+            got = {}
+            while len(got) < len(ids):
+                rid, ans = self._recv_answer()
+                got[rid] = ans
+            out = [got[i] for i in ids]
+            for ans in out:
+                if isinstance(ans, Exception):
+                    raise ans
+            return out
+        path = "/v2/models/%s%s/infer" % (model, "/versions/%s" % version if version else "")
+        out = []
+        for b in batches:
+            body = {"inputs": [{"name": k, "shape": list(v.shape), "datatype": _oip_of(v.dtype),
+                                "data": v.ravel().tolist()} for k, v in b.items()]}
+            doc = self._json("POST", path, json.dumps(body).encode())
+            out.append((doc["model_version"],
+                        {o["name"]: np.asarray(o["data"], dtype=_NUMPY[o["datatype"]]).reshape(o["shape"])
+                         for o in doc["outputs"]}))
+        return out
+
+    def close(self):
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _oip_of(dtype):
+    name = _np().dtype(dtype).name
+    for k, v in _NUMPY.items():
+        if v == name:
+            return k
+    raise ServeError("tfos serve takes numbers and booleans, not %s" % name)
+
+
+_clients = {}
+
+
+def _client(url, token, local, timeout):
+    """One client per (url, token, local) in a Spark worker process, kept
+    across batches and tasks."""
+    key = (url, token, local)
+    c = _clients.get(key)
+    if c is None:
+        c = _clients[key] = Client(url, token, local, timeout)
+    return c
+
+
+def _spark_type(spec):
+    from pyspark.sql import types as T
+    elem = {"BOOL": T.BooleanType(), "INT8": T.ByteType(), "INT16": T.ShortType(), "INT32": T.IntegerType(),
+            "INT64": T.LongType(), "UINT8": T.ShortType(), "UINT16": T.IntegerType(), "UINT32": T.LongType(),
+            "UINT64": T.LongType(), "FP32": T.FloatType(), "FP64": T.DoubleType()}[spec["datatype"]]
+    return elem if len(spec["shape"]) == 1 else T.ArrayType(elem, containsNull=False)
+
+
+def predict_udf(model, url=None, version=None, token=None, local=True, batch_rows=1024, timeout=60.0):
+    """A Spark pandas UDF that scores rows with the model ``model`` of the
+    ``tfos serve`` at ``url`` (default ``$TFOS_SERVE_URL``, else
+    http://127.0.0.1:8500), as Spark's ``predict_batch_udf`` does with a model
+    it loads in every task::
+
+        pred = predict_udf("digits")
+        df.withColumn("probs", pred(*feature_cols))
+
+    Columns map to the model's inputs (``GET /v2/models/NAME``, names in
+    order): one column per input, a column of arrays for an input with a
+    per-row shape; or, for a model with one input of shape [-1, k], k number
+    columns stacked into it. Values are cast to the input's datatype. The
+    result is one value per row, in order: the output (an array for a per-row
+    shape), or a struct of the outputs when there are several.
+
+    On an executor on the server's host the rows go over its local socket as
+    columnar batches (``local=True``), elsewhere over HTTP (the Open Inference
+    Protocol). ``batch_rows`` rows per request (a Spark Arrow batch is cut so;
+    the server batches requests of all tasks together). The model's metadata
+    is read here, on the driver, so a model not served fails now, naming
+    it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    url = (url or os.environ.get("TFOS_SERVE_URL") or "http://127.0.0.1:8500").rstrip("/")
+    token = token if token is not None else os.environ.get("TFOS_SERVE_TOKEN") or ""
+    probe = Client(url, token, local=False, timeout=timeout)
+    try:
+        meta = probe.metadata(model)
+    finally:
+        probe.close()
+    inputs, outputs = meta["inputs"], meta["outputs"]
+    if len(outputs) == 1:
+        rtype = _spark_type(outputs[0])
+    else:
+        rtype = T.StructType([T.StructField(o["name"], _spark_type(o)) for o in outputs])
+    batch_rows = int(batch_rows)
+
+    def to_inputs(cols):
+        np = _np()
+        arrays = []
+        for c in cols:
+            first = c.iloc[0] if len(c) else None
+            arrays.append(np.stack(c.to_numpy()) if isinstance(first, (list, tuple, np.ndarray)) else c.to_numpy())
+        if len(arrays) == len(inputs):
+            pairs = zip(inputs, arrays)
+        elif len(inputs) == 1 and all(a.ndim == 1 for a in arrays):
+            pairs = [(inputs[0], np.stack(arrays, axis=1))]
+        else:
+            raise ServeError("model %s takes %d inputs (%s); predict_udf got %d columns"
+                             % (model, len(inputs), ", ".join(i["name"] for i in inputs), len(arrays)))
+        return {spec["name"]: np.ascontiguousarray(a, dtype=_NUMPY[spec["datatype"]]) for spec, a in pairs}
+
+    def predict(*cols):
+        import pandas as pd
+        n = len(cols[0])
+        if n == 0:
+            return pd.Series([], dtype=object) if len(outputs) == 1 else pd.DataFrame()
+        x = to_inputs(cols)
+        chunks = [{k: v[lo:lo + batch_rows] for k, v in x.items()} for lo in range(0, n, batch_rows)]
+        try:
+            answers = _client(url, token, local, timeout).infer_batches(model, chunks, version)
+        except (OSError, ServeError) as exc:
+            # a connection kept from an earlier task may be stale (the server
+            # restarted): once more on a new one
+            stale = _clients.pop((url, token, local), None)
+            if stale is not None:
+                stale.close()
+            if isinstance(exc, ServeError) and "HTTP 4" in str(exc):
+                raise
+            answers = _client(url, token, local, timeout).infer_batches(model, chunks, version)
+        np = _np()
+        outs = {o["name"]: np.concatenate([a[1][o["name"]] for a in answers]) for o in outputs}
+
+        def column(o):
+            a = outs[o["name"]]
+            return pd.Series(list(a)) if a.ndim > 1 else pd.Series(a)
+        if len(outputs) == 1:
+            return column(outputs[0])
+        return pd.DataFrame({o["name"]: column(o) for o in outputs})
+
+    return F.pandas_udf(predict, rtype)
+
+
+# ---- the model server ----------------------------------------------------------------
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tfos.serve",

@@ -524,19 +524,18 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
                        opts->status_port, strerror(errno));
             goto fail;
         }
-        if (l->serve)
-            tfos__serve_attach(l->serve, l->http, &l->status);
         /* beyond loopback the page and the logs need a token */
-        char query[48] = "";
+        char query[100] = "", token[80] = "";
         if (opts->http_token && *opts->http_token) {
-            tfos__http_set_token(l->http, opts->http_token);
+            snprintf(token, sizeof token, "%s", opts->http_token);
         } else if (!is_loopback(host)) {
-            char token[33];
             if ((rc = tfos__random_hex(token, 16)))
                 goto fail;
-            tfos__http_set_token(l->http, token);
             snprintf(query, sizeof query, "?token=%s", token);
         }
+        tfos__http_set_token(l->http, token);
+        if (l->serve)
+            tfos__serve_attach(l->serve, l->http, &l->status, token);
         snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
         for (int i = 0; l->serve && i < opts->serve->nmodels; i++)
             TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s",

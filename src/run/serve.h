@@ -19,8 +19,15 @@
  * u16 model name length, name, u16 version length, version, a columnar
  * batch of the inputs in the model's order. RESULT (id: the batch): a
  * columnar batch of the outputs. ERROR (id: the batch): the model's error,
- * as text. A server that goes away has its batches sent again to another
- * (inference is idempotent). */
+ * as text. MODELS (server -> front end): its metadata again, when its
+ * versions change. A server that goes away has its batches sent again to
+ * another (inference is idempotent).
+ *
+ * Local clients (tfos.serve.predict_udf on this host) use the same socket
+ * instead of HTTP: CLIENT (the HTTP token, or empty; answered CLIENT "ok"),
+ * then INFER (id: the client's; the BATCH payload) answered by RESULT
+ * (u16 version length, version, a columnar batch of that request's rows of
+ * every output) or ERROR ("STATUS {json error}"), in any order. */
 #ifndef TFOS_RUN_SERVE_H
 #define TFOS_RUN_SERVE_H
 #include "core/loop.h"
@@ -30,7 +37,8 @@
 
 #include <stdio.h>
 
-enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4, TFOS_SERVE_MODELS = 5 };
+enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4, TFOS_SERVE_MODELS = 5,
+       TFOS_SERVE_CLIENT = 6, TFOS_SERVE_INFER = 7 };
 
 typedef struct tfos__serve tfos__serve;
 
@@ -40,8 +48,9 @@ typedef struct tfos__serve tfos__serve;
 int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret, char *err,
                      size_t errlen);
 const char *tfos__serve_address(const tfos__serve *s);
-/* The HTTP server that answers (borrowed) and the status page behind it. */
-void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status);
+/* The HTTP server that answers (borrowed), the status page behind it, and
+ * the token requests need ("" or NULL: none), local clients' too. */
+void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token);
 /* A tfos__http_route: /v2/... here, the status page's paths (GET) there;
  * /metrics gets the model metrics too. user: the tfos__serve. */
 int tfos__serve_route(const tfos__http_req *req, tfos__http_resp *resp, void *user);

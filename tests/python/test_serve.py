@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PY, pids_with, tfos_cli, wait_for
+from conftest import PY, pids_with, prog, tfos_cli, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -22,25 +22,7 @@ def digits_model(tmp_path_factory):
     trained apart, as version 2 elsewhere), with held-out rows and each
     version's predictions for them."""
     d = tmp_path_factory.mktemp("serve-model")
-    code = r'''
-import os, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-import numpy as np, keras
-from sklearn.datasets import load_digits
-digits = load_digits()
-x = (digits.data / 16.0).astype("float32"); y = digits.target
-np.save(os.path.join(sys.argv[1], "x.npy"), x[1500:])
-for version, epochs in ((1, 10), (2, 3)):
-    keras.utils.set_random_seed(version)
-    m = keras.Sequential([keras.Input((64,), name="pixels"), keras.layers.Dense(32, activation="relu"),
-                          keras.layers.Dense(10, activation="softmax")])
-    m.compile("adam", "sparse_categorical_crossentropy")
-    m.fit(x[:1500], y[:1500], epochs=epochs, verbose=0)
-    where = ("digits", "1") if version == 1 else ("v2",)
-    m.export(os.path.join(sys.argv[1], *where), verbose=False)
-    np.save(os.path.join(sys.argv[1], "pred%d.npy" % version), m.predict(x[1500:], verbose=0))
-'''
-    r = subprocess.run([PY, "-c", code, str(d)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([PY, prog("serving_model.py"), str(d)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return {"dir": d / "digits", "v1": d / "digits" / "1", "v2": d / "v2", "x": np.load(d / "x.npy"),
             "pred": np.load(d / "pred1.npy"), "pred2": np.load(d / "pred2.npy")}

@@ -1,0 +1,247 @@
+"""tfos serve against its baselines, on the same model and data, in one run.
+
+The model is the digits classifier of tests/python/progs/serving_model.py
+(a Keras SavedModel: 64 -> 32 -> 10), served by `tfos serve --replicas 1
+--max-batch 64` on 127.0.0.1.
+
+  inprocess     the SavedModel's signature called in this process on batches
+                of 64 rows, one after the other: the ceiling of any server
+  http          K client processes (keep-alive connections) sending requests
+                of 64 rows as Open Inference Protocol JSON for --seconds:
+                rows/s, and the p50/p99 latency of a request
+  predict_udf   tfos.serve.predict_udf scoring a cached DataFrame of --rows
+                rows x 64 float columns on a Spark standalone cluster (master
+                and 2 workers of 1 core, tests/spark/sparkcluster.py): the
+                executors share the host, so the local socket
+  predict_batch_udf
+                Spark's pyspark.ml.functions.predict_batch_udf with the same
+                SavedModel loaded in the tasks (its documented use), same
+                batch size
+
+Every Spark run checks the sum of the predicted probabilities of class 0
+against the in-process model's, so a lost or wrong row fails the run. Each
+figure is the median of --rounds rounds.
+
+Prints `name: value` lines: rows/s, latencies, and the ratios
+http_vs_inprocess (target >= 0.5) and predict_udf_vs_predict_batch_udf
+(target >= 2). Progress goes to stderr.
+
+Usage: .venv/bin/python bench/serve.py [--rows N] [--clients K] [--seconds S] [--rounds R]
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "spark"))
+
+from sparkcluster import SparkCluster  # noqa: E402
+
+BATCH = 64
+
+
+def log(msg):
+    sys.stderr.write("[bench-serve %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def inprocess(model_dir, x, seconds):
+    """rows/s and per-call latencies of the signature on BATCH-row batches."""
+    import tensorflow as tf
+    fn = tf.saved_model.load(model_dir).signatures["serving_default"]
+    batches = [tf.constant(x[i:i + BATCH]) for i in range(0, len(x) - BATCH + 1, BATCH)]
+    for b in batches[:5]:
+        fn(pixels=b)  # warm-up (tracing)
+    lat, rows, t0 = [], 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for b in batches:
+            t = time.perf_counter()
+            fn(pixels=b)["output_0"].numpy()
+            lat.append(time.perf_counter() - t)
+            rows += BATCH
+    return rows / (time.perf_counter() - t0), lat
+
+
+def http_client(port, body, seconds, out):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    lat, n, bad = [], 0, 0
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t = time.perf_counter()
+        c.request("POST", "/v2/models/digits/infer", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        if r.status != 200:
+            bad += 1
+            continue
+        lat.append(time.perf_counter() - t)
+        n += 1
+    out.put((n, bad, lat))
+
+
+def http_load(port, x, clients, seconds):
+    body = json.dumps({"inputs": [{"name": "pixels", "shape": [BATCH, 64], "datatype": "FP32",
+                                   "data": x[:BATCH].ravel().tolist()}]}).encode()
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=http_client, args=(port, body, seconds, q)) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    res = [q.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    secs = time.perf_counter() - t0
+    n = sum(r[0] for r in res)
+    bad = sum(r[1] for r in res)
+    lat = sorted(v for r in res for v in r[2])
+    return n * BATCH / secs, lat, bad
+
+
+def pct(sorted_vals, q):
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+def make_predict_fn_for(model_dir):
+    def make_predict_fn():
+        import numpy as np
+        import tensorflow as tf
+        fn = tf.saved_model.load(model_dir).signatures["serving_default"]
+
+        def predict(pixels):
+            return fn(pixels=tf.constant(np.asarray(pixels, dtype=np.float32)))["output_0"].numpy()
+        return predict
+    return make_predict_fn
+
+
+def spark_rounds(opts, url, model_dir, x, expect_fn, results):
+    import numpy as np
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, FloatType
+    from tfos.serve import predict_udf
+
+    with SparkCluster(n_workers=2, worker_cores=1, worker_memory="2g") as cluster:
+        spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory="1g")
+        try:
+            n = opts.rows
+            reps = -(-n // len(x))
+            data = np.tile(x, (reps, 1))[:n]
+            expect = expect_fn(data)
+            pdf_rows = [list(map(float, r)) for r in data]
+            df = spark.createDataFrame([(r,) for r in pdf_rows], "pixels array<float>").repartition(
+                opts.partitions).cache()
+            assert df.count() == n
+            ours = predict_udf("digits", url=url, batch_rows=opts.batch_rows)
+            theirs = predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
+                                       batch_size=opts.batch_rows, input_tensor_shapes=[[64]])
+
+            def run(udf):
+                return df.select(udf(F.col("pixels")).getItem(0).alias("p0")).agg(F.sum("p0")).collect()[0][0]
+            for name, udf in (("predict_udf", ours), ("predict_batch_udf", theirs)):
+                run(udf)  # warm-up: the Python workers start, the model loads (theirs) or connects (ours)
+            for rnd in range(opts.rounds):
+                for name, udf in (("predict_udf", ours), ("predict_batch_udf", theirs)):
+                    t0 = time.perf_counter()
+                    got = run(udf)
+                    secs = time.perf_counter() - t0
+                    assert abs(got - expect) <= 1e-3 * max(1.0, abs(expect)), (name, got, expect)
+                    results.setdefault(name, []).append(n / secs)
+                log("spark round %d: predict_udf %.0f rows/s, predict_batch_udf %.0f rows/s"
+                    % (rnd + 1, results["predict_udf"][-1], results["predict_batch_udf"][-1]))
+        finally:
+            spark.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--batch-rows", type=int, default=1024, help="rows per UDF batch, both UDFs")
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--rounds", type=int, default=3)
+    opts = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tfos
+    from pyspark import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    with tempfile.TemporaryDirectory(prefix="tfos-bench-serve-") as tmp:
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "python", "progs", "serving_model.py"), tmp],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            sys.exit("the model could not be made:\n" + r.stderr[-3000:])
+        model_dir = os.path.join(tmp, "digits", "1")
+        x = np.load(os.path.join(tmp, "x.npy"))
+        log("model ready; in-process ceiling")
+        results = {}
+        for _ in range(opts.rounds):
+            rps, lat = inprocess(model_dir, x, opts.seconds / 2)
+            lat.sort()
+            results.setdefault("inprocess", []).append(rps)
+            results.setdefault("inprocess_p50_ms", []).append(pct(lat, 0.5) * 1000)
+        import tensorflow as tf
+        sig = tf.saved_model.load(model_dir).signatures["serving_default"]
+
+        def expect_fn(data):
+            return float(sum(sig(pixels=tf.constant(data[i:i + 4096]))["output_0"].numpy()[:, 0].sum(dtype=np.float64)
+                             for i in range(0, len(data), 4096)))
+
+        proc = subprocess.Popen([tfos.agent_path(), "serve", "--model", "digits=%s" % os.path.join(tmp, "digits"),
+                                 "--port", "0", "--replicas", "1", "--max-batch", str(BATCH), "--max-delay-ms", "2",
+                                 "--python", sys.executable, "--log-dir", os.path.join(tmp, "logs")],
+                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        err = [proc.stderr.readline()]
+        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/v2/models", err[0]).group(1))
+        url = "http://127.0.0.1:%d" % port
+        try:
+            deadline = time.monotonic() + 120
+            while "is ready" not in "".join(err):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    sys.exit("tfos serve did not become ready:\n" + "".join(err)[-3000:])
+                time.sleep(0.2)
+            log("tfos serve ready at %s; HTTP load, %d clients" % (url, opts.clients))
+            http_load(port, x, opts.clients, 2.0)  # warm-up
+            for rnd in range(opts.rounds):
+                rps, lat, bad = http_load(port, x, opts.clients, opts.seconds)
+                assert bad == 0, "%d requests refused" % bad
+                results.setdefault("http", []).append(rps)
+                results.setdefault("http_p50_ms", []).append(pct(lat, 0.5) * 1000)
+                results.setdefault("http_p99_ms", []).append(pct(lat, 0.99) * 1000)
+                log("http round %d: %.0f rows/s, p50 %.1f ms, p99 %.1f ms" % (rnd + 1, rps, pct(lat, 0.5) * 1000,
+                                                                              pct(lat, 0.99) * 1000))
+            log("Spark: predict_udf vs predict_batch_udf on %d rows" % opts.rows)
+            spark_rounds(opts, url, model_dir, x, expect_fn, results)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print("rows: %d, partitions: %d, batch rows: %d, http clients: %d, rounds: %d"
+          % (opts.rows, opts.partitions, opts.batch_rows, opts.clients, opts.rounds))
+    print("inprocess_rows_per_s: %.0f" % med["inprocess"])
+    print("inprocess_p50_ms: %.2f" % med["inprocess_p50_ms"])
+    print("http_rows_per_s: %.0f" % med["http"])
+    print("http_p50_ms: %.2f" % med["http_p50_ms"])
+    print("http_p99_ms: %.2f" % med["http_p99_ms"])
+    print("predict_udf_rows_per_s: %.0f" % med["predict_udf"])
+    print("predict_batch_udf_rows_per_s: %.0f" % med["predict_batch_udf"])
+    print("http_vs_inprocess: %.2f" % (med["http"] / med["inprocess"]))
+    print("predict_udf_vs_predict_batch_udf: %.2f" % (med["predict_udf"] / med["predict_batch_udf"]))
+
+
+if __name__ == "__main__":
+    main()
