@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "platform/clock.h"
+#include "run/oip.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -530,11 +531,9 @@ static void write_value(FILE *f, int dt, const char *p)
     case TFOS_DT_U64: { uint64_t v; memcpy(&v, p, 8); fprintf(f, "%llu", (unsigned long long)v); break; }
     case TFOS_DT_F32: {
         float v;
+        char b[40];
         memcpy(&v, p, 4);
-        if (isfinite(v))
-            fprintf(f, "%.9g", (double)v);
-        else
-            fputs("null", f);
+        fwrite(b, 1, (size_t)tfos__oip_fmt_f32(b, v), f);
         break;
     }
     case TFOS_DT_F64: {
@@ -1122,95 +1121,38 @@ static void schedule(tfos__serve *s)
 
 /* ---- parsing an infer request ---------------------------------------------------- */
 
-/* Flatten `data` (flat or nested as `shape`) into out, as dtype dt; n
- * elements expected. 0, or -1 with err naming what is wrong. */
-static int put_value(json_t *v, int dt, char *out)
-{
-    if (dt == TFOS_DT_BOOL) {
-        if (!json_is_boolean(v))
-            return -1;
-        *(uint8_t *)out = json_is_true(v);
-        return 0;
-    }
-    if (dt == TFOS_DT_F32 || dt == TFOS_DT_F64) {
-        if (!json_is_number(v))
-            return -1;
-        double d = json_number_value(v);
-        if (dt == TFOS_DT_F32) {
-            float f = (float)d;
-            memcpy(out, &f, 4);
-        } else {
-            memcpy(out, &d, 8);
-        }
-        return 0;
-    }
-    if (!json_is_integer(v))
-        return -1;
-    json_int_t x = json_integer_value(v);
-    switch (dt) {
-    case TFOS_DT_I8: if (x < INT8_MIN || x > INT8_MAX) return -1; *(int8_t *)out = (int8_t)x; return 0;
-    case TFOS_DT_I16: { if (x < INT16_MIN || x > INT16_MAX) return -1; int16_t y = (int16_t)x; memcpy(out, &y, 2); return 0; }
-    case TFOS_DT_I32: { if (x < INT32_MIN || x > INT32_MAX) return -1; int32_t y = (int32_t)x; memcpy(out, &y, 4); return 0; }
-    case TFOS_DT_I64: { int64_t y = x; memcpy(out, &y, 8); return 0; }
-    case TFOS_DT_U8: if (x < 0 || x > UINT8_MAX) return -1; *(uint8_t *)out = (uint8_t)x; return 0;
-    case TFOS_DT_U16: { if (x < 0 || x > UINT16_MAX) return -1; uint16_t y = (uint16_t)x; memcpy(out, &y, 2); return 0; }
-    case TFOS_DT_U32: { if (x < 0 || x > UINT32_MAX) return -1; uint32_t y = (uint32_t)x; memcpy(out, &y, 4); return 0; }
-    case TFOS_DT_U64: { if (x < 0) return -1; uint64_t y = (uint64_t)x; memcpy(out, &y, 8); return 0; }
-    }
-    return -1;
-}
-
-static int flatten(json_t *v, int dt, size_t es, char *out, size_t n, size_t *at, const char *name, char *err,
-                   size_t errlen)
-{
-    if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) if (flatten(x, dt, es, out, n, at, name, err, errlen)) return -1;
-        return 0;
-    }
-    if (*at >= n) {
-        snprintf(err, errlen, "input %s: data has more elements than its shape holds (%zu)", name, n);
-        return -1;
-    }
-    if (put_value(v, dt, out + *at * es)) {
-        snprintf(err, errlen, "input %s: data[%zu] is not a %s value", name, *at, oip_of(dt));
-        return -1;
-    }
-    (*at)++;
-    return 0;
-}
-
 /* Parse and check an infer request for model m into r. 0, or the status
  * with err. */
-static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, req *r, char *err, size_t errlen)
+static int parse_infer(model *m, const char *body, size_t len, req *r, char *err, size_t errlen)
 {
-    (void)s;
-    json_error_t je;
-    json_t *doc = json_loadb(body, len, 0, &je);
+    tfos__oip_request *rq = malloc(sizeof *rq);
+    char why[300];
     int status = 400;
-    if (!doc) {
-        snprintf(err, errlen, "the request body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
-        return 400;
+    if (!rq) {
+        snprintf(err, errlen, "out of memory");
+        return 503;
     }
-    json_t *inputs = json_object_get(doc, "inputs");
-    const char *id = json_string_value(json_object_get(doc, "id"));
-    snprintf(r->id, sizeof r->id, "%s", id ? id : "");
-    if (!json_is_object(doc) || !json_is_array(inputs) || !json_array_size(inputs)) {
+    if (tfos__oip_parse(body, len, rq, why, sizeof why)) {
+        snprintf(err, errlen, "the request body is not JSON: %s", why);
+        goto out;
+    }
+    snprintf(r->id, sizeof r->id, "%s", rq->id);
+    if (!rq->inputs_is_list || !rq->ninputs) {
         snprintf(err, errlen, "the request needs \"inputs\": a list of tensors ({\"name\", \"shape\", "
                               "\"datatype\", \"data\"})");
         goto out;
     }
+    if (rq->ninputs < 0) {
+        snprintf(err, errlen, "the request has more than %d inputs", TFOS_OIP_MAX_TENSORS);
+        goto out;
+    }
     int seen[MAX_IO] = {0};
-    size_t i;
-    json_t *t;
     long long rows = -1;
-    json_array_foreach(inputs, i, t) {
-        const char *name = json_string_value(json_object_get(t, "name"));
-        const char *dt = json_string_value(json_object_get(t, "datatype"));
-        json_t *shape = json_object_get(t, "shape"), *data = json_object_get(t, "data");
-        if (!name) {
-            snprintf(err, errlen, "inputs[%zu] has no \"name\"", i);
+    for (int i = 0; i < rq->ninputs; i++) {
+        const tfos__oip_tensor *t = &rq->inputs[i];
+        const char *name = t->name;
+        if (!name[0]) {
+            snprintf(err, errlen, "inputs[%d] has no \"name\"", i);
             goto out;
         }
         int k = -1;
@@ -1220,7 +1162,8 @@ static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, r
         if (k < 0) {
             char names[600] = "";
             for (int j = 0; j < m->nin; j++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", j ? ", " : "", m->in[j].name);
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.127s", j ? ", " : "",
+                         m->in[j].name);
             snprintf(err, errlen, "model %s has no input %s (its inputs: %s)", m->name, name, names);
             goto out;
         }
@@ -1229,29 +1172,29 @@ static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, r
             goto out;
         }
         const tensor_spec *sp = &m->in[k];
-        if (!dt || dtype_of(dt) != sp->dtype) {
-            snprintf(err, errlen, "input %s: datatype %s, but model %s takes %s", name, dt ? dt : "(none)", m->name,
-                     oip_of(sp->dtype));
+        if (!t->datatype[0] || dtype_of(t->datatype) != sp->dtype) {
+            snprintf(err, errlen, "input %s: datatype %s, but model %s takes %s", name,
+                     t->datatype[0] ? t->datatype : "(none)", m->name, oip_of(sp->dtype));
             goto out;
         }
-        if (!json_is_array(shape) || (int)json_array_size(shape) != sp->ndim) {
-            snprintf(err, errlen, "input %s: shape must have %d dimensions (the model's is %s%lld", name,
-                     sp->ndim, "[", (long long)sp->shape[0]);
+        if (!t->has_shape || t->ndim != sp->ndim) {
+            snprintf(err, errlen, "input %s: shape must have %d dimensions (the model's is [%lld", name, sp->ndim,
+                     (long long)sp->shape[0]);
             for (int d = 1; d < sp->ndim; d++)
                 snprintf(err + strlen(err), errlen - strlen(err), ", %lld", (long long)sp->shape[d]);
             snprintf(err + strlen(err), errlen - strlen(err), "])");
             goto out;
         }
+        if (t->bad_shape) {
+            snprintf(err, errlen, "input %s: shape holds something other than whole numbers >= 0", name);
+            goto out;
+        }
         size_t n = 1;
         for (int d = 0; d < sp->ndim; d++) {
-            json_t *x = json_array_get(shape, (size_t)d);
-            long long v = json_is_integer(x) ? json_integer_value(x) : -1;
-            if (v < 0 || v > UINT32_MAX || (sp->shape[d] >= 0 && d > 0 && v != sp->shape[d])) {
-                snprintf(err, errlen, "input %s: shape[%d] is %s, the model takes %lld", name, d,
-                         json_is_integer(x) ? "wrong" : "not a whole number", (long long)sp->shape[d]);
-                if (json_is_integer(x))
-                    snprintf(err, errlen, "input %s: shape[%d] is %lld, the model takes %lld", name, d, v,
-                             (long long)sp->shape[d]);
+            long long v = t->shape[d];
+            if (v > UINT32_MAX || (sp->shape[d] >= 0 && d > 0 && v != sp->shape[d])) {
+                snprintf(err, errlen, "input %s: shape[%d] is %lld, the model takes %lld", name, d, v,
+                         (long long)sp->shape[d]);
                 goto out;
             }
             if (d > 0)
@@ -1262,14 +1205,14 @@ static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, r
                 goto out;
             }
         }
-        long long b = json_integer_value(json_array_get(shape, 0));
+        long long b = t->shape[0];
         if (rows >= 0 && b != rows) {
             snprintf(err, errlen, "input %s has %lld rows (shape[0]), another input %lld", name, b, rows);
             goto out;
         }
         rows = b;
         r->inner_ndim[k] = sp->ndim - 1;
-        if (!json_is_array(data)) {
+        if (!t->has_data || t->data_len == 0 || t->data[0] != '[') {
             snprintf(err, errlen, "input %s: \"data\" must be a list (flat, or nested as its shape)", name);
             goto out;
         }
@@ -1282,9 +1225,16 @@ static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, r
             goto out;
         }
         size_t at = 0;
-        if (flatten(data, sp->dtype, es, r->data[k], n, &at, name, err, errlen))
+        int rc = tfos__oip_numbers(t->data, t->data_len, sp->dtype, r->data[k], n, &at);
+        if (rc == -2) {
+            snprintf(err, errlen, "input %s: data[%zu] is not a %s value", name, at, oip_of(sp->dtype));
             goto out;
-        if (at != n) {
+        }
+        if (rc == -3) {
+            snprintf(err, errlen, "input %s: data has more elements than its shape holds (%zu)", name, n);
+            goto out;
+        }
+        if (rc) {
             snprintf(err, errlen, "input %s: data has %zu elements, its shape holds %zu", name, at, n);
             goto out;
         }
@@ -1299,26 +1249,25 @@ static int parse_infer(tfos__serve *s, model *m, const char *body, size_t len, r
         goto out;
     }
     r->rows = (uint32_t)rows;
-    json_t *outs = json_object_get(doc, "outputs");
-    if (outs && !json_is_array(outs)) {
-        snprintf(err, errlen, "\"outputs\" must be a list of {\"name\": ...}");
+    if (rq->has_outputs && (!rq->outputs_is_list || rq->noutputs < 0)) {
+        snprintf(err, errlen, "\"outputs\" must be a list of {\"name\": ...} (up to %d)", TFOS_OIP_MAX_TENSORS);
         goto out;
     }
-    json_array_foreach(outs, i, t) {
-        const char *name = json_string_value(json_object_get(t, "name"));
+    for (int i = 0; i < rq->noutputs; i++) {
+        const char *name = rq->outputs[i];
         int k = -1;
-        for (int j = 0; name && j < m->nout && k < 0; j++)
+        for (int j = 0; name[0] && j < m->nout && k < 0; j++)
             if (!strcmp(m->out[j].name, name))
                 k = j;
         if (k < 0) {
-            snprintf(err, errlen, "model %s has no output %s", m->name, name ? name : "(outputs[] without a name)");
+            snprintf(err, errlen, "model %s has no output %s", m->name, name[0] ? name : "(outputs[] without a name)");
             goto out;
         }
         r->want |= 1ull << k;
     }
     status = 0;
 out:
-    json_decref(doc);
+    free(rq);
     return status;
 }
 
@@ -1398,7 +1347,7 @@ static int infer(tfos__serve *s, model *m, const char *version, const tfos__http
     if (!r)
         return fail_now(rs, 503, "out of memory");
     char err[1024] = "";
-    int status = parse_infer(s, m, rq->body, rq->body_len, r, err, sizeof err);
+    int status = parse_infer(m, rq->body, rq->body_len, r, err, sizeof err);
     if (status) {
         free_req(r);
         m->failed++;
