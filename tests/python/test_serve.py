@@ -247,6 +247,54 @@ def test_concurrent_clients_are_batched_and_every_answer_is_theirs(digits_model,
         s.stop()
 
 
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def test_overload_is_answered_or_refused_and_leaks_nothing(digits_model, tmp_path, marker):
+    # 16 clients of 8-row requests against batches of 8 (2 at a time on the
+    # server) and a queue of 64 rows: at most 10 requests fit, so some are
+    # refused; every request is answered (right) or refused at once (429),
+    # and the front end's memory does not grow from one round to the next
+    s = Server(digits_model["dir"], tmp_path, marker, "--max-batch", "8", "--max-queue-rows", "64")
+    x, pred = digits_model["x"], digits_model["pred"]
+
+    def round_of_load():
+        counts, wrong = {}, []
+
+        def client(k):
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            for j in range(40):
+                lo = (k * 40 + j) % (len(x) - 8)
+                st, body = s.infer(x[lo:lo + 8], conn=conn)
+                counts[st] = counts.get(st, 0) + 1
+                if st == 200 and not np.allclose(outputs(body)[1], pred[lo:lo + 8], atol=1e-5):
+                    wrong.append(lo)
+            conn.close()
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        return counts, wrong
+    try:
+        round_of_load()  # warm-up: buffers grown to their working size
+        before = rss_kb(s.proc.pid)
+        refused = 0
+        for _ in range(3):
+            counts, wrong = round_of_load()
+            assert not wrong and set(counts) <= {200, 429} and sum(counts.values()) == 640, (counts, wrong)
+            refused += counts.get(429, 0)
+        assert refused > 0, refused  # (the 429 text is checked by test_a_full_queue_answers_429_at_once)
+        grown = rss_kb(s.proc.pid) - before
+        print("statuses of the last round: %s; front end RSS %d kB, grew %d kB over 3 rounds" % (counts, before, grown))
+        assert grown < 4096, grown
+        assert s.get("/v2/health/ready")[0] == 200
+    finally:
+        s.stop()
+
+
 def test_a_full_queue_answers_429_at_once(digits_model, tmp_path, marker):
     # a request waits up to 1.5 s for others to batch with: a second one
     # finds the queue full (8 rows) and is refused at once
