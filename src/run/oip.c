@@ -184,6 +184,32 @@ static size_t number_len(const char *p, const char *end)
 
 static int value(cur *c, int depth);
 
+/* A list's '[' (and ']' at once when it is empty): 1 when empty, 0 when
+ * elements follow, -1 on error. */
+static int list_open(cur *c)
+{
+    if (expect(c, '[', "a list was expected"))
+        return -1;
+    ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* After a list's element: 1 when another follows (its ',' taken), 0 at the
+ * list's end (its ']' taken), -1 on error. */
+static int list_next(cur *c)
+{
+    ws(c);
+    if (c->p < c->end && *c->p == ',') {
+        c->p++;
+        return 1;
+    }
+    return expect(c, ']', "',' or ']' was expected in a list") ? -1 : 0;
+}
+
 static int literal(cur *c, const char *word)
 {
     size_t n = strlen(word);
@@ -195,23 +221,13 @@ static int literal(cur *c, const char *word)
 
 static int array(cur *c, int depth)
 {
-    if (expect(c, '[', "a list was expected"))
-        return -1;
-    ws(c);
-    if (c->p < c->end && *c->p == ']') {
-        c->p++;
-        return 0;
-    }
-    for (;;) {
+    int rc = list_open(c);
+    while (rc == 0) {
         if (value(c, depth + 1))
             return -1;
-        ws(c);
-        if (c->p < c->end && *c->p == ',') {
-            c->p++;
-            continue;
-        }
-        return expect(c, ']', "',' or ']' was expected in a list");
+        rc = list_next(c) == 1 ? 0 : -2;
     }
+    return rc == -1 ? -1 : c->failed ? -1 : 0;
 }
 
 /* An object: for each member, on_member(key) reads the value (or value()
@@ -290,13 +306,8 @@ static int tensor_member(cur *c, const char *key, void *user, int depth)
     if (!strcmp(key, "shape") && c->p < c->end && *c->p == '[') {
         t->has_shape = 1;
         t->ndim = 0;
-        c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
-            return 0;
-        }
-        for (;;) {
+        int rc = list_open(c);
+        for (; rc == 0; rc = list_next(c) == 1 ? 0 : 1) {
             ws(c);
             size_t n = c->p < c->end ? number_len(c->p, c->end) : 0;
             if (n && *c->p != '-' && !memchr(c->p, '.', n) && !memchr(c->p, 'e', n) && !memchr(c->p, 'E', n) &&
@@ -311,13 +322,8 @@ static int tensor_member(cur *c, const char *key, void *user, int depth)
                 if (value(c, depth + 2))
                     return -1;
             }
-            ws(c);
-            if (c->p < c->end && *c->p == ',') {
-                c->p++;
-                continue;
-            }
-            return expect(c, ']', "',' or ']' was expected in a list");
         }
+        return c->failed ? -1 : 0;
     }
     return 1;
 }
@@ -341,13 +347,8 @@ static int object_list(cur *c, int depth, member_fn fn, void *base, size_t strid
     *is_list = c->p < c->end && *c->p == '[';
     if (!*is_list)
         return value(c, depth);
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == ']') {
-        c->p++;
-        return 0;
-    }
-    for (;;) {
+    int rc = list_open(c);
+    for (; rc == 0; rc = list_next(c) == 1 ? 0 : 1) {
         ws(c);
         if (c->p < c->end && *c->p == '{' && *count >= 0 && *count < max) {
             if (object(c, depth + 1, fn, (char *)base + stride * (size_t)*count))
@@ -361,13 +362,8 @@ static int object_list(cur *c, int depth, member_fn fn, void *base, size_t strid
             if (value(c, depth + 1))
                 return -1;
         }
-        ws(c);
-        if (c->p < c->end && *c->p == ',') {
-            c->p++;
-            continue;
-        }
-        return expect(c, ']', "',' or ']' was expected in a list");
     }
+    return c->failed ? -1 : 0;
 }
 
 static int request_member(cur *c, const char *key, void *user, int depth)
