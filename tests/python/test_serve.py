@@ -289,8 +289,14 @@ def test_overload_is_answered_or_refused_and_leaks_nothing(digits_model, tmp_pat
         assert refused > 0, refused  # (the 429 text is checked by test_a_full_queue_answers_429_at_once)
         grown = rss_kb(s.proc.pid) - before
         print("statuses of the last round: %s; front end RSS %d kB, grew %d kB over 3 rounds" % (counts, before, grown))
-        assert grown < 4096, grown
+        with open("/proc/%d/maps" % s.proc.pid) as f:
+            asan = "libasan" in f.read()
+        # AddressSanitizer keeps freed memory in quarantine (its RSS grows
+        # by design): there, LeakSanitizer at the front end's exit checks
+        assert asan or grown < 4096, grown
         assert s.get("/v2/health/ready")[0] == 200
+        # a clean exit (under ASan, LeakSanitizer found no leak at exit)
+        assert s.stop() == 128 + signal.SIGTERM, s.text()[-3000:]
     finally:
         s.stop()
 
