@@ -145,6 +145,13 @@ def make_predict_fn_for(model_dir):
     return make_predict_fn
 
 
+def pixels_df(spark, n, partitions):
+    """n rows of 64 floats made by Spark SQL (the driver holds no rows):
+    pixel i of row j is ((j * (i + 7)) % 17) / 16, as in spark_rounds."""
+    pixels = "array(%s)" % ", ".join("CAST(((id * %d) %% 17) / 16.0 AS FLOAT)" % (i + 7) for i in range(64))
+    return spark.range(0, n, 1, partitions).selectExpr(pixels + " AS pixels")
+
+
 def spark_rounds(opts, url, model_dir, expect_fn, results):
     import numpy as np
     from pyspark.ml.functions import predict_batch_udf
@@ -156,14 +163,11 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
         spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory="1g")
         try:
             n = opts.rows
-            # pixels made by Spark SQL (the driver holds no rows): pixel i of
-            # row j is ((j * (i + 7)) % 17) / 16; the expected sum is computed
-            # here from the same formula
+            # the expected sum, from pixels_df's formula
             j = np.arange(n, dtype=np.int64)[:, None]
             data = (((j * (np.arange(64) + 7)) % 17) / 16.0).astype(np.float32)
             expect = expect_fn(data)
-            pixels = "array(%s)" % ", ".join("CAST(((id * %d) %% 17) / 16.0 AS FLOAT)" % (i + 7) for i in range(64))
-            df = spark.range(0, n, 1, opts.partitions).selectExpr(pixels + " AS pixels").cache()
+            df = pixels_df(spark, n, opts.partitions).cache()
             assert df.count() == n
             ours = predict_udf("digits", url=url, batch_rows=opts.batch_rows)
             theirs = predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
@@ -191,9 +195,7 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
             for name in ("predict_udf", "predict_batch_udf"):
                 spark = cluster.spark_session("tfos-bench-serve-cold-%s-%d" % (name, rnd), spark_executor_memory="1g")
                 try:
-                    pixels = "array(%s)" % ", ".join("CAST(((id * %d) %% 17) / 16.0 AS FLOAT)" % (i + 7)
-                                                     for i in range(64))
-                    df = spark.range(0, opts.rows, 1, opts.partitions).selectExpr(pixels + " AS pixels")
+                    df = pixels_df(spark, opts.rows, opts.partitions)
                     udf = predict_udf("digits", url=url, batch_rows=opts.batch_rows) if name == "predict_udf" else \
                         predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
                                           batch_size=opts.batch_rows, input_tensor_shapes=[[64]])

@@ -191,9 +191,11 @@ def _recv_exact(sock, n):
 
 
 def _send(sock, ftype, fid, payload):
-    sock.sendall(_HEAD.pack(len(payload), ftype, fid) + payload if len(payload) < 65536
-                 else _HEAD.pack(len(payload), ftype, fid))
-    if len(payload) >= 65536:
+    head = _HEAD.pack(len(payload), ftype, fid)
+    if len(payload) < 65536:
+        sock.sendall(head + payload)  # one write
+    else:
+        sock.sendall(head)  # a large payload is not copied to join them
         sock.sendall(payload)
 
 

@@ -103,7 +103,6 @@ int tfos__http_header(const char *head, const char *name, char *out, size_t len)
 const char *tfos__http_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
     case 200: return "OK";
     case 400: return "Bad Request";
     case 401: return "Unauthorized (this server needs its token)";
@@ -114,7 +113,6 @@ const char *tfos__http_reason(int status)
     case 421: return "Misdirected Request (Host is not this machine)";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
     default: return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,7 +51,7 @@ typedef struct model {
     struct req *head, *tail;  /* waiting, oldest first */
     long long queued_rows;
     /* metrics */
-    unsigned long long ok, failed, refused, rows, batches, batch_rows, local;
+    unsigned long long ok, failed, refused, rows, batches, local;
     struct {
         char v[32];
         unsigned long long ok;
@@ -166,6 +165,16 @@ static char *error_json(const char *fmt, va_list ap)
     return buf;
 }
 
+static char *error_jsonf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *error_jsonf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = error_json(fmt, ap);
+    va_end(ap);
+    return body;
+}
+
 /* An error answer now (in a route). */
 static int fail_now(tfos__http_resp *rs, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail_now(tfos__http_resp *rs, int status, const char *fmt, ...)
@@ -200,15 +209,20 @@ static void flush_out(tfos__serve *s, int ix);
 static int queue_frame(struct server *sv, uint32_t type, uint64_t id, const void *a, size_t alen, const void *b,
                        size_t blen);
 
-/* A frame to the local client that sent r, if it is still connected. */
-static void client_frame(tfos__serve *s, const req *r, uint32_t type, const void *a, size_t alen, const void *b,
-                         size_t blen)
+/* Is the local client that sent r still connected? */
+static int client_current(const tfos__serve *s, const req *r)
 {
-    server *c = &s->servers[r->client];
-    if (c->fd < 0 || !c->is_client || c->gen != r->client_gen)
-        return; /* it has gone */
-    if (queue_frame(c, type, r->http_id, a, alen, b, blen) == 0)
-        flush_out(s, r->client);
+    const server *c = &s->servers[r->client];
+    return c->fd >= 0 && c->is_client && c->gen == r->client_gen;
+}
+
+/* An ERROR frame to local client ix: "STATUS {json error}". */
+static void send_error(tfos__serve *s, int ix, uint64_t id, int status, const char *body)
+{
+    char head[8];
+    int hl = snprintf(head, sizeof head, "%d ", status);
+    if (queue_frame(&s->servers[ix], TFOS_SERVE_ERROR, id, head, (size_t)hl, body, strlen(body)) == 0)
+        flush_out(s, ix);
 }
 
 /* Answer a waiting request with an error, and free it. */
@@ -225,10 +239,8 @@ static void fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
     if (r->client < 0) {
         tfos__http_reply(s->http, r->http_id, status, "application/json", body, 0);
     } else {
-        /* "STATUS {json}" */
-        char head[8];
-        int hl = snprintf(head, sizeof head, "%d ", status);
-        client_frame(s, r, TFOS_SERVE_ERROR, head, (size_t)hl, body, body ? strlen(body) : 0);
+        if (client_current(s, r))
+            send_error(s, r->client, r->http_id, status, body ? body : "{}");
         free(body);
     }
     free_req(r);
@@ -372,11 +384,6 @@ static int servers_ready(const tfos__serve *s)
     for (int i = 0; i < MAX_SERVERS; i++)
         n += s->servers[i].fd >= 0 && s->servers[i].ready && !s->servers[i].is_client;
     return n;
-}
-
-int tfos__serve_ready(const tfos__serve *s)
-{
-    return s ? servers_ready(s) : 0;
 }
 
 static int holds(const server *sv, int mi, const char *version)
@@ -592,10 +599,9 @@ static char *answer_json(const model *m, const char *version, const req *r, cons
     return buf;
 }
 
-/* Count an answer (and, given r, observe its latency and free it). */
-static void body_done(tfos__serve *s, model *m, req *r, const char *version)
+/* Count the answer to r, by the version that ran it; r is freed. */
+static void count_answer(model *m, req *r, const char *version)
 {
-    (void)s;
     m->ok++;
     for (int k = 0; k < MAX_VSTATS; k++)
         if (!strcmp(m->vstat[k].v, version) || !m->vstat[k].v[0]) {
@@ -603,10 +609,8 @@ static void body_done(tfos__serve *s, model *m, req *r, const char *version)
             m->vstat[k].ok++;
             break;
         }
-    if (r) {
-        observe(m, r->t0);
-        free_req(r);
-    }
+    observe(m, r->t0);
+    free_req(r);
 }
 
 /* A local client's answer: its rows of every output, as a columnar batch
@@ -623,8 +627,7 @@ static void answer_client(tfos__serve *s, req *r, const char *version, const tfo
     uint64_t total = tfos__batch_layout(r->rows, v->ncols, cols);
     char *out = total ? malloc(total) : NULL;
     if (!out) {
-        char msg[] = "503 {\"error\": \"out of memory\"}";
-        client_frame(s, r, TFOS_SERVE_ERROR, msg, sizeof msg - 1, NULL, 0);
+        send_error(s, r->client, r->http_id, 503, "{\"error\": \"out of memory\"}");
         return;
     }
     tfos__batch_write_header(out, total, r->rows, v->ncols, 0, cols);
@@ -637,7 +640,8 @@ static void answer_client(tfos__serve *s, req *r, const char *version, const tfo
     char head[2 + 32];
     memcpy(head, &vl, 2);
     memcpy(head + 2, version, vl);
-    client_frame(s, r, TFOS_SERVE_RESULT, head, 2u + vl, out, total);
+    if (queue_frame(&s->servers[r->client], TFOS_SERVE_RESULT, r->http_id, head, 2u + vl, out, total) == 0)
+        flush_out(s, r->client);
     free(out);
 }
 
@@ -697,21 +701,14 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
                 fail_req(s, r, 500, "model %s's server sent a bad result: %s", m->name, err);
             continue;
         }
-        if (r->client >= 0) {
+        if (r->client < 0) {
+            char *body = answer_json(m, version, r, &v, p, row0);
+            tfos__http_reply(s->http, r->http_id, body ? 200 : 500, body ? "application/json" : NULL, body, 0);
+        } else if (client_current(s, r)) {
             answer_client(s, r, version, &v, p, row0);
-            row0 += r->rows;
-            body_done(s, m, r, version); /* frees r */
-            continue;
         }
-        char *body = answer_json(m, version, r, &v, p, row0);
         row0 += r->rows;
-        body_done(s, m, NULL, version);
-        observe(m, r->t0);
-        if (body)
-            tfos__http_reply(s->http, r->http_id, 200, "application/json", body, 0);
-        else
-            tfos__http_reply(s->http, r->http_id, 500, NULL, NULL, 0);
-        free_req(r);
+        count_answer(m, r, version);
     }
     free(fl);
     dispatch_all(s);
@@ -813,18 +810,8 @@ static void client_infer(tfos__serve *s, int ix, uint64_t id, const char *p, siz
 fail:
     if (m)
         m->failed++;
-    char *body = NULL;
-    size_t bl = 0;
-    FILE *f = open_memstream(&body, &bl);
-    if (f) {
-        fprintf(f, "%d {\"error\": ", status);
-        tfos__json_str(f, err);
-        fputs("}", f);
-        fclose(f);
-    }
-    server *c = &s->servers[ix];
-    if (body && queue_frame(c, TFOS_SERVE_ERROR, id, body, bl, NULL, 0) == 0)
-        flush_out(s, ix);
+    char *body = error_jsonf("%s", err);
+    send_error(s, ix, id, status, body ? body : "{}");
     free(body);
     if (r)
         free_req(r);
@@ -836,9 +823,7 @@ static void on_frame(tfos__serve *s, int ix, uint32_t type, uint64_t id, const c
     if (!sv->ready && type == TFOS_SERVE_CLIENT) {
         /* a local client: the HTTP token, if there is one */
         if (len != strlen(s->token) || memcmp(p, s->token, len)) {
-            static const char no[] = "401 {\"error\": \"this server needs its token\"}";
-            if (queue_frame(sv, TFOS_SERVE_ERROR, id, no, sizeof no - 1, NULL, 0) == 0)
-                flush_out(s, ix);
+            send_error(s, ix, id, 401, "{\"error\": \"this server needs its token\"}");
             return;
         }
         sv->ready = sv->is_client = 1;
@@ -1057,7 +1042,6 @@ static int send_batch(tfos__serve *s, int mi, int ix)
     last->next = NULL;
     m->queued_rows -= rows;
     m->batches++;
-    m->batch_rows += rows;
     fl->next = s->flights;
     s->flights = fl;
     sv->inflight++;

@@ -54,8 +54,6 @@ void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status,
 /* A tfos__http_route: /v2/... here, the status page's paths (GET) there;
  * /metrics gets the model metrics too. user: the tfos__serve. */
 int tfos__serve_route(const tfos__http_req *req, tfos__http_resp *resp, void *user);
-/* Model servers connected and ready. */
-int tfos__serve_ready(const tfos__serve *s);
 void tfos__serve_close(tfos__serve *s);
 
 #endif
