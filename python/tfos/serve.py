@@ -20,6 +20,10 @@ the batching; see src/run/serve.h for the frames.
 A model is a TensorFlow SavedModel and its ``serving_default`` signature
 (what ``model.export(dir)`` and ``tfos.compat.export_saved_model`` write),
 or a directory of numbered versions of one (TensorFlow Serving's layout).
+Any other model (PyTorch, JAX, scikit-learn, ...) serves through a loader
+the user names, ``--loader NAME=MODULE:FUNCTION``: FUNCTION(dir) is called
+once per version dir and returns a :class:`Model` (a callable on numpy
+arrays and its inputs' and outputs' datatypes and shapes).
 Of a directory of versions the highest is served, and a higher one that
 appears later is loaded (while the current one goes on serving) and then
 served in its place; the one before stays loaded for requests that name
@@ -44,7 +48,7 @@ _HEAD = struct.Struct("<IIQ")
 _OIP = {"bool": "BOOL", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
         "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64", "float32": "FP32", "float64": "FP64"}
 
-__all__ = ["Client", "ServeError", "predict_udf", "latest_version", "versions_in"]
+__all__ = ["Client", "Model", "ServeError", "predict_udf", "versions_in"]
 
 _NUMPY = {"BOOL": "bool", "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
           "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "FP32": "float32", "FP64": "float64"}
@@ -54,27 +58,68 @@ class ServeError(RuntimeError):
     """A model tfos serve cannot serve, with what and where."""
 
 
-def versions_in(path):
-    """The numbered subdirs of ``path`` that hold a SavedModel, as ints,
-    ascending (TensorFlow Serving's layout)."""
+def versions_in(path, saved_model=True):
+    """The numbered subdirs of ``path`` that hold a SavedModel (any numbered
+    subdir with ``saved_model=False``), as ints, ascending (TensorFlow
+    Serving's layout)."""
     found = []
     for name in os.listdir(path) if os.path.isdir(path) else ():
-        if name.isdigit() and os.path.exists(os.path.join(path, name, "saved_model.pb")):
+        vdir = os.path.join(path, name)
+        if name.isdigit() and (os.path.exists(os.path.join(vdir, "saved_model.pb")) if saved_model
+                               else os.path.isdir(vdir)):
             found.append(int(name))
     return sorted(found)
 
 
-def latest_version(path):
-    """``(version, dir)``: the highest numbered subdir of ``path`` that holds
-    a SavedModel, or ``("1", path)`` when ``path`` is a SavedModel itself."""
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return "1", path
-    versions = versions_in(path)
-    if not versions:
-        raise ServeError("%s is not a SavedModel (no saved_model.pb) and has no numbered version dirs holding one"
-                         % path)
-    v = versions[-1]
-    return str(v), os.path.join(path, str(v))
+def _tensor_spec(model, what, key, spec):
+    """A declared input or output: ``(datatype, shape)`` or a dict with
+    them, checked; the shape's first dimension is the batch's (-1)."""
+    if isinstance(spec, dict):
+        spec = (spec.get("datatype"), spec.get("shape"))
+    try:
+        dt, shape = spec
+        shape = [int(d) for d in shape]
+    except (TypeError, ValueError):
+        raise ServeError("model %s: %s %s: give (datatype, shape), e.g. (\"FP32\", [-1, 64]), not %r"
+                         % (model, what, key, spec))
+    if dt not in _NUMPY:
+        raise ServeError("model %s: %s %s: datatype %r is not one of %s"
+                         % (model, what, key, dt, ", ".join(sorted(_NUMPY))))
+    if not shape or shape[0] != -1 or any(d < 1 for d in shape[1:]):
+        raise ServeError("model %s: %s %s: shape %s: the first dimension is the batch's (-1), the others "
+                         "positive sizes" % (model, what, key, shape))
+    return {"name": str(key), "datatype": dt, "shape": shape}
+
+
+class Model(object):
+    """A model a loader (``tfos serve --loader NAME=MODULE:FUNCTION``)
+    returns for one version dir::
+
+        def load(path):                      # called once per version dir
+            net = torch.jit.load(os.path.join(path, "model.pt")).eval()
+
+            def predict(pixels):             # numpy arrays in, the rows on axis 0
+                with torch.no_grad():
+                    return net(torch.from_numpy(pixels)).softmax(1).numpy()
+            return tfos.serve.Model(predict, inputs={"pixels": ("FP32", [-1, 64])},
+                                    outputs={"probs": ("FP32", [-1, 10])})
+
+    ``predict`` is called with one keyword argument per input, a numpy array
+    of the input's datatype holding a batch's rows; it returns a dict of the
+    outputs (or, for one output, the array). ``inputs``/``outputs``: name ->
+    ``(datatype, shape)``, in order (the order predict_udf maps columns to
+    inputs), datatypes as the Open Inference Protocol names them (``FP32``,
+    ``INT64``, ``BOOL``, ...), the first dimension -1 (the batch's). The
+    front end checks requests against them before ``predict`` runs, and
+    outputs are cast to their datatype."""
+
+    def __init__(self, predict, inputs, outputs, platform="python"):
+        if not callable(predict):
+            raise ServeError("tfos.serve.Model: predict must be callable, not %r" % (predict,))
+        self.predict, self.platform = predict, str(platform)
+        self.inputs, self.outputs = dict(inputs or {}), dict(outputs or {})
+        if not self.inputs or not self.outputs:
+            raise ServeError("tfos.serve.Model: give at least one input and one output")
 
 
 class _SavedModel(object):
@@ -107,9 +152,145 @@ class _SavedModel(object):
             raise ServeError("model %s: %s %s has no batch dimension (shape %s)" % (self.name, what, key, spec.shape))
         return {"name": key, "datatype": dt, "shape": [-1 if d is None else int(d) for d in dims]}
 
+    platform = "tensorflow_savedmodel"
+
     def run(self, columns):
         out = self.fn(**{k: self._tf.constant(v) for k, v in columns.items()})
         return [(k, out[k].numpy()) for k, _ in self.outputs]
+
+
+def _import_function(ref):
+    """``MODULE:FUNCTION`` (a module on the path, or a file ``dir/f.py``)."""
+    import importlib
+    import importlib.util
+    mod, _, fn = ref.rpartition(":")
+    if not mod or not fn:
+        raise ServeError("loader %r: give MODULE:FUNCTION or FILE.py:FUNCTION" % ref)
+    if mod.endswith(".py") or os.sep in mod:
+        if not os.path.isfile(mod):
+            raise ServeError("loader %s: no file %s" % (ref, mod))
+        spec = importlib.util.spec_from_file_location(
+            "tfos_loader_" + os.path.splitext(os.path.basename(mod))[0], mod)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(mod)))  # its siblings import as they would
+        spec.loader.exec_module(module)
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(mod)
+    f = getattr(module, fn, None)
+    if not callable(f):
+        raise ServeError("loader %s: %s has no function %s" % (ref, mod, fn))
+    return f
+
+
+class _LoadedModel(object):
+    """One version of a model a user's loader made: its Model, called on
+    numpy batches."""
+
+    def __init__(self, name, version, path, loader):
+        self.name, self.version, self.path = name, version, path
+        try:
+            m = loader(path)
+        except Exception as exc:
+            raise ServeError("model %s: the loader %s failed on version %s (%s): %s: %s"
+                             % (name, getattr(loader, "__name__", loader), version, path, type(exc).__name__,
+                                exc)) from exc
+        if not isinstance(m, Model):
+            raise ServeError("model %s: the loader returned %s for %s, not a tfos.serve.Model"
+                             % (name, type(m).__name__, path))
+        self.model, self.platform = m, m.platform
+        self.inputs = [(k, _tensor_spec(name, "input", k, v)) for k, v in m.inputs.items()]
+        self.outputs = [(k, _tensor_spec(name, "output", k, v)) for k, v in m.outputs.items()]
+
+    def run(self, columns):
+        np = _np()
+        out = self.model.predict(**columns)
+        if not isinstance(out, dict):
+            if len(self.outputs) != 1:
+                raise ServeError("model %s: predict returned %s; with %d outputs it returns a dict of them"
+                                 % (self.name, type(out).__name__, len(self.outputs)))
+            out = {self.outputs[0][0]: out}
+        res = []
+        for k, spec in self.outputs:
+            if k not in out:
+                raise ServeError("model %s: predict's result has no output %s (it has: %s)"
+                                 % (self.name, k, ", ".join(map(str, out)) or "none"))
+            res.append((k, np.ascontiguousarray(np.asarray(out[k]), dtype=_NUMPY[spec["datatype"]])))
+        return res
+
+
+class _Versions(object):
+    """Where a model's versions are: a local dir, or a remote one (hdfs://,
+    webhdfs://, any tfos.fs URL), whose versions are copied into ``cache``
+    to be loaded. ``saved_model``: a version is a dir holding saved_model.pb
+    (else any numbered dir, for a loader)."""
+
+    def __init__(self, path, saved_model, cache):
+        from . import fs as _fs
+        self.path, self.saved = str(path), saved_model
+        self.remote = _fs.is_remote(self.path)
+        self.cache = cache
+        if self.remote:
+            self.fs, self.root = _fs.filesystem(self.path)
+            self.root = self.root.rstrip("/") or "/"
+
+    def join(self, version):
+        return self.path.rstrip("/") + "/" + version if self.remote else os.path.join(self.path, version)
+
+    def is_model(self, url):
+        """Whether ``url`` (the dir or one of its version dirs) holds a model."""
+        if not self.remote:
+            return os.path.exists(os.path.join(url, "saved_model.pb")) if self.saved else os.path.isdir(url)
+        sub = self.root if url == self.path else self.root + "/" + url.rsplit("/", 1)[1]
+        return self.fs.exists(sub + "/saved_model.pb") if self.saved else self.fs.isdir(sub)
+
+    def listing(self):
+        """The numbered versions, ascending."""
+        if not self.remote:
+            return versions_in(self.path, self.saved)
+        try:
+            names = [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in self.fs.ls(self.root, detail=True)
+                     if e.get("type") == "directory"]
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if n.isdigit() and self.is_model(self.join(n)))
+
+    def latest(self):
+        """``(version, url)`` of the newest (the dir itself is version 1
+        when it is a SavedModel, or, for a loader, has no numbered dirs)."""
+        if self.saved and self.is_model(self.path):
+            return "1", self.path
+        versions = self.listing()
+        if not versions:
+            if not self.saved:
+                return "1", self.path
+            raise ServeError("%s is not a SavedModel (no saved_model.pb) and has no numbered version dirs holding "
+                             "one" % self.path)
+        return str(versions[-1]), self.join(str(versions[-1]))
+
+    def fetch(self, version, url):
+        """A local dir holding version ``version`` (``url``): itself when
+        local, else a copy made in the cache (whole, then renamed)."""
+        if not self.remote:
+            return url
+        import shutil
+        from . import fs as _fs
+        dst = os.path.join(self.cache, version)
+        if not os.path.isdir(dst):
+            tmp = dst + ".part"
+            shutil.rmtree(tmp, ignore_errors=True)
+            t0 = time.monotonic()
+            _fs.get(url, tmp)
+            os.rename(tmp, dst)
+            sys.stderr.write("tfos.serve: %s copied here in %.1f s\n" % (url, time.monotonic() - t0))
+        return dst
+
+    def forget(self, version):
+        """Drop the local copy of a version no longer held."""
+        if self.remote:
+            import shutil
+            shutil.rmtree(os.path.join(self.cache, version), ignore_errors=True)
 
 
 class _Served(object):
@@ -118,26 +299,30 @@ class _Served(object):
 
     KEEP = 2
 
-    def __init__(self, name, path, pinned=None):
-        self.name, self.dir, self.pinned = name, path, pinned
-        self.held = {}     # version -> _SavedModel, oldest first
+    def __init__(self, name, path, pinned=None, loader=None, cache=None):
+        self.name, self.dir, self.pinned, self.loader = name, path, pinned, loader
+        self.held = {}     # version -> _SavedModel or _LoadedModel, oldest first
         self.failed = None  # a newer version that would not load (not tried again)
+        self.src = _Versions(path, loader is None, os.path.join(cache or ".", name))
         if pinned is not None:
-            vdir = os.path.join(path, pinned)
-            if not os.path.exists(os.path.join(vdir, "saved_model.pb")):
-                raise ServeError("model %s: version %s is pinned, but %s holds no SavedModel" % (name, pinned, vdir))
+            vdir = self.src.join(pinned)
+            if not self.src.is_model(vdir):
+                raise ServeError("model %s: version %s is pinned, but %s holds no %s"
+                                 % (name, pinned, vdir, "model" if loader else "SavedModel"))
             self._load(pinned, vdir)
         else:
-            self._load(*latest_version(path))
+            self._load(*self.src.latest())
 
-    def _load(self, version, vdir):
+    def _load(self, version, url):
         t0 = time.monotonic()
-        m = _SavedModel(self.name, version, vdir)
+        vdir = self.src.fetch(version, url)
+        m = (_LoadedModel(self.name, version, vdir, self.loader) if self.loader
+             else _SavedModel(self.name, version, vdir))
         self.held[version] = m
         while len(self.held) > self.KEEP:
-            self.held.pop(next(iter(self.held)))
+            self.src.forget(self.held.pop(next(iter(self.held))).version)
         sys.stderr.write("tfos.serve: model %s version %s loaded from %s in %.1f s: inputs %s, outputs %s\n"
-                         % (self.name, version, vdir, time.monotonic() - t0,
+                         % (self.name, version, url, time.monotonic() - t0,
                             ", ".join("%s %s%s" % (k, s["datatype"], s["shape"]) for k, s in m.inputs),
                             ", ".join("%s %s%s" % (k, s["datatype"], s["shape"]) for k, s in m.outputs)))
         sys.stderr.flush()
@@ -148,13 +333,17 @@ class _Served(object):
 
     def refresh(self):
         """Load a newer version if one has appeared; True if one was."""
-        if self.pinned is not None or os.path.exists(os.path.join(self.dir, "saved_model.pb")):
+        if self.pinned is not None or (self.loader is None and self.src.is_model(self.dir)):
             return False
-        versions = versions_in(self.dir)
+        try:
+            versions = self.src.listing()
+        except OSError as exc:  # a remote dir out of reach a while: look again later
+            sys.stderr.write("tfos.serve: model %s: cannot list %s: %s\n" % (self.name, self.dir, exc))
+            return False
         if not versions or versions[-1] <= int(self.current.version) or versions[-1] == self.failed:
             return False
         try:
-            self._load(str(versions[-1]), os.path.join(self.dir, str(versions[-1])))
+            self._load(str(versions[-1]), self.src.join(str(versions[-1])))
         except Exception as exc:  # a bad new version: the current one goes on serving
             sys.stderr.write("tfos.serve: model %s version %s not loaded (still serving %s): %s: %s\n"
                              % (self.name, versions[-1], self.current.version, type(exc).__name__, exc))
@@ -174,7 +363,7 @@ class _Served(object):
 
     def metadata(self):
         m = self.current
-        return {"name": self.name, "versions": list(reversed(self.held)), "platform": "tensorflow_savedmodel",
+        return {"name": self.name, "versions": list(reversed(self.held)), "platform": m.platform,
                 "inputs": [s for _, s in m.inputs], "outputs": [s for _, s in m.outputs]}
 
 
@@ -208,8 +397,14 @@ def _decode(payload):
 def serve(models, address, secret, node, poll_s=2.0):
     """Connect to the front end and run its batches until it goes away;
     every ``poll_s`` seconds look for new versions."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect("\0" + address[1:] if address.startswith("@") else address)
+    if address.startswith("@"):  # the front end's abstract socket, on its host
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect("\0" + address[1:])
+    else:  # HOST:PORT: the front end on another host (tfos yarn serve)
+        host, _, port = address.rpartition(":")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=60)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     by_name = {m.name: m for m in models}
 
     def meta():
@@ -446,7 +641,8 @@ def _spark_type(spec):
 
 
 def predict_udf(model, url=None, version=None, token=None, local=True, batch_rows=1024, timeout=60.0):
-    """A Spark pandas UDF that scores rows with the model ``model`` of the
+    """A Spark UDF (an Arrow UDF on Spark 4.1 and later, else a pandas UDF)
+    that scores rows with the model ``model`` of the
     ``tfos serve`` at ``url`` (default ``$TFOS_SERVE_URL``, else
     http://127.0.0.1:8500), as Spark's ``predict_batch_udf`` does with a model
     it loads in every task::
@@ -463,7 +659,11 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
 
     On an executor on the server's host the rows go over its local socket as
     columnar batches (``local=True``), elsewhere over HTTP (the Open Inference
-    Protocol). ``batch_rows`` rows per request (a Spark Arrow batch is cut so;
+    Protocol). On Spark 4.1 and later the UDF takes Spark's Arrow batches as
+    they are: a number column is its Arrow buffer, a column of equal-length
+    arrays a matrix over its values buffer (no pandas, no per-row objects);
+    an output with a per-row shape comes back as one array a row, the row's
+    values flattened. ``batch_rows`` rows per request (a Spark Arrow batch is cut so;
     the server batches requests of all tasks together). The model's metadata
     is read here, on the driver, so a model not served fails now, naming
     it."""
@@ -483,12 +683,8 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
         rtype = T.StructType([T.StructField(o["name"], _spark_type(o)) for o in outputs])
     batch_rows = int(batch_rows)
 
-    def to_inputs(cols):
+    def to_inputs(arrays):
         np = _np()
-        arrays = []
-        for c in cols:
-            first = c.iloc[0] if len(c) else None
-            arrays.append(np.stack(c.to_numpy()) if isinstance(first, (list, tuple, np.ndarray)) else c.to_numpy())
         if len(arrays) == len(inputs):
             pairs = zip(inputs, arrays)
         elif len(inputs) == 1 and all(a.ndim == 1 for a in arrays):
@@ -498,12 +694,9 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
                              % (model, len(inputs), ", ".join(i["name"] for i in inputs), len(arrays)))
         return {spec["name"]: np.ascontiguousarray(a, dtype=_NUMPY[spec["datatype"]]) for spec, a in pairs}
 
-    def predict(*cols):
-        import pandas as pd
-        n = len(cols[0])
-        if n == 0:
-            return pd.Series([], dtype=object) if len(outputs) == 1 else pd.DataFrame()
-        x = to_inputs(cols)
+    def score(arrays, n):
+        """{output: array of n rows} for the columns' arrays."""
+        x = to_inputs(arrays)
         chunks = [{k: v[lo:lo + batch_rows] for k, v in x.items()} for lo in range(0, n, batch_rows)]
         try:
             answers = _client(url, token, local, timeout).infer_batches(model, chunks, version)
@@ -517,7 +710,33 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
                 raise
             answers = _client(url, token, local, timeout).infer_batches(model, chunks, version)
         np = _np()
-        outs = {o["name"]: np.concatenate([a[1][o["name"]] for a in answers]) for o in outputs}
+        return {o["name"]: np.concatenate([a[1][o["name"]] for a in answers]) for o in outputs}
+
+    arrow_udf = getattr(F, "arrow_udf", None)  # Spark 4.1 and later
+    if arrow_udf is not None:
+        def predict_arrow(*cols):
+            import pyarrow as pa
+            n = len(cols[0])
+            if n == 0:
+                return pa.array([], type=_arrow_type(rtype))
+            outs = score([_arrow_to_numpy(c, i) for i, c in enumerate(cols)], n)
+            if len(outputs) == 1:
+                return _numpy_to_arrow(outs[outputs[0]["name"]], rtype)
+            return pa.StructArray.from_arrays([_numpy_to_arrow(outs[f.name], f.dataType) for f in rtype.fields],
+                                              names=[f.name for f in rtype.fields])
+        return arrow_udf(predict_arrow, rtype)
+
+    def predict(*cols):
+        import pandas as pd
+        np = _np()
+        n = len(cols[0])
+        if n == 0:
+            return pd.Series([], dtype=object) if len(outputs) == 1 else pd.DataFrame()
+        arrays = []
+        for c in cols:
+            first = c.iloc[0] if len(c) else None
+            arrays.append(np.stack(c.to_numpy()) if isinstance(first, (list, tuple, np.ndarray)) else c.to_numpy())
+        outs = score(arrays, n)
 
         def column(o):
             a = outs[o["name"]]
@@ -529,12 +748,75 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
     return F.pandas_udf(predict, rtype)
 
 
+def _arrow_to_numpy(col, i):
+    """A Spark Arrow column as a numpy array with the rows on axis 0: a
+    number column as it is, a column of equal-length arrays as a matrix made
+    from the list's values buffer (no per-row objects)."""
+    import pyarrow as pa
+    np = _np()
+    if col.null_count:
+        raise ServeError("predict_udf: column %d has %d null rows; the model takes numbers" % (i, col.null_count))
+    t = col.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        n = len(col)
+        if pa.types.is_fixed_size_list(t):
+            flat, k = col.flatten(), t.list_size
+        else:
+            offsets = col.offsets.to_numpy()
+            lens = np.diff(offsets)
+            k = int(lens[0]) if n else 0
+            if n and (lens != k).any():
+                bad = int(np.argmax(lens != k))
+                raise ServeError("predict_udf: column %d: rows hold arrays of different lengths (%d in the "
+                                 "batch's first row, %d in its row %d)" % (i, k, int(lens[bad]), bad))
+            flat = col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        if flat.null_count:
+            raise ServeError("predict_udf: column %d: arrays hold null values; the model takes numbers" % i)
+        if pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) or pa.types.is_fixed_size_list(flat.type):
+            inner = _arrow_to_numpy(flat, i)  # arrays of arrays: one more axis
+            return inner.reshape((n, k) + inner.shape[1:])
+        return flat.to_numpy(zero_copy_only=False).reshape(n, k)
+    return col.to_numpy(zero_copy_only=False)
+
+
+_SPARK_NUMPY = {"BooleanType": "bool", "ByteType": "int8", "ShortType": "int16", "IntegerType": "int32",
+                "LongType": "int64", "FloatType": "float32", "DoubleType": "float64"}
+
+
+def _arrow_type(spark_type):
+    import pyarrow as pa
+    from pyspark.sql import types as T
+    if isinstance(spark_type, T.StructType):
+        return pa.struct([(f.name, _arrow_type(f.dataType)) for f in spark_type.fields])
+    if isinstance(spark_type, T.ArrayType):
+        return pa.list_(_arrow_type(spark_type.elementType))
+    return pa.from_numpy_dtype(_np().dtype(_SPARK_NUMPY[type(spark_type).__name__]))
+
+
+def _numpy_to_arrow(a, spark_type):
+    """An output's rows as the Arrow array of ``spark_type``: numbers, or
+    one array a row (the row's values, flattened) over the output's buffer."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+    np = _np()
+    if isinstance(spark_type, T.ArrayType):
+        n = a.shape[0]
+        flat = np.ascontiguousarray(a.reshape(n, -1).astype(_SPARK_NUMPY[type(spark_type.elementType).__name__],
+                                                             copy=False))
+        k = flat.shape[1]
+        offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array(flat.ravel()))
+    return pa.array(a.astype(_SPARK_NUMPY[type(spark_type).__name__], copy=False))
+
+
 # ---- the model server ----------------------------------------------------------------
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tfos.serve",
                                  description="A model server of tfos serve (started by it, one per node).")
     ap.add_argument("--model", action="append", required=True, metavar="NAME[@VERSION]=DIR")
+    ap.add_argument("--loader", action="append", default=[], metavar="NAME=MODULE:FUNCTION",
+                    help="the model NAME is made by FUNCTION(version_dir), which returns a tfos.serve.Model")
     ap.add_argument("--poll-s", type=float, default=2.0, help="seconds between looks for new versions (0: never)")
     a = ap.parse_args(argv)
     address = os.environ.get("TFOS_SERVE_ADDR")
@@ -543,13 +825,27 @@ def main(argv=None):
         sys.stderr.write("tfos.serve: TFOS_SERVE_ADDR and TFOS_SECRET are not set: this is started by tfos serve\n")
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    models = []
-    for spec in a.model:
-        name, _, path = spec.partition("=")
-        name, _, pinned = name.partition("@")
-        models.append(_Served(name, path, pinned or None))
-    return serve(models, address, secret, int(os.environ.get("TFOS_TASK_INDEX", "0")), a.poll_s)
+    import shutil
+    import signal
+    import tempfile
+    # copies of remote versions: removed when this ends, by a stop (SIGTERM) too
+    cache = tempfile.mkdtemp(prefix="tfos-serve-models-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        loaders = dict(spec.partition("=")[::2] for spec in a.loader)
+        models = []
+        for spec in a.model:
+            name, _, path = spec.partition("=")
+            name, _, pinned = name.partition("@")
+            ref = loaders.get(name)
+            models.append(_Served(name, path, pinned or None, _import_function(ref) if ref else None, cache))
+        return serve(models, address, secret, int(os.environ.get("TFOS_TASK_INDEX", "0")), a.poll_s)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as tfos.serve, not __main__: a loader's tfos.serve.Model is then
+    # this module's Model
+    from tfos.serve import main as _main
+    sys.exit(_main())

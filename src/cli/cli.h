@@ -57,8 +57,22 @@ int tfos__cmd_yarn_logs(int argc, char **argv);
 /* tfos yarn pack [-o FILE] [ENV_DIR]: a virtual environment as a .tar.gz
  * for --archive FILE#env (yarn.c) */
 int tfos__cmd_yarn_pack(int argc, char **argv);
-/* tfos serve [options] (serve.c; argv: everything after "serve") */
-int tfos__cmd_serve(int argc, char **argv);
+/* tfos serve [options] (serve.c; argv: everything after "serve"). With am:
+ * on YARN, either only checking the options for tfos yarn serve on the
+ * submitting host (check_only), or in the ApplicationMaster's container
+ * (tfos yarn-am ... serve ...), where every model server starts in a
+ * container of its own through a stand-in. */
+typedef struct tfos__serve_am {
+    int check_only;
+    const char *am_socket, *address_file, *bind, *resources;
+} tfos__serve_am;
+int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am);
+/* tfos yarn serve [yarn options] [serve options]: c holds the yarn options
+ * (parsed by main.c), argv the serve options, already checked. */
+int tfos__cmd_yarn_serve(const cli *c, int argc, char **argv);
+/* Is arg (--opt or --opt=value) an option of tfos yarn's client only (one
+ * that takes a value; *has_value: given after '=')? */
+int tfos__yarn_client_only(const char *arg, int *has_value);
 const char *tfos__serve_help(void);
 
 #endif

@@ -195,6 +195,7 @@ static const char yarn_help[] =
     "       tfos yarn logs APPLICATION_ID [--follow]   (the nodes' output: live while it runs, else\n"
     "                                                   YARN's aggregated logs)\n"
     "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
+    "       tfos yarn serve [options] --model NAME=DIR ...   (tfos serve on YARN: tfos yarn serve --help)\n"
     "\n"
     "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
     "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
@@ -225,6 +226,16 @@ static const char yarn_help[] =
     "  --accept-timeout S       kill the application if YARN has not started it within S\n"
     "                           seconds (default: the reservation timeout)\n"
     "  --hadoop-classpath CP    Hadoop's client jars\n";
+
+static const char yarn_serve_help[] =
+    "\n"
+    "tfos yarn serve: the same, on YARN. Each model server runs in a YARN container of its own (sized\n"
+    "with --worker-memory/--worker-vcores/--worker-gpus); the front end runs in the ApplicationMaster's\n"
+    "container, on its host and a free port (--port P to fix it): the application's tracking URL,\n"
+    "printed at start. DIR is an hdfs:// URL (each version is copied into the containers), or a path\n"
+    "in the containers (shipped with --archive/--file). Takes tfos yarn's --queue, --name, --am-memory,\n"
+    "--archive, --file, --env, --accept-timeout and --hadoop-classpath (tfos yarn --help); runs until\n"
+    "Ctrl-C or SIGTERM, which kill the application.\n";
 
 static const char yarn_am_help[] =
     "usage: tfos yarn-am --am-socket S --bind HOST --resources R --address-file F [run options] -- PROGRAM...\n"
@@ -649,6 +660,14 @@ static int cmd_run(cli *c)
         return usage_error("%s", "--am-socket, --bind and --resources are for tfos yarn-am");
     if (am && (!c->am_socket || !c->bind || !c->resources || !c->address_file))
         return usage_error("%s", "yarn-am needs --am-socket, --bind, --resources and --address-file");
+    if (am && c->argv && c->argv[0] && !strcmp(c->argv[0], "serve")) { /* tfos yarn serve's */
+        int n = 0;
+        while (c->argv[n])
+            n++;
+        tfos__serve_am sa = {.am_socket = c->am_socket, .address_file = c->address_file, .bind = c->bind,
+                             .resources = c->resources};
+        return tfos__cmd_serve(n - 1, c->argv + 1, &sa);
+    }
     if (!c->argv || !c->argv[0])
         return usage_error("%s", "run needs a program (tfos run [options] [--] PROGRAM [ARGS...])");
     if (!c->have_workers && !c->layout.chief)
@@ -698,6 +717,43 @@ static int cmd_run(cli *c)
         return 1;
     }
     return code;
+}
+
+/* tfos yarn serve: tfos yarn's client options (main.c's parser) and tfos
+ * serve's options (serve.c's), apart. */
+static int cmd_yarn_serve(int argc, char **argv)
+{
+    char **yv = calloc((size_t)argc + 1, sizeof *yv), **sv = calloc((size_t)argc + 1, sizeof *sv);
+    int ny = 0, ns = 0, rc = 1;
+    if (!yv || !sv)
+        goto out;
+    for (int i = 0; i < argc; i++) {
+        int has_value;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(tfos__serve_help(), stdout);
+            fputs(yarn_serve_help, stdout);
+            rc = 0;
+            goto out;
+        }
+        if (tfos__yarn_client_only(argv[i], &has_value)) {
+            yv[ny++] = argv[i];
+            if (!has_value && i + 1 < argc)
+                yv[ny++] = argv[++i];
+        } else {
+            sv[ns++] = argv[i];
+        }
+    }
+    tfos__serve_am check = {.check_only = 1};
+    if ((rc = tfos__cmd_serve(ns, sv, &check)))
+        goto out;
+    cli c;
+    if ((rc = parse(ny, yv, &c)))
+        goto out;
+    rc = tfos__cmd_yarn_serve(&c, ns, sv);
+out:
+    free(yv);
+    free(sv);
+    return rc;
 }
 
 static int cmd_node(cli *c)
@@ -902,7 +958,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "guard"))
         return cmd_guard(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve"))
-        return tfos__cmd_serve(argc - 2, argv + 2);
+        return tfos__cmd_serve(argc - 2, argv + 2, NULL);
+    if (!strcmp(argv[1], "yarn") && argc >= 3 && !strcmp(argv[2], "serve"))
+        return cmd_yarn_serve(argc - 3, argv + 3);
     if (!strcmp(argv[1], "yarn-container")) {
         for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
             if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -21,19 +21,25 @@
 
 static const char serve_help[] =
     "usage: tfos serve --model NAME=DIR [--model NAME=DIR ...] [options]\n"
+    "       tfos yarn serve [yarn options] --model NAME=DIR ... [options]   (the model servers in YARN\n"
+    "                           containers, the front end in the ApplicationMaster's; docs/SERVING.md)\n"
     "\n"
     "Serves models over HTTP with the Open Inference Protocol (KServe v2): GET /v2/health/ready,\n"
     "GET /v2/models/NAME, POST /v2/models/NAME/infer. Requests are batched across clients and\n"
     "run by --replicas model servers (python -m tfos.serve), each a tfos node: supervised,\n"
     "restarted when it fails, on the status page (/, /status) and in /metrics on the same port.\n"
     "DIR is a TensorFlow SavedModel (its serving_default signature), or a directory of numbered\n"
-    "versions of one (TensorFlow Serving's layout). Runs until Ctrl-C or SIGTERM.\n"
+    "versions of one (TensorFlow Serving's layout); any other model (PyTorch, JAX, ...) is made by\n"
+    "a Python function named with --loader. Runs until Ctrl-C or SIGTERM.\n"
     "\n"
     "options:\n"
     "  -h, --help               show this help and exit\n"
     "  --model NAME=DIR         a model to serve; repeatable. DIR's highest numbered version is served\n"
     "                           and a higher one that appears is loaded, then served in its place\n"
     "  --model NAME@V=DIR       serve version V of DIR only (pinned)\n"
+    "  --loader NAME=MODULE:FUNCTION\n"
+    "                           the model NAME is not a SavedModel: FUNCTION(version_dir) returns a\n"
+    "                           tfos.serve.Model (MODULE: a module on the path, or FILE.py)\n"
     "  --poll S                 seconds between looks for new versions (default 2; 0: never)\n"
     "  --replicas N             model servers (default 1)\n"
     "  --port P                 the HTTP port (default 8500; 0: any free port)\n"
@@ -84,13 +90,13 @@ static void on_signal(int sig)
         got_signal = sig;
 }
 
-int tfos__cmd_serve(int argc, char **argv)
+int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
 {
     char *names[MAX_MODELS];
     static char name_buf[MAX_MODELS][104];
-    char *model_args[MAX_MODELS];
-    int nmodels = 0;
-    long long replicas = 1, port = 8500, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
+    char *model_args[MAX_MODELS], *loader_args[MAX_MODELS];
+    int nmodels = 0, nloaders = 0;
+    long long replicas = 1, port = am ? 0 : 8500, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
               restarts = 10;
     double timeout = 0, reservation = 0, poll_s = 2;
     const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
@@ -130,20 +136,19 @@ int tfos__cmd_serve(int argc, char **argv)
             for (int j = 0; j < nmodels; j++)
                 if (!strcmp(names[j], names[nmodels]))
                     return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
-            if (access(e + 1, R_OK | X_OK)) {
+            if (!am && access(e + 1, R_OK | X_OK)) { /* on YARN: a path in the containers, or a URL */
                 fprintf(stderr, "tfos: --model %s: %s: %s\n", names[nmodels], e + 1, strerror(errno));
                 return 2;
             }
-            if (val[nl] == '@') {
-                char pb[PATH_MAX + 64];
-                snprintf(pb, sizeof pb, "%s/%.*s/saved_model.pb", e + 1, (int)(e - val - nl - 1), val + nl + 1);
-                if (access(pb, R_OK)) {
-                    fprintf(stderr, "tfos: --model %s: version %.*s is pinned, but there is no %s: %s\n",
-                            names[nmodels], (int)(e - val - nl - 1), val + nl + 1, pb, strerror(errno));
-                    return 2;
-                }
-            }
             model_args[nmodels++] = val;
+        } else if (!strcmp(a, "--loader")) {
+            char *e = strchr(val, '='), *colon = e ? strrchr(e, ':') : NULL;
+            if (!e || e == val || !colon || colon == e + 1 || !colon[1])
+                return tfos__usage_error("--loader takes NAME=MODULE:FUNCTION (or NAME=FILE.py:FUNCTION), not '%s'",
+                                         val);
+            if (nloaders == MAX_MODELS)
+                return tfos__usage_error("%s: at most 64 loaders", a);
+            loader_args[nloaders++] = val;
         } else if (!strcmp(a, "--poll")) {
             char *end;
             poll_s = strtod(val, &end);
@@ -185,14 +190,46 @@ int tfos__cmd_serve(int argc, char **argv)
             snprintf(msg, sizeof msg, "%s: '%%s' is out of range or not a number", a);
             return tfos__usage_error(msg, val);
         }
+        if (eq)
+            *eq = '='; /* argv stays as given (tfos yarn serve passes it on) */
     }
     if (!nmodels)
         return tfos__usage_error("%s", "serve needs --model NAME=DIR");
+    int has_loader[MAX_MODELS] = {0};
+    for (int j = 0; j < nloaders; j++) {
+        size_t ln = strcspn(loader_args[j], "=");
+        int found = 0;
+        for (int i = 0; i < nmodels; i++)
+            if (strlen(names[i]) == ln && !strncmp(names[i], loader_args[j], ln)) {
+                if (has_loader[i]++)
+                    return tfos__usage_error("--loader %s: that model has a loader already", names[i]);
+                found = 1;
+            }
+        if (!found)
+            return tfos__usage_error("--loader %s: no --model has that name", loader_args[j]);
+    }
+    for (int i = 0; i < nmodels && !am; i++) { /* a pinned version must be there */
+        char *v = model_args[i] + strlen(names[i]), *e = strchr(v, '=');
+        if (*v != '@')
+            continue;
+        char pb[PATH_MAX + 64];
+        snprintf(pb, sizeof pb, "%s/%.*s%s", e + 1, (int)(e - v - 1), v + 1, has_loader[i] ? "" : "/saved_model.pb");
+        if (access(pb, R_OK)) {
+            fprintf(stderr, "tfos: --model %s: version %.*s is pinned, but there is no %s: %s\n", names[i],
+                    (int)(e - v - 1), v + 1, pb, strerror(errno));
+            return 2;
+        }
+    }
+    if (am && listen)
+        return tfos__usage_error("--listen %s: on YARN the models are served on the ApplicationMaster's host",
+                                 listen);
     if (listen && !is_loopback(listen) && !(token && *token))
         return tfos__usage_error("--listen %s goes beyond this machine: give --token T (or $TFOS_SERVE_TOKEN), "
                                  "which every request must carry", listen);
     if (token && *token && (strlen(token) < 16 || strlen(token) > 64 || strpbrk(token, " \t\r\n&?#")))
         return tfos__usage_error("%s", "--token: 16 to 64 characters, no spaces or any of & ? #");
+    if (am && am->check_only)
+        return 0;
     char exe[PATH_MAX];
     if (tfos__self_path(exe, sizeof exe)) {
         fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
@@ -210,7 +247,7 @@ int tfos__cmd_serve(int argc, char **argv)
             python = "python3";
         }
     }
-    char **prog = calloc((size_t)(6 + 2 * nmodels), sizeof *prog);
+    char **prog = calloc((size_t)(6 + 2 * nmodels + 2 * nloaders), sizeof *prog);
     char pollbuf[32];
     snprintf(pollbuf, sizeof pollbuf, "%g", poll_s);
     if (!prog)
@@ -225,6 +262,10 @@ int tfos__cmd_serve(int argc, char **argv)
         prog[k++] = "--model";
         prog[k++] = model_args[i];
     }
+    for (int i = 0; i < nloaders; i++) {
+        prog[k++] = "--loader";
+        prog[k++] = loader_args[i];
+    }
     prog[k] = NULL;
     tfos_serve_opts so = {.models = names, .nmodels = nmodels, .max_batch = (int)max_batch,
                           .max_delay_ms = (int)max_delay, .max_queue_rows = queue_rows, .timeout_s = timeout,
@@ -233,6 +274,16 @@ int tfos__cmd_serve(int argc, char **argv)
                        .reservation_timeout = reservation, .python = python, .max_restarts = (int)restarts,
                        .status_port = (int)port, .status_host = listen, .serve = &so, .http_token = token,
                        .quiet = true};
+    /* in the ApplicationMaster's container: each model server in a container
+     * of its own, through a stand-in (as tfos yarn-am's nodes) */
+    char *prefix[] = {exe, "yarn-container", "--am-socket", am ? (char *)am->am_socket : NULL, "--resources",
+                      am ? (char *)am->resources : NULL, NULL};
+    if (am) {
+        o.agent_prefix = prefix;
+        o.bind_host = o.status_host = am->bind;
+        o.address_file = am->address_file;
+        o.secret = getenv("TFOS_SECRET");
+    }
     tfos__on_stop_signals(on_signal);
     int code = 1;
     int rc = tfos_run_local(&o, &got_signal, &code);

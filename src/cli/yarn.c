@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@ static const char *const client_only[] = {
     "--evaluator-gpus", "--archive",       "--file",             "--env",             "--accept-timeout",
 };
 
-static int is_client_only(const char *arg, int *has_value)
+int tfos__yarn_client_only(const char *arg, int *has_value)
 {
     size_t n = strcspn(arg, "=");
     for (size_t i = 0; i < sizeof client_only / sizeof *client_only; i++)
@@ -194,21 +195,34 @@ static int follow_once(follower *f)
     return 1;
 }
 
+/* tfos yarn serve's models (where each is served is printed once known) */
+static char g_serve[64][104];
+static int g_nserve;
+
 /* A line of the Java client's stderr: passed on; the status page's URL kept. */
 static void client_line(follower *f, const char *line)
 {
     fprintf(stderr, "%s\n", line);
     const char *mark = strstr(line, "tfos: status page http://");
-    if (mark && !f->url[0])
-        snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(mark + 18, " \n"), mark + 18);
+    if (!mark || f->url[0])
+        return;
+    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(mark + 18, " \n"), mark + 18);
+    /* tfos yarn serve: the models are served on the status page's host and port */
+    int base = (int)(strchr(f->url + 7, '/') ? strchr(f->url + 7, '/') - f->url : (ptrdiff_t)strlen(f->url));
+    for (int i = 0; i < g_nserve; i++)
+        fprintf(stderr, "tfos yarn serve: model %s: POST %.*s/v2/models/%s/infer (Open Inference Protocol)%s\n",
+                g_serve[i], base, f->url, g_serve[i], strstr(f->url, "token=") ? ", with the token in the URL above" : "");
 }
 
-static volatile sig_atomic_t forward_to;
+static volatile sig_atomic_t forward_to, forwarded_sig;
 
 static void forward_signal(int sig)
 {
-    if (forward_to > 0)
+    if (forward_to > 0) {
+        if (!forwarded_sig)
+            forwarded_sig = sig;
         kill((pid_t)forward_to, sig);
+    }
 }
 
 /* Run the Java client with `args` and return its exit status. It dies with
@@ -328,6 +342,11 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
             before = fl.next;
         while (follow_once(&fl) && fl.next != before && tfos__now_ms() < until);
     }
+    /* stopped by us (Ctrl-C, SIGTERM): 128 + that signal, as tfos run, whatever
+     * status the client's JVM ended with on its way out (its shutdown may be
+     * cut short, exit 143, 10 s after it killed the application) */
+    if (forwarded_sig)
+        return 128 + forwarded_sig;
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
@@ -345,6 +364,75 @@ static int client_command(const char *command, const char *app, const char *extr
     }
     int code = run_client(&args, NULL, NULL);
     strv_free(&args);
+    return code;
+}
+
+/* The Java client's `submit ...` options from c, up to the "--" before the
+ * ApplicationMaster's launcher arguments; a fresh secret; and each role's
+ * container as "worker=MB:VCORES:GPUS,ps=...". 0; 1 out of memory (args
+ * partly made: free them); -1 with the error printed. */
+static int submit_head(const cli *c, const char *default_name, strv *args, char *secret, char *resources,
+                       size_t rlen)
+{
+    /* each role's container: MB:VCORES:GPUS; chief and evaluator default to the worker's */
+    size_t off = 0;
+    for (int r = 0; r < YARN_ROLES; r++) {
+        int base = r == YARN_ROLE_PS ? YARN_ROLE_PS : YARN_ROLE_WORKER;
+        int mb = c->res_mb[r] ? c->res_mb[r] : c->res_mb[base] ? c->res_mb[base] : DEFAULT_MEMORY_MB;
+        int vc = c->res_vcores[r] ? c->res_vcores[r] : c->res_vcores[base] ? c->res_vcores[base] : 1;
+        int gpus = c->res_gpus[r] ? c->res_gpus[r] : r == YARN_ROLE_PS ? 0 : c->res_gpus[base];
+        off += (size_t)snprintf(resources + off, rlen - off, "%s%s=%d:%d:%d", r ? "," : "",
+                                role_names[r], mb, vc, gpus);
+    }
+
+    char self[PATH_MAX];
+    if (tfos__self_path(self, sizeof self)) {
+        fprintf(stderr, "tfos yarn: cannot find my own executable: %s\n", strerror(errno));
+        return -1;
+    }
+    if (tfos__random_hex(secret, 32))
+        return -1;
+
+    char num[64];
+    int bad = strv_add(args, "submit") || strv_add(args, "--tfos") || strv_add(args, self) ||
+              strv_add(args, "--name") || strv_add(args, c->app_name ? c->app_name : default_name) ||
+              strv_add(args, "--queue") || strv_add(args, c->queue ? c->queue : "default");
+    snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : DEFAULT_AM_MEMORY_MB);
+    bad = bad || strv_add(args, "--am-memory") || strv_add(args, num);
+    double accept = c->accept_timeout > 0 ? c->accept_timeout
+                    : c->reservation_timeout > 0 ? c->reservation_timeout
+                                                 : DEFAULT_ACCEPT_TIMEOUT;
+    snprintf(num, sizeof num, "%g", accept);
+    bad = bad || strv_add(args, "--accept-timeout") || strv_add(args, num);
+    for (int i = 0; i < c->narchives && !bad; i++)
+        bad = strv_add(args, "--archive") || strv_add(args, c->archives[i]);
+    for (int i = 0; i < c->nfiles && !bad; i++)
+        bad = strv_add(args, "--file") || strv_add(args, c->files[i]);
+    /* --env: set in the ApplicationMaster's environment, and named in
+     * TFOS_YARN_ENV_KEYS so the stand-ins pass them on to every node */
+    char keys[4096] = "TFOS_YARN_ENV_KEYS=";
+    for (int i = 0; i < c->nenvs && !bad; i++) {
+        bad = strv_add(args, "--env") || strv_add(args, c->envs[i]);
+        size_t klen = strcspn(c->envs[i], "=");
+        if (strlen(keys) + klen + 2 < sizeof keys)
+            snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%.*s", i ? "," : "", (int)klen,
+                     c->envs[i]);
+    }
+    if (c->nenvs)
+        bad = bad || strv_add(args, "--env") || strv_add(args, keys);
+    return bad || strv_add(args, "--");
+}
+
+/* Run the Java client with args (made by submit_head and the caller; bad:
+ * they could not all be made) and free them; its exit status. */
+static int submit(strv *args, int bad, const cli *c, const char *secret)
+{
+    int code = 1;
+    if (bad)
+        fprintf(stderr, "tfos yarn: out of memory\n");
+    else
+        code = run_client(args, c->hadoop_classpath, secret);
+    strv_free(args);
     return code;
 }
 
@@ -369,56 +457,11 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv)
         return tfos__usage_error("%s", "--status-port and --status-host are chosen in the ApplicationMaster's "
                                        "container on YARN (the application's tracking URL)");
 
-    /* each role's container: MB:VCORES:GPUS; chief and evaluator default to the worker's */
-    char resources[256];
-    size_t off = 0;
-    for (int r = 0; r < YARN_ROLES; r++) {
-        int base = r == YARN_ROLE_PS ? YARN_ROLE_PS : YARN_ROLE_WORKER;
-        int mb = c->res_mb[r] ? c->res_mb[r] : c->res_mb[base] ? c->res_mb[base] : DEFAULT_MEMORY_MB;
-        int vc = c->res_vcores[r] ? c->res_vcores[r] : c->res_vcores[base] ? c->res_vcores[base] : 1;
-        int gpus = c->res_gpus[r] ? c->res_gpus[r] : r == YARN_ROLE_PS ? 0 : c->res_gpus[base];
-        off += (size_t)snprintf(resources + off, sizeof resources - off, "%s%s=%d:%d:%d", r ? "," : "",
-                                role_names[r], mb, vc, gpus);
-    }
-
-    char self[PATH_MAX];
-    if (tfos__self_path(self, sizeof self)) {
-        fprintf(stderr, "tfos yarn: cannot find my own executable: %s\n", strerror(errno));
-        return 1;
-    }
-    char secret[TFOS_HEX_SECRET_LEN + 1];
-    if (tfos__random_hex(secret, 32))
-        return 1;
-
-    char num[64];
+    char secret[TFOS_HEX_SECRET_LEN + 1], resources[256];
     strv args = {0};
-    int bad = strv_add(&args, "submit") || strv_add(&args, "--tfos") || strv_add(&args, self) ||
-              strv_add(&args, "--name") || strv_add(&args, c->app_name ? c->app_name : "tfos") ||
-              strv_add(&args, "--queue") || strv_add(&args, c->queue ? c->queue : "default");
-    snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : DEFAULT_AM_MEMORY_MB);
-    bad = bad || strv_add(&args, "--am-memory") || strv_add(&args, num);
-    double accept = c->accept_timeout > 0 ? c->accept_timeout
-                    : c->reservation_timeout > 0 ? c->reservation_timeout
-                                                 : DEFAULT_ACCEPT_TIMEOUT;
-    snprintf(num, sizeof num, "%g", accept);
-    bad = bad || strv_add(&args, "--accept-timeout") || strv_add(&args, num);
-    for (int i = 0; i < c->narchives && !bad; i++)
-        bad = strv_add(&args, "--archive") || strv_add(&args, c->archives[i]);
-    for (int i = 0; i < c->nfiles && !bad; i++)
-        bad = strv_add(&args, "--file") || strv_add(&args, c->files[i]);
-    /* --env: set in the ApplicationMaster's environment, and named in
-     * TFOS_YARN_ENV_KEYS so the stand-ins pass them on to every node */
-    char keys[4096] = "TFOS_YARN_ENV_KEYS=";
-    for (int i = 0; i < c->nenvs && !bad; i++) {
-        bad = strv_add(&args, "--env") || strv_add(&args, c->envs[i]);
-        size_t klen = strcspn(c->envs[i], "=");
-        if (strlen(keys) + klen + 2 < sizeof keys)
-            snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%.*s", i ? "," : "", (int)klen,
-                     c->envs[i]);
-    }
-    if (c->nenvs)
-        bad = bad || strv_add(&args, "--env") || strv_add(&args, keys);
-    bad = bad || strv_add(&args, "--");
+    int bad = submit_head(c, "tfos", &args, secret, resources, sizeof resources);
+    if (bad < 0)
+        return 1;
 
     /* the ApplicationMaster's launcher: our options less the client's, then the program */
     int prog = (int)(c->argv - argv);
@@ -426,7 +469,7 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv)
         int has_value;
         if (!strcmp(argv[i], "--"))
             break;
-        if (is_client_only(argv[i], &has_value)) {
+        if (tfos__yarn_client_only(argv[i], &has_value)) {
             if (!has_value)
                 i++;
             continue;
@@ -440,14 +483,32 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv)
     bad = bad || strv_add(&args, "--resources") || strv_add(&args, resources) || strv_add(&args, "--");
     for (char **p = c->argv; *p && !bad; p++)
         bad = strv_add(&args, *p);
-    if (bad) {
-        strv_free(&args);
-        fprintf(stderr, "tfos yarn: out of memory\n");
+    return submit(&args, bad, c, secret);
+}
+
+int tfos__cmd_yarn_serve(const cli *c, int argc, char **argv)
+{
+    /* the model names, to print where each is served once the front end is up */
+    for (int i = 0; i + 1 < argc && g_nserve < 64; i++)
+        if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8)) {
+            const char *m = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
+            snprintf(g_serve[g_nserve++], sizeof g_serve[0], "%.*s", (int)strcspn(m, "@="), m);
+        }
+    char secret[TFOS_HEX_SECRET_LEN + 1], resources[256];
+    strv args = {0};
+    int bad = submit_head(c, "tfos-serve", &args, secret, resources, sizeof resources);
+    if (bad < 0)
         return 1;
+    /* the ApplicationMaster runs `tfos yarn-am ... --resources R serve OPTIONS` */
+    bad = bad || strv_add(&args, "--resources") || strv_add(&args, resources) || strv_add(&args, "serve");
+    int has_log_dir = 0;
+    for (int i = 0; i < argc && !bad; i++) {
+        has_log_dir |= !strncmp(argv[i], "--log-dir", 9);
+        bad = strv_add(&args, argv[i]);
     }
-    int code = run_client(&args, c->hadoop_classpath, secret);
-    strv_free(&args);
-    return code;
+    if (!has_log_dir) /* the model servers' logs stay in YARN's container logs */
+        bad = bad || strv_add(&args, "--log-dir") || strv_add(&args, "<LOG_DIR>/tfos");
+    return submit(&args, bad, c, secret);
 }
 
 /* ---- tfos yarn-container ----------------------------------------------- */

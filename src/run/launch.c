@@ -80,7 +80,7 @@ struct tfos_local {
     tfos__status_src status;
     tfos__logbuf lines;      /* the nodes' forwarded output (agent_prefix: tfos yarn) */
     tfos__serve *serve;      /* tfos serve: the front end (NULL: tfos run) */
-    char env_serve[64];      /* "TFOS_SERVE_ADDR=@..." */
+    char env_serve[330];     /* "TFOS_SERVE_ADDR=@..." or "=HOST:PORT" */
 };
 
 /* Is host a loopback address (the status page needs no token there)? */
@@ -508,7 +508,9 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     }
     if (opts->serve) {
         char err[512];
-        if ((rc = tfos__serve_open(&l->serve, l->loop, opts->serve, l->secret, err, sizeof err))) {
+        /* model servers in containers elsewhere (tfos yarn serve) reach it over TCP */
+        const char *tcp = opts->agent_prefix ? (opts->bind_host ? opts->bind_host : "127.0.0.1") : NULL;
+        if ((rc = tfos__serve_open(&l->serve, l->loop, opts->serve, l->secret, tcp, err, sizeof err))) {
             TFOS_ERROR("%s", err);
             goto fail;
         }

@@ -12,11 +12,14 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "platform/clock.h"
+#include "platform/net.h"
 #include "run/oip.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +113,8 @@ struct tfos__serve {
     tfos_serve_opts o;
     char secret[TFOS_HEX_SECRET_LEN + 1];
     char address[40];         /* "@tfos-serve-<hex>" */
-    int lfd;
+    char link[300];           /* what model servers connect to: address, or "HOST:PORT" (tcp_host) */
+    int lfd, tfd;             /* the abstract socket's and the TCP listener's (-1: none) */
     tfos__http *http;
     tfos__status_src *status;
     char token[80];           /* the HTTP token, which local clients give too; "": none */
@@ -947,6 +951,10 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
             close(fd);
             continue;
         }
+        if (lfd == s->tfd) { /* a model server on another host: frames go out as they are made */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
         s->servers[ix].fd = fd;
     }
 }
@@ -1475,8 +1483,8 @@ int tfos__serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
 
 /* ---- life ------------------------------------------------------------------------ */
 
-int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret, char *err,
-                     size_t errlen)
+int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
+                     const char *tcp_host, char *err, size_t errlen)
 {
     tfos__serve *s = calloc(1, sizeof *s);
     if (!s)
@@ -1527,13 +1535,31 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
         free(s);
         return tfos__errf(err, errlen, TFOS_ESYS, "cannot listen for the model servers: %s", strerror(e));
     }
+    s->tfd = -1;
+    snprintf(s->link, sizeof s->link, "%s", s->address);
+    if (tcp_host) {
+        int port = 0;
+        if ((rc = tfos__tcp_listen(tcp_host, 0, 64, &s->tfd, &port)) ||
+            tfos__loop_watch(loop, s->tfd, TFOS_EV_READ, on_accept, s)) {
+            int e = errno;
+            if (s->tfd >= 0)
+                close(s->tfd);
+            tfos__loop_unwatch(loop, s->lfd);
+            close(s->lfd);
+            free(s->models);
+            free(s);
+            return tfos__errf(err, errlen, rc ? rc : TFOS_ESYS, "cannot listen for the model servers on %s: %s",
+                              tcp_host, strerror(e));
+        }
+        snprintf(s->link, sizeof s->link, strchr(tcp_host, ':') ? "[%s]:%d" : "%s:%d", tcp_host, port);
+    }
     *out = s;
     return 0;
 }
 
 const char *tfos__serve_address(const tfos__serve *s)
 {
-    return s->address;
+    return s->link;
 }
 
 void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token)
@@ -1571,6 +1597,10 @@ void tfos__serve_close(tfos__serve *s)
     tfos__timer_disarm(s->loop, &s->timer);
     tfos__loop_unwatch(s->loop, s->lfd);
     close(s->lfd);
+    if (s->tfd >= 0) {
+        tfos__loop_unwatch(s->loop, s->tfd);
+        close(s->tfd);
+    }
     free(s->models);
     free(s);
 }

@@ -43,10 +43,13 @@ enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_S
 typedef struct tfos__serve tfos__serve;
 
 /* Listen for model servers that know `secret`, on an abstract Unix socket
- * (tfos__serve_address: "@NAME", what the servers get as TFOS_SERVE_ADDR).
- * err says why on failure. */
-int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret, char *err,
-                     size_t errlen);
+ * (tfos__serve_address: "@NAME", what the servers get as TFOS_SERVE_ADDR),
+ * and with `tcp_host` (model servers on other hosts: tfos yarn serve) on
+ * TCP there too, any port; the servers' address is then "HOST:PORT". Local
+ * clients (GET /v2/local) are always given the abstract socket. err says
+ * why on failure. */
+int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
+                     const char *tcp_host, char *err, size_t errlen);
 const char *tfos__serve_address(const tfos__serve *s);
 /* The HTTP server that answers (borrowed), the status page behind it, and
  * the token requests need ("" or NULL: none), local clients' too. */

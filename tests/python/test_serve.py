@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PY, pids_with, prog, tfos_cli, wait_for
+from conftest import PY, ROOT, pids_with, prog, tfos_cli, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -460,6 +460,64 @@ def test_a_pinned_version_is_the_only_one_served(digits_model, tmp_path, marker)
         proc.wait(30)
 
 
+@pytest.fixture(scope="module")
+def torch_model(tmp_path_factory):
+    """examples/torch/serve_digits.py's PyTorch classifier (version 1, and a
+    second trained apart), made by tests/python/progs/torch_loader.py."""
+    d = tmp_path_factory.mktemp("serve-torch")
+    r = subprocess.run([PY, prog("torch_loader.py"), str(d)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {"v1": d / "digits" / "1", "v2": d / "other" / "1", "x": np.load(d / "x.npy"),
+            "pred": np.load(d / "pred1.npy"), "pred2": np.load(d / "pred2.npy")}
+
+
+def test_a_pytorch_model_serves_through_its_loader_with_versions(torch_model, tmp_path, marker):
+    serving = tmp_path / "serving"
+    serving.mkdir()
+    (serving / "1").symlink_to(torch_model["v1"])
+    x = torch_model["x"]
+    loader = os.path.join(ROOT, "examples", "torch", "serve_digits.py")
+    s = Server(serving, tmp_path, marker, "--loader", "digits=%s:load" % loader, "--poll", "0.3")
+    try:
+        meta = json.loads(s.get("/v2/models/digits")[1])
+        assert meta["platform"] == "pytorch_torchscript" and meta["versions"] == ["1"], meta
+        assert meta["inputs"] == [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}], meta
+        assert meta["outputs"] == [{"name": "probs", "datatype": "FP32", "shape": [-1, 10]}], meta
+        st, body = s.infer(x[:50])
+        assert st == 200, body
+        doc, out = outputs(body)
+        assert doc["outputs"][0]["name"] == "probs" and doc["model_version"] == "1"
+        np.testing.assert_allclose(out, torch_model["pred"][:50], atol=1e-5)
+        # the declared signature is checked before the callable runs
+        st, body = s.request("POST", "/v2/models/digits/infer",
+                             {"inputs": [{"name": "pixels", "shape": [1, 63], "datatype": "FP32",
+                                          "data": [0.0] * 63}]})
+        assert st == 400 and "pixels" in json.loads(body)["error"], body
+        # a new version dir (whole, by a rename) is loaded, then served
+        os.symlink(torch_model["v2"], serving / ".new")
+        os.rename(serving / ".new", serving / "2")
+        assert wait_for(lambda: json.loads(s.get("/v2/models/digits")[1])["versions"] == ["2", "1"], 120), s.text()
+        doc, out = outputs(s.infer(x[:20])[1])
+        assert doc["model_version"] == "2"
+        np.testing.assert_allclose(out, torch_model["pred2"][:20], atol=1e-5)
+        assert "model digits version 2 loaded" in s.text()
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("loader,text", [
+    ("load_bad_type", "the loader returned str for"),
+    ("load_raises", "model digits: the loader load_raises failed on version 1"),
+    ("no_such_function", "has no function no_such_function"),
+])
+def test_a_loader_that_fails_ends_serve_naming_the_model(torch_model, tmp_path, loader, text):
+    r = subprocess.run([tfos_cli(), "serve", "--model", "digits=%s" % torch_model["v1"], "--port", "0",
+                        "--loader", "digits=%s:%s" % (prog("torch_loader.py"), loader), "--python", PY,
+                        "--max-restarts", "1", "--log-dir", str(tmp_path / "logs")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and text in r.stderr, r.stderr[-3000:]
+
+
 @pytest.mark.parametrize("args,text", [
     ([], "serve needs --model NAME=DIR"),
     (["--model", "digits"], "--model takes NAME=DIR"),
@@ -469,6 +527,9 @@ def test_a_pinned_version_is_the_only_one_served(digits_model, tmp_path, marker)
     (["--model", "d=/tmp", "--replicas", "0"], "--replicas: '0' is out of range"),
     (["--model", "d@x=/tmp"], "the pinned version (NAME@VERSION=DIR) is a number"),
     (["--model", "d@3=/tmp"], "version 3 is pinned, but there is no /tmp/3/saved_model.pb"),
+    (["--model", "d@3=/tmp", "--loader", "d=m:f"], "version 3 is pinned, but there is no /tmp/3:"),
+    (["--model", "d=/tmp", "--loader", "d=nofunction"], "--loader takes NAME=MODULE:FUNCTION"),
+    (["--model", "d=/tmp", "--loader", "e=m:f"], "--loader e=m:f: no --model has that name"),
 ])
 def test_usage_errors_name_the_option(args, text):
     r = subprocess.run([tfos_cli(), "serve"] + args, capture_output=True, text=True, timeout=30,

@@ -185,6 +185,11 @@ def test_killed_client_kills_the_application(yarn_cluster, tmp_path):
     (["pack", "-x"], "yarn pack: unknown option -x"),
     (["pack", "a", "b"], "'b' is one too many"),
     (["pack", "/"], "/ is not a virtual environment: cannot read //pyvenv.cfg"),
+    (["serve", "--worker-memory", "1g"], "serve needs --model NAME=DIR"),
+    (["serve", "--model", "d=hdfs:///m", "--listen", "0.0.0.0"], "on YARN the models are served on the "
+                                                                 "ApplicationMaster's host"),
+    (["serve", "--model", "d=hdfs:///m", "--worker-memory", "lots"], "--worker-memory takes a size"),
+    (["serve", "--model", "d=hdfs:///m", "--", "prog"], "unknown option '--'"),
 ])
 def test_usage_errors_exit_2(args, message):
     r = subprocess.run([TFOS, "yarn"] + args, capture_output=True, text=True, timeout=30)
@@ -490,3 +495,117 @@ def test_tfos_fs_copies_trees_and_mirrors_a_directory_over_webhdfs(yarn_cluster,
     m1.close()
     m2.close()
     assert not os.path.exists(m1.path) and not os.path.exists(m2.path)
+
+
+def test_yarn_serve_serves_a_model_from_hdfs_in_containers_and_loads_a_new_version(yarn_cluster, monkeypatch,
+                                                                                   tmp_path):
+    """tfos yarn serve: two model servers in containers load a PyTorch model
+    (examples/torch/serve_digits.py's loader, shipped with --file) from
+    HDFS; the front end in the ApplicationMaster's container answers the
+    Open Inference Protocol and local clients; a version renamed into place
+    on HDFS is loaded and served; Ctrl-C kills the application."""
+    import numpy as np
+    import http.client
+    made = subprocess.run([sys.executable, os.path.join(REPO, "tests", "python", "progs", "torch_loader.py"),
+                           str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    x, pred1, pred2 = (np.load(tmp_path / "m" / n) for n in ("x.npy", "pred1.npy", "pred2.npy"))
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    import tfos.fs
+    import tfos.serve
+    served = "%s/user/%s/served/digits" % (yarn_cluster.default_fs, getpass.getuser())
+    tfos.fs.put(str(tmp_path / "m" / "digits" / "1"), served + "/1")
+    loader = os.path.join(REPO, "examples", "torch", "serve_digits.py")
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "serve", "--replicas", "2", "--worker-memory", "768m", "--am-memory",
+                              "384m", "--file", loader, "--model", "digits=" + served,
+                              "--loader", "digits=serve_digits.py:load", "--python", sys.executable, "--poll", "0.5"],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    url_re = re.compile(r"tfos yarn serve: model digits: POST (http://[^/\s]+)/v2/models/digits/infer")
+
+    def text():
+        return out_path.read_text()
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(url + path, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except (OSError, ValueError) as exc:
+            return None, str(exc)
+
+    def infer(rows, version=None):
+        host, port = url[len("http://"):].rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            body = {"inputs": [{"name": "pixels", "shape": [len(rows), 64], "datatype": "FP32",
+                                "data": rows.ravel().tolist()}]}
+            c.request("POST", "/v2/models/digits%s/infer" % ("/versions/%s" % version if version else ""),
+                      json.dumps(body))
+            r = c.getresponse()
+            doc = json.loads(r.read())
+            assert r.status == 200, doc
+            o = doc["outputs"][0]
+            return doc["model_version"], np.array(o["data"], dtype=np.float32).reshape(o["shape"])
+        finally:
+            c.close()
+    try:
+        deadline = time.monotonic() + 180
+        url = None
+        while time.monotonic() < deadline and not url:
+            assert p.poll() is None, text()
+            m = url_re.search(text())
+            url = m and m.group(1)
+            time.sleep(0.5)
+        assert url, text()
+        # both model servers, each in a container of its own, have said HELLO
+        while time.monotonic() < deadline and "tfos_serve_servers_ready 2" not in get_text(url + "/metrics"):
+            assert p.poll() is None, text()
+            time.sleep(0.5)
+        assert "tfos_serve_servers_ready 2" in get_text(url + "/metrics"), text()
+        st, meta = get("/v2/models/digits")
+        assert st == 200 and meta["platform"] == "pytorch_torchscript" and meta["versions"] == ["1"], meta
+        v, out = infer(x[:40])
+        assert v == "1"
+        np.testing.assert_allclose(out, pred1[:40], atol=1e-5)
+        # a client on the front end's host skips HTTP (the local socket)
+        client = tfos.serve.Client(url)
+        assert client.is_local
+        v, outs = client.infer("digits", {"pixels": x[:7]})
+        np.testing.assert_allclose(outs["probs"], pred1[:7], atol=1e-5)
+        client.close()
+        # a new version: uploaded under a temporary name, renamed into place
+        tfos.fs.put(str(tmp_path / "m" / "other" / "1"), served + "/.incoming")
+        fs, path = tfos.fs.filesystem(served)
+        fs.mv(path + "/.incoming", path + "/2")
+        switched = ["[worker:%d] tfos.serve: model digits version 2 loaded" % i for i in (0, 1)]
+        while time.monotonic() < deadline + 120 and not all(s in text() for s in switched):
+            time.sleep(0.5)
+        assert all(s in text() for s in switched), text()
+        assert get("/v2/models/digits")[1]["versions"] == ["2", "1"], text()
+        for _ in range(6):  # every model server switched
+            v, out = infer(x[:10])
+            assert v == "2"
+            np.testing.assert_allclose(out, pred2[:10], atol=1e-5)
+        v, out = infer(x[:10], version="1")
+        np.testing.assert_allclose(out, pred1[:10], atol=1e-5)
+        app = app_id(text())
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=90) == 130, text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    assert "[worker:0] tfos.serve: model digits version 1 loaded from %s/1" % served in text(), text()
+    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
+                           timeout=60).stdout
+    assert re.search(r"state\s+KILLED", state), state
+
+
+def get_text(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read().decode()
+    except OSError:
+        return ""

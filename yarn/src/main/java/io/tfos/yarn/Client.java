@@ -310,7 +310,13 @@ public final class Client {
             } catch (IllegalStateException e) {
                 // shutting down (SIGINT/SIGTERM): the hook kills the application
             }
-            fs.delete(staging, true);
+            try {
+                fs.delete(staging, true);
+            } catch (IOException e) {
+                // shutting down: Hadoop's own hook may have closed the FileSystem first; the
+                // staging dir is then left (it holds the binary and the shipped files only)
+                System.err.println("tfos: could not remove the staging dir " + staging + ": " + e.getMessage());
+            }
         }
     }
 
