@@ -31,6 +31,9 @@
 #define TFOS_DEFAULT_CONNECT_TIMEOUT 30.0
 /* Restarts of the whole cluster after a node fails. */
 #define TFOS_DEFAULT_MAX_RESTARTS 3
+/* tfos_agent_opts.respawn: a program that fails sooner than this after it
+ * started (a model that cannot load) fails its node instead. */
+#define TFOS_RESPAWN_MIN_UPTIME_MS 5000
 /* A connection to the coordinator must authenticate within this time (a
  * real agent or client answers its greeting in milliseconds). */
 #define TFOS_AUTH_TIMEOUT_MS 3000

@@ -350,6 +350,10 @@ typedef struct tfos_agent_opts {
                               * "3" (Keras 3); see docs/DESIGN.md, "Keras" */
     int max_restarts;        /* the run's restart budget, told to the program as TORCHELASTIC_MAX_RESTARTS
                               * (the launcher's --max-restarts / TFCluster.run(max_restarts=)); 0: none */
+    int respawn;             /* > 0: a program that fails (exit code not 0, or a signal) after running at
+                              * least TFOS_RESPAWN_MIN_UPTIME_MS is started again here, alone, up to this
+                              * many times, instead of failing the node (tfos serve's model servers); one
+                              * that fails sooner, or past that, fails the node as always. 0: off */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -446,6 +450,8 @@ typedef struct tfos_run_opts {
     const tfos_serve_opts *serve; /* tfos serve: the front end on the status page's port (NULL: tfos run) */
     const char *http_token;     /* the status page's (and front end's) token; NULL: a fresh one beyond
                                  * loopback, none on it */
+    int respawn;                /* each agent restarts its own failed program up to this many times
+                                 * (tfos_agent_opts.respawn; tfos serve); 0: off */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

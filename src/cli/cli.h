@@ -22,7 +22,7 @@ typedef struct cli {
     double hang_timeout, lease, linger;
     int attempt;
     const char *address_file;
-    int hand_port, forward_logs;
+    int hand_port, forward_logs, respawn;
     int tensorboard; /* --tensorboard */
     const char *tensorboard_logdir;
     /* tfos yarn (src/cli/yarn.c) */

@@ -187,7 +187,9 @@ static const char node_help[] =
     "                           for S seconds is hung (default: off)\n"
     "  --quiet                  do not echo the program's output\n"
     "  --forward-logs           also send the program's output to the coordinator (the launcher\n"
-    "                           shows it where the console is not the user's: tfos yarn)\n";
+    "                           shows it where the console is not the user's: tfos yarn)\n"
+    "  --respawn N              start the program again here, alone, up to N times when it fails after\n"
+    "                           running 5 s or more (tfos serve's model servers; default 0)\n";
 
 static const char yarn_help[] =
     "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
@@ -526,6 +528,9 @@ static int parse(int argc, char **argv, cli *c)
             c->quiet = 1;
         } else if (!strcmp(a, "--forward-logs")) {
             c->forward_logs = 1;
+        } else if (!strcmp(a, "--respawn")) {
+            if (parse_int(a, NEXT(), 0, 1000000, &c->respawn))
+                return 2;
         } else if (!strcmp(a, "--queue")) {
             if (!(c->queue = NEXT()))
                 return usage_error("%s needs a queue name", a);
@@ -771,7 +776,7 @@ static int cmd_node(cli *c)
     tfos_agent_opts o = {.coord_addr = c->coord, .secret = secret, .executor_id = c->executor_id,
                          .host = c->host, .log_dir = c->log_dir, .argv = c->argv,
                          .ps_argv = c->ps_python ? ps_argv : NULL, .quiet = c->quiet,
-                         .forward_logs = c->forward_logs,
+                         .forward_logs = c->forward_logs, .respawn = c->respawn,
                          .cluster_id = c->cluster_id, .feed_capacity = (size_t)c->feed_mb << 20,
                          .checkpoint_dir = c->checkpoint_dir, .watch_pid = c->watch_pid,
                          .tensorboard_port = c->tensorboard_port, .tensorboard = c->tensorboard,

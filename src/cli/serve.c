@@ -54,7 +54,9 @@ static const char serve_help[] =
     "  --max-body BYTES         largest request body (default 64 MiB)\n"
     "  --python PY              the model servers' interpreter (default: the python beside this\n"
     "                           tfos, else python3)\n"
-    "  --max-restarts N         restart the model servers up to N times after one fails (default 10)\n"
+    "  --max-restarts N         a model server that fails after running 5 s or more is started again\n"
+    "                           alone, by its agent, up to N times each; one that fails sooner (a model\n"
+    "                           that does not load) restarts them all, up to N times (default 10)\n"
     "  --log-dir D              the model servers' logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --reservation-timeout S  seconds for every model server to start (default "
     "60)\n"
@@ -273,7 +275,7 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
     tfos_run_opts o = {.layout = {.num_workers = (int)replicas}, .argv = prog, .agent_path = exe, .log_dir = log_dir,
                        .reservation_timeout = reservation, .python = python, .max_restarts = (int)restarts,
                        .status_port = (int)port, .status_host = listen, .serve = &so, .http_token = token,
-                       .quiet = true};
+                       .quiet = true, .respawn = (int)restarts};
     /* in the ApplicationMaster's container: each model server in a container
      * of its own, through a stand-in (as tfos yarn-am's nodes) */
     char *prefix[] = {exe, "yarn-container", "--am-socket", am ? (char *)am->am_socket : NULL, "--resources",

@@ -127,6 +127,8 @@ struct agent {
     pid_t child;
     int child_done;
     int child_status;
+    int64_t child_started_ms; /* when the program (last) started */
+    int respawns;             /* times it was started again here (tfos_agent_opts.respawn) */
     linebuf lb[2];
     int logfd;
     char tail[TAIL_LINES][TAIL_WIDTH];
@@ -532,7 +534,7 @@ static void start_program(agent *a)
     const tfos__node_addr *me = &a->nodes[a->self];
     snprintf(a->label, sizeof a->label, "%s:%d", me->job, me->index);
     snprintf(a->prefix, sizeof a->prefix, "[%s] ", a->label);
-    if (open_log(a)) {
+    if (a->logfd < 0 && open_log(a)) { /* once: a respawned program appends to the same log */
         start_fails(a, "could not open the node's log file");
         return;
     }
@@ -556,7 +558,7 @@ static void start_program(agent *a)
     if (local_ckpt && tfos__mkdir_p(local_ckpt, 0777))
         TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
                   strerror(errno));
-    if (a->o->cluster_id && strcmp(me->job, "ps") && open_feed(a)) {
+    if (a->o->cluster_id && strcmp(me->job, "ps") && a->in_fd < 0 && open_feed(a)) {
         start_fails(a, "could not create the node's feed rings");
         return;
     }
@@ -601,7 +603,7 @@ static void start_program(agent *a)
         keep[nkeep++] = a->in_fd;
         keep[nkeep++] = a->out_fd;
     }
-    if (a->o->hand_port) /* the program holds the port until it releases it */
+    if (a->o->hand_port && a->resv_fd >= 0) /* the program holds the port until it releases it */
         keep[nkeep++] = a->resv_fd;
     open_cgroup(a);
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = outp[1], .stderr_fd = errp[1],
@@ -610,10 +612,12 @@ static void start_program(agent *a)
     rc = tfos__spawn(&so, &a->child);
     if (rc)
         goto fail;
+    a->child_started_ms = tfos__now_ms();
     start_guard(a);
     /* the program has exec'd: the port is now its to bind (or, handed over,
      * its to release) */
-    close(a->resv_fd);
+    if (a->resv_fd >= 0)
+        close(a->resv_fd);
     a->resv_fd = -1;
     close(outp[1]);
     close(errp[1]);
@@ -927,6 +931,49 @@ static void on_pipe(tfos__loop *l, int fd, int events, void *user)
     pump(lb->a, lb);
 }
 
+/* tfos_agent_opts.respawn: the program ended with status st; if it failed
+ * after running long enough, and restarts are left, and nobody is stopping
+ * it, end what it left behind and start it again; 1 if it was. */
+static int respawn(agent *a, int st)
+{
+    int64_t ran = tfos__now_ms() - a->child_started_ms;
+    if (a->respawns >= a->o->respawn || a->kill_deadline || a->owner_stop || a->hung || !a->connected ||
+        (WIFEXITED(st) && WEXITSTATUS(st) == 0) || ran < TFOS_RESPAWN_MIN_UPTIME_MS)
+        return 0;
+    a->respawns++;
+    /* nothing of the old program stays: its group, its cgroup, the orphans
+     * we adopted; its last output is read to the end */
+    kill(-a->child, SIGKILL);
+    if (a->cgroup[0] && tfos__cgroup_destroy(a->cgroup, 2000))
+        TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a->label, a->cgroup);
+    if (a->cgroup_fd >= 0)
+        close(a->cgroup_fd);
+    a->cgroup_fd = -1;
+    a->cgroup[0] = '\0';
+    tfos__kill_orphans(0);
+    int64_t drain_until = tfos__now_ms() + 2000;
+    for (int i = 0; i < 2; i++)
+        while (a->lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
+            struct pollfd p = {.fd = a->lb[i].fd, .events = POLLIN};
+            if (poll(&p, 1, tfos__ms_left(drain_until, -1)) > 0)
+                pump(a, &a->lb[i]);
+        }
+    for (int i = 0; i < 2; i++)
+        if (a->lb[i].fd >= 0) {
+            tfos__loop_unwatch(a->loop, a->lb[i].fd);
+            close(a->lb[i].fd);
+            a->lb[i].fd = -1;
+            a->lb[i].len = 0;
+        }
+    char desc[96], line[256];
+    tfos__describe_status(st, desc, sizeof desc);
+    int n = snprintf(line, sizeof line, "tfos: the program failed (%s) after %.1f s; starting it again here, alone "
+                     "(%d of %d)", desc, (double)ran / 1000, a->respawns, a->o->respawn);
+    emit_line(a, 2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    start_program(a);
+    return !a->child_done;
+}
+
 static void on_signal(tfos__loop *l, int fd, int events, void *user)
 {
     (void)l;
@@ -939,7 +986,7 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
             int st;
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
-                if (r == a->child && !a->child_done) {
+                if (r == a->child && !a->child_done && !respawn(a, st)) {
                     a->child_done = 1;
                     a->child_status = st;
                     a->done = 1;

@@ -228,6 +228,12 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     }
     if (nprefix) /* the agent's console is a container's log, not the user's */
         argv[k++] = "--forward-logs";
+    char respawnbuf[16];
+    if (o->respawn > 0) {
+        snprintf(respawnbuf, sizeof respawnbuf, "%d", o->respawn);
+        argv[k++] = "--respawn";
+        argv[k++] = respawnbuf;
+    }
     if (o->hang_timeout > 0) {
         argv[k++] = "--hang-timeout";
         argv[k++] = hangbuf;

@@ -323,20 +323,89 @@ def test_a_full_queue_answers_429_at_once(digits_model, tmp_path, marker):
         s.stop()
 
 
-def test_a_killed_model_server_is_restarted_and_requests_resume(digits_model, tmp_path, marker):
-    s = Server(digits_model["dir"], tmp_path, marker, "--timeout", "120")
-    x, pred = digits_model["x"], digits_model["pred"]
+class Load(object):
+    """4 client threads, each on a kept-alive connection, sending requests of
+    `rows` rows of x until finish(); every answer's version goes to .seen,
+    and a failed request or an answer unlike preds[version] to .bad."""
+
+    def __init__(self, s, x, preds, rows, timeout=60):
+        self.s, self.x, self.preds, self.rows, self.timeout = s, x, preds, rows, timeout
+        self.seen, self.bad, self.stop = [], [], threading.Event()
+        self.threads = [threading.Thread(target=self._client, args=(k,)) for k in range(4)]
+        for t in self.threads:
+            t.start()
+
+    def _client(self, k):
+        conn = http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=self.timeout)
+        j, n = 0, self.rows
+        while not self.stop.is_set():
+            lo = (k * 37 + j) % (len(self.x) - n)
+            j += 1
+            st, body = self.s.infer(self.x[lo:lo + n], conn=conn)
+            if st != 200:
+                self.bad.append((st, body))
+                continue
+            doc, out = outputs(body)
+            v = doc["model_version"]
+            self.seen.append(v)
+            if not np.allclose(out, self.preds[v][lo:lo + n], atol=1e-5):
+                self.bad.append(("version %s gave another model's answer" % v, lo))
+        conn.close()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(self.timeout)
+
+
+def uptime_s(pid):
+    """Seconds since process pid started."""
+    with open("/proc/%d/stat" % pid) as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0]) - start / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(s):
+    st, body = s.get("/status")
+    nodes = json.loads(body)["cluster"]["nodes"] if st == 200 else []
+    return {"%s:%d" % (n["job"], n["index"]): n["pid"] or None for n in nodes}
+
+
+def test_a_killed_model_server_is_restarted_alone_and_no_request_fails(digits_model, tmp_path, marker):
+    """kill -9 of one of two model servers while 4 clients send: its agent
+    starts it again, alone; the other goes on; every request is answered.
+    Killed again before it has run 5 s, it fails its node: the set restarts
+    (the restart policy), and requests sent meanwhile are answered too."""
+    s = Server(digits_model["dir"], tmp_path, marker, "--timeout", "120", "--replicas", "2")
+    load = None
     try:
-        assert s.infer(x[:2])[0] == 200
-        pid = json.loads(s.get("/status")[1])["cluster"]["nodes"][0]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        # a request sent now waits in the queue for the restarted server
-        st, body = s.infer(x[:5])
-        assert st == 200, body
-        np.testing.assert_allclose(outputs(body)[1], pred[:5], atol=1e-5)
-        assert "restarting every node (attempt 2" in s.text(), s.text()[-3000:]
-        assert pid not in [n["pid"] for n in json.loads(s.get("/status")[1])["cluster"]["nodes"]]
+        pids = server_pids(s)
+        assert len(pids) == 2, pids
+        # past the 5 s a program must run to be restarted alone
+        assert wait_for(lambda: min(uptime_s(p) for p in pids.values()) > 5.5, 30)
+        load = Load(s, digits_model["x"], {"1": digits_model["pred"]}, 3, timeout=120)
+        assert wait_for(lambda: len(load.seen) > 50, 60)
+        os.kill(pids["worker:0"], signal.SIGKILL)
+        assert wait_for(lambda: server_pids(s).get("worker:0") not in (pids["worker:0"], None), 60, 0.05), s.text()
+        before = len(load.seen)
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 120), s.text()
+        assert wait_for(lambda: len(load.seen) > before + 50, 60)
+        assert not load.bad, load.bad[:3]
+        assert server_pids(s)["worker:1"] == pids["worker:1"]  # the other was never stopped
+        assert "[worker:0] tfos: the program failed (signal 9 (Killed)) after" in s.text(), s.text()[-3000:]
+        assert "starting it again here, alone (1 of 10)" in s.text()
+        assert "restarting every node" not in s.text()
+        # killed again at once (it has not run 5 s): its node fails, the set restarts
+        os.kill(server_pids(s)["worker:0"], signal.SIGKILL)
+        assert wait_for(lambda: "restarting every node (attempt 2" in s.text(), 60), s.text()[-3000:]
+        before = len(load.seen)
+        assert wait_for(lambda: len(load.seen) > before + 50, 120), s.text()[-3000:]
+        load.finish()
+        assert not load.bad, load.bad[:3]
     finally:
+        if load:
+            load.finish()
         s.stop()
     assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
 
@@ -376,36 +445,15 @@ def test_a_new_version_is_switched_to_under_load_dropping_nothing(digits_model, 
     x, preds = digits_model["x"], {"1": digits_model["pred"], "2": digits_model["pred2"]}
     assert not np.allclose(preds["1"], preds["2"], atol=1e-3)  # the versions tell apart
     s = Server(serving, tmp_path, marker, "--poll", "0.3", "--replicas", "2")
-    seen, bad, stop = [], [], threading.Event()
-
-    def client(k):
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-        j = 0
-        while not stop.is_set():
-            lo = (k * 37 + j) % (len(x) - 4)
-            j += 1
-            st, body = s.infer(x[lo:lo + 4], conn=conn)
-            if st != 200:
-                bad.append((st, body))
-                continue
-            doc, out = outputs(body)
-            v = doc["model_version"]
-            seen.append(v)
-            if not np.allclose(out, preds[v][lo:lo + 4], atol=1e-5):
-                bad.append(("version %s gave another model's answer" % v, lo))
-        conn.close()
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    load = Load(s, x, preds, 4)
+    seen = load.seen
     try:
-        for t in threads:
-            t.start()
         assert wait_for(lambda: len(seen) > 50, 60)
         os.symlink(digits_model["v2"], serving / ".new")
         os.rename(serving / ".new", serving / "2")   # as examples/digits/export.py: whole, at once
         assert wait_for(lambda: seen.count("2") > 50, 120), (len(seen), s.text()[-3000:])
-        stop.set()
-        for t in threads:
-            t.join(60)
-        assert not bad, bad[:3]
+        load.finish()
+        assert not load.bad, load.bad[:3]
         first2 = seen.index("2")
         print("%d answers, %d by version 1 before the switch" % (len(seen), first2))
         # every server switched: only version 2 answers a request that names none now
@@ -421,7 +469,7 @@ def test_a_new_version_is_switched_to_under_load_dropping_nothing(digits_model, 
         np.testing.assert_allclose(outputs(body)[1], preds["1"][:3], atol=1e-5)
         assert "model digits version 2 loaded" in s.text()
     finally:
-        stop.set()
+        load.finish()
         s.stop()
 
 
