@@ -148,6 +148,7 @@ bench-start: install
 
 bench-feed: install
 	$(VPY) bench/feed.py
+	$(VPY) bench/tensor_feed.py
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos

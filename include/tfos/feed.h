@@ -64,7 +64,11 @@ int tfos_feed_open_fds(tfos_feed **out, int in_fd, int out_fd);
  * Returns 0, TFOS_EEND at the end of the feed, TFOS_ETIMEDOUT, TFOS_ECLOSED
  * (every producer went away without ending the feed), TFOS_EPROTO (a corrupt
  * batch or a record that is not a columnar batch; it is skipped, the next
- * call goes on). The batch's memory is the feed's own copy. */
+ * call goes on). The batch's columns stay valid until the next
+ * tfos_feed_next or tfos_feed_close, and no longer: a batch of fixed-size
+ * columns is read where it lies in the ring, with no copy (its room in the
+ * ring is given back by that next call); one with variable-length columns
+ * is the feed's own copy. Copy what must outlive the call. */
 int tfos_feed_next(tfos_feed *f, tfos_feed_batch *batch, int timeout_ms);
 
 /* Publish the program's progress for the status page: pairs "name=number"

@@ -1,7 +1,11 @@
 /* feed.c: the C consumer API (include/tfos/feed.h) over the ring and the
- * columnar batch. Each batch is copied out of the ring before it is
- * validated, so a producer cannot change it after the checks, and the ring's
- * space is given back at once. */
+ * columnar batch. A batch of fixed-size columns only is handed out where it
+ * lies in the ring, with no copy, and its record is released by the next
+ * call: tfos__batch_open reads every field of the header once into the
+ * column table here, so a producer changing the shared bytes afterwards
+ * changes values, never a length or an offset the caller relies on. A batch
+ * with variable-length columns (whose offsets the caller reads from the
+ * batch) is copied out of the ring before it is checked, as before. */
 #include "tfos/feed.h"
 
 #include "core/batch.h"
@@ -19,6 +23,7 @@ struct tfos_feed {
     uint64_t aborted;
     uint8_t *buf;
     size_t cap;
+    int held; /* the last batch is still in the ring (peeked): released by the next call */
     tfos__col cols[TFOS_BATCH_MAX_COLS];
     tfos_feed_column out[TFOS_BATCH_MAX_COLS];
 };
@@ -47,8 +52,30 @@ int tfos_feed_open(tfos_feed **out)
     return tfos_feed_open_fds(out, in_fd, out_fd);
 }
 
+/* Copy a record's batch out of the ring (f->buf) and release it. */
+static int copy_out(tfos_feed *f, const tfos__ring_rec *rec, const uint8_t **base)
+{
+    if (rec->len > f->cap) {
+        uint8_t *nb = realloc(f->buf, rec->len);
+        if (!nb) {
+            tfos__ring_release(f->in);
+            return TFOS_ENOMEM;
+        }
+        f->buf = nb;
+        f->cap = rec->len;
+    }
+    memcpy(f->buf, rec->data, rec->len);
+    tfos__ring_release(f->in);
+    *base = f->buf;
+    return 0;
+}
+
 int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
 {
+    if (f->held) { /* the caller is done with the batch handed out last */
+        tfos__ring_release(f->in);
+        f->held = 0;
+    }
     for (;;) {
         tfos__ring_rec rec;
         int rc = tfos__ring_peek(f->in, &rec, timeout_ms);
@@ -77,21 +104,21 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
             tfos__ring_release(f->in);
             return TFOS_EPROTO;
         }
-        if (rec.len > f->cap) {
-            uint8_t *nb = realloc(f->buf, rec.len);
-            if (!nb) {
-                tfos__ring_release(f->in);
-                return TFOS_ENOMEM;
-            }
-            f->buf = nb;
-            f->cap = rec.len;
-        }
-        memcpy(f->buf, rec.data, rec.len);
-        tfos__ring_release(f->in);
         tfos__batch_view v;
         char err[160];
-        if (tfos__batch_open(f->buf, rec.len, &v, f->cols, TFOS_BATCH_MAX_COLS, err, sizeof err))
-            return TFOS_EPROTO;
+        const uint8_t *base = rec.data;
+        int fixed = tfos__batch_open(base, rec.len, &v, f->cols, TFOS_BATCH_MAX_COLS, err, sizeof err) == 0;
+        for (uint32_t i = 0; fixed && i < v.ncols; i++)
+            fixed = v.cols[i].kind == TFOS_COL_FIXED;
+        if (fixed) {
+            f->held = 1;
+        } else {
+            int rc = copy_out(f, &rec, &base);
+            if (rc)
+                return rc;
+            if (tfos__batch_open(base, rec.len, &v, f->cols, TFOS_BATCH_MAX_COLS, err, sizeof err))
+                return TFOS_EPROTO;
+        }
         for (uint32_t i = 0; i < v.ncols; i++) {
             const tfos__col *c = &v.cols[i];
             tfos_feed_column *o = &f->out[i];
@@ -99,7 +126,7 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
             o->name = c->name;
             o->name_len = c->name_len;
             o->kind = c->kind;
-            o->data = f->buf + c->data_off;
+            o->data = base + c->data_off;
             o->data_len = (size_t)c->data_len;
             if (c->kind == TFOS_COL_FIXED) {
                 o->dtype = tfos__dtype_numpy(c->dtype);
@@ -107,7 +134,7 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *b, int timeout_ms)
                 o->ndim = c->ndim;
                 memcpy(o->shape, c->shape, sizeof o->shape);
             } else {
-                o->offsets = (const uint64_t *)(const void *)(f->buf + c->offsets_off);
+                o->offsets = (const uint64_t *)(const void *)(base + c->offsets_off);
             }
         }
         tfos__ring_count_taken(f->in, v.nrows);

@@ -158,6 +158,34 @@ static int write_rec(const tfos__feeder_opts *o, target *t, const void *buf, siz
     return rc ? ring_error(o, t, rc, err, errlen) : 0;
 }
 
+/* The input's bytes read so far, for the status page. */
+static void report_read(const tfos__feeder_opts *o, const tfos__input *in, uint64_t read_before)
+{
+    if (o->progress) {
+        uint64_t got, size;
+        tfos__input_progress(in, &got, &size);
+        atomic_store(&o->progress->input_bytes_read, read_before + got);
+    }
+}
+
+/* Reserve len bytes in t's ring and have the input read its next batch of
+ * nb rows straight into them (one copy); a read that fails leaves nothing
+ * in the ring. */
+static int fill_rec(const tfos__feeder_opts *o, target *t, tfos__input *in, uint32_t nb, size_t len, char *err,
+                    size_t errlen)
+{
+    int rc;
+    void *slot;
+    RETRY(rc, o, tfos__ring_reserve(t->ring, TFOS_RING_TAG_USER + 1, len, &slot, SLICE_MS));
+    if (rc)
+        return ring_error(o, t, rc, err, errlen);
+    if ((rc = tfos__input_fill(in, nb, slot, len, err, errlen))) {
+        tfos__ring_cancel(t->ring);
+        return rc;
+    }
+    return tfos__ring_commit(t->ring, len);
+}
+
 int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
@@ -214,23 +242,30 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     want = (uint32_t)(o->partition_rows - in_part);
                 if (drop && drop < want)
                     want = (uint32_t)drop;
-                const void *batch;
-                size_t len;
+                const void *batch = NULL;
+                size_t len = 0;
                 uint64_t first;
-                rc = tfos__input_next(in, want, &batch, &len, &first, err, errlen);
-                if (o->progress) {
-                    uint64_t got, size;
-                    tfos__input_progress(in, &got, &size);
-                    atomic_store(&o->progress->input_bytes_read, read_before + got);
+                uint32_t nb = 0;
+                /* a batch that is fed (not dropped or skipped) of a format
+                 * that can is read straight into the ring (fill_rec) */
+                int direct = !drop && !skipping;
+                if (direct && (rc = tfos__input_next_size(in, want, &nb, &len, &first)) == TFOS_EINVAL)
+                    direct = 0;
+                if (!direct) {
+                    rc = tfos__input_next(in, want, &batch, &len, &first, err, errlen);
+                    report_read(o, in, read_before);
+                    if (rc == 0)
+                        memcpy(&nb, (const uint8_t *)batch + 4, 4);
                 }
+                if (rc == TFOS_ETOOBIG && direct)
+                    rc = tfos__errf(err, errlen, rc, "%s rows %llu..: rows too large", o->inputs[f],
+                                    (unsigned long long)first);
                 if (rc == TFOS_EEND) {
                     rc = 0;
                     break;
                 }
                 if (rc)
                     break; /* err names the file and row */
-                uint32_t nb;
-                memcpy(&nb, (const uint8_t *)batch + 4, 4);
                 if (drop) {
                     drop = drop > nb ? drop - nb : 0;
                     in_part += nb;
@@ -261,7 +296,7 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                     if (terminated_now(cur, rc)) {
                         rc = 0;
                         skipping = 1;
-                        in_part = nb;
+                        in_part = direct ? 0 : nb; /* a batch not read yet is read while skipping */
                         continue;
                     }
                     if (rc) {
@@ -277,12 +312,13 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                               tfos__ring_max_record(cur->ring));
                     break;
                 }
-                rc = write_rec(o, cur, batch, len, err, errlen);
+                rc = direct ? fill_rec(o, cur, in, nb, len, err, errlen) : write_rec(o, cur, batch, len, err, errlen);
+                report_read(o, in, read_before);
                 if (terminated_now(cur, rc)) {
                     rc = 0;
                     open_part = 0;
                     skipping = 1;
-                    in_part += nb;
+                    in_part += direct ? 0 : nb; /* fill_rec's reservation failed: nothing was read */
                     st->terminated++;
                     continue;
                 }

@@ -269,6 +269,29 @@ int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, siz
     return rc;
 }
 
+int tfos__input_next_size(tfos__input *in, uint32_t max_rows, uint32_t *nrows, size_t *len, uint64_t *first_row)
+{
+    if (max_rows == 0 || !in->ops->next_size)
+        return TFOS_EINVAL;
+    *first_row = in->rows;
+    if (in->eof)
+        return TFOS_EEND;
+    int rc = in->ops->next_size(in->state, max_rows, nrows, len);
+    if (rc == TFOS_EEND)
+        in->eof = 1;
+    return rc;
+}
+
+int tfos__input_fill(tfos__input *in, uint32_t nrows, void *buf, size_t len, char *err, size_t errlen)
+{
+    if (!in->ops->fill || in->eof)
+        return TFOS_EINVAL;
+    int rc = in->ops->fill(in->state, nrows, buf, len, err, errlen);
+    if (rc == 0)
+        in->rows += nrows;
+    return rc;
+}
+
 void tfos__input_progress(const tfos__input *in, uint64_t *read, uint64_t *size)
 {
     *read = in->src.consumed;

@@ -96,6 +96,16 @@ int tfos__input_open(tfos__input **out, const char *path, int format, int csv_he
 int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, size_t *len, uint64_t *first_row,
                      char *err, size_t errlen);
 
+/* Reading into the caller's buffer, for formats whose next batch's size is
+ * known before it is read (.npy): tfos__input_next_size gives the next
+ * batch's rows (up to max_rows), bytes and first row's index, reading
+ * nothing (TFOS_EEND after the last row; TFOS_EINVAL for a format that
+ * cannot: use tfos__input_next); tfos__input_fill then writes exactly that
+ * batch into buf (len bytes), the rows read from the file straight into it:
+ * one copy where tfos__input_next makes two. Errors as tfos__input_next. */
+int tfos__input_next_size(tfos__input *in, uint32_t max_rows, uint32_t *nrows, size_t *len, uint64_t *first_row);
+int tfos__input_fill(tfos__input *in, uint32_t nrows, void *buf, size_t len, char *err, size_t errlen);
+
 /* How far reading has got, for progress reports: *read gets the bytes of the
  * file consumed so far (CSV and JSON lines read a little ahead of the rows
  * returned), *size the file's size when it was opened. */

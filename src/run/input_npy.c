@@ -2,7 +2,9 @@
  * C order, little-endian numbers or bool; see input.h), behind
  * tfos__input_npy_ops. The file is read front to back (it may be a FIFO):
  * the header, parsed as the dict literal it is, then the rows, straight into
- * the data region of a one-column batch, a chunk at a time. */
+ * the data region of a one-column batch, a chunk at a time: the reader's own
+ * buffer (npy_next), or the caller's (npy_fill: a ring reservation, so the
+ * rows are copied once, from the file into the ring). */
 #include "core/batch.h"
 #include "core/log.h"
 #include "run/input.h"
@@ -241,43 +243,78 @@ static int read_header(npy_reader *in, char *err, size_t errlen)
     return 0;
 }
 
-static int npy_next(void *state, uint32_t max_rows, const void **batch, size_t *len, uint32_t *nrows, char *err,
-                    size_t errlen)
+/* The one column of a batch of n rows, and the batch's bytes (0: too large). */
+static uint64_t npy_layout(const npy_reader *in, uint32_t n, tfos__col *col)
+{
+    memset(col, 0, sizeof *col);
+    col->name = "";
+    col->kind = TFOS_COL_FIXED;
+    col->dtype = (uint8_t)in->dtype;
+    col->ndim = (uint8_t)in->ndim;
+    memcpy(col->shape, in->shape, sizeof col->shape);
+    return tfos__batch_layout(n, 1, col);
+}
+
+static int npy_next_size(void *state, uint32_t max_rows, uint32_t *nrows, size_t *len)
 {
     npy_reader *in = state;
     uint64_t left = in->total - in->rows;
     if (left == 0)
         return TFOS_EEND;
-    uint32_t n = left < max_rows ? (uint32_t)left : max_rows;
+    *nrows = left < max_rows ? (uint32_t)left : max_rows;
     tfos__col col;
-    memset(&col, 0, sizeof col);
-    col.name = "";
-    col.kind = TFOS_COL_FIXED;
-    col.dtype = (uint8_t)in->dtype;
-    col.ndim = (uint8_t)in->ndim;
-    memcpy(col.shape, in->shape, sizeof col.shape);
-    uint64_t total = tfos__batch_layout(n, 1, &col);
+    uint64_t total = npy_layout(in, *nrows, &col);
     if (!total)
-        return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s: rows too large", in->path);
-    if (total > in->out_cap) {
-        uint8_t *nb = realloc(in->out, (size_t)total);
-        if (!nb)
-            return TFOS_ENOMEM;
-        in->out = nb;
-        in->out_cap = (size_t)total;
-    }
-    tfos__batch_write_header(in->out, total, n, 1, in->ndim ? 0 : TFOS_BATCH_FLAT_ROWS, &col);
+        return TFOS_ETOOBIG;
+    *len = (size_t)total;
+    return 0;
+}
+
+/* Write the batch of the next n rows into buf (len bytes, its layout's):
+ * the header, then the rows read from the file straight into place. */
+static int npy_fill(void *state, uint32_t n, void *buf, size_t len, char *err, size_t errlen)
+{
+    npy_reader *in = state;
+    tfos__col col;
+    uint64_t total = npy_layout(in, n, &col);
+    if (!total || total != len || n > in->total - in->rows)
+        return tfos__errf(err, errlen, TFOS_EINVAL, "%s: a batch of %u rows is not %zu bytes", in->path, n, len);
+    uint8_t *out = buf;
+    tfos__batch_write_header(out, total, n, 1, in->ndim ? 0 : TFOS_BATCH_FLAT_ROWS, &col);
     size_t want = (size_t)col.data_len, got;
-    int rc = read_full(in, in->out + col.data_off, want, &got, "the rows", err, errlen);
+    int rc = read_full(in, out + col.data_off, want, &got, "the rows", err, errlen);
     if (rc)
         return rc;
     if (got < want)
         return tfos__errf(err, errlen, TFOS_EPROTO, "%s: truncated: the header promises %llu rows, the data ends in "
                     "row %llu", in->path, (unsigned long long)in->total,
                     (unsigned long long)(in->rows + got / in->row_bytes));
+    in->rows += n;
+    return 0;
+}
+
+static int npy_next(void *state, uint32_t max_rows, const void **batch, size_t *len, uint32_t *nrows, char *err,
+                    size_t errlen)
+{
+    npy_reader *in = state;
+    uint32_t n;
+    size_t total;
+    int rc = npy_next_size(in, max_rows, &n, &total);
+    if (rc == TFOS_ETOOBIG)
+        return tfos__errf(err, errlen, TFOS_ETOOBIG, "%s: rows too large", in->path);
+    if (rc)
+        return rc;
+    if (total > in->out_cap) {
+        uint8_t *nb = realloc(in->out, total);
+        if (!nb)
+            return TFOS_ENOMEM;
+        in->out = nb;
+        in->out_cap = total;
+    }
+    if ((rc = npy_fill(in, n, in->out, total, err, errlen)))
+        return rc;
     *batch = in->out;
     *len = total;
-    in->rows += n;
     *nrows = n;
     return 0;
 }
@@ -315,6 +352,8 @@ static void npy_close(void *state)
 const struct tfos__input_ops tfos__input_npy_ops = {
     .open = npy_open,
     .next = npy_next,
+    .next_size = npy_next_size,
+    .fill = npy_fill,
     .rows = npy_rows,
     .close = npy_close,
 };

@@ -43,6 +43,13 @@ struct tfos__input_ops {
      * when no row is left; other errors as tfos__input_next. */
     int (*next)(void *state, uint32_t max_rows, const void **batch, size_t *len, uint32_t *nrows, char *err,
                 size_t errlen);
+    /* Optional (formats whose batches have a size known before reading,
+     * .npy): the next batch's rows (1..max_rows) and bytes, reading
+     * nothing; TFOS_EEND when no row is left. Then fill writes that batch
+     * into buf (len bytes: the caller's, e.g. a ring reservation), its rows
+     * read straight in; errors as next. */
+    int (*next_size)(void *state, uint32_t max_rows, uint32_t *nrows, size_t *len);
+    int (*fill)(void *state, uint32_t nrows, void *buf, size_t len, char *err, size_t errlen);
     /* Rows the file holds, or -1 when not known in advance. */
     int64_t (*rows)(const void *state);
     /* Free the state (not the src). */

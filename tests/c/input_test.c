@@ -3,7 +3,8 @@
  * dtypes, truncation, the header dict), batching, inputs once read as the
  * wrong data (a BOM, other delimiters, headers that cannot be told, empty
  * values, numbers out of range or not decimal, a directory), FIFO reads
- * that a stop flag ends, and a mutation fuzz of each parser. */
+ * that a stop flag ends, .npy batches read into the caller's buffer, and a
+ * mutation fuzz of each parser. */
 #include "check.h"
 #include "core/batch.h"
 #include "run/input.h"
@@ -328,6 +329,61 @@ static void npy_files(void)
     CHECK_EQ(read_all(p, 100, &v, st, err, &in), TFOS_EPROTO);
     CHECK(strstr(err, "truncated"));
     tfos__input_close(in);
+}
+
+/* tfos__input_next_size + tfos__input_fill (the feeder's read straight into
+ * the ring) give the same batches as tfos__input_next; a truncated file is
+ * named; CSV cannot (TFOS_EINVAL). */
+static void npy_fill_into_a_buffer(void)
+{
+    float f[40];
+    for (int i = 0; i < 40; i++)
+        f[i] = (float)i * 0.25f;
+    uint8_t buf[1024];
+    char err[256];
+    size_t n = npy_bytes(buf, 1, "<f4", "(10, 4)", f, sizeof f, 0);
+    const char *p = write_file("fill.npy", buf, n);
+    tfos__input *a, *b;
+    CHECK_EQ(tfos__input_open(&a, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_open(&b, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    uint8_t *slot = NULL;
+    for (int k = 0; k < 4; k++) { /* batches of 3, 3, 3, 1 */
+        const void *want;
+        size_t wlen, len;
+        uint64_t wfirst, first;
+        uint32_t rows;
+        CHECK_EQ(tfos__input_next(a, 3, &want, &wlen, &wfirst, err, sizeof err), 0);
+        CHECK_EQ(tfos__input_next_size(b, 3, &rows, &len, &first), 0);
+        CHECK_EQ(len, (long long)wlen);
+        CHECK_EQ(first, (long long)wfirst);
+        CHECK_EQ(rows, k < 3 ? 3 : 1);
+        slot = realloc(slot, len);
+        CHECK(slot);
+        CHECK_EQ(tfos__input_fill(b, rows, slot, len, err, sizeof err), 0);
+        CHECK(memcmp(slot, want, len) == 0);
+    }
+    uint32_t rows;
+    size_t len;
+    uint64_t first;
+    CHECK_EQ(tfos__input_next_size(b, 3, &rows, &len, &first), TFOS_EEND);
+    CHECK_EQ(first, 10);
+    tfos__input_close(a);
+    tfos__input_close(b);
+    /* the header promises 30 rows, the file has 10 */
+    n = npy_bytes(buf, 1, "<f4", "(30, 4)", f, sizeof f, 0);
+    p = write_file("short.npy", buf, n);
+    CHECK_EQ(tfos__input_open(&b, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next_size(b, 25, &rows, &len, &first), 0);
+    slot = realloc(slot, len);
+    CHECK(slot);
+    CHECK_EQ(tfos__input_fill(b, rows, slot, len, err, sizeof err), TFOS_EPROTO);
+    CHECK(strstr(err, "truncated") && strstr(err, "row 10"));
+    tfos__input_close(b);
+    free(slot);
+    p = write_file("f.csv", "a,b\n1,2\n", 8);
+    CHECK_EQ(tfos__input_open(&b, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next_size(b, 3, &rows, &len, &first), TFOS_EINVAL);
+    tfos__input_close(b);
 }
 
 static void empty_and_unknown(void)
@@ -671,6 +727,7 @@ int main(void)
     RUN(jsonl_errors);
     RUN(jsonl_floats_and_nul);
     RUN(npy_files);
+    RUN(npy_fill_into_a_buffer);
     RUN(empty_and_unknown);
     RUN(csv_dialects_and_headers);
     RUN(jsonl_bom_and_ranges);
