@@ -70,6 +70,16 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am);
 /* tfos yarn serve [yarn options] [serve options]: c holds the yarn options
  * (parsed by main.c), argv the serve options, already checked. */
 int tfos__cmd_yarn_serve(const cli *c, int argc, char **argv);
+/* The launcher in the ApplicationMaster's container (tfos yarn-am, for
+ * tfos run's nodes and tfos serve's model servers alike): each node's
+ * agent starts in a container of its own through a stand-in (tfos
+ * yarn-container, asking the ApplicationMaster on am_socket for the role's
+ * resources); the coordinator listens on bind, and so does the status page
+ * unless o->status_host is set; the addresses go to address_file; the
+ * secret is the application's ($TFOS_SECRET). prefix: 7 slots the caller
+ * keeps while o is used. */
+void tfos__yarn_am_launcher(tfos_run_opts *o, char *prefix[7], const char *exe, const char *am_socket,
+                            const char *resources, const char *bind, const char *address_file);
 /* Is arg (--opt or --opt=value) an option of tfos yarn's client only (one
  * that takes a value; *has_value: given after '=')? */
 int tfos__yarn_client_only(const char *arg, int *has_value);

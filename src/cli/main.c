@@ -700,15 +700,9 @@ static int cmd_run(cli *c)
                        .tensorboard_logdir = c->tensorboard_logdir};
     /* in the ApplicationMaster's container: every agent starts in a container
      * of its own through a stand-in (tfos yarn-container) */
-    char *prefix[] = {exe, "yarn-container", "--am-socket", (char *)c->am_socket, "--resources",
-                      (char *)c->resources, NULL};
-    if (am) {
-        o.agent_prefix = prefix;
-        o.bind_host = c->bind;
-        o.status_host = c->status_host ? c->status_host : c->bind;
-        o.address_file = c->address_file;
-        o.secret = getenv("TFOS_SECRET");
-    }
+    char *prefix[7];
+    if (am)
+        tfos__yarn_am_launcher(&o, prefix, exe, c->am_socket, c->resources, c->bind, c->address_file);
     for (int i = 0; i < c->ninputs; i++)
         if (access(c->inputs[i], R_OK)) {
             fprintf(stderr, "tfos: --input %s: %s\n", c->inputs[i], strerror(errno));

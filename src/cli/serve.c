@@ -278,14 +278,9 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
                        .quiet = true, .respawn = (int)restarts};
     /* in the ApplicationMaster's container: each model server in a container
      * of its own, through a stand-in (as tfos yarn-am's nodes) */
-    char *prefix[] = {exe, "yarn-container", "--am-socket", am ? (char *)am->am_socket : NULL, "--resources",
-                      am ? (char *)am->resources : NULL, NULL};
-    if (am) {
-        o.agent_prefix = prefix;
-        o.bind_host = o.status_host = am->bind;
-        o.address_file = am->address_file;
-        o.secret = getenv("TFOS_SECRET");
-    }
+    char *prefix[7];
+    if (am)
+        tfos__yarn_am_launcher(&o, prefix, exe, am->am_socket, am->resources, am->bind, am->address_file);
     tfos__on_stop_signals(on_signal);
     int code = 1;
     int rc = tfos_run_local(&o, &got_signal, &code);

@@ -511,6 +511,20 @@ int tfos__cmd_yarn_serve(const cli *c, int argc, char **argv)
     return submit(&args, bad, c, secret);
 }
 
+void tfos__yarn_am_launcher(tfos_run_opts *o, char *prefix[7], const char *exe, const char *am_socket,
+                            const char *resources, const char *bind, const char *address_file)
+{
+    char *p[7] = {(char *)exe, "yarn-container", "--am-socket", (char *)am_socket, "--resources",
+                  (char *)resources, NULL};
+    memcpy(prefix, p, sizeof p);
+    o->agent_prefix = prefix;
+    o->bind_host = bind;
+    if (!o->status_host)
+        o->status_host = bind;
+    o->address_file = address_file;
+    o->secret = getenv("TFOS_SECRET");
+}
+
 /* ---- tfos yarn-container ----------------------------------------------- */
 
 /* Does the stand-in pass this environment entry on to the node's container? */

@@ -931,6 +931,27 @@ static void on_pipe(tfos__loop *l, int fd, int events, void *user)
     pump(lb->a, lb);
 }
 
+/* Nothing the ended program started may outlive it: its process group, its
+ * cgroup (children that called setsid), and every orphan we adopted as
+ * subreaper, reaped; then its pipes, which they may have held open, are read
+ * to their end (2 s at most). At the agent's end, and before a respawn. */
+static void end_leftovers(agent *a)
+{
+    kill(-a->child, SIGKILL);
+    if (a->cgroup[0] && tfos__cgroup_destroy(a->cgroup, 2000))
+        TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a->label, a->cgroup);
+    tfos__kill_orphans(0);
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    int64_t drain_until = tfos__now_ms() + 2000;
+    for (int i = 0; i < 2; i++)
+        while (a->lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
+            struct pollfd p = {.fd = a->lb[i].fd, .events = POLLIN};
+            if (poll(&p, 1, tfos__ms_left(drain_until, -1)) > 0)
+                pump(a, &a->lb[i]);
+        }
+}
+
 /* tfos_agent_opts.respawn: the program ended with status st; if it failed
  * after running long enough, and restarts are left, and nobody is stopping
  * it, end what it left behind and start it again; 1 if it was. */
@@ -941,23 +962,11 @@ static int respawn(agent *a, int st)
         (WIFEXITED(st) && WEXITSTATUS(st) == 0) || ran < TFOS_RESPAWN_MIN_UPTIME_MS)
         return 0;
     a->respawns++;
-    /* nothing of the old program stays: its group, its cgroup, the orphans
-     * we adopted; its last output is read to the end */
-    kill(-a->child, SIGKILL);
-    if (a->cgroup[0] && tfos__cgroup_destroy(a->cgroup, 2000))
-        TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a->label, a->cgroup);
-    if (a->cgroup_fd >= 0)
+    end_leftovers(a);
+    if (a->cgroup_fd >= 0) /* start_program makes the next program a new cgroup */
         close(a->cgroup_fd);
     a->cgroup_fd = -1;
     a->cgroup[0] = '\0';
-    tfos__kill_orphans(0);
-    int64_t drain_until = tfos__now_ms() + 2000;
-    for (int i = 0; i < 2; i++)
-        while (a->lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
-            struct pollfd p = {.fd = a->lb[i].fd, .events = POLLIN};
-            if (poll(&p, 1, tfos__ms_left(drain_until, -1)) > 0)
-                pump(a, &a->lb[i]);
-        }
     for (int i = 0; i < 2; i++)
         if (a->lb[i].fd >= 0) {
             tfos__loop_unwatch(a->loop, a->lb[i].fd);
@@ -1200,22 +1209,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
             if (tfos__wait_pid(a.child, 5000, &a.child_status) == 0)
                 a.child_done = 1;
         }
-        /* nothing the program started may outlive it: its process group, its
-         * cgroup (children that called setsid), and every orphan we adopted
-         * as subreaper; then drain the pipes they may have held open */
-        kill(-a.child, SIGKILL);
-        if (a.cgroup[0] && tfos__cgroup_destroy(a.cgroup, 2000))
-            TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a.label, a.cgroup);
-        tfos__kill_orphans(0);
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
-        int64_t drain_until = tfos__now_ms() + 2000;
-        for (int i = 0; i < 2; i++)
-            while (a.lb[i].fd >= 0 && tfos__now_ms() < drain_until) {
-                struct pollfd p = {.fd = a.lb[i].fd, .events = POLLIN};
-                if (poll(&p, 1, tfos__ms_left(drain_until, -1)) > 0)
-                    pump(&a, &a.lb[i]);
-            }
+        end_leftovers(&a);
     }
     if (a.child_done) {
         char desc[96];
