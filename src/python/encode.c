@@ -220,7 +220,15 @@ int tfos_plan_rows(tfos_plan *p, PyObject *rows)
                 if (!PyBytes_Check(o))
                     goto mismatch;
                 c->data_len += (uint64_t)PyBytes_GET_SIZE(o);
-            } else if (i > 0) {
+            } else if (i == 0) {
+                continue;
+            } else if (t == F_FLOAT || t == F_INT || t == F_BOOL) {
+                /* scalars: the exact type check field_describe would make,
+                 * without describing the field again (the per-row cost of
+                 * a Spark RDD's rows of numbers) */
+                if (t == F_FLOAT ? !PyFloat_CheckExact(o) : t == F_INT ? !PyLong_CheckExact(o) : !PyBool_Check(o))
+                    goto mismatch;
+            } else {
                 tfos__col tmp;
                 int t2 = field_describe(o, &tmp, i, (int)j);
                 if (t2 < 0) {

@@ -258,3 +258,58 @@ def test_ring_detach_hands_the_consumer_role_over():
         prod.close()
     finally:
         os.close(fd)
+
+
+# A node program that reads Arrow batches as numpy columns: rows, their sum,
+# the columns' shapes, and whether reading them imported pandas.
+READ_ARROW = ("import sys\n"
+              "import numpy as np\n"
+              "from tfos import feed\n"
+              "df = feed.DataFeed(feed.get_manager(), True, timeout=60)\n"
+              "ids, total, shapes = [], 0.0, set()\n"
+              "while not df.should_stop():\n"
+              "    b = df.next_batch_arrays(7, as_dict=True)\n"
+              "    if not len(b):\n"
+              "        break\n"
+              "    ids += b['id'].tolist()\n"
+              "    total += float(b['v'].sum())\n"
+              "    shapes.add((b['v'].shape[1:], str(b['v'].dtype), str(b['id'].dtype)))\n"
+              "print('ids', ids, flush=True)\n"
+              "print('total', total, 'shapes', sorted(shapes), 'pandas', 'pandas' in sys.modules, flush=True)\n")
+
+
+def test_feed_arrow_streams_record_batches(marker):
+    """FeedClient.feed_arrow writes an iterator's record batches as they come
+    (sliced ones, an empty one skipped): the node gets every row in order,
+    list<float> columns as 2-D arrays, without importing pandas."""
+    pa = pytest.importorskip("pyarrow")
+    import numpy as np
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    ids = np.arange(100, dtype=np.int64)
+    vals = np.arange(300, dtype=np.float32).reshape(100, 3)
+    whole = pa.record_batch([pa.array(ids), pa.FixedSizeListArray.from_arrays(pa.array(vals.ravel()), 3)
+                             .cast(pa.list_(pa.float32()))], names=["id", "v"])
+    pulled = []
+
+    def batches():  # slices of one batch: offsets into shared buffers
+        for lo, hi in ((0, 33), (33, 33), (33, 90), (90, 100)):
+            pulled.append(lo)
+            yield whole.slice(lo, hi - lo)
+
+    coord = t.Coordinator(1, secret, reservation_timeout=60)
+    agent = start_agent(coord, secret, 0, marker, READ_ARROW, "--cluster-id", cid)
+    try:
+        assert step_until(coord, lambda: nodes(coord)[0]["state"] == "running", 30), coord.status()
+        client = feed.FeedClient(0, cluster_id=cid, secret=secret, timeout=20)
+        assert client.feed_arrow(batches(), partition_id=1) == 100
+        assert pulled == [0, 33, 33, 90]
+        client.close()
+        coord.end_feed()
+        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
+        assert coord.state == t.STATE_DONE, coord.failure
+    finally:
+        (rc, out, err), = finish([agent])
+        coord.close()
+    assert rc == 0, err
+    assert "[worker:0] ids %s" % list(range(100)) in out
+    assert "[worker:0] total %r shapes [((3,), 'float32', 'int64')] pandas False" % float(vals.sum()) in out

@@ -153,9 +153,9 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
         return rows
     try:
         if arrow:
-            batches = list(iterator)
-            rows = sum(rb.num_rows for rb in batches)
-            client.feed_arrow(batches, partition)
+            # streamed: each record batch goes into the ring as Spark hands
+            # it over, so the node reads while the rest is converted
+            rows = client.feed_arrow(iterator, partition)
         else:
             rows = client.feed_partition(iterator, partition)
         _wait_consumed(client, feed_timeout, failed)
@@ -229,9 +229,9 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
 
 
 def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None):
-    """Feed this task's partition (rows, or a list of Arrow record batches)
-    to the node on this executor and return its results, one per row, in
-    order (a node that read the whole partition and sends no result for
+    """Feed this task's partition (rows, or an iterable of Arrow record
+    batches, fed as they come) to the node on this executor and return its
+    results, one per row, in order (a node that read the whole partition and sends no result for
     ``results_timeout`` seconds fails the task, naming itself and the
     partition; ``abort``: see FeedClient.collect_results)."""
     tc = _task_context()
@@ -240,18 +240,12 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
     with _NodeLock(spec, executor_id, feed_timeout):
         client = _open_client(spec, executor_id, partition, feed_timeout)
         try:
-            count = [0]
             if arrow:
-                count[0] = sum(rb.num_rows for rb in rows)
-                client.feed_arrow(rows, partition)
+                count = client.feed_arrow(rows, partition)
             else:
-                def counted(it):
-                    for row in it:
-                        count[0] += 1
-                        yield row
-                client.feed_partition(counted(rows), partition)
-            return client.collect_results(partition, count[0], results_timeout=results_timeout, abort=abort) \
-                if count[0] else []
+                count = client.feed_partition(rows, partition)
+            return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort) \
+                if count else []
         except (_feed.FeedError, TimeoutError) as exc:
             raise _explain(spec, executor_id, partition, exc)
         finally:
@@ -263,7 +257,7 @@ def inference_task(spec, feed_timeout, arrow=False, results_timeout=None):
     :func:`infer_partition`, one per row (Arrow: pickled in one row)."""
 
     def run(iterator):
-        results = infer_partition(spec, list(iterator) if arrow else iterator, feed_timeout, results_timeout, arrow)
+        results = infer_partition(spec, iterator, feed_timeout, results_timeout, arrow)
         if arrow:
             import pyarrow as pa
             yield pa.RecordBatch.from_pydict({"results": [pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)]},
