@@ -12,8 +12,8 @@ import sys
 
 #: extra -> the top-level modules its distributions install
 EXTRAS = {
-    "spark": ("pyspark", "pyarrow", "pandas"),
-    "connect": ("pyspark", "pyarrow", "pandas"),  # pyspark[connect]: Spark Connect's client too
+    "spark": ("pyspark", "pyarrow", "pandas", "cloudpickle"),
+    "connect": ("pyspark", "pyarrow", "pandas", "cloudpickle"),  # pyspark[connect]: Spark Connect's client too
     "tf": ("tensorflow", "tensorboard", "tf_keras"),
     "tf-cpu": ("tensorflow", "tensorboard"),
     "torch": ("torch",),

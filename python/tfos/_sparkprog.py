@@ -26,8 +26,8 @@ def _read_payload():
         off += len(chunk)
     os.close(fd)
     del os.environ["TFOS_PAYLOAD_FD"]
-    import pickle
-    return pickle.loads(b"".join(chunks))
+    from . import _payload
+    return _payload.loads(b"".join(chunks), "map_fun")
 
 
 def start_tensorboard(ctx):

@@ -7,7 +7,6 @@ calls ``fn(*args)`` and rank 0 writes the pickled return value to RESULT. An
 exception propagates: Python prints its traceback and exits 1, and tfos
 reports the rank with those last lines.
 """
-import pickle
 import sys
 
 
@@ -16,8 +15,9 @@ def main(argv=None):
     if len(argv) != 2:
         sys.stderr.write("usage: python -m tfos._torchprog PAYLOAD RESULT\n")
         return 2
+    from . import _payload
     with open(argv[0], "rb") as f:
-        fn, args = pickle.load(f)
+        fn, args = _payload.loads(f.read(), "the function")
     from .torch import _call, _write_result
     _write_result(_call(fn, args), argv[1])
     return 0

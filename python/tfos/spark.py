@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 
-from . import _tfos
+from . import _payload, _tfos
 from . import feed as _feed
 from ._launch import ClusterError
 from ._log import log as logger
@@ -72,7 +72,6 @@ class Cluster(object):
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
         from ._extras import require
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
-        from pyspark import cloudpickle
         if int(num_nodes) < 1:
             raise ValueError("Cluster: num_nodes must be at least 1, got %r" % (num_nodes,))
         if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
@@ -93,7 +92,7 @@ class Cluster(object):
             checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", self.cluster_id))
         self.checkpoint_dir = checkpoint_dir
         self.spec = NodeSpec(self.cluster_id, _tfos.random_secret(), None, layout, 1,
-                             cloudpickle.dumps((main_fun, args)), local, float(reservation_timeout),
+                             _payload.dumps((main_fun, args)), local, float(reservation_timeout),
                              feed_mb=int(feed_mb), log_dir=node_log_dir, heartbeat_timeout=float(heartbeat_timeout),
                              spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras,
                              tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)

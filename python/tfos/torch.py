@@ -60,13 +60,10 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 
 def _dumps(obj):
-    """cloudpickle (functions of __main__ and closures travel by value) when
-    pyspark's copy is there, else pickle."""
-    try:
-        from pyspark import cloudpickle
-    except ImportError:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    """cloudpickle (functions of __main__ and closures travel by value), see
+    tfos._payload."""
+    from . import _payload
+    return _payload.dumps(obj)
 
 
 def _write_result(value, path):

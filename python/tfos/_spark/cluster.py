@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 
-from .. import _tfos
+from .. import _payload, _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Outcomes, _Progress,
                      _start_driver_ps, failure_text, short)
@@ -522,7 +522,6 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     """
     from .._extras import require
     require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
-    from pyspark import cloudpickle
 
     if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
         raise ValueError("TFCluster.run: keras=%r: use 'auto' (tf-keras where installed), 'legacy' (tf-keras), "
@@ -560,7 +559,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), getpass.getuser(),
                                                                 cluster_id)
     spec = NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
-                                cloudpickle.dumps((map_fun, tf_args)), local, float(reservation_timeout),
+                                _payload.dumps((map_fun, tf_args)), local, float(reservation_timeout),
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
