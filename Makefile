@@ -149,6 +149,7 @@ bench-start: install
 bench-feed: install
 	$(VPY) bench/feed.py
 	$(VPY) bench/tensor_feed.py
+	$(VPY) bench/fit_feed.py --tfos $(BUILD)/tfos
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos

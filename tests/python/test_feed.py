@@ -196,7 +196,10 @@ def test_feed_socket_refuses_wrong_secret(tmp_path, marker):
     assert "refused a feed producer: it does not know the cluster secret" in r.stderr
 
 
-def test_tf_data_dataset_on_the_feed():
+@pytest.mark.parametrize("read_ahead,as_dict", [(8, True), (2, False), (1, False)])
+def test_tf_data_dataset_on_the_feed(read_ahead, as_dict):
+    """Whatever the read-ahead (one read of 512 rows, reads of 128, one per
+    batch), the batches are the same: full ones, then the short rest."""
     tf = pytest.importorskip("tensorflow")
     fd_in, fd_out = rings(1 << 22)
     xs = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
@@ -212,12 +215,28 @@ def test_tf_data_dataset_on_the_feed():
 
     p = start_child(columns, fd_in)
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
-    ds = df.dataset(64, as_dict=True)
+    ds = df.dataset(64, as_dict=as_dict, read_ahead=read_ahead)
     got = list(ds.as_numpy_iterator())
     assert join_child(p) == 0
+    if not as_dict:
+        assert all(isinstance(b, tuple) and len(b) == 2 for b in got)
+        got = [{"x": b[0], "y": b[1]} for b in got]
     assert [len(b["y"]) for b in got] == [64, 64, 64, 64, 44]
-    assert ds.element_spec["x"].shape.as_list() == [None, 4] and ds.element_spec["y"].dtype == tf.int64
+    assert [len(b["x"]) for b in got] == [64, 64, 64, 64, 44]
+    spec = ds.element_spec
+    x_spec, y_spec = (spec["x"], spec["y"]) if as_dict else spec
+    assert x_spec.shape.as_list() == [None, 4] and y_spec.dtype == tf.int64
     assert np.array_equal(np.concatenate([b["x"] for b in got]), xs)
+    assert np.array_equal(np.concatenate([b["y"] for b in got]), ys)
+    assert df.rows_read == 300 and df.mgr.consumed == [1]
+
+
+def test_dataset_read_ahead_must_be_positive():
+    pytest.importorskip("tensorflow")
+    fd_in, fd_out = rings(1 << 16)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=5)
+    with pytest.raises(ValueError, match="read_ahead must be >= 1, not 0"):
+        df.dataset(64, read_ahead=0)
 
 
 def _feed_in_two_steps(fd, go, first, second):
