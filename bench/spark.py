@@ -24,6 +24,28 @@ workers). Rounds alternate which side goes first; each figure is the median
 over the rounds. Every run checks its row counts: rows lost (or
 results out of order) make the benchmark fail, not report.
 
+Each tfos path is also measured against its ceiling, the plain Spark job
+over the same cached data, run in the same driver before and after the
+cluster (one warm-up run, then two runs before and two after: the median of
+the four). tfos runs each workload three times on one cluster: the first
+run, right after run(), also pays for the node programs' start
+(*_first_run_vs_ceiling); the median of the other two is the steady rate,
+against the ceiling (*_vs_ceiling):
+
+  spark_rdd_vs_ceiling         train(rdd), nodes counting next_batch(1000)
+                               (TFoS's API, as in the TFoS comparison),
+                               against a foreachPartition that only
+                               iterates the rows
+  spark_rdd_arrays_vs_ceiling  the same RDD into nodes counting
+                               next_batch_arrays(1000) (tfos only)
+  spark_df_vs_ceiling          train(DataFrame), the `dataframe` workload
+                               (tfos only), nodes counting
+                               next_batch_arrays(1000), against a mapInArrow
+                               stage that only counts its batches
+  spark_inference_vs_ceiling   inference(rdd).collect() against the faster
+                               of rdd.map(identity).count() and
+                               rdd.map(label).collect()
+
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
 so above 1 means tfos is faster everywhere); progress on stderr.
@@ -57,6 +79,7 @@ from sparkcluster import SparkCluster  # noqa: E402
 DRIVER = os.path.join(HERE, "spark_driver.py")
 SIDES = ("tensorflowonspark", "tfos")
 TARGET_FEED = 20.0
+TARGET_CEILING = 0.8
 
 
 def check_tfos(py):
@@ -182,6 +205,22 @@ def spread(xs):
     return "(median of %d; min %s, max %s)" % (len(xs), fmt(min(xs)), fmt(max(xs))) if len(xs) > 1 else ""
 
 
+def vs_ceiling(rounds, w, *keys, rate="warm_rows_per_s"):
+    """(median, spread) of tfos's rate (warm: the median of the runs after
+    the first on one cluster) over its ceiling, round by round (the ceiling
+    of a round: the fastest of its plain Spark jobs ``keys``)."""
+    xs = [r[w][rate] / max(r[w][k] for k in keys) for r in rounds]
+    return fmt(med(xs)), spread(xs)
+
+
+def print_ceiling(name, rounds, w, *keys):
+    """<name>_vs_ceiling (warm runs) and <name>_first_run_vs_ceiling (the
+    run right after run(), while the node programs start), and the target."""
+    print("%s_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys)))
+    print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys, rate="rows_per_s")))
+    print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
+
+
 def report(results, opts, sides):
     """results: side -> list of per-round dicts."""
     print("spark_cpu_cores: %d" % os.cpu_count())
@@ -210,9 +249,29 @@ def report(results, opts, sides):
                 "/".join(str(x) for x in r["feed"]["per_node_rows"]) for r in results[side])))
         plain = [r["feed"]["plain_spark_rows_per_s"] for side in sides for r in results[side]]
         print("spark_feed_plain_spark_job_rows_per_s: %s %s" % (fmt(med(plain)), spread(plain)))
+        if "tfos" in sides:
+            warm = series("tfos", "feed", "warm_rows_per_s")
+            print("spark_feed_tfos_warm_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
+            print_ceiling("spark_rdd", results["tfos"], "feed", "plain_spark_rows_per_s")
+            warm = series("tfos", "feed_arrays", "warm_rows_per_s")
+            print("spark_feed_arrays_tfos_warm_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
+            print_ceiling("spark_rdd_arrays", results["tfos"], "feed_arrays", "plain_spark_rows_per_s")
         if len(sides) == 2:
             print("spark_feed_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
             print("spark_feed_target_vs_tfos: >= %g" % TARGET_FEED)
+    if "dataframe" in wl and "tfos" in sides:
+        rs = results["tfos"]
+        print("spark_dataframe_rows: %d" % opts.feed_rows)
+        rates = series("tfos", "dataframe", "rows_per_s")
+        print("spark_dataframe_tfos_rows_per_s: %s %s" % (fmt(med(rates)), spread(rates)))
+        print("spark_dataframe_tfos_train_returned_s: %s" % fmt(med(series("tfos", "dataframe", "train_s"))))
+        print("spark_dataframe_tfos_rows_per_node: %s" % " ".join(
+            "/".join(str(x) for x in r["dataframe"]["per_node_rows"]) for r in rs))
+        plain = series("tfos", "dataframe", "plain_spark_rows_per_s")
+        print("spark_dataframe_plain_mapinarrow_rows_per_s: %s %s" % (fmt(med(plain)), spread(plain)))
+        warm = series("tfos", "dataframe", "warm_rows_per_s")
+        print("spark_dataframe_tfos_warm_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
+        print_ceiling("spark_df", rs, "dataframe", "plain_spark_rows_per_s")
     if "inference" in wl:
         print("spark_inference_rows: %d" % opts.inference_rows)
         rate = {}
@@ -222,6 +281,15 @@ def report(results, opts, sides):
                                                             spread(series(side, "inference", "rows_per_s"))))
             print("spark_inference_%s_inference_s: %s" % (side, fmt(med(series(side, "inference", "inference_s")))))
             print("spark_inference_%s_total_s: %s" % (side, fmt(med(series(side, "inference", "total_s")))))
+        if "tfos" in sides:
+            for key, what in (("plain_map_count_rows_per_s", "map_count"), ("plain_map_collect_rows_per_s",
+                                                                          "map_collect")):
+                xs = series("tfos", "inference", key)
+                print("spark_inference_plain_%s_rows_per_s: %s %s" % (what, fmt(med(xs)), spread(xs)))
+            warm = series("tfos", "inference", "warm_rows_per_s")
+            print("spark_inference_tfos_warm_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
+            print_ceiling("spark_inference", results["tfos"], "inference", "plain_map_count_rows_per_s",
+                          "plain_map_collect_rows_per_s")
         if len(sides) == 2:
             print("spark_inference_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
     if "digits" in wl:
@@ -250,13 +318,13 @@ def main():
     p.add_argument("--inference-rows", type=int, default=150000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--digits-epochs", type=int, default=10)
-    p.add_argument("--workloads", default="feed,inference,digits")
+    p.add_argument("--workloads", default="feed,dataframe,inference,digits")
     p.add_argument("--only", choices=SIDES, default=None, help="run one side only (no ratios)")
     p.add_argument("--driver-timeout", type=int, default=900, help="seconds per driver process")
     p.add_argument("--keep-logs", action="store_true", help="keep the work dir (driver logs, results)")
     opts = p.parse_args()
     for w in opts.workloads.split(","):
-        if w not in ("feed", "inference", "digits"):
+        if w not in ("feed", "dataframe", "inference", "digits"):
             p.error("unknown workload %r" % w)
     sides = (opts.only,) if opts.only else SIDES
 
