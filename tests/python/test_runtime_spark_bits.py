@@ -56,6 +56,13 @@ def finish(procs, timeout=30):
     return outs
 
 
+def wait_done(coord):
+    """Step the coordinator until its cluster has ended (30 s at most); it
+    must have ended well."""
+    assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
+    assert coord.state == t.STATE_DONE, coord.failure
+
+
 class Stepper(object):
     """Steps a coordinator in a thread while this one makes blocking calls.
     Nothing else touches the coordinator until stop()."""
@@ -89,8 +96,7 @@ def test_end_feed_from_the_driver_ends_the_programs(marker):
             client.close()
         coord.end_feed()
         coord.end_feed()  # a repeat is harmless
-        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
-        assert coord.state == t.STATE_DONE, coord.failure
+        wait_done(coord)
         by_id = {n["executor_id"]: n for n in nodes(coord)}
         assert by_id[0]["tensorboard_port"] == 6006 and by_id[1]["tensorboard_port"] == 0
     finally:
@@ -135,8 +141,7 @@ def test_end_feed_waits_for_room_in_a_full_ring(tmp_path, marker):
         step_until(coord, lambda: False, 0.3)  # the agent keeps trying meanwhile
         assert agent.poll() is None and coord.state == t.STATE_RUNNING
         go.write_text("go")
-        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
-        assert coord.state == t.STATE_DONE, coord.failure
+        wait_done(coord)
     finally:
         (rc, out, err), = finish([agent])
         coord.close()
@@ -305,8 +310,7 @@ def test_feed_arrow_streams_record_batches(marker):
         assert pulled == [0, 33, 33, 90]
         client.close()
         coord.end_feed()
-        assert step_until(coord, lambda: coord.state >= t.STATE_DONE, 30), coord.status()
-        assert coord.state == t.STATE_DONE, coord.failure
+        wait_done(coord)
     finally:
         (rc, out, err), = finish([agent])
         coord.close()
