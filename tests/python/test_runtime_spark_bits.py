@@ -317,3 +317,35 @@ def test_feed_arrow_streams_record_batches(marker):
     assert rc == 0, err
     assert "[worker:0] ids %s" % list(range(100)) in out
     assert "[worker:0] total %r shapes [((3,), 'float32', 'int64')] pandas False" % float(vals.sum()) in out
+
+
+def test_an_agent_whose_program_failed_at_once_had_registered(marker):
+    """The agent registers, its program fails at once and the agent exits,
+    all between two looks of a node task's wait for the registration: the
+    wait must see a registered node (whose failure is the cluster's, reported
+    with the program's traceback), not an agent that never registered."""
+    from tfos._spark import nodes as spark_nodes
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    coord = t.Coordinator(1, secret, reservation_timeout=60)
+    agent = start_agent(coord, secret, 0, marker, "raise SystemExit(3)", "--cluster-id", cid)
+    try:
+        assert step_until(coord, lambda: agent.poll() is not None, 30), coord.status()
+        assert coord.state == t.STATE_FAILED, coord.status()
+
+        class Spec(object):
+            coord_addr, reservation_timeout = coord.address, 10
+
+            def label(self, executor_id):
+                return "worker:%d" % executor_id
+
+        spec = Spec()
+        spec.secret = secret
+        stepper = Stepper(coord)
+        try:
+            why = spark_nodes._wait_registered(spec, 0, agent.pid)
+        finally:
+            stepper.stop()
+        assert why is None
+    finally:
+        finish([agent])
+        coord.close()

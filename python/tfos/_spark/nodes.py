@@ -362,15 +362,21 @@ def _wait_registered(spec, executor_id, pid):
     the agent died). Returns None or an error message."""
     deadline = time.monotonic() + spec.reservation_timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return ("the tfos node agent of %s exited before it registered with the coordinator at %s "
-                    "(see this executor's stderr log)" % (spec.label(executor_id), spec.coord_addr))
+        # whether the agent lives is looked at before the coordinator is
+        # asked: an agent that registered, ran a program that failed at once
+        # and exited between two looks has registered (its failure is the
+        # cluster's, reported with the program's traceback), which only the
+        # coordinator can tell
+        alive = _pid_alive(pid)
         try:
             st, nd = _node_state(spec, executor_id)
         except Exception as exc:  # coordinator gone: the cluster is over
             return "the coordinator at %s cannot be reached: %s" % (spec.coord_addr, exc)
         if st.get("state") not in ("reserving", "running") or (nd and nd.get("state") != "waiting"):
             return None
+        if not alive:
+            return ("the tfos node agent of %s exited before it registered with the coordinator at %s "
+                    "(see this executor's stderr log)" % (spec.label(executor_id), spec.coord_addr))
         time.sleep(0.2)
     return None  # the coordinator's reservation timeout names the node
 
