@@ -239,6 +239,10 @@ class FeedManager(object):
     The input ring is read as its one consumer; the output ring is written as
     a producer (inference results)."""
 
+    # (consumed, partial) as of the last batch handed to the training loop,
+    # where a prefetch thread reads ahead of it (Prefetcher); None otherwise
+    delivered = None
+
     def __init__(self, in_fd=None, out_fd=None):
         if in_fd is None:
             fds = os.environ.get("TFOS_FEED_FDS")
@@ -271,7 +275,12 @@ class FeedManager(object):
         checkpoint has seen: rows before the checkpoint are never fed again,
         rows after it are (exactly-once per epoch for the state that
         survives). ``checkpoint_dir``: default ``TFOS_CHECKPOINT_DIR`` (a local
-        or shared filesystem path). Returns the file written."""
+        or shared filesystem path). Returns the file written. Behind a
+        :class:`Prefetcher` the position is that of the last batch it handed
+        out, not of the rows it has read ahead."""
+        if self.delivered is not None:
+            consumed, partial = self.delivered
+            return save_position(consumed, checkpoint_dir, partial)
         return save_position(self.consumed, checkpoint_dir, self.partial)
 
     @contextlib.contextmanager
@@ -427,6 +436,7 @@ class DataFeed(object):
         self._partition = 0                  # partition of the records being read
         self._closed = None                  # FeedClosed met after rows were taken: raised on the next wait
         self.rows_read = 0
+        self._prefetcher = None              # the Prefetcher whose thread reads this feed, if any
 
     # -- reading
     def _fill(self):
@@ -436,7 +446,9 @@ class DataFeed(object):
         if self._closed is not None:
             raise self._closed
         try:
-            records = self.mgr.input.read(self.timeout_ms, 64)
+            records = self._read()
+            if records is None:  # a Prefetcher's stop
+                return False
         except FeedEnded:
             self.mgr.ended = True
             return False
@@ -461,6 +473,25 @@ class DataFeed(object):
                 if chunk.n:
                     self._chunks.append(chunk)
         return True
+
+    def _read(self):
+        pf = self._prefetcher
+        if pf is None:
+            return self.mgr.input.read(self.timeout_ms, 64)
+        # a prefetch thread reads in slices, so that a stop asked from the
+        # training thread is seen within one (the wait's bound is unchanged)
+        left = self.timeout_ms
+        while True:
+            wait = Prefetcher.SLICE_MS if left < 0 else min(left, Prefetcher.SLICE_MS)
+            try:
+                return self.mgr.input.read(wait, 64)
+            except TimeoutError:
+                if pf.stopping.is_set():
+                    return None
+                if left >= 0:
+                    left -= wait
+                    if left <= 0:
+                        raise
 
     def _take(self, batch_size, columns):
         out, got = [], 0
@@ -624,9 +655,115 @@ class DataFeed(object):
 
     def terminate(self):
         """Stop the feed early: producers writing to this node get FeedClosed
-        at once (and stop), and ``should_stop()`` becomes True."""
+        at once (and stop), and ``should_stop()`` becomes True. Behind a
+        :class:`Prefetcher`, its thread is stopped first."""
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
         self.mgr.terminated = True
         self.mgr.input.close()
+
+
+class Prefetcher(object):
+    """Batches of ``feed.next_batch_arrays(batch_size)`` read by a background
+    thread, ``depth`` ahead of the training loop, which takes them in order
+    (iterating it, or :meth:`get`). The thread waits on the ring without the
+    GIL; the training thread spends no time reading.
+
+    The feed position of a checkpoint stays exact: each batch carries the
+    position after it, and ``feed.save_position()``/``feed.checkpoint()``
+    record that of the last batch handed out, not of the rows read ahead.
+    While it runs, the thread is the feed's only reader: from the training
+    thread call only ``feed.checkpoint()``, ``feed.save_position()`` and
+    ``feed.terminate()`` (which stops the thread first). Stopping the
+    iteration early keeps the batches read: the next iteration continues
+    with them."""
+
+    SLICE_MS = 200   # a stop is seen within this, while the thread waits on the ring
+
+    def __init__(self, feed, batch_size, as_dict=False, depth=2):
+        if int(depth) < 1:
+            raise ValueError("Prefetcher: depth must be >= 1, not %r" % (depth,))
+        if feed._prefetcher is not None:
+            raise FeedError("this DataFeed is already read by a Prefetcher")
+        import queue
+        self.feed, self.batch_size, self.as_dict = feed, int(batch_size), as_dict
+        self.queue = queue.Queue(int(depth))
+        self.stopping = threading.Event()
+        self._done = False        # the end (or an error) was handed out
+        self._error = None
+        feed._prefetcher = self
+        self.thread = threading.Thread(target=self._run, name="tfos-feed-prefetch", daemon=True)
+        self.thread.start()
+
+    def _put(self, item):
+        import queue
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=self.SLICE_MS / 1000.0)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def _run(self):
+        mgr = self.feed.mgr
+        try:
+            while True:
+                batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
+                position = (list(mgr.consumed), dict(mgr.partial))
+                if not len(batch):
+                    self._put(("end", None, position))
+                    return
+                if not self._put(("batch", batch, position)):
+                    return
+        except BaseException as exc:  # raised in the training thread
+            self._put(("error", exc, None))
+
+    def get(self):
+        """The next batch (numpy columns), or None at the end of the feed;
+        an error of the reading thread is raised here."""
+        if self._error is not None:
+            raise self._error
+        if self._done:
+            return None
+        kind, value, position = self._next()
+        if kind == "error":
+            self._error = value
+            self.feed._prefetcher = None  # the thread has ended
+            raise value
+        self.feed.mgr.delivered = position
+        if kind == "end":
+            self._done = True
+            self.feed._prefetcher = None
+            return None
+        return value
+
+    def _next(self):
+        import queue
+        while True:
+            if self.stopping.is_set():
+                raise FeedError("the feed's prefetch thread was stopped (terminate())")
+            try:
+                return self.queue.get(timeout=self.SLICE_MS / 1000.0)
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    raise FeedError("the feed's prefetch thread ended without handing out the end of the feed")
+
+    def __iter__(self):
+        while True:
+            batch = self.get()
+            if batch is None:
+                return
+            yield batch
+
+    def stop(self, timeout=10.0):
+        """Stop the thread (within SLICE_MS of a wait on the ring); the batches
+        it read and nobody took are dropped."""
+        self.stopping.set()
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise FeedError("the feed's prefetch thread did not stop within %.0f s" % timeout)
+        self.feed._prefetcher = None
 
 
 # ---- producer side --------------------------------------------------------

@@ -277,16 +277,31 @@ class FeedDataset(torch.utils.data.IterableDataset):
     ring and says so. ``feed`` is the ``DataFeed`` underneath (created on
     first use); ``with feed.checkpoint(): <save>`` makes a restart
     resume the feed where the checkpoint stands.
+
+    ``prefetch=N``: batches read ahead, N at most, by a background thread
+    (:class:`tfos.feed.Prefetcher`) that waits on the ring without the GIL,
+    so the training loop does not wait for its reads; the feed position of
+    a checkpoint is still that of the last batch the loop took. While it
+    runs, call only ``checkpoint()``, ``save_position()`` and ``terminate()``
+    on ``feed``. The default, 0, reads on the training thread: on a machine
+    whose cores the training already uses, the thread's share of the GIL
+    cost more than it saved (docs/BENCHMARKS.md, 2 cores: 0.84-0.99 of
+    training from memory with prefetch=2, 1.06-1.14 without); use it where
+    cores are free, as beside a GPU.
     """
 
-    def __init__(self, batch_size, as_dict=False, timeout=None):
+    def __init__(self, batch_size, as_dict=False, timeout=None, prefetch=0):
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError("FeedDataset: batch_size must be at least 1, got %r" % (batch_size,))
+        if int(prefetch) < 0:
+            raise ValueError("FeedDataset: prefetch must be >= 0, got %r" % (prefetch,))
         self.batch_size = int(batch_size)
         self.as_dict = bool(as_dict)
         self.timeout = timeout
+        self.prefetch = int(prefetch)
         self.feed = None
+        self._prefetcher = None
 
     @staticmethod
     def _tensor(a):
@@ -297,12 +312,19 @@ class FeedDataset(torch.utils.data.IterableDataset):
             raise RuntimeError("FeedDataset reads this node's tfos feed and must be iterated in the rank's own "
                                "process: use DataLoader(..., num_workers=0)")
         if self.feed is None:
-            from .feed import DataFeed
+            from .feed import DataFeed, Prefetcher
             self.feed = DataFeed(train_mode=True, timeout=self.timeout)
+            if self.prefetch:
+                self._prefetcher = Prefetcher(self.feed, self.batch_size, self.as_dict, self.prefetch)
         while True:
-            batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
-            if not len(batch):
-                return
+            if self._prefetcher is not None:
+                batch = self._prefetcher.get()
+                if batch is None:
+                    return
+            else:
+                batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
+                if not len(batch):
+                    return
             if self.as_dict:
                 yield {k: self._tensor(v) for k, v in batch.items()}
             else:

@@ -375,3 +375,85 @@ def test_checkpoint_saves_the_position_only_when_the_block_succeeds(tmp_path, mo
         pass
     got = json.loads(pos.read_text())
     assert got["partitions"] == [0, 1] and got["partial"] == {"2": 40}, got
+
+
+def _two_partitions(fd, rows_each=300, hold=None):
+    """Partitions 1 and 2 of `rows_each` rows (x = row number), in records of
+    50 rows; with `hold` (an Event), waits for it before ending the feed."""
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    for pid in (1, 2):
+        ring.partition_begin(pid, 10000)
+        base = (pid - 1) * rows_each
+        for lo in range(0, rows_each, 50):
+            ring.write_columns(feed.TAG_COLUMNS, [("x", np.arange(base + lo, base + lo + 50, dtype=np.int64))],
+                               10000)
+        ring.partition_end(10000)
+    if hold is not None:
+        hold.wait(60)
+    ring.end_feed(10000)
+
+
+def test_prefetcher_hands_out_the_batches_in_order_and_saves_their_position(tmp_path):
+    """A thread reads ahead; the batches are those of next_batch_arrays, and a
+    checkpoint's feed position is that of the last batch handed out."""
+    fd_in, fd_out = rings(1 << 22)
+    p = start_child(_two_partitions, fd_in)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    pf = feed.Prefetcher(df, 64, depth=3)
+    got = [pf.get()[0] for _ in range(5)]      # 320 rows: partition 1 whole, 20 rows of 2
+    assert wait_for_queue(pf, 3)               # the thread is 3 batches ahead
+    assert df.rows_read >= 8 * 64              # 5 handed out, 3 queued (and one more, waiting to be)
+    path = df.save_position(str(tmp_path))
+    import json
+    pos = json.load(open(path))
+    assert pos["partitions"] == [1] and pos["partial"] == {"2": 20}
+    rest = [b[0] for b in pf]
+    assert join_child(p) == 0
+    assert [len(b) for b in got + rest] == [64] * 9 + [24]
+    assert np.array_equal(np.concatenate(got + rest), np.arange(600))
+    assert pf.get() is None and list(pf) == []
+    pos = json.load(open(df.save_position(str(tmp_path))))
+    assert pos["partitions"] == [1, 2] and pos["partial"] == {}
+
+
+def wait_for_queue(pf, n, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pf.queue.qsize() >= n:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_terminate_stops_a_prefetch_thread_waiting_on_the_ring():
+    """The producer has fed everything but not ended the feed: the thread
+    waits on the ring; terminate() stops it and closes the feed, and the
+    producer sees the close."""
+    import threading
+    fd_in, fd_out = rings(1 << 22)
+    hold = multiprocessing.get_context("fork").Event()
+    p = start_child(_two_partitions, fd_in, 300, hold)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True)   # no timeout: waits as long as producers live
+    pf = feed.Prefetcher(df, 600, depth=2)
+    assert len(pf.get()[0]) == 600                  # the rows, then the thread waits for more
+    t0 = time.monotonic()
+    df.terminate()
+    assert time.monotonic() - t0 < 5
+    assert not pf.thread.is_alive() and df._prefetcher is None
+    assert "tfos-feed-prefetch" not in [th.name for th in threading.enumerate()]
+    with pytest.raises(feed.FeedError, match="prefetch thread was stopped"):
+        pf.get()
+    hold.set()
+    assert join_child(p) != 0   # its end_feed met the closed ring
+
+
+def test_prefetcher_raises_the_threads_error_in_the_training_thread():
+    fd_in, fd_out = rings(1 << 16)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=0.5)   # nobody feeds
+    pf = feed.Prefetcher(df, 10)
+    with pytest.raises(TimeoutError, match="no data on the feed for 0.5 s"):
+        pf.get()
+    with pytest.raises(TimeoutError):
+        pf.get()   # again: the error stays
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        feed.Prefetcher(df, 10, depth=0)

@@ -141,3 +141,44 @@ def test_feed_dataset_refuses_dataloader_workers(tmp_path, marker, digits_npy):
     assert "[worker:0] batch (16, 65) torch.float32" in r.stdout, r.stdout
     assert "[worker:0] refused: True" in r.stdout, r.stdout + r.stderr[-2000:]
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+PREFETCH_READER = (
+    "import json, sys, torch\n"
+    "from torch.utils.data import DataLoader\n"
+    "from tfos.torch import FeedDataset\n"
+    "prefetch, ckpt = int(sys.argv[1]), sys.argv[2]\n"
+    "ds = FeedDataset(16, prefetch=prefetch)\n"
+    "sizes, total = [], 0.0\n"
+    "for i, (b,) in enumerate(DataLoader(ds, batch_size=None)):\n"
+    "    sizes.append(len(b))\n"
+    "    total += float(b.double().sum())\n"
+    "    if i == 9:  # a checkpoint after 10 batches: the position of 160 rows\n"
+    "        with ds.feed.checkpoint(ckpt):\n"
+    "            pass\n"
+    "print('read', json.dumps({'sizes': sizes, 'total': total}), flush=True)\n")
+
+
+def test_feed_dataset_prefetch_gives_the_same_batches_and_position(tmp_path, marker, digits_npy):
+    """prefetch=3 (a thread reading ahead) and prefetch=0 (reading on the
+    training thread) give the same batches, and a checkpoint taken after 10
+    batches records the same feed position: that of the 160 rows taken."""
+    import json
+    seen = {}
+    for prefetch in (0, 3):
+        ckpt = tmp_path / ("ckpt%d" % prefetch)
+        r = run_tfos(["run", "--workers", "1", "--input", str(digits_npy), "--quiet", "--log-dir",
+                      str(tmp_path / ("logs%d" % prefetch)), "--", PY, "-c", PREFETCH_READER, str(prefetch),
+                      str(ckpt), marker], timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        line = next(ln for ln in r.stdout.splitlines() if "] read " in ln)
+        (pos_file,) = (ckpt / "tfos-feed-position").iterdir()
+        pos = json.loads(pos_file.read_text())
+        seen[prefetch] = (json.loads(line.split("] read ", 1)[1]), pos["partitions"], pos["partial"])
+    assert seen[0] == seen[3]
+    got, partitions, partial = seen[3]
+    import numpy as np
+    rows = len(np.load(str(digits_npy), mmap_mode="r"))
+    assert sum(got["sizes"]) == rows and got["sizes"][:-1] == [16] * (len(got["sizes"]) - 1)
+    assert partitions == [] and partial == {"1": 160}   # the file is partition 1: its first 160 rows
+    assert wait_for(lambda: not pids_with(marker), 10)
