@@ -150,6 +150,7 @@ bench-feed: install
 	$(VPY) bench/feed.py
 	$(VPY) bench/tensor_feed.py
 	$(VPY) bench/fit_feed.py --tfos $(BUILD)/tfos
+	$(VPY) bench/fit_feed.py --tfos $(BUILD)/tfos --framework torch
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos

@@ -1,5 +1,5 @@
-"""Keras model.fit from the feed against model.fit from memory, in one run
-(issue 16: fit_feed_vs_memory).
+"""Training from the feed against training from memory, in one run (issue
+16: fit_feed_vs_memory for Keras, torch_fit_feed_vs_memory for PyTorch).
 
 The data: --rows rows of float32 (65,): 64 features and a label (a linear
 rule of the features, so the loss falls), one .npy file, read once before
@@ -24,6 +24,13 @@ Prints `name: value` lines: fit_memory_samples_per_s,
 fit_feed_samples_per_s, fit_feed_vs_memory (target >= 0.9) and
 fit_feed_read_ahead_1_vs_memory.
 
+--framework torch runs bench/fit_feed_torch_prog.py instead: the same model
+in PyTorch, one pass over the rows, from tensors in memory (a loop over
+slices: no loader) and from DataLoader(FeedDataset(B), batch_size=None),
+reading on the training thread (feed, FeedDataset's default) and with
+prefetch=2 (feed1: a thread reading ahead); the lines are named
+torch_fit_*.
+
 Usage: .venv/bin/python bench/fit_feed.py [--rows N] [--batch B] [--rounds R]
        [--tfos build/tfos]
 """
@@ -39,7 +46,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PROG = os.path.join(HERE, "fit_feed_prog.py")
+PROGS = {"keras": os.path.join(HERE, "fit_feed_prog.py"), "torch": os.path.join(HERE, "fit_feed_torch_prog.py")}
 TARGET = 0.9
 
 
@@ -51,13 +58,13 @@ def make_file(path, rows):
     np.save(path, np.concatenate([x, y[:, None]], axis=1))
 
 
-def run_side(tfos, mode, path, batch, logs):
+def run_side(tfos, prog, mode, path, batch, logs):
     cmd = [tfos, "run", "--workers", "1", "--log-dir", logs]
     if mode != "memory":
         cmd += ["--input", path]
-    cmd += ["--", sys.executable, PROG, "--mode", "memory" if mode == "memory" else "feed", "--batch", str(batch)]
-    if mode == "feed1":
-        cmd += ["--read-ahead", "1"]
+    cmd += ["--", sys.executable, prog, "--mode", "memory" if mode == "memory" else "feed", "--batch", str(batch)]
+    if mode == "feed1":  # Keras: one batch per read; torch: a prefetch thread
+        cmd += ["--read-ahead", "1"] if prog == PROGS["keras"] else ["--prefetch", "2"]
     if mode == "memory":
         cmd += ["--data", path]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
@@ -76,30 +83,37 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tfos", default=os.path.join(ROOT, "build", "tfos"))
+    ap.add_argument("--framework", choices=sorted(PROGS), default="keras")
     a = ap.parse_args()
+    keras = a.framework == "keras"
+    name = "fit" if keras else "torch_fit"
+    sides = ("memory", "feed", "feed1")
     with tempfile.TemporaryDirectory(prefix="tfos-bench-fit-") as d:
         path = os.path.join(d, "rows.npy")
         make_file(path, a.rows)
         with open(path, "rb") as f:  # into the page cache
             while f.read(64 << 20):
                 pass
-        rates = {"memory": [], "feed": [], "feed1": []}
+        rates = {mode: [] for mode in sides}
         for r in range(a.rounds):
-            for mode in (("memory", "feed", "feed1") if r % 2 == 0 else ("feed1", "feed", "memory")):
-                res = run_side(a.tfos, mode, path, a.batch, os.path.join(d, "logs-%s-%d" % (mode, r)))
+            for mode in (sides if r % 2 == 0 else sides[::-1]):
+                res = run_side(a.tfos, PROGS[a.framework], mode, path, a.batch,
+                               os.path.join(d, "logs-%s-%d" % (mode, r)))
                 if res["rows"] != a.rows:
                     sys.exit("fit_feed.py: the %s side trained on %d rows of %d" % (mode, res["rows"], a.rows))
                 rates[mode].append(res["samples_per_s"])
-                sys.stderr.write("[bench-fit] round %d: %s %.0f samples/s (%.2f s, loss %.3f)\n"
-                                 % (r + 1, mode, res["samples_per_s"], res["seconds"], res["loss"]))
-        mem, fed = statistics.median(rates["memory"]), statistics.median(rates["feed"])
-        print("fit_rows: %d, batch: %d, rounds: %d" % (a.rows, a.batch, a.rounds))
-        print("fit_memory_samples_per_s: %.0f (min %.0f, max %.0f)" % (mem, min(rates["memory"]),
-                                                                     max(rates["memory"])))
-        print("fit_feed_samples_per_s: %.0f (min %.0f, max %.0f)" % (fed, min(rates["feed"]), max(rates["feed"])))
-        print("fit_feed_vs_memory: %.2f" % (fed / mem))
-        print("fit_feed_read_ahead_1_vs_memory: %.2f" % (statistics.median(rates["feed1"]) / mem))
-        print("fit_feed_target_vs_memory: >= %g" % TARGET)
+                sys.stderr.write("[bench-%s] round %d: %s %.0f samples/s (%.2f s, loss %.3f)\n"
+                                 % (name, r + 1, mode, res["samples_per_s"], res["seconds"], res["loss"]))
+        print("%s_rows: %d, batch: %d, rounds: %d" % (name, a.rows, a.batch, a.rounds))
+        for mode in ("memory", "feed"):
+            xs = rates[mode]
+            print("%s_%s_samples_per_s: %.0f (min %.0f, max %.0f)" % (name, mode, statistics.median(xs), min(xs),
+                                                                    max(xs)))
+        mem = statistics.median(rates["memory"])
+        print("%s_feed_vs_memory: %.2f" % (name, statistics.median(rates["feed"]) / mem))
+        print("%s_feed_%s_vs_memory: %.2f" % (name, "read_ahead_1" if keras else "prefetch_2",
+                                              statistics.median(rates["feed1"]) / mem))
+        print("%s_feed_target_vs_memory: >= %g" % (name, TARGET))
 
 
 if __name__ == "__main__":
