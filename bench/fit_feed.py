@@ -50,6 +50,17 @@ PROGS = {"keras": os.path.join(HERE, "fit_feed_prog.py"), "torch": os.path.join(
 TARGET = 0.9
 
 
+def prog_args(option, what):
+    """The command line of both programs (fit_feed_prog.py,
+    fit_feed_torch_prog.py): --mode, --data, --batch and their own knob."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("memory", "feed"), required=True)
+    ap.add_argument("--data", help="the .npy (memory mode)")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument(option, type=int, help="%s (default: its own)" % what)
+    return ap.parse_args()
+
+
 def make_file(path, rows):
     rng = np.random.default_rng(3)
     x = rng.random((rows, 64), dtype=np.float32)

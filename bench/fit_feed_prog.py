@@ -11,7 +11,6 @@ sides fit 20 batches of the same shape from an in-memory tf.data dataset
 (the model is built and its train step traced). Prints one JSON line:
 {"mode", "rows", "seconds", "samples_per_s", "loss"}.
 """
-import argparse
 import json
 import os
 import time
@@ -20,6 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from fit_feed import prog_args  # noqa: E402  (this directory is on sys.path)
 
 
 def model_for(batch):
@@ -46,12 +47,7 @@ def split(*cols):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("memory", "feed"), required=True)
-    ap.add_argument("--data", help="the .npy (memory mode)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--read-ahead", type=int, help="dataset()'s read_ahead (default: its own)")
-    a = ap.parse_args()
+    a = prog_args("--read-ahead", "dataset()'s read_ahead")
     model = model_for(a.batch)
     if a.mode == "memory":
         d = np.load(a.data)

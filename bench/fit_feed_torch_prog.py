@@ -12,12 +12,13 @@ Rows are float32 (N, 65): 64 features and the label. Before the clock, both
 sides train 20 batches of the same shape from memory. Prints one JSON line:
 {"mode", "rows", "seconds", "samples_per_s", "loss"}.
 """
-import argparse
 import json
 import time
 
 import numpy as np
 import torch
+
+from fit_feed import prog_args  # this directory is on sys.path
 
 
 def make_model():
@@ -36,12 +37,7 @@ def step(model, opt, x, y):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("memory", "feed"), required=True)
-    ap.add_argument("--data", help="the .npy (memory mode)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--prefetch", type=int, help="FeedDataset's prefetch (default: its own)")
-    a = ap.parse_args()
+    a = prog_args("--prefetch", "FeedDataset's prefetch")
     model, opt = make_model()
     warm = torch.from_numpy(np.random.default_rng(1).random((20 * a.batch, 64), dtype=np.float32))
     for i in range(20):
