@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -239,8 +240,10 @@ class FeedManager(object):
     The input ring is read as its one consumer; the output ring is written as
     a producer (inference results)."""
 
-    # (consumed, partial) as of the last batch handed to the training loop,
-    # where a prefetch thread reads ahead of it (Prefetcher); None otherwise
+    # (how many of `consumed`, a copy of `partial`) as of the last batch
+    # handed to the training loop, where a prefetch thread reads ahead of it
+    # (Prefetcher); None otherwise. `consumed` only grows, so a count of it
+    # is its state then.
     delivered = None
 
     def __init__(self, in_fd=None, out_fd=None):
@@ -279,8 +282,8 @@ class FeedManager(object):
         :class:`Prefetcher` the position is that of the last batch it handed
         out, not of the rows it has read ahead."""
         if self.delivered is not None:
-            consumed, partial = self.delivered
-            return save_position(consumed, checkpoint_dir, partial)
+            n, partial = self.delivered
+            return save_position(self.consumed[:n], checkpoint_dir, partial)
         return save_position(self.consumed, checkpoint_dir, self.partial)
 
     @contextlib.contextmanager
@@ -685,7 +688,6 @@ class Prefetcher(object):
             raise ValueError("Prefetcher: depth must be >= 1, not %r" % (depth,))
         if feed._prefetcher is not None:
             raise FeedError("this DataFeed is already read by a Prefetcher")
-        import queue
         self.feed, self.batch_size, self.as_dict = feed, int(batch_size), as_dict
         self.queue = queue.Queue(int(depth))
         self.stopping = threading.Event()
@@ -696,7 +698,6 @@ class Prefetcher(object):
         self.thread.start()
 
     def _put(self, item):
-        import queue
         while not self.stopping.is_set():
             try:
                 self.queue.put(item, timeout=self.SLICE_MS / 1000.0)
@@ -710,7 +711,7 @@ class Prefetcher(object):
         try:
             while True:
                 batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
-                position = (list(mgr.consumed), dict(mgr.partial))
+                position = (len(mgr.consumed), dict(mgr.partial))
                 if not len(batch):
                     self._put(("end", None, position))
                     return
@@ -739,7 +740,6 @@ class Prefetcher(object):
         return value
 
     def _next(self):
-        import queue
         while True:
             if self.stopping.is_set():
                 raise FeedError("the feed's prefetch thread was stopped (terminate())")

@@ -45,7 +45,7 @@ import warnings
 import torch
 import torch.utils.data
 
-from . import _tfos
+from . import _payload, _tfos
 from ._extras import require
 
 __all__ = ["TorchDistributor", "FeedDataset"]
@@ -59,20 +59,13 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
                         module=__name__)
 
 
-def _dumps(obj):
-    """cloudpickle (functions of __main__ and closures travel by value), see
-    tfos._payload."""
-    from . import _payload
-    return _payload.dumps(obj)
-
-
 def _write_result(value, path):
     """Rank 0's return value, pickled, into ``path`` (atomically)."""
     if not path or os.environ.get("RANK", "0") != "0":
         return
     tmp = "%s.%d.tmp" % (path, os.getpid())
     with open(tmp, "wb") as f:
-        f.write(_dumps(value))
+        f.write(_payload.dumps(value))
     os.replace(tmp, path)
 
 
@@ -222,7 +215,7 @@ class TorchDistributor(object):
             else:
                 payload = os.path.join(work, "payload.pkl")
                 with open(payload, "wb") as f:
-                    f.write(_dumps((main, args)))
+                    f.write(_payload.dumps((main, args)))
                 result = os.path.join(work, "result.pkl")
                 argv = [sys.executable, "-m", "tfos._torchprog", payload, result]
             run_local(argv, workers=self.num_processes, log_dir=self.log_dir, max_restarts=self.max_restarts,
@@ -318,13 +311,11 @@ class FeedDataset(torch.utils.data.IterableDataset):
                 self._prefetcher = Prefetcher(self.feed, self.batch_size, self.as_dict, self.prefetch)
         while True:
             if self._prefetcher is not None:
-                batch = self._prefetcher.get()
-                if batch is None:
-                    return
-            else:
-                batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
-                if not len(batch):
-                    return
+                batch = self._prefetcher.get()       # None at the end
+            else:                                    # () or {} at the end
+                batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict) or None
+            if batch is None:
+                return
             if self.as_dict:
                 yield {k: self._tensor(v) for k, v in batch.items()}
             else:
