@@ -11,7 +11,7 @@ import pytest
 
 import tfos._tfos as t
 from tfos import feed
-from conftest import PY, join_child, produce, prog, run_tfos, start_child
+from conftest import PY, join_child, produce, prog, run_tfos, start_child, wait_for
 
 CTX = multiprocessing.get_context("fork")
 
@@ -401,7 +401,7 @@ def test_prefetcher_hands_out_the_batches_in_order_and_saves_their_position(tmp_
     df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
     pf = feed.Prefetcher(df, 64, depth=3)
     got = [pf.get()[0] for _ in range(5)]      # 320 rows: partition 1 whole, 20 rows of 2
-    assert wait_for_queue(pf, 3)               # the thread is 3 batches ahead
+    assert wait_for(lambda: pf.queue.qsize() >= 3, 10, 0.01)   # the thread is 3 batches ahead
     assert df.rows_read >= 8 * 64              # 5 handed out, 3 queued (and one more, waiting to be)
     path = df.save_position(str(tmp_path))
     import json
@@ -414,15 +414,6 @@ def test_prefetcher_hands_out_the_batches_in_order_and_saves_their_position(tmp_
     assert pf.get() is None and list(pf) == []
     pos = json.load(open(df.save_position(str(tmp_path))))
     assert pos["partitions"] == [1, 2] and pos["partial"] == {}
-
-
-def wait_for_queue(pf, n, timeout=10):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pf.queue.qsize() >= n:
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_terminate_stops_a_prefetch_thread_waiting_on_the_ring():
