@@ -70,7 +70,10 @@ def log(msg):
 
 # ---- map_funs (identical for both sides; shipped to the executors by value) ---
 
-def feed_fun(args, ctx):
+def count_feed(args, ctx, arrays):
+    """Count the rows of this node's feed, in batches of 1000: next_batch
+    (TFoS's API, lists of rows) or, with ``arrays``, next_batch_arrays
+    (tfos's fast path); write the count and when the last rows came."""
     import json
     import os
     import time
@@ -78,34 +81,27 @@ def feed_fun(args, ctx):
     rows = 0
     last = None  # wall clock when the last rows arrived
     while not feed.should_stop():
-        batch = feed.next_batch(1000)
-        if len(batch):
-            rows += len(batch)
+        if arrays:
+            cols = feed.next_batch_arrays(1000)
+            got = len(cols[0]) if len(cols) else 0
+        else:
+            got = len(feed.next_batch(1000))
+        if got:
+            rows += got
             last = time.time()
     path = os.path.join(args.out_dir, "feed-%d.json" % ctx.executor_id)
     with open(path + ".tmp", "w") as f:
         json.dump({"executor_id": ctx.executor_id, "rows": rows, "last_rows_at": last}, f)
     os.rename(path + ".tmp", path)
+
+
+def feed_fun(args, ctx):
+    count_feed(args, ctx, False)
 
 
 def feed_arrays_fun(args, ctx):
-    """The consumer of the dataframe and feed_arrays runs (tfos only):
-    counts the rows of next_batch_arrays(1000), tfos's fast path."""
-    import json
-    import os
-    import time
-    feed = TFNode.DataFeed(ctx.mgr, True)
-    rows = 0
-    last = None
-    while not feed.should_stop():
-        cols = feed.next_batch_arrays(1000)
-        if len(cols) and len(cols[0]):
-            rows += len(cols[0])
-            last = time.time()
-    path = os.path.join(args.out_dir, "feed-%d.json" % ctx.executor_id)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"executor_id": ctx.executor_id, "rows": rows, "last_rows_at": last}, f)
-    os.rename(path + ".tmp", path)
+    """The consumer of the dataframe and feed_arrays runs (tfos only)."""
+    count_feed(args, ctx, True)
 
 
 def inference_fun(args, ctx):
