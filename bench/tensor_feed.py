@@ -10,12 +10,18 @@ as a trainer does; its time runs from its first batch to the end of the feed.
 The ceiling: the best of 7 memcpy calls of a 64 MiB buffer in the same
 program (the copy a feed of one copy would make at best).
 
-Prints `name: value` lines: tensor_gb_per_s (median of --rounds runs),
-memcpy_gb_per_s (median of the rounds' bests) and tensor_vs_memcpy. Every run
-checks the rows and the sum against the file's.
+Each round runs the feed once per --batch-rows value (default 8 and 64:
+records of 1.2 MB, whose ring tfos run sizes to fit in the last-level
+cache, and of 9.8 MB, whose 64 MiB ring does not), with the ring tfos run
+picks unless --feed-mb is given.
+
+Prints `name: value` lines: memcpy_gb_per_s (median of the rounds' bests),
+tensor_gb_per_s and tensor_vs_memcpy for the first batch size (medians of
+--rounds runs), tensor_<N>_rows_gb_per_s and _vs_memcpy for the others.
+Every run checks the rows and the sum against the file's.
 
 Usage: .venv/bin/python bench/tensor_feed.py [--rows N] [--rounds R] [--workers W]
-       [--tfos build/tfos] [--consumer build/tensor_feed] [--batch-rows B]
+       [--tfos build/tfos] [--consumer build/tensor_feed] [--batch-rows B[,B...]] [--feed-mb M]
 """
 import argparse
 import os
@@ -50,7 +56,10 @@ def main():
     ap.add_argument("--rows", type=int, default=7000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--batch-rows", type=int, default=64)
+    ap.add_argument("--batch-rows", type=lambda v: [int(x) for x in v.split(",")], default=[8, 64],
+                    help="rows per record, comma-separated: the first gives tensor_vs_memcpy, the others "
+                         "tensor_<N>_rows_vs_memcpy")
+    ap.add_argument("--feed-mb", type=int, default=0, help="the ring's size (tfos run --feed-mb; 0: its default)")
     ap.add_argument("--tfos", default=os.path.join(ROOT, "build", "tfos"))
     ap.add_argument("--consumer", default=os.path.join(ROOT, "build", "tensor_feed"))
     a = ap.parse_args()
@@ -61,32 +70,44 @@ def main():
         with open(path, "rb") as f:  # into the page cache
             while f.read(64 << 20):
                 pass
-        rates, copies = [], []
+        copies = []
+        rates = {b: [] for b in a.batch_rows}
         for r in range(a.rounds):
             m = subprocess.run([a.consumer, "memcpy", "64", "7"], capture_output=True, text=True, check=True)
             copies.append(float(m.stdout.split()[1]))
-            p = subprocess.run([a.tfos, "run", "--workers", str(a.workers), "--input", path, "--batch-rows",
-                                str(a.batch_rows), "--log-dir", os.path.join(d, "logs-%d" % r), "--", a.consumer],
-                               capture_output=True, text=True, timeout=600)
-            if p.returncode:
-                sys.exit("tensor_feed.py: tfos run failed:\n" + p.stdout + p.stderr)
-            got = re.findall(r"rows (\d+) bytes (\d+) seconds ([0-9.]+) sum (\d+)", p.stdout)
-            rows = sum(int(g[0]) for g in got)
-            nbytes = sum(int(g[1]) for g in got)
-            total = sum(int(g[3]) for g in got) % (1 << 64)
-            if rows != a.rows or total != expect:
-                sys.exit("tensor_feed.py: the consumers got %d rows (sum %d), the file has %d (sum %d)"
-                         % (rows, total, a.rows, expect))
-            secs = max(float(g[2]) for g in got)
-            rates.append(nbytes / secs / 1e9)
-            sys.stderr.write("[bench-tensor] round %d: feed %.2f GB/s, memcpy %.2f GB/s\n"
-                             % (r + 1, rates[-1], copies[-1]))
-        print("rows: %d, file: %.2f GB, workers: %d, batch rows: %d, rounds: %d"
-              % (a.rows, size / 1e9, a.workers, a.batch_rows, a.rounds))
-        feed, copy = statistics.median(rates), statistics.median(copies)
-        print("tensor_gb_per_s: %.2f" % feed)
+            for b in a.batch_rows:
+                rates[b].append(feed_rate(a, path, b, os.path.join(d, "logs-%d-%d" % (r, b)), expect))
+            sys.stderr.write("[bench-tensor] round %d: feed %s GB/s, memcpy %.2f GB/s\n"
+                             % (r + 1, ", ".join("%.2f (%d rows)" % (rates[b][-1], b) for b in a.batch_rows),
+                                copies[-1]))
+        print("rows: %d, file: %.2f GB, workers: %d, batch rows: %s, feed ring: %s, rounds: %d"
+              % (a.rows, size / 1e9, a.workers, ",".join(map(str, a.batch_rows)),
+                 "%d MiB" % a.feed_mb if a.feed_mb else "tfos run's choice", a.rounds))
+        copy = statistics.median(copies)
         print("memcpy_gb_per_s: %.2f" % copy)
-        print("tensor_vs_memcpy: %.2f" % (feed / copy))
+        for i, b in enumerate(a.batch_rows):
+            name = "tensor" if i == 0 else "tensor_%d_rows" % b
+            feed = statistics.median(rates[b])
+            print("%s_gb_per_s: %.2f" % (name, feed))
+            print("%s_vs_memcpy: %.2f" % (name, feed / copy))
+
+
+def feed_rate(a, path, batch_rows, log_dir, expect):
+    """One tfos run of the file into the consumer: its GB/s (rows and sum checked)."""
+    ring = ["--feed-mb", str(a.feed_mb)] if a.feed_mb else []
+    p = subprocess.run([a.tfos, "run", "--workers", str(a.workers), "--input", path, "--batch-rows",
+                        str(batch_rows), "--log-dir", log_dir] + ring + ["--", a.consumer],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        sys.exit("tensor_feed.py: tfos run failed:\n" + p.stdout + p.stderr)
+    got = re.findall(r"rows (\d+) bytes (\d+) seconds ([0-9.]+) sum (\d+)", p.stdout)
+    rows = sum(int(g[0]) for g in got)
+    nbytes = sum(int(g[1]) for g in got)
+    total = sum(int(g[3]) for g in got) % (1 << 64)
+    if rows != a.rows or total != expect:
+        sys.exit("tensor_feed.py: the consumers got %d rows (sum %d), the file has %d (sum %d)"
+                 % (rows, total, a.rows, expect))
+    return nbytes / max(float(g[2]) for g in got) / 1e9
 
 
 if __name__ == "__main__":

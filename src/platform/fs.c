@@ -6,6 +6,9 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <string.h>
@@ -64,5 +67,52 @@ int tfos__write_file_whole(const char *path, const char *text)
         errno = e;
         return -1;
     }
+    return 0;
+}
+
+/* ---- copies out of a file mapping (tfos__map_copy) ------------------------
+ * The copying thread publishes its jump buffer and the mapping it reads;
+ * a SIGBUS whose address lies in that mapping jumps back into the copy,
+ * any other goes to the handler that was there before (restored, so the
+ * faulting access repeats under it: a crash stays the crash it was). */
+
+static struct sigaction old_bus;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static _Thread_local sigjmp_buf *volatile bus_jump;
+static _Thread_local const char *volatile bus_lo, *volatile bus_hi;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig;
+    (void)uc;
+    const char *a = si->si_addr;
+    if (bus_jump && a >= bus_lo && a < bus_hi)
+        siglongjmp(*bus_jump, 1);
+    sigaction(SIGBUS, &old_bus, NULL);
+}
+
+static void install_bus(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &old_bus);
+}
+
+int tfos__map_copy(void *dst, const void *src, size_t n, const void *map, size_t map_len)
+{
+    pthread_once(&bus_once, install_bus);
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1)) {
+        bus_jump = NULL;
+        return TFOS_EPROTO;
+    }
+    bus_lo = map;
+    bus_hi = (const char *)map + map_len;
+    bus_jump = &jb;
+    memcpy(dst, src, n);
+    bus_jump = NULL;
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "run/input_ops.h"
+#include "tfos/defaults.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -312,4 +313,36 @@ void tfos__input_close(tfos__input *in)
     in->ops->close(in->state);
     close(in->src.fd);
     free(in);
+}
+
+int tfos__input_ring_mb(char *const *paths, int npaths, int format, uint32_t batch_rows)
+{
+    uint64_t rec = 0;
+    for (int i = 0; i < npaths; i++) {
+        struct stat sb;
+        int f = format == TFOS_FMT_AUTO ? format_of(paths[i]) : format;
+        if (f != TFOS_FMT_NPY || stat(paths[i], &sb) || !S_ISREG(sb.st_mode))
+            return 0; /* reading a FIFO's header here would take it from the feed */
+        tfos__input *in;
+        char err[256];
+        tfos__input_opts o = {.format = TFOS_FMT_NPY};
+        if (tfos__input_open_opts(&in, paths[i], &o, err, sizeof err))
+            return 0; /* the feed reports why */
+        uint32_t n;
+        size_t len = 0;
+        uint64_t first;
+        int rc = tfos__input_next_size(in, batch_rows ? batch_rows : TFOS_DEFAULT_BATCH_ROWS, &n, &len, &first);
+        tfos__input_close(in);
+        if (rc && rc != TFOS_EEND)
+            return 0;
+        if (len > rec)
+            rec = len;
+    }
+    rec += 4096; /* the ring's record headers and padding, generously */
+    int mb = 4;
+    while (mb < TFOS_DEFAULT_FEED_MB && ((uint64_t)mb << 20) < 8 * rec)
+        mb *= 2;
+    while (mb < 1024 && ((uint64_t)mb << 20) / 2 < rec)
+        mb *= 2;
+    return mb;
 }

@@ -24,6 +24,7 @@
 #include "roles/coord.h"
 #include "run/feedrun.h"
 #include "run/http.h"
+#include "run/input.h"
 #include "run/position.h"
 #include "run/serve.h"
 #include "run/status.h"
@@ -463,6 +464,13 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         l->opts.reservation_timeout = TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL;
     if (l->opts.stop_grace <= 0)
         l->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
+    if (l->opts.feed_mb <= 0 && l->opts.ninputs > 0 && !l->opts.serve) {
+        l->opts.feed_mb = tfos__input_ring_mb(l->opts.inputs, l->opts.ninputs, l->opts.input_format,
+                                              (uint32_t)l->opts.batch_rows);
+        if (l->opts.feed_mb)
+            TFOS_INFO("input ring: %d MiB per node, sized for the records of the .npy input (--feed-mb sets it)",
+                      l->opts.feed_mb);
+    }
     l->n = n;
     l->started_s = (double)time(NULL) - 1; /* mtimes have a second's resolution at worst */
     tfos__feed_meter_init(&l->meter, tfos__now_ms());

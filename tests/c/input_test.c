@@ -7,13 +7,18 @@
  * mutation fuzz of each parser. */
 #include "check.h"
 #include "core/batch.h"
+#include "platform/fs.h"
 #include "run/input.h"
 #include "tfos/tfos.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/tfos-input-test-XXXXXX";
@@ -386,6 +391,62 @@ static void npy_fill_into_a_buffer(void)
     tfos__input_close(b);
 }
 
+/* The rows of a regular .npy are copied out of a mapping of it: a file cut
+ * short while it is read gives an error naming it and where it now ends
+ * (the copy's SIGBUS is caught), and a SIGBUS anywhere else still kills the
+ * process as before (the handler passes it on). */
+static void npy_shrinking_under_the_mapping(void)
+{
+    enum { ROWS = 64, COLS = 1024 }; /* 4 KiB rows: the cut falls on a page */
+    float *f = malloc(ROWS * COLS * sizeof *f);
+    uint8_t *buf = malloc(ROWS * COLS * sizeof *f + 256);
+    CHECK(f && buf);
+    for (int i = 0; i < ROWS * COLS; i++)
+        f[i] = (float)i;
+    char err[256];
+    size_t n = npy_bytes(buf, 1, "<f4", "(64, 1024)", f, ROWS * COLS * sizeof *f, 0);
+    const char *p = write_file("shrink.npy", buf, n);
+    size_t head = n - ROWS * COLS * sizeof *f;
+    tfos__input *in;
+    CHECK_EQ(tfos__input_open(&in, p, TFOS_FMT_AUTO, -1, err, sizeof err), 0);
+    uint32_t rows;
+    size_t len;
+    uint64_t first;
+    CHECK_EQ(tfos__input_next_size(in, 8, &rows, &len, &first), 0);
+    CHECK_EQ(tfos__input_fill(in, rows, buf, len, err, sizeof err), 0);
+    tfos__batch_view v;
+    tfos__col st[4];
+    CHECK_EQ(tfos__batch_open(buf, len, &v, st, 4, err, sizeof err), 0);
+    CHECK(memcmp(buf + v.cols[0].data_off, f, 8 * COLS * sizeof *f) == 0);
+    CHECK_EQ(truncate(p, (off_t)(head + 20 * COLS * sizeof *f)), 0); /* 20 of the 64 rows left */
+    CHECK_EQ(tfos__input_next_size(in, 8, &rows, &len, &first), 0); /* rows 8-15: still there */
+    CHECK_EQ(tfos__input_fill(in, rows, buf, len, err, sizeof err), 0);
+    CHECK_EQ(tfos__input_next_size(in, 8, &rows, &len, &first), 0); /* rows 16-23: cut at 20 */
+    CHECK_EQ(tfos__input_fill(in, rows, buf, len, err, sizeof err), TFOS_EPROTO);
+    CHECK(strstr(err, "shrink.npy") && strstr(err, "shrank") && strstr(err, "row 20 of 64"));
+    tfos__input_close(in);
+    /* another SIGBUS: the process dies of it (the access never returns) */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char b[8];
+        tfos__map_copy(b, "abcdefgh", 8, "abcdefgh", 8); /* installs the handler */
+        int fd = open(p, O_RDWR);
+        volatile char *m = mmap(NULL, 1 << 16, PROT_READ, MAP_SHARED, fd, 0);
+        if (fd < 0 || m == MAP_FAILED || ftruncate(fd, 0))
+            _exit(3);
+        (void)m[100];
+        _exit(0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    /* killed by SIGBUS; under a sanitizer, whose handler was the one before
+     * ours, that handler's report and exit */
+    CHECK(WIFSIGNALED(status) ? WTERMSIG(status) == SIGBUS : WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3);
+    free(f);
+    free(buf);
+}
+
 static void empty_and_unknown(void)
 {
     const char *p = write_file("empty.csv", "", 0);
@@ -728,6 +789,7 @@ int main(void)
     RUN(jsonl_floats_and_nul);
     RUN(npy_files);
     RUN(npy_fill_into_a_buffer);
+    RUN(npy_shrinking_under_the_mapping);
     RUN(empty_and_unknown);
     RUN(csv_dialects_and_headers);
     RUN(jsonl_bom_and_ranges);

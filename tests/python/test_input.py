@@ -119,6 +119,35 @@ def test_c_program_reads_the_feed(tmp_path, marker):
     assert abs(sum(float(s) for _, s in got) - want) < 1e-6 * want
 
 
+def test_npy_input_ring_is_sized_for_its_records(tmp_path, marker):
+    """Without --feed-mb, a .npy input gets a ring of 8 records (at least 4
+    MiB), grown past the 64 MiB default only as far as one record needs; an
+    explicit --feed-mb is kept, and a record too big for it is refused."""
+    feed_sum = os.path.join(ROOT, "build", "feed_sum")
+    small = tmp_path / marker / "small.npy"
+    small.parent.mkdir()
+    np.save(small, np.ones((6000, 3), dtype=np.float32))  # records of 1024 rows: 12 KB
+    big = tmp_path / "big.npy"
+    np.save(big, np.ones((40, 512, 512), dtype=np.float32))  # 1 MiB rows: one record of 40 MiB
+
+    def run(path, *extra):
+        return run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path)]
+                        + list(extra) + ["--", feed_sum], timeout=120)
+
+    r = run(small)
+    assert r.returncode == 0, r.stderr
+    assert "input ring: 4 MiB per node" in r.stderr
+    assert "[worker:0] rows 6000 batches 6 sum 18000.0 aborted 0" in r.stdout
+    r = run(big)
+    assert r.returncode == 0, r.stderr
+    assert "input ring: 128 MiB per node" in r.stderr
+    assert "[worker:0] rows 40 batches 1 sum 10485760.0 aborted 0" in r.stdout
+    r = run(big, "--feed-mb", "64")
+    assert r.returncode != 0
+    assert "input ring:" not in r.stderr
+    assert "does not fit worker:0's feed ring" in r.stderr and "--feed-mb" in r.stderr
+
+
 def test_parquet_and_arrow_inputs_pass_through(tmp_path, marker):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
