@@ -91,9 +91,10 @@ def write_rows(ring, rows, timeout_ms):
 class _Chunk(object):
     """Rows of one decoded record, consumed front to back."""
 
-    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists")
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists", "viewed")
 
     def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False):
+        self.viewed = False     # columns view the ring itself (read with views): copied unless asked not to
         self.partition = partition
         self.columns = columns  # list of numpy arrays (or lists), one per column
         self.names = names
@@ -115,7 +116,7 @@ class _Chunk(object):
         rows = zip(*[c.tolist() if c.dtype != object else list(c) for c in cols])
         return [list(r) for r in rows] if self.lists else list(rows)
 
-    def take_columns(self, k):
+    def take_columns(self, k, copy=True):
         lo, hi = self.pos, min(self.n, self.pos + k)
         self.pos = hi
         if self.rows is not None:
@@ -124,6 +125,8 @@ class _Chunk(object):
             if part and isinstance(part[0], (list, tuple)):
                 return [np.asarray(c) for c in zip(*part)], None
             return [np.asarray(part)], None
+        if self.viewed and copy:
+            return [c[lo:hi].copy() for c in self.columns], self.names
         return [c[lo:hi] for c in self.columns], self.names
 
 
@@ -440,6 +443,7 @@ class DataFeed(object):
         self._closed = None                  # FeedClosed met after rows were taken: raised on the next wait
         self.rows_read = 0
         self._prefetcher = None              # the Prefetcher whose thread reads this feed, if any
+        self._views = False                  # read large records as views into the ring (copy=False)
 
     # -- reading
     def _fill(self):
@@ -473,6 +477,7 @@ class DataFeed(object):
                 self._chunks.append(_End(partition, aborted=True))
             else:
                 chunk = _decode(tag, self._partition, payload)
+                chunk.viewed = tag != TAG_PICKLE and isinstance(payload, memoryview)
                 if chunk.n:
                     self._chunks.append(chunk)
         return True
@@ -480,7 +485,7 @@ class DataFeed(object):
     def _read(self):
         pf = self._prefetcher
         if pf is None:
-            return self.mgr.input.read(self.timeout_ms, 64)
+            return self.mgr.input.read(self.timeout_ms, 64, self._views)
         # a prefetch thread reads in slices, so that a stop asked from the
         # training thread is seen within one (the wait's bound is unchanged)
         left = self.timeout_ms
@@ -496,9 +501,10 @@ class DataFeed(object):
                     if left <= 0:
                         raise
 
-    def _take(self, batch_size, columns):
+    def _take(self, batch_size, columns, copy=True):
         out, got = [], 0
         self._last_batch = []
+        self._views = not copy
         while got < batch_size:
             if not self._chunks:
                 try:
@@ -533,7 +539,7 @@ class DataFeed(object):
                     break
                 continue
             k = min(batch_size - got, chunk.n - chunk.pos)
-            part = chunk.take_columns(k) if columns else chunk.take_rows(k)
+            part = chunk.take_columns(k, copy) if columns else chunk.take_rows(k)
             out.append(part)
             got += k
             self._last_batch.append((chunk.partition, k))
@@ -556,11 +562,20 @@ class DataFeed(object):
                 result[self.input_mapping[n]].append(r[i])
         return result
 
-    def next_batch_arrays(self, batch_size, as_dict=False):
+    def next_batch_arrays(self, batch_size, as_dict=False, copy=True):
         """Up to ``batch_size`` rows as numpy arrays, one per column (a tuple,
-        or a dict by column name). Empty arrays at the end of the feed."""
+        or a dict by column name). Empty arrays at the end of the feed.
+
+        ``copy=False``: the arrays of a batch that lies in one record of 64
+        KiB or more are read-only views into the feed ring itself, with no
+        copy out of it (a batch across records is still joined into new
+        arrays). They are valid until the next call that reads this feed
+        (``next_batch``, ``next_batch_arrays``, ``terminate``): the producer
+        may then write over them. Copy what must outlive that
+        (``a.copy()``). Do not use it where the arrays are kept: tf.data,
+        a Prefetcher, a list of batches."""
         np = _np()
-        parts, got = self._take(batch_size, columns=True)
+        parts, got = self._take(batch_size, columns=True, copy=copy)
         if not parts:
             return {} if as_dict else ()
         ncols = len(parts[0][0])

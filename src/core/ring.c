@@ -700,6 +700,11 @@ void tfos__ring_detach(tfos__ring *r)
     free(r);
 }
 
+const void *tfos__ring_mapping(const tfos__ring *r)
+{
+    return r ? (const void *)r->shm : NULL;
+}
+
 size_t tfos__ring_max_record(const tfos__ring *r)
 {
     return r ? (size_t)(r->cap / 2 - REC_HDR) : 0;

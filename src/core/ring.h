@@ -97,6 +97,11 @@ typedef struct tfos__ring_rec {
     uint64_t partition;    /* PARTITION_BEGIN/END/ABORT: the partition id; else 0 */
 } tfos__ring_rec;
 
+/* The start of this handle's mapping of the ring (its memfd from offset 0):
+ * a record's data lies at ((const char *)rec.data - base) in the memfd, so
+ * that another mapping of it finds the same bytes (tfos._tfos.Ring's views). */
+const void *tfos__ring_mapping(const tfos__ring *r);
+
 /* Counters, readable by any handle. Producers update them under the producer
  * lock; a reader may see them a record behind. */
 typedef struct tfos__ring_stats {

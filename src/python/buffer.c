@@ -1,10 +1,14 @@
 /* buffer.c: tfos._tfos.FeedBuffer, a read-only byte buffer holding one large
  * feed record that Ring.read copied out of shared memory. Its memory comes
- * from, and goes back to, a small pool in module state. */
+ * from, and goes back to, a small pool in module state. And
+ * tfos._tfos.RingMapping, a read-only mapping of a whole ring that
+ * Ring.read(views=True) hands out slices of. */
 #include "tfosmod.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 typedef struct {
     PyObject_HEAD
@@ -114,4 +118,63 @@ PyObject *tfos__py_buffer_copy(PyObject *module, const void *data, size_t len)
     memcpy(mem, data, len);
     Py_END_ALLOW_THREADS
     return (PyObject *)b;
+}
+
+/* ---- RingMapping ------------------------------------------------------------
+ * A second mapping of a ring's memfd, read-only, of its own: the ring handle
+ * may close (and unmap) while numpy arrays still view records through this
+ * one, which is unmapped only when the last of them is gone. What the
+ * bytes hold after the records were released is the producers' to write. */
+
+typedef struct {
+    PyObject_HEAD
+    void *mem;
+    Py_ssize_t len;
+} MappingObject;
+
+static int Mapping_getbuffer(MappingObject *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->mem, self->len, 1, flags);
+}
+
+static void Mapping_dealloc(MappingObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->mem)
+        munmap(self->mem, (size_t)self->len);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Mapping_slots[] = {
+    {Py_tp_doc, "A read-only mapping of a whole feed ring (buffer protocol); Ring.read(views=True) hands out "
+                "memoryviews of it."},
+    {Py_bf_getbuffer, Mapping_getbuffer},
+    {Py_tp_dealloc, Mapping_dealloc},
+    {0, NULL},
+};
+
+PyType_Spec tfos__py_mapping_spec = {
+    .name = "tfos._tfos.RingMapping",
+    .basicsize = sizeof(MappingObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Mapping_slots,
+};
+
+PyObject *tfos__py_mapping_new(PyObject *module, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st))
+        return PyErr_SetFromErrno(PyExc_OSError);
+    void *mem = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (mem == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    MappingObject *m = PyObject_New(MappingObject, get_state(module)->mapping_type);
+    if (!m) {
+        munmap(mem, (size_t)st.st_size);
+        return NULL;
+    }
+    m->mem = mem;
+    m->len = (Py_ssize_t)st.st_size;
+    return (PyObject *)m;
 }

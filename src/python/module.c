@@ -568,6 +568,9 @@ static int module_exec(PyObject *m)
     st->buffer_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_buffer_spec, NULL);
     if (!st->buffer_type || PyModule_AddType(m, st->buffer_type) < 0)
         return -1;
+    st->mapping_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_mapping_spec, NULL);
+    if (!st->mapping_type || PyModule_AddType(m, st->mapping_type) < 0)
+        return -1;
     st->policy_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_policy_spec, NULL);
     if (!st->policy_type || PyModule_AddType(m, st->policy_type) < 0)
         return -1;
@@ -634,6 +637,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->policy_type);
     Py_VISIT(st->ring_type);
     Py_VISIT(st->buffer_type);
+    Py_VISIT(st->mapping_type);
     Py_VISIT(st->feed_error);
     Py_VISIT(st->feed_closed);
     Py_VISIT(st->feed_ended);
@@ -648,6 +652,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->policy_type);
     Py_CLEAR(st->ring_type);
     Py_CLEAR(st->buffer_type);
+    Py_CLEAR(st->mapping_type);
     for (int i = 0; i < st->pool_n; i++)
         free(st->pool_mem[i]);
     st->pool_n = 0;

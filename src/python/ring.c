@@ -1,8 +1,10 @@
 /* ring.c: tfos._tfos.Ring, one side (producer, consumer or observer) of a
  * shared-memory feed ring (core/ring.h). Writes encode batches straight
  * into ring memory (encode.h); reads copy records out, large ones into
- * pooled FeedBuffers (buffer.c). Blocking calls run without the GIL; errors
- * are FeedError and its subclasses from module state. */
+ * pooled FeedBuffers (buffer.c), or, asked for views, hand out large ones
+ * as memoryviews of a second mapping of the ring (RingMapping, buffer.c),
+ * held in the ring until the next read. Blocking calls run without the GIL;
+ * errors are FeedError and its subclasses from module state. */
 #include "tfosmod.h"
 
 #include "core/report.h"
@@ -19,7 +21,9 @@ typedef struct {
     PyObject_HEAD
     tfos__ring *ring;
     int role;
-    PyObject *module; /* for the exception types in module state */
+    PyObject *module;  /* for the exception types in module state */
+    PyObject *mapping; /* consumer: a memoryview of a RingMapping of the ring (read(views=True)) */
+    int held;          /* records of the last read are not released yet (they were read as views) */
 } RingObject;
 
 static PyObject *ring_raise(RingObject *self, int rc, const char *what)
@@ -74,7 +78,24 @@ static int Ring_init(RingObject *self, PyObject *args, PyObject *kw)
     PyTypeObject *tp = Py_TYPE(self);
     self->module = PyType_GetModule(tp);
     Py_XINCREF(self->module);
-    return self->module ? 0 : -1;
+    if (!self->module)
+        return -1;
+    if (role == TFOS_RING_CONSUMER) {
+        PyObject *m = tfos__py_mapping_new(self->module, fd);
+        self->mapping = m ? PyMemoryView_FromObject(m) : NULL;
+        Py_XDECREF(m);
+        if (!self->mapping)
+            return -1;
+    }
+    return 0;
+}
+
+/* Release the records of the last read if it left them held (views). */
+static void release_held(RingObject *self)
+{
+    if (self->held && self->ring)
+        tfos__ring_release(self->ring);
+    self->held = 0;
 }
 
 static int ring_ready(RingObject *self)
@@ -209,17 +230,37 @@ static PyObject *Ring_end_feed(RingObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* read(timeout_ms=-1, max_records=64) -> list of (tag, partition, bytes).
- * Waits for at least one record, copies every record out of shared memory
- * (the copy is the one the consumer needs anyway) and releases them. */
+/* A memoryview of record rec's payload in self's RingMapping. */
+static PyObject *record_view(RingObject *self, const tfos__ring_rec *rec)
+{
+    Py_ssize_t at = (const char *)rec->data - (const char *)tfos__ring_mapping(self->ring);
+    PyObject *lo = PyLong_FromSsize_t(at), *hi = PyLong_FromSsize_t(at + (Py_ssize_t)rec->len), *view = NULL;
+    PyObject *slice = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
+    if (slice)
+        view = PyObject_GetItem(self->mapping, slice);
+    Py_XDECREF(slice);
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    return view;
+}
+
+/* read(timeout_ms=-1, max_records=64, views=False) -> list of (tag,
+ * partition, data). Releases the records of the previous read if they were
+ * held, then waits for at least one record. Copies every record out of
+ * shared memory and releases them; with views, records of 64 KiB and more
+ * come as read-only memoryviews into the ring instead, held (not written
+ * over) until the next read, close or detach. */
 static PyObject *Ring_read(RingObject *self, PyObject *args)
 {
-    int timeout = -1, rc;
+    int timeout = -1, rc, views = 0;
     Py_ssize_t max = 64;
-    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|in", &timeout, &max))
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "|inp", &timeout, &max, &views))
         return NULL;
     if (max < 1 || max > 4096)
         return PyErr_Format(PyExc_ValueError, "max_records must be in 1..4096");
+    if (views && !self->mapping)
+        return PyErr_Format(PyExc_ValueError, "views: only a consumer reads records");
+    release_held(self);
     tfos__ring_rec recs[4096];
     size_t n = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -234,7 +275,9 @@ static PyObject *Ring_read(RingObject *self, PyObject *args)
     }
     for (size_t i = 0; i < n; i++) {
         PyObject *data;
-        if (recs[i].len >= POOLED_MIN) {
+        if (recs[i].len >= POOLED_MIN && views) {
+            data = record_view(self, &recs[i]);
+        } else if (recs[i].len >= POOLED_MIN) {
             data = tfos__py_buffer_copy(self->module, recs[i].data, recs[i].len);
         } else {
             data = PyBytes_FromStringAndSize(NULL, recs[i].len);
@@ -249,7 +292,10 @@ static PyObject *Ring_read(RingObject *self, PyObject *args)
         }
         PyList_SET_ITEM(list, (Py_ssize_t)i, item);
     }
-    tfos__ring_release(self->ring);
+    if (views)
+        self->held = 1;
+    else
+        tfos__ring_release(self->ring);
     return list;
 }
 
@@ -384,6 +430,7 @@ static PyObject *Ring_ack(RingObject *self, PyObject *args)
 static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->ring) {
+        release_held(self);
         tfos__ring *r = self->ring;
         self->ring = NULL;
         Py_BEGIN_ALLOW_THREADS
@@ -396,6 +443,7 @@ static PyObject *Ring_close(RingObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *Ring_detach(RingObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->ring) {
+        release_held(self); /* handed out: not for the next consumer */
         tfos__ring *r = self->ring;
         self->ring = NULL;
         Py_BEGIN_ALLOW_THREADS
@@ -417,6 +465,7 @@ static void Ring_dealloc(RingObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->ring)
         tfos__ring_close(self->ring);
+    Py_XDECREF(self->mapping);
     Py_XDECREF(self->module);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -435,8 +484,10 @@ static PyMethodDef Ring_methods[] = {
     {"partition_end", (PyCFunction)Ring_partition_end, METH_VARARGS, "partition_end(timeout_ms=-1)"},
     {"end_feed", (PyCFunction)Ring_end_feed, METH_VARARGS, "end_feed(timeout_ms=-1): no more records, ever."},
     {"read", (PyCFunction)Ring_read, METH_VARARGS,
-     "read(timeout_ms=-1, max_records=64) -> [(tag, partition, data)]: each record copied out of the ring (data "
-     "is bytes, or a pooled FeedBuffer for records of 64 KiB and more); raises FeedEnded at the end."},
+     "read(timeout_ms=-1, max_records=64, views=False) -> [(tag, partition, data)]: each record copied out of "
+     "the ring (data is bytes, or a pooled FeedBuffer for records of 64 KiB and more); with views, records of "
+     "64 KiB and more are read-only memoryviews into the ring, valid until the next read, close or detach (the "
+     "producers may then write over them). Raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},
     {"wait_acked", (PyCFunction)Ring_wait_acked, METH_VARARGS,
      "wait_acked(target, timeout_ms=-1): wait until the consumer has acknowledged target partitions "

@@ -24,6 +24,7 @@ typedef struct {
     PyTypeObject *coord_type;
     PyTypeObject *ring_type;
     PyTypeObject *buffer_type;
+    PyTypeObject *mapping_type;
     PyTypeObject *policy_type;
     /* recycled FeedBuffer memory: large records land in memory that is
      * already faulted in instead of fresh pages the kernel must zero */
@@ -50,6 +51,10 @@ PyObject *tfos__py_raise(int rc, const char *what);
  * copy runs without the GIL); NULL with MemoryError set. The caller owns
  * the returned reference. (buffer.c) */
 PyObject *tfos__py_buffer_copy(PyObject *module, const void *data, size_t len);
+
+/* A new RingMapping: a read-only mapping of the whole memfd fd (buffer.c);
+ * NULL with OSError set. */
+PyObject *tfos__py_mapping_new(PyObject *module, int fd);
 
 /* A NULL-terminated copy of a non-empty sequence of str (module.c);
  * `what` names it in errors. NULL with an exception set. Free with
@@ -78,6 +83,7 @@ void tfos__py_log_drain(void);
 extern PyType_Spec tfos__py_local_spec;  /* tfos._tfos.LocalCluster (local.c) */
 extern PyType_Spec tfos__py_coord_spec;  /* tfos._tfos.Coordinator (coord.c) */
 extern PyType_Spec tfos__py_ring_spec;   /* tfos._tfos.Ring (ring.c) */
+extern PyType_Spec tfos__py_mapping_spec; /* tfos._tfos.RingMapping (buffer.c) */
 extern PyType_Spec tfos__py_buffer_spec; /* tfos._tfos.FeedBuffer (buffer.c) */
 extern PyType_Spec tfos__py_policy_spec; /* tfos._tfos.RestartPolicy (policy.c) */
 

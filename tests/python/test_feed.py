@@ -448,3 +448,42 @@ def test_prefetcher_raises_the_threads_error_in_the_training_thread():
         pf.get()   # again: the error stays
     with pytest.raises(ValueError, match="depth must be >= 1"):
         feed.Prefetcher(df, 10, depth=0)
+
+
+def test_arrays_as_views_into_the_ring_held_until_the_next_read():
+    """next_batch_arrays(copy=False): a batch inside one large record is a
+    read-only view of the ring (no copy), whose record stays in the ring
+    until the next read; batches taken with copy=True from the same read are
+    copies; the views stay readable after the feed is closed."""
+    fd_in, fd_out = rings()
+    data = np.arange(3 * 16 * 1024, dtype=np.float32).reshape(3, 16, 1024)  # 64 KiB records
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    prod.partition_begin(1, 5000)
+    for i in range(3):
+        prod.write_columns(feed.TAG_COLUMNS, [("x", data[i])], 5000)
+    prod.partition_end(5000)
+    prod.end_feed(5000)
+    prod.close()
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, timeout=20)
+
+    def root(a):
+        while isinstance(getattr(a, "base", None), (np.ndarray, memoryview)):
+            a = a.base
+        return a
+
+    (a,) = df.next_batch_arrays(16, copy=False)
+    assert (a == data[0]).all()
+    assert not a.flags.writeable and type(root(a).obj).__name__ == "RingMapping"
+    held = mgr.input.stats()["used"]
+    assert held >= 3 * data[0].nbytes  # all three records read, none released
+    (b,) = df.next_batch_arrays(16)  # the same read's second record, copied
+    assert (b == data[1]).all() and b.flags.writeable and root(b) is not root(a)
+    (c,) = df.next_batch_arrays(16, copy=False)
+    assert (c == data[2]).all() and not c.flags.writeable
+    assert mgr.input.stats()["used"] == held
+    assert df.next_batch_arrays(16, copy=False) == ()  # the next read: records released, end of feed
+    assert mgr.input.stats()["used"] < 64  # (the end-of-feed mark stays)
+    assert df.should_stop()
+    mgr.close()
+    assert float(a.sum()) == float(data[0].sum())  # a second mapping of its own: still readable
