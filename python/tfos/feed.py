@@ -443,17 +443,17 @@ class DataFeed(object):
         self._closed = None                  # FeedClosed met after rows were taken: raised on the next wait
         self.rows_read = 0
         self._prefetcher = None              # the Prefetcher whose thread reads this feed, if any
-        self._views = False                  # read large records as views into the ring (copy=False)
 
     # -- reading
-    def _fill(self):
-        """Read at least one record; False at the end of the feed."""
+    def _fill(self, views=False):
+        """Read at least one record; False at the end of the feed. ``views``:
+        large records view the ring (next_batch_arrays(copy=False))."""
         if self.mgr.ended or self.mgr.terminated:
             return False
         if self._closed is not None:
             raise self._closed
         try:
-            records = self._read()
+            records = self._read(views)
             if records is None:  # a Prefetcher's stop
                 return False
         except FeedEnded:
@@ -482,10 +482,10 @@ class DataFeed(object):
                     self._chunks.append(chunk)
         return True
 
-    def _read(self):
+    def _read(self, views):
         pf = self._prefetcher
         if pf is None:
-            return self.mgr.input.read(self.timeout_ms, 64, self._views)
+            return self.mgr.input.read(self.timeout_ms, 64, views)
         # a prefetch thread reads in slices, so that a stop asked from the
         # training thread is seen within one (the wait's bound is unchanged)
         left = self.timeout_ms
@@ -504,11 +504,10 @@ class DataFeed(object):
     def _take(self, batch_size, columns, copy=True):
         out, got = [], 0
         self._last_batch = []
-        self._views = not copy
         while got < batch_size:
             if not self._chunks:
                 try:
-                    if not self._fill():
+                    if not self._fill(not copy):
                         break
                 except TimeoutError:
                     if not got:

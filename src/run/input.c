@@ -59,6 +59,15 @@ static int format_of(const char *path)
     return -1;
 }
 
+/* The reader of a format (TFOS_FMT_*, not AUTO), NULL for an unknown one. */
+static const struct tfos__input_ops *ops_of(int format)
+{
+    return format == TFOS_FMT_CSV     ? &tfos__input_csv_ops
+           : format == TFOS_FMT_JSONL ? &tfos__input_jsonl_ops
+           : format == TFOS_FMT_NPY   ? &tfos__input_npy_ops
+                                      : NULL;
+}
+
 /* ---- bounded reads (input_ops.h) ------------------------------------------ */
 
 #define SLICE_MS 200
@@ -203,10 +212,7 @@ int tfos__input_open_opts(tfos__input **out, const char *path, const tfos__input
     if (format == TFOS_FMT_AUTO && (format = format_of(path)) < 0)
         return tfos__errf(err, errlen, TFOS_EINVAL, "%s: unknown file type (use .csv, .jsonl or .npy, or give "
                           "--input-format)", path);
-    const struct tfos__input_ops *ops = format == TFOS_FMT_CSV     ? &tfos__input_csv_ops
-                                        : format == TFOS_FMT_JSONL ? &tfos__input_jsonl_ops
-                                        : format == TFOS_FMT_NPY   ? &tfos__input_npy_ops
-                                                                   : NULL;
+    const struct tfos__input_ops *ops = ops_of(format);
     if (!ops)
         return tfos__errf(err, errlen, TFOS_EINVAL, "%s: unknown input format %d", path, format);
     tfos__input *in = calloc(1, sizeof *in);
@@ -321,11 +327,12 @@ int tfos__input_ring_mb(char *const *paths, int npaths, int format, uint32_t bat
     for (int i = 0; i < npaths; i++) {
         struct stat sb;
         int f = format == TFOS_FMT_AUTO ? format_of(paths[i]) : format;
-        if (f != TFOS_FMT_NPY || stat(paths[i], &sb) || !S_ISREG(sb.st_mode))
+        const struct tfos__input_ops *ops = ops_of(f);
+        if (!ops || !ops->next_size || stat(paths[i], &sb) || !S_ISREG(sb.st_mode))
             return 0; /* reading a FIFO's header here would take it from the feed */
         tfos__input *in;
         char err[256];
-        tfos__input_opts o = {.format = TFOS_FMT_NPY};
+        tfos__input_opts o = {.format = f};
         if (tfos__input_open_opts(&in, paths[i], &o, err, sizeof err))
             return 0; /* the feed reports why */
         uint32_t n;

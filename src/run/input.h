@@ -120,8 +120,8 @@ void tfos__input_close(tfos__input *in);
 /* The input ring size in MiB (a power of two) for feeding these files in
  * records of batch_rows rows, when the user gave none; 0: the default
  * (TFOS_DEFAULT_FEED_MB) because some file's records have no size known in
- * advance (CSV, JSON lines, Arrow, a FIFO, a file that will not open).
- * Regular .npy files: room for 8 of the largest record, between 4 and
+ * advance (a format without next_size: CSV, JSON lines, Arrow; a FIFO; a
+ * file that will not open). Regular files of the others (.npy): room for 8 of the largest record, between 4 and
  * TFOS_DEFAULT_FEED_MB MiB, so that a ring of records up to 2 MiB fits in
  * a processor's last-level cache and the consumer reads what the feeder has
  * just written from there (docs/BENCHMARKS.md, "Tensors from a file");
