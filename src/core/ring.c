@@ -148,6 +148,7 @@ struct tfos__ring {
     uint8_t *data;
     size_t map_len;
     uint64_t cap, mask;
+    uint64_t hot;  /* producer: the hot window (ring_hot), cap when none */
     int role;
     int32_t pid;  /* process that attached this handle */
     int slot;     /* producer slot, or -1 */
@@ -186,6 +187,23 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The least hot window of a ring of `cap` bytes: TFOS_RING_HOT_BYTES, or
+ * TFOS_RING_HOT_MB from the environment (0: none); the whole ring (no window)
+ * when it is not smaller than the ring. */
+static uint64_t ring_hot(uint64_t cap)
+{
+    uint64_t hot = TFOS_RING_HOT_BYTES;
+    const char *e = getenv("TFOS_RING_HOT_MB");
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        unsigned long long mb = strtoull(e, &end, 10);
+        if (!errno && !*end && mb <= (TFOS_RING_MAX_CAPACITY >> 20))
+            hot = mb ? (uint64_t)mb << 20 : cap;
+    }
+    return hot < cap ? hot : cap;
 }
 
 typedef struct deadline {
@@ -363,6 +381,15 @@ static int room(tfos__ring *r, size_t len, const deadline *dl)
     uint64_t total = rec_size(len);
     uint64_t off = tail & r->mask;
     uint64_t pad = off + total > r->cap ? r->cap - off : 0;
+    /* The hot window: past r->hot bytes, or three records of this size if
+     * that is more, the record starts again at offset 0 (the rest of the
+     * buffer is one PAD record), as long as the window is at most twice
+     * r->hot (larger ones would not stay in the cache either) and half the
+     * ring. The records then cycle through its first few MiB, which stay in
+     * the cache, instead of through all of it. */
+    uint64_t window = 3 * total > r->hot ? 3 * total : r->hot;
+    if (!pad && off >= window && window <= 2 * r->hot && window <= r->cap / 2)
+        pad = r->cap - off;
     uint64_t need = pad + total;
     unsigned spins = 0;
     for (;;) {
@@ -629,6 +656,7 @@ int tfos__ring_attach(tfos__ring **out, int fd, int role)
     r->map_len = map_len;
     r->cap = cap;
     r->mask = cap - 1;
+    r->hot = ring_hot(cap);
     r->role = role;
     r->pid = (int32_t)getpid();
     r->slot = -1;

@@ -251,6 +251,98 @@ static void test_wrap_varied(void)
     tfos__ring_close(c);
 }
 
+/* ---- the hot window: records cycle through the start of a big ring ------- */
+
+/* Where rec lies in the ring's data area. */
+static uint64_t data_off(tfos__ring *c, const tfos__ring_rec *rec)
+{
+    return (uint64_t)((const char *)rec->data - (const char *)tfos__ring_mapping(c)) - HDR - 8;
+}
+
+/* Write and read back `n` records of `len` bytes one by one; returns the
+ * largest data offset a record started at (each checked byte for byte). */
+static uint64_t cycle(tfos__ring *p, tfos__ring *c, size_t len, int n, uint32_t seed)
+{
+    static uint8_t buf[7 << 20];
+    uint64_t top = 0;
+    for (int i = 0; i < n; i++) {
+        fill(buf, len, seed + (uint32_t)i);
+        CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, len, 0), 0);
+        tfos__ring_rec rec;
+        CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+        CHECK(rec.tag == TFOS_RING_DATA && rec.len == len && same(rec.data, len, seed + (uint32_t)i));
+        uint64_t off = data_off(c, &rec);
+        top = off > top ? off : top;
+        tfos__ring_release(c);
+    }
+    return top;
+}
+
+static void test_hot_window(void)
+{
+    const uint64_t MiB = 1 << 20, cap = 64 * MiB, hot = TFOS_RING_HOT_BYTES;
+    CHECK(hot == 8 * MiB);
+    unsetenv("TFOS_RING_HOT_MB");
+    tfos__ring *c, *p;
+    int fd;
+    CHECK_RC(tfos__ring_create(&c, &fd, cap, TFOS_RING_CONSUMER), 0);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+
+    /* Unread, 64 KiB records fill the window and no more: the producer
+     * waits (EFULL) with 8 MiB in the ring, not 64 ... */
+    static uint8_t buf[64 << 10];
+    int n = 0, rc;
+    uint32_t first = 100;
+    for (;; n++) {
+        fill(buf, sizeof buf, first + (uint32_t)n);
+        if ((rc = tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0)) != 0)
+            break;
+    }
+    CHECK_RC(rc, TFOS_EFULL);
+    tfos__ring_stats st = stats(c);
+    CHECK(st.used >= hot - (64 << 10) && st.used < hot + (128 << 10));
+    /* ... and once the records at the start of the window are read, the next
+     * one goes there, after a padding record the consumer never sees */
+    tfos__ring_rec rec;
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+    uint64_t start = data_off(c, &rec);
+    tfos__ring_release(c);
+    CHECK_RC(tfos__ring_write(p, TFOS_RING_DATA, buf, sizeof buf, 0), 0);
+    for (int i = 1; i <= n; i++) {
+        CHECK_RC(tfos__ring_peek(c, &rec, 0), 0);
+        CHECK(rec.tag == TFOS_RING_DATA && rec.len == sizeof buf);
+        CHECK(same(rec.data, rec.len, first + (uint32_t)i));
+        if (i == n)
+            CHECK(data_off(c, &rec) <= start);
+        tfos__ring_release(c);
+    }
+    CHECK_RC(tfos__ring_peek(c, &rec, 0), TFOS_EAGAIN);
+
+    /* 64 KiB records: 300 of them (19 MiB) all start in the first 8 MiB */
+    CHECK(cycle(p, c, 64 << 10, 300, 1) < hot);
+    /* 4 MiB ones: the window is three of them (12 MiB) */
+    uint64_t top = cycle(p, c, 4 * MiB, 8, 2);
+    CHECK(top >= 8 * MiB && top < 12 * MiB);
+    /* 6 MiB ones: three would take 18 MiB, more than twice the window: the
+     * whole ring, as without one */
+    CHECK(cycle(p, c, 6 * MiB, 12, 3) >= 48 * MiB);
+
+    tfos__ring_close(p);
+
+    /* A producer's TFOS_RING_HOT_MB: 2 MiB, or 0 for the whole ring */
+    setenv("TFOS_RING_HOT_MB", "2", 1);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK(cycle(p, c, 64 << 10, 100, 4) < 2 * MiB);
+    tfos__ring_close(p);
+    setenv("TFOS_RING_HOT_MB", "0", 1);
+    CHECK_RC(tfos__ring_attach(&p, fd, TFOS_RING_PRODUCER), 0);
+    CHECK(cycle(p, c, 64 << 10, 1100, 5) >= cap - (128 << 10));
+    tfos__ring_close(p);
+    unsetenv("TFOS_RING_HOT_MB");
+    close(fd);
+    tfos__ring_close(c);
+}
+
 /* ---- full ring: producer blocks, times out, is woken -------------------- */
 
 static void test_full_ring_blocks_producer(void)
@@ -1290,6 +1382,7 @@ int main(void)
         void (*fn)(void);
     } cases[] = {
         {"wrap_varied", test_wrap_varied},
+        {"hot_window", test_hot_window},
         {"full_ring_blocks_producer", test_full_ring_blocks_producer},
         {"empty_ring_times_out_consumer", test_empty_ring_times_out_consumer},
         {"too_big_and_misuse", test_too_big_and_misuse},
