@@ -656,7 +656,7 @@ int tfos__ring_attach(tfos__ring **out, int fd, int role)
     r->map_len = map_len;
     r->cap = cap;
     r->mask = cap - 1;
-    r->hot = ring_hot(cap);
+    r->hot = role == TFOS_RING_PRODUCER ? ring_hot(cap) : cap;
     r->role = role;
     r->pid = (int32_t)getpid();
     r->slot = -1;

@@ -234,14 +234,7 @@ static PyObject *Ring_end_feed(RingObject *self, PyObject *args)
 static PyObject *record_view(RingObject *self, const tfos__ring_rec *rec)
 {
     Py_ssize_t at = (const char *)rec->data - (const char *)tfos__ring_mapping(self->ring);
-    PyObject *lo = PyLong_FromSsize_t(at), *hi = PyLong_FromSsize_t(at + (Py_ssize_t)rec->len), *view = NULL;
-    PyObject *slice = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
-    if (slice)
-        view = PyObject_GetItem(self->mapping, slice);
-    Py_XDECREF(slice);
-    Py_XDECREF(lo);
-    Py_XDECREF(hi);
-    return view;
+    return PySequence_GetSlice(self->mapping, at, at + (Py_ssize_t)rec->len);
 }
 
 /* read(timeout_ms=-1, max_records=64, views=False) -> list of (tag,
