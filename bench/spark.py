@@ -52,6 +52,11 @@ against the ceiling (*_vs_ceiling):
   spark_inference_collect_vs_fastest_ceiling
                                collect() against the faster of the two
                                (the measure until 2026-11-24)
+  spark_inference_arrays_vs_ceiling (and _collect_, _first_run_)
+                               the same through tfos's fast path (tfos
+                               only): nodes reading next_batch_arrays(1000,
+                               copy=False) and answering with the labels'
+                               column as one array per batch
 
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
@@ -228,6 +233,23 @@ def print_ceiling(name, rounds, w, *keys):
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
 
 
+def print_inference_ceiling(name, rounds, w):
+    """Inference like for like: <name>_vs_ceiling is inference(rdd).count()
+    (warm) against the issue's ceiling rdd.map(identity).count();
+    <name>_collect_vs_ceiling and <name>_first_run_vs_ceiling are
+    inference(rdd).collect() (warm; the run right after run()) against
+    rdd.map(label).collect()."""
+    for what, key in (("warm", "warm_rows_per_s"), ("warm_count", "warm_count_rows_per_s")):
+        xs = [r[w][key] for r in rounds]
+        print("%s_tfos_%s_rows_per_s: %s %s" % (name, what, fmt(med(xs)), spread(xs)))
+    print("%s_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_count_rows_per_s",
+                                                        rate="warm_count_rows_per_s")))
+    print("%s_collect_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s")))
+    print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s",
+                                                                  rate="rows_per_s")))
+    print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
+
+
 def report(results, opts, sides):
     """results: side -> list of per-round dicts."""
     print("spark_cpu_cores: %d" % os.cpu_count())
@@ -293,26 +315,14 @@ def report(results, opts, sides):
                                                                           "map_collect")):
                 xs = series("tfos", "inference", key)
                 print("spark_inference_plain_%s_rows_per_s: %s %s" % (what, fmt(med(xs)), spread(xs)))
-            warm = series("tfos", "inference", "warm_rows_per_s")
-            print("spark_inference_tfos_warm_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
-            warm = series("tfos", "inference", "warm_count_rows_per_s")
-            print("spark_inference_tfos_warm_count_rows_per_s: %s %s" % (fmt(med(warm)), spread(warm)))
-            rs = results["tfos"]
-            # like for like: inference(rdd).count() against the issue's
-            # ceiling rdd.map(identity).count(); inference(rdd).collect()
-            # (the first run too) against rdd.map(label).collect()
-            print("spark_inference_vs_ceiling: %s %s" % vs_ceiling(rs, "inference", "plain_map_count_rows_per_s",
-                                                                  rate="warm_count_rows_per_s"))
-            print("spark_inference_collect_vs_ceiling: %s %s" % vs_ceiling(rs, "inference",
-                                                                          "plain_map_collect_rows_per_s"))
-            print("spark_inference_first_run_vs_ceiling: %s %s" % vs_ceiling(rs, "inference",
-                                                                            "plain_map_collect_rows_per_s",
-                                                                            rate="rows_per_s"))
+            print_inference_ceiling("spark_inference", results["tfos"], "inference")
             # the measure until 2026-11-24, collect() against the faster of
             # the two plain jobs (map+count), kept to compare with earlier runs
             print("spark_inference_collect_vs_fastest_ceiling: %s %s" % vs_ceiling(
-                rs, "inference", "plain_map_count_rows_per_s", "plain_map_collect_rows_per_s"))
-            print("spark_inference_target_vs_ceiling: >= %g" % TARGET_CEILING)
+                results["tfos"], "inference", "plain_map_count_rows_per_s", "plain_map_collect_rows_per_s"))
+            # the same RDD through tfos's fast path: numpy views in, one
+            # array of results out per batch
+            print_inference_ceiling("spark_inference_arrays", results["tfos"], "inference_arrays")
         if len(sides) == 2:
             print("spark_inference_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
     if "digits" in wl:

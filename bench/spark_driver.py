@@ -31,7 +31,10 @@ InputMode.SPARK), feeds it, and shuts it down, in this order:
              its label (batch_results); the driver collects the results and
              checks that they are exactly the N labels, in order. tfos's warm
              runs alternate collect() and count() of the results (count() is
-             checked to give N).
+             checked to give N). tfos runs it a second time on a cluster of
+             its own through its fast path (inference_arrays: numpy views
+             of the ring in, the labels' column answered as one array per
+             batch).
 
 The input RDDs are cached (and counted) before any clock starts;
 spark.locality.wait is 0 so feed tasks go to whichever executor is free
@@ -116,6 +119,24 @@ def inference_fun(args, ctx):
         if len(batch):
             feed.batch_results([r[-1] for r in batch])
             rows += len(batch)
+    path = os.path.join(args.out_dir, "inference-%d.json" % ctx.executor_id)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"executor_id": ctx.executor_id, "rows": rows}, f)
+    os.rename(path + ".tmp", path)
+
+
+def inference_arrays_fun(args, ctx):
+    """tfos's fast path of inference_fun: columns as numpy views into the
+    ring, the labels' column answered as one array per batch."""
+    import json
+    import os
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    rows = 0
+    while not feed.should_stop():
+        cols = feed.next_batch_arrays(1000, copy=False)
+        if len(cols) and len(cols[-1]):
+            feed.batch_results(cols[-1])
+            rows += len(cols[-1])
     path = os.path.join(args.out_dir, "inference-%d.json" % ctx.executor_id)
     with open(path + ".tmp", "w") as f:
         json.dump({"executor_id": ctx.executor_id, "rows": rows}, f)
@@ -341,13 +362,13 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     return out
 
 
-def workload_inference(sc, rdd, n, opts):
-    out_dir = fresh_dir(opts.work, "%s-inference-r%d" % (IMPL, opts.round))
+def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
+    out_dir = fresh_dir(opts.work, "%s-%s-r%d" % (IMPL, name, opts.round))
     tf_args = argparse.Namespace(out_dir=out_dir)
     plain_inference_rates(rdd, n)  # warm-up
     runs = [plain_inference_rates(rdd, n) for _ in range(2)]
     t0 = time.monotonic()
-    cluster = run_cluster(sc, inference_fun, tf_args)
+    cluster = run_cluster(sc, fun or inference_fun, tf_args)
     t1 = time.monotonic()
     results = cluster.inference(rdd).collect()
     t2 = time.monotonic()
@@ -360,12 +381,12 @@ def workload_inference(sc, rdd, n, opts):
         again = cluster.inference(rdd).collect()
         warm.append(time.monotonic() - tw)
         if again != results:
-            raise RuntimeError("inference: a warm run returned other results than the first")
+            raise RuntimeError(name + ": a warm run returned other results than the first")
         tw = time.monotonic()
         counted = cluster.inference(rdd).count()
         warm_count.append(time.monotonic() - tw)
         if counted != n:
-            raise RuntimeError("inference: count() of the results gave %d for %d rows" % (counted, n))
+            raise RuntimeError(name + ": count() of the results gave %d for %d rows" % (counted, n))
     t2w = time.monotonic()
     cluster.shutdown()
     t3 = time.monotonic()
@@ -374,14 +395,14 @@ def workload_inference(sc, rdd, n, opts):
     # each ceiling: the median of its 4 runs (2 before the cluster, 2 after)
     ceilings = [statistics.median(kind) for kind in zip(*runs)]
     if len(results) != n:
-        raise RuntimeError("inference: %d results for %d rows" % (len(results), n))
+        raise RuntimeError(name + ": %d results for %d rows" % (len(results), n))
     bad = next((i for i, r in enumerate(results) if r != i), None)
     if bad is not None:
-        raise RuntimeError("inference: result %d is %r, expected %d (results out of order or wrong)"
+        raise RuntimeError(name + ": result %d is %r, expected %d (results out of order or wrong)"
                            % (bad, results[bad], bad))
     rows = sum(r["rows"] for r in res)
     if IMPL == "tfos" and rows != n * (1 + len(warm) + len(warm_count)):
-        raise RuntimeError("inference: the nodes answered %d rows in %d runs of %d"
+        raise RuntimeError(name + ": the nodes answered %d rows in %d runs of %d"
                            % (rows, 1 + len(warm) + len(warm_count), n))
     out = {"rows": n, "start_s": t1 - t0, "inference_s": t2 - t1, "shutdown_s": t3 - t2w, "total_s": t3 - t0,
            "rows_per_s": n / (t2 - t1), "rows_answered_by_nodes": rows,
@@ -391,7 +412,7 @@ def workload_inference(sc, rdd, n, opts):
         out["warm_rows_per_s"] = n / statistics.median(warm)
         out["warm_count_s"] = warm_count
         out["warm_count_rows_per_s"] = n / statistics.median(warm_count)
-    log("inference: %d rows in %.2f s: %.0f rows/s (start %.2f s, shutdown %.2f s; plain Spark jobs over the same "
+    log(name + ": %d rows in %.2f s: %.0f rows/s (start %.2f s, shutdown %.2f s; plain Spark jobs over the same "
         "RDD: map+count %.0f rows/s, map+collect %.0f rows/s)%s"
         % (n, out["inference_s"], out["rows_per_s"], out["start_s"], out["shutdown_s"], ceilings[0], ceilings[1],
            "; warm runs: collect %s s, %.0f rows/s; count %s s, %.0f rows/s"
@@ -505,6 +526,11 @@ def main():
                                 "inference")
             result["inference_cached_partitions"] = cp
             result["inference"] = workload_inference(sc, rdd, n, opts)
+            if IMPL == "tfos":
+                # the same RDD through tfos's fast path, on a cluster of its
+                # own, against the same ceilings
+                result["inference_arrays"] = workload_inference(sc, rdd, n, opts, fun=inference_arrays_fun,
+                                                                name="inference_arrays")
             rdd.unpersist()
     finally:
         signal.alarm(0)  # TFoS's shutdown() leaves a SIGALRM armed (its timeout)

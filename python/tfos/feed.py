@@ -27,6 +27,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 
@@ -138,6 +139,12 @@ class _End(object):
     def __init__(self, partition, aborted=False):
         self.partition = partition
         self.aborted = aborted
+
+
+def _is_ndarray(v):
+    """Whether ``v`` is a numpy array (without importing numpy)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.ndarray)
 
 
 def _scalar(v):
@@ -644,8 +651,13 @@ class DataFeed(object):
 
     # -- inference
     def batch_results(self, results):
-        """One result per row of the last ``next_batch``, in order."""
-        results = list(results)
+        """One result per row of the last ``next_batch`` (or
+        ``next_batch_arrays``), in order: a sequence, or a numpy array whose
+        first axis is the rows (``model.predict``'s output as it is). An
+        array goes back whole, with no per-row work here; its rows reach
+        Spark as Python values, as ``ndarray.tolist()`` gives them."""
+        if not _is_ndarray(results) or results.ndim == 0:
+            results = list(results)
         expected = sum(k for _, k in self._last_batch)
         if len(results) != expected:
             parts = ", ".join("partition %d: %d rows" % pk for pk in self._last_batch) or "no rows"
@@ -924,6 +936,8 @@ class FeedClient(object):
                 if tag != TAG_RESULTS:
                     continue
                 part, results = pickle.loads(payload)
+                if _is_ndarray(results):  # batch_results(array): its rows as Python values
+                    results = results.tolist()
                 if part == partition_id:
                     got.extend(results)
                     if quiet_since is not None:

@@ -175,6 +175,11 @@ def test_feed_through_tfos_run_train_and_inference(tmp_path, marker):
                   marker, "infer", "4", "300", "64"], env=PRODUCERS)
     assert r.returncode == 0, r.stderr
     assert len(re.findall(r"partition \d: 300 results in order", r.stdout)) == 4
+    # results as one numpy array per batch, read from views of the ring
+    r = run_tfos(["run", "--workers", "2", "--log-dir", str(tmp_path / "c"), "--", PY, prog("feed_pair.py"),
+                  marker, "infer_arrays", "3", "300", "64"], env=PRODUCERS)
+    assert r.returncode == 0, r.stderr
+    assert len(re.findall(r"partition \d: 300 results in order", r.stdout)) == 3
 
 
 def test_feed_socket_refuses_wrong_secret(tmp_path, marker):

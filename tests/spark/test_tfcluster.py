@@ -62,11 +62,16 @@ def count_arrays(args, ctx):
 
 
 def double_it(args, ctx):
-    """Inference: one result per row, in order."""
+    """Inference: one result per row, in order; rows (id, 1) are answered
+    with one numpy array per batch, which come back as lists."""
+    import numpy as np
     feed = TFNode.DataFeed(ctx.mgr, False)
     while not feed.should_stop():
         batch = feed.next_batch(37)
-        if batch:
+        if batch and len(batch[0]) == 2:
+            ids = np.array([r[0] for r in batch], dtype=np.int64)
+            feed.batch_results(np.stack([ids, ids * 2], axis=1))
+        elif batch:
             feed.batch_results([(int(r[0]), int(r[0]) * 2) for r in batch])
 
 
@@ -190,11 +195,13 @@ def test_inference_one_result_per_row_in_order(spark):
     cluster = TFCluster.run(sc, double_it, {}, num_executors=2, num_ps=0,
                             input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
     results = cluster.inference(rdd, feed_timeout=120).collect()
-    # twice: a second job on the same cluster (output rings handed over)
-    again = cluster.inference(sc.parallelize([(i,) for i in range(50)], 3)).collect()
+    # twice: a second job on the same cluster (output rings handed over),
+    # answered with numpy arrays
+    again = cluster.inference(sc.parallelize([(i, 1) for i in range(50)], 3)).collect()
     cluster.shutdown(timeout=120)
     assert results == [(i, 2 * i) for i in range(1000)]
-    assert again == [(i, 2 * i) for i in range(50)]
+    assert again == [[i, 2 * i] for i in range(50)]
+    assert all(type(v) is int for row in again for v in row)
     assert wait_no_tfos_processes(30) == []
 
 

@@ -1,7 +1,8 @@
 """Worker 0 feeds worker 1 through worker 1's rings (FeedClient over the agent's
-feed socket); worker 1 reads with TFoS's DataFeed. MODE: train | infer.
+feed socket); worker 1 reads with TFoS's DataFeed. MODE: train | infer |
+infer_arrays (worker 1 reads numpy views and answers with one 2-D array per
+batch: each row comes back as the list [2 * id, id / 2]).
     feed_pair.py MARKER MODE NPART ROWS_PER_PART BATCH"""
-import os
 import sys
 
 from tfos import TFNode
@@ -18,6 +19,11 @@ if ctx.task_index == 0:
             res = client.collect_results(p, per, timeout=60)
             assert res == [r[0] * 2 for r in rows], (p, res[:5])
             print("partition %d: %d results in order" % (p, len(res)), flush=True)
+        elif mode == "infer_arrays":
+            res = client.collect_results(p, per, timeout=60)
+            assert res == [[r[0] * 2.0, r[0] / 2.0] for r in rows], (p, res[:5])
+            assert all(type(v) is float for row in res for v in row), (p, res[:2])
+            print("partition %d: %d results in order" % (p, len(res)), flush=True)
     client.end_feed()
     client.close()
     print("fed %d partitions" % nparts, flush=True)
@@ -25,13 +31,20 @@ else:
     feed = TFNode.DataFeed(ctx.mgr, train_mode=(mode == "train"))
     seen, batches = [], []
     while not feed.should_stop():
-        rows = feed.next_batch(batch)
+        if mode == "infer_arrays":
+            import numpy as np
+            cols = feed.next_batch_arrays(batch, copy=False)
+            rows = [(int(i),) for i in cols[0]] if cols else []
+        else:
+            rows = feed.next_batch(batch)
         if not rows:
             break
         batches.append(len(rows))
         seen.extend(r[0] for r in rows)
         if mode == "infer":
             feed.batch_results([r[0] * 2 for r in rows])
+        elif mode == "infer_arrays":
+            feed.batch_results(np.stack([cols[0] * 2.0, cols[0] / 2.0], axis=1))
     expect = [p * 1000 + i for p in range(1, nparts + 1) for i in range(per)]
     assert seen == expect, "rows out of order or missing: got %d of %d" % (len(seen), len(expect))
     print("consumed %d rows in %d batches, last batch %d, aborted %s" % (len(seen), len(batches), batches[-1],
