@@ -415,10 +415,28 @@ static const char *env_get(char *const *env, const char *name)
     return NULL;
 }
 
-/* Whether `python` finds the tf_keras package (without importing it or
- * TensorFlow: a few tens of ms). 1 yes, 0 no, -1 could not tell (the
- * interpreter would not start or took over 30 s). */
-static int has_tf_keras(const char *python, char *const *env)
+/* TFOS_HAS_TF_KERAS=1|0: the answer, from a launcher that runs the
+ * program's own interpreter with its sys.path (TFCluster's node tasks ask
+ * importlib there, in a millisecond); -1: not given. */
+static int known_tf_keras(char *const *env)
+{
+    const char *v = env_get(env, "TFOS_HAS_TF_KERAS");
+    return v && (!strcmp(v, "1") || !strcmp(v, "0")) ? *v - '0' : -1;
+}
+
+static int needs_probe(const char *mode, char *const *env)
+{
+    if (!mode || known_tf_keras(env) >= 0)
+        return 0;
+    if (!strcmp(mode, "legacy"))
+        return 1;
+    const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
+    return !strcmp(mode, "auto") && !(set && *set); /* auto keeps the user's own choice */
+}
+
+/* Start a Python that tells whether `python` finds the tf_keras package
+ * (without importing it or TensorFlow: a few tens of ms) by its exit code. */
+static pid_t spawn_probe(const char *python, char *const *env)
 {
     char *argv[] = {(char *)python, "-c",
                     "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('tf_keras') else 3)", NULL};
@@ -426,23 +444,64 @@ static int has_tf_keras(const char *python, char *const *env)
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = devnull, .stderr_fd = devnull,
                            .pdeathsig = SIGKILL};
     pid_t pid;
-    int rc = tfos__spawn(&so, &pid), status = 0;
+    int rc = tfos__spawn(&so, &pid);
     if (devnull >= 0)
         close(devnull);
-    if (rc)
-        return -1;
-    if (tfos__wait_pid(pid, 30000, &status)) {
-        kill(pid, SIGKILL);
-        tfos__wait_pid(pid, 5000, &status);
-        return -1;
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 1;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 3 ? 0 : -1;
+    return rc ? -1 : pid;
 }
 
-int tfos__keras_resolve(const char *mode, const char *python, char *const *env, const char **value, char *err,
-                        size_t errlen)
+void tfos__keras_probe_start(tfos__keras_probe *p, const char *mode, const char *python, char *const *env)
+{
+    memset(p, 0, sizeof *p);
+    if (needs_probe(mode, env) && (p->pid = spawn_probe(python, env)) < 0)
+        p->pid = 0; /* tfos__keras_resolve tries again */
+}
+
+int tfos__keras_probe_reaped(tfos__keras_probe *p, pid_t pid, int status)
+{
+    if (!p || p->pid <= 0 || pid != p->pid || p->done)
+        return 0;
+    p->done = 1;
+    p->status = status;
+    return 1;
+}
+
+/* Whether `python` finds the tf_keras package: 1 yes, 0 no, -1 could not
+ * tell (the interpreter would not start or took over 30 s). From `p`'s probe
+ * where one was started, else from one started now. */
+static int has_tf_keras(const char *python, char *const *env, tfos__keras_probe *p)
+{
+    int known = known_tf_keras(env);
+    if (known >= 0)
+        return known;
+    tfos__keras_probe now;
+    if (!p || p->pid <= 0) {
+        p = &now;
+        memset(p, 0, sizeof *p);
+        if ((p->pid = spawn_probe(python, env)) < 0)
+            return -1;
+    }
+    if (!p->done) {
+        int status = 0;
+        if (tfos__wait_pid(p->pid, 30000, &status)) {
+            kill(p->pid, SIGKILL);
+            tfos__wait_pid(p->pid, 5000, &status);
+            p->done = 1;
+            p->status = -1;
+            return -1;
+        }
+        p->done = 1;
+        p->status = status;
+    }
+    if (p->status < 0)
+        return -1;
+    if (WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0)
+        return 1;
+    return WIFEXITED(p->status) && WEXITSTATUS(p->status) == 3 ? 0 : -1;
+}
+
+int tfos__keras_resolve(const char *mode, const char *python, char *const *env, tfos__keras_probe *probe,
+                        const char **value, char *err, size_t errlen)
 {
     *value = NULL;
     if (!mode || !strcmp(mode, "env"))
@@ -455,12 +514,12 @@ int tfos__keras_resolve(const char *mode, const char *python, char *const *env, 
         const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
         if (set && *set) /* the user's own choice stands */
             return 0;
-        if (has_tf_keras(python, env) == 1)
+        if (has_tf_keras(python, env, probe) == 1)
             *value = "1";
         return 0;
     }
     if (!strcmp(mode, "legacy")) {
-        int has = has_tf_keras(python, env);
+        int has = has_tf_keras(python, env, probe);
         if (has == 0) {
             snprintf(err, errlen,
                      "--keras legacy: the tf_keras package (Keras 2) is not installed for %s: "

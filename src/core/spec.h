@@ -15,6 +15,7 @@
 #ifndef TFOS_CORE_SPEC_H
 #define TFOS_CORE_SPEC_H
 #include <stddef.h>
+#include <sys/types.h>
 
 #define TFOS_JOB_MAX 16
 #define TFOS_HOST_MAX 256
@@ -77,10 +78,31 @@ const char *tfos__program_python(const char *python, char *const *argv);
  *   "3"      Keras 3 (TF_USE_LEGACY_KERAS=0)
  * Returns 0 when `mode` is one of these (NULL counts as "env"), else -1. */
 int tfos__keras_mode_valid(const char *mode);
+/* The Python that "auto" and "legacy" start to look for the tf_keras
+ * package, started ahead (by the agent, before it registers) so that it runs
+ * while the cluster forms rather than between the cluster spec and the
+ * program's start. None is started where `env` has TFOS_HAS_TF_KERAS=1 or 0:
+ * the answer from a launcher that runs the program's own interpreter
+ * (TFCluster's node tasks, where a probe took 0.08-0.21 s of a loaded
+ * machine after the cluster formed). */
+typedef struct tfos__keras_probe {
+    pid_t pid;  /* the probe; 0: none started */
+    int done;   /* it was reaped: status holds its wait status (-1: timed out) */
+    int status;
+} tfos__keras_probe;
+/* Start the probe `mode` needs for `python` with `env` (none for "env", "3",
+ * or "auto" with TF_USE_LEGACY_KERAS set). A probe that cannot start is
+ * left to tfos__keras_resolve. */
+void tfos__keras_probe_start(tfos__keras_probe *p, const char *mode, const char *python, char *const *env);
+/* For a caller that reaps every child (waitpid(-1, ...)): records `status`
+ * when `pid` is the probe's. Returns 1 then, else 0. */
+int tfos__keras_probe_reaped(tfos__keras_probe *p, pid_t pid, int status);
 /* Resolve `mode` for a program run by `python` with the environment `env`:
- * *value gets "1", "0" or NULL (leave the inherited value). Returns 0, or
- * TFOS_EINVAL with a one-line reason in err ("--keras legacy: ..."). */
-int tfos__keras_resolve(const char *mode, const char *python, char *const *env, const char **value, char *err,
-                        size_t errlen);
+ * *value gets "1", "0" or NULL (leave the inherited value). `probe`: one
+ * started with tfos__keras_probe_start (its answer is waited for, 30 s at
+ * most), or NULL to probe now. Returns 0, or TFOS_EINVAL with a one-line
+ * reason in err ("--keras legacy: ..."). */
+int tfos__keras_resolve(const char *mode, const char *python, char *const *env, tfos__keras_probe *probe,
+                        const char **value, char *err, size_t errlen);
 
 #endif

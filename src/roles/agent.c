@@ -151,6 +151,7 @@ struct agent {
     int owner_stop;               /* the program was stopped because of it */
     /* --keras, resolved once (tfos__keras_resolve) */
     int keras_resolved;
+    tfos__keras_probe keras_probe; /* started before registering (tfos__keras_probe_start) */
     const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
 };
 
@@ -569,8 +570,8 @@ static void start_program(agent *a)
         try_end_feed(a);
     if (!a->keras_resolved && strcmp(me->job, "ps")) {
         char why[400];
-        if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->legacy_keras, why,
-                                sizeof why)) {
+        if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->keras_probe,
+                                &a->legacy_keras, why, sizeof why)) {
             TFOS_ERROR("agent %s: %s", a->label, why);
             start_fails(a, why);
             return;
@@ -995,7 +996,7 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
             int st;
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
-                if (r == a->child && !a->child_done && !respawn(a, st)) {
+                if (!tfos__keras_probe_reaped(&a->keras_probe, r, st) && r == a->child && !a->child_done && !respawn(a, st)) {
                     a->child_done = 1;
                     a->child_status = st;
                     a->done = 1;
@@ -1198,6 +1199,9 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
         }
         close(tb_fd);
     }
+    /* the Keras probe runs while the cluster forms: once the spec comes,
+     * the program starts without waiting for a Python to start and answer */
+    tfos__keras_probe_start(&a.keras_probe, o->keras, tfos__program_python(NULL, o->argv), environ);
     rc = connect_and_register(&a);
     if (rc)
         goto out;

@@ -21,11 +21,14 @@ def bare_python(tmp_path):
     return str(path)
 
 
-def run_show(tmp_path, keras, python=PY, inherited=None):
+def run_show(tmp_path, keras, python=PY, inherited=None, known=None):
     env = dict(os.environ)
     env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop("TFOS_HAS_TF_KERAS", None)
     if inherited is not None:
         env["TF_USE_LEGACY_KERAS"] = inherited
+    if known is not None:
+        env["TFOS_HAS_TF_KERAS"] = known
     args = ["run", "--workers", "1", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs")]
     if keras is not None:
         args += ["--keras", keras]
@@ -69,6 +72,18 @@ def test_legacy_without_tf_keras_fails_at_start_naming_the_interpreter(tmp_path)
     assert ("--keras legacy: the tf_keras package (Keras 2) is not installed for %s" % bare) in r.stderr, \
         r.stderr[-3000:]
     assert "TF_USE_LEGACY_KERAS=" not in r.stdout  # the program never ran
+
+
+def test_a_launchers_answer_replaces_the_probe(tmp_path):
+    """TFOS_HAS_TF_KERAS (what TFCluster's node tasks set, having asked the
+    program's interpreter themselves): the agent starts no probe and takes
+    the answer, here against what a probe of the bare interpreter says."""
+    bare = bare_python(tmp_path)
+    assert seen(run_show(tmp_path, "auto", python=bare, known="1")) == "1"
+    assert seen(run_show(tmp_path, "auto", python=PY, known="0")) == "None"
+    r = run_show(tmp_path, "legacy", python=PY, known="0")
+    assert r.returncode == 1 and "--keras legacy: the tf_keras package (Keras 2) is not installed" in r.stderr, \
+        r.stderr[-3000:]
 
 
 def test_unknown_mode_is_a_usage_error():
