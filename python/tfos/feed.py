@@ -42,7 +42,14 @@ FeedError = _tfos.FeedError
 FeedClosed = _tfos.FeedClosed
 FeedEnded = _tfos.FeedEnded
 
-__all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "get_manager", "hold_stop"]
+
+class ResultsMissing(FeedError):
+    """``FeedClient.collect_results``: the node read the whole partition and
+    sent no (more) results for ``results_timeout`` seconds. The node is
+    alive: its program does not answer."""
+
+__all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "ResultsMissing", "get_manager",
+           "hold_stop"]
 
 
 def _np():
@@ -921,7 +928,7 @@ class FeedClient(object):
             if results_timeout is not None and quiet_since is None and self._read_all(read_target):
                 quiet_since = now
             if quiet_since is not None and now - quiet_since >= results_timeout:
-                raise FeedError("returned %s for partition %d in %g s after reading all of its rows (%d results "
+                raise ResultsMissing("returned %s for partition %d in %g s after reading all of its rows (%d results "
                                 "of %d) -- does map_fun call feed.batch_results() for every batch it reads?"
                                 % ("no results" if not got else "no more results", partition_id,
                                    results_timeout, len(got), count))

@@ -78,8 +78,11 @@ class _NodeLock(object):
 
 def _explain(spec, executor_id, partition, exc):
     """A FeedTaskError for a failed feed; ``cluster_failed`` tells whether
-    the coordinator has recorded a failure (the node went with its cluster)."""
-    failure = _cluster_failure(spec)
+    the coordinator has recorded a failure (the node went with its cluster).
+    A node that is alive but sent no results (ResultsMissing) has nothing
+    for its agent to report: the coordinator is asked once, not for 5 s
+    (each of Spark's attempts of the task waited them out)."""
+    failure = _cluster_failure(spec, wait=0 if isinstance(exc, _feed.ResultsMissing) else 5.0)
     what = "feeding partition %d to %s (executor %d) failed: %s" % (partition, spec.label(executor_id),
                                                                      executor_id, exc)
     if failure:
