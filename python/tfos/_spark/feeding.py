@@ -198,6 +198,15 @@ def _skip_arrow_rows(batches, n):
         n = 0
 
 
+def _failed(spec):
+    """For _wait_consumed: the cluster's failure, asked of the coordinator
+    (once a second while a node has not read the partition). A node whose
+    program failed before it took the consumer's role leaves no one in the
+    ring whose death the ring could see: without it, the feed task waited
+    until the driver cancelled the job (10 s)."""
+    return lambda: _cluster_failure(spec, wait=0)
+
+
 def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None):
     """The function of a train() stage on an RDD (foreachPartition over
     mapPartitionsWithIndex): partitions in ``skip`` were delivered before
@@ -207,7 +216,8 @@ def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None):
 
     def run(index, iterator):
         if index not in skip:
-            _feed_one(spec, _skip_rows(iterator, offsets.get(index, 0)), feed_timeout, outcomes, False)
+            _feed_one(spec, _skip_rows(iterator, offsets.get(index, 0)), feed_timeout, outcomes, False,
+                      _failed(spec))
         return iter(())
 
     return run
@@ -225,7 +235,8 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
         rows = None
         part = tc.partitionId() if tc is not None else 0
         if part not in skip:
-            rows = _feed_one(spec, _skip_arrow_rows(iterator, offsets.get(part, 0)), feed_timeout, outcomes, True)
+            rows = _feed_one(spec, _skip_arrow_rows(iterator, offsets.get(part, 0)), feed_timeout, outcomes, True,
+                             _failed(spec))
         yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
     return run
