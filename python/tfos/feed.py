@@ -48,6 +48,7 @@ class ResultsMissing(FeedError):
     sent no (more) results for ``results_timeout`` seconds. The node is
     alive: its program does not answer."""
 
+
 __all__ = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "ResultsMissing", "get_manager",
            "hold_stop"]
 
@@ -928,10 +929,10 @@ class FeedClient(object):
             if results_timeout is not None and quiet_since is None and self._read_all(read_target):
                 quiet_since = now
             if quiet_since is not None and now - quiet_since >= results_timeout:
-                raise ResultsMissing("returned %s for partition %d in %g s after reading all of its rows (%d results "
-                                "of %d) -- does map_fun call feed.batch_results() for every batch it reads?"
-                                % ("no results" if not got else "no more results", partition_id,
-                                   results_timeout, len(got), count))
+                raise ResultsMissing("returned %s for partition %d in %g s after reading all of its rows (%d "
+                                     "results of %d) -- does map_fun call feed.batch_results() for every batch it "
+                                     "reads?" % ("no results" if not got else "no more results", partition_id,
+                                                 results_timeout, len(got), count))
             slice_ms = 1000 if results_timeout is not None or abort is not None else t
             if deadline is not None:
                 slice_ms = max(1, min(slice_ms, int((deadline - now) * 1000)))

@@ -424,14 +424,18 @@ static int known_tf_keras(char *const *env)
     return v && (!strcmp(v, "1") || !strcmp(v, "0")) ? *v - '0' : -1;
 }
 
+/* "auto" keeps the user's own TF_USE_LEGACY_KERAS, when set. */
+static int user_chose_keras(char *const *env)
+{
+    const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
+    return set && *set;
+}
+
 static int needs_probe(const char *mode, char *const *env)
 {
     if (!mode || known_tf_keras(env) >= 0)
         return 0;
-    if (!strcmp(mode, "legacy"))
-        return 1;
-    const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
-    return !strcmp(mode, "auto") && !(set && *set); /* auto keeps the user's own choice */
+    return !strcmp(mode, "legacy") || (!strcmp(mode, "auto") && !user_chose_keras(env));
 }
 
 /* Start a Python that tells whether `python` finds the tf_keras package
@@ -511,8 +515,7 @@ int tfos__keras_resolve(const char *mode, const char *python, char *const *env, 
         return 0;
     }
     if (!strcmp(mode, "auto")) {
-        const char *set = env_get(env, "TF_USE_LEGACY_KERAS");
-        if (set && *set) /* the user's own choice stands */
+        if (user_chose_keras(env))
             return 0;
         if (has_tf_keras(python, env, probe) == 1)
             *value = "1";

@@ -996,7 +996,8 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
             int st;
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
-                if (!tfos__keras_probe_reaped(&a->keras_probe, r, st) && r == a->child && !a->child_done && !respawn(a, st)) {
+                if (!tfos__keras_probe_reaped(&a->keras_probe, r, st) && r == a->child && !a->child_done &&
+                    !respawn(a, st)) {
                     a->child_done = 1;
                     a->child_status = st;
                     a->done = 1;
