@@ -27,9 +27,9 @@ results out of order) make the benchmark fail, not report.
 Each tfos path is also measured against its ceiling, the plain Spark job
 over the same cached data, run in the same driver before and after the
 cluster (one warm-up run, then two runs before and two after: the median of
-the four). tfos runs each workload three times on one cluster: the first
+the four). tfos runs each workload four times on one cluster: the first
 run, right after run(), also pays for the node programs' start
-(*_first_run_vs_ceiling); the median of the other two is the steady rate,
+(*_first_run_vs_ceiling); the median of the other three is the steady rate,
 against the ceiling (*_vs_ceiling):
 
   spark_rdd_vs_ceiling         train(rdd), nodes counting next_batch(1000)
@@ -57,6 +57,13 @@ against the ceiling (*_vs_ceiling):
                                only): nodes reading next_batch_arrays(1000,
                                copy=False) and answering with the labels'
                                column as one array per batch
+
+Each warm run also follows a run of its plain job on the same cluster:
+*_interleaved_vs_ceiling (and spark_inference*_interleaved_collect_vs_ceiling)
+is, round by round, the median of each warm run's rate over the rate of the
+plain job right before it, then the median over the rounds. The pairs cancel
+the drift between the blocks before and after the cluster (JVM warm-up, the
+machine's speed).
 
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
@@ -230,7 +237,17 @@ def print_ceiling(name, rounds, w, *keys):
     run right after run(), while the node programs start), and the target."""
     print("%s_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys)))
     print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys, rate="rows_per_s")))
+    print_interleaved(name, rounds, w, "interleaved_vs_ceiling")
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
+
+
+def print_interleaved(name, rounds, w, key):
+    """<name>_<key>: the median over the rounds of each round's interleaved
+    ratio (spark_driver.interleaved: warm runs, each against the plain job
+    run right before it)."""
+    xs = [r[w][key] for r in rounds if key in r[w]]
+    if xs:
+        print("%s_%s: %s %s" % (name, key, fmt(med(xs)), spread(xs)))
 
 
 def print_inference_ceiling(name, rounds, w):
@@ -247,6 +264,8 @@ def print_inference_ceiling(name, rounds, w):
     print("%s_collect_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s")))
     print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s",
                                                                   rate="rows_per_s")))
+    print_interleaved(name, rounds, w, "interleaved_vs_ceiling")
+    print_interleaved(name, rounds, w, "interleaved_collect_vs_ceiling")
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
 
 

@@ -304,8 +304,18 @@ def warm_trains():
     """How many more times a workload runs on its cluster after the first
     (tfos only: the first run includes the node programs' start, which the
     warm runs against warm ceilings leave out; the baseline's 30 s feed
-    runs once, as before)."""
-    return 2 if IMPL == "tfos" else 0
+    runs once, as before). Each warm run follows a run of its plain job
+    (interleaved())."""
+    return 3 if IMPL == "tfos" else 0
+
+
+def interleaved(n, seconds, plain_rates):
+    """The median, over the warm runs, of each run's rate over the rate of
+    the plain job run right before it on the same cluster. Pairs cancel
+    what drifts between the blocks of runs before and after the cluster (the
+    JVMs' warm-up, the machine's speed), which moved the block medians'
+    ratio by up to 0.15 from one run of the benchmark to the next."""
+    return statistics.median((n / s) / p for s, p in zip(seconds, plain_rates))
 
 
 def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
@@ -323,8 +333,9 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     w1 = time.time()
     cluster.train(rdd, num_epochs=1)
     t2 = time.monotonic()
-    warm = []
+    warm, paired = [], []
     for _ in range(warm_trains()):
+        paired.append(ceiling())  # the plain job right before each warm run
         tw = time.monotonic()
         cluster.train(rdd, num_epochs=1)
         warm.append(time.monotonic() - tw)
@@ -354,6 +365,8 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
         out["warm_train_s"] = warm
         out["warm_rows_per_s"] = n / statistics.median(warm)
         out["last_row_after_warm_s"] = last - (w1 + t2w - t1)
+        out["interleaved_plain_rows_per_s"] = paired
+        out["interleaved_vs_ceiling"] = interleaved(n, warm, paired)
     log("%s: %d rows in %.2f s: %.0f rows/s (train() returned after %.2f s, last row read after %.2f s; "
         "start %.2f s, shutdown %.2f s; rows per node %s; plain Spark job over the same data: %.0f rows/s)%s"
         % (name, n, feed_s, out["rows_per_s"], out["train_s"], out["consumed_s"], out["start_s"], out["shutdown_s"],
@@ -372,21 +385,24 @@ def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
     t1 = time.monotonic()
     results = cluster.inference(rdd).collect()
     t2 = time.monotonic()
-    # warm runs (tfos): collect() and count() in turn; count() is what the
+    # warm runs (tfos): count() and collect() in turn; count() is what the
     # issue's ceiling, rdd.map(identity).count(), does (no results to the
-    # driver), collect() what rdd.map(label).collect() does
-    warm, warm_count = [], []
+    # driver), collect() what rdd.map(label).collect() does. Each pair
+    # follows the plain pair, in the same order: each count comes after a
+    # collect, as the plain count does.
+    warm, warm_count, paired = [], [], []
     for _ in range(warm_trains()):
-        tw = time.monotonic()
-        again = cluster.inference(rdd).collect()
-        warm.append(time.monotonic() - tw)
-        if again != results:
-            raise RuntimeError(name + ": a warm run returned other results than the first")
+        paired.append(plain_inference_rates(rdd, n))
         tw = time.monotonic()
         counted = cluster.inference(rdd).count()
         warm_count.append(time.monotonic() - tw)
         if counted != n:
             raise RuntimeError(name + ": count() of the results gave %d for %d rows" % (counted, n))
+        tw = time.monotonic()
+        again = cluster.inference(rdd).collect()
+        warm.append(time.monotonic() - tw)
+        if again != results:
+            raise RuntimeError(name + ": a warm run returned other results than the first")
     t2w = time.monotonic()
     cluster.shutdown()
     t3 = time.monotonic()
@@ -412,6 +428,9 @@ def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
         out["warm_rows_per_s"] = n / statistics.median(warm)
         out["warm_count_s"] = warm_count
         out["warm_count_rows_per_s"] = n / statistics.median(warm_count)
+        out["interleaved_plain_rows_per_s"] = paired
+        out["interleaved_vs_ceiling"] = interleaved(n, warm_count, [p[0] for p in paired])
+        out["interleaved_collect_vs_ceiling"] = interleaved(n, warm, [p[1] for p in paired])
     log(name + ": %d rows in %.2f s: %.0f rows/s (start %.2f s, shutdown %.2f s; plain Spark jobs over the same "
         "RDD: map+count %.0f rows/s, map+collect %.0f rows/s)%s"
         % (n, out["inference_s"], out["rows_per_s"], out["start_s"], out["shutdown_s"], ceilings[0], ceilings[1],
