@@ -62,10 +62,10 @@
 
 /* The hot window: a producer past this many bytes of the buffer (or past three
  * records of the size it writes, if that is more) starts its next record at
- * offset 0 again, as long as that window is at most twice this and half the
- * ring. Records then cycle through a part of the ring that stays in the CPU's
- * last-level cache: a 64 MiB ring otherwise sends every byte to DRAM and back.
- * Records too large for it (over 5.3 MiB) still use the whole ring. A
+ * offset 0 again, as long as that window is at most four times this and half
+ * the ring. Records then cycle through a part of the ring that stays in the
+ * CPU's last-level cache: a 64 MiB ring otherwise sends every byte to DRAM and
+ * back. Records too large for it (over 10.7 MiB) still use the whole ring. A
  * producer's environment can set it: TFOS_RING_HOT_MB=N (0: the whole ring). */
 #define TFOS_RING_HOT_BYTES ((uint64_t)8 << 20)
 #define TFOS_RING_MIN_CAPACITY ((size_t)4096)

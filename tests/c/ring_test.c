@@ -263,7 +263,7 @@ static uint64_t data_off(tfos__ring *c, const tfos__ring_rec *rec)
  * largest data offset a record started at (each checked byte for byte). */
 static uint64_t cycle(tfos__ring *p, tfos__ring *c, size_t len, int n, uint32_t seed)
 {
-    static uint8_t buf[7 << 20];
+    static uint8_t buf[11 << 20];
     uint64_t top = 0;
     for (int i = 0; i < n; i++) {
         fill(buf, len, seed + (uint32_t)i);
@@ -323,9 +323,13 @@ static void test_hot_window(void)
     /* 4 MiB ones: the window is three of them (12 MiB) */
     uint64_t top = cycle(p, c, 4 * MiB, 8, 2);
     CHECK(top >= 8 * MiB && top < 12 * MiB);
-    /* 6 MiB ones: three would take 18 MiB, more than twice the window: the
-     * whole ring, as without one */
-    CHECK(cycle(p, c, 6 * MiB, 12, 3) >= 48 * MiB);
+    /* 10 MiB ones: three of them (30 MiB), up to four times the least
+     * window and half the ring */
+    top = cycle(p, c, 10 * MiB, 12, 3);
+    CHECK(top >= 20 * MiB && top < 30 * MiB);
+    /* 11 MiB ones: three would take 33 MiB, more than four times the least
+     * window (and half the ring): the whole ring, as without one */
+    CHECK(cycle(p, c, 11 * MiB, 12, 6) >= 44 * MiB);
 
     tfos__ring_close(p);
 
