@@ -326,10 +326,13 @@ static void on_meter(tfos__loop *loop, tfos__timer *t, void *user)
     tfos__feed_meter_taken_from(&l->meter, l->coord);
     if (!l->feed || tfos__feedrun_done(l->feed)) {
         tfos__feed_meter_update(&l->meter, NULL, now);
-        /* the feed is written, the trainers still read: say how far they are */
+        /* the feed is written, the trainers still read: say how far they are,
+         * from counts their agents sent after the last rows were written (a
+         * count from before could say 0 of a feed already read) */
         const tfos__feed_meter *m = &l->meter;
         if (m->active && !strcmp(m->state, "done") && m->rows_counted && m->taken_known && !l->opts.quiet &&
-            tfos__feed_meter_consumed(m) < m->total.rows && now - l->consumed_line_at >= 5000) {
+            m->reported_in >= m->total.rows && tfos__feed_meter_consumed(m) < m->total.rows &&
+            now - l->consumed_line_at >= 5000) {
             char line[512];
             tfos__feed_meter_line(m, 0, line, sizeof line);
             TFOS_INFO("%s", line);

@@ -52,6 +52,7 @@ int tfos__feed_meter_start(tfos__feed_meter *m, const tfos__feed_progress *p, co
     add_counts(&m->base, &m->total); /* an earlier attempt's feed */
     memset(&m->total, 0, sizeof m->total);
     m->taken_at_start = m->taken;
+    m->reported_in = 0; /* a new cluster's agents have not reported yet */
     m->rows_per_s = m->bytes_per_s = m->read_per_s = 0;
     m->input_bytes = m->input_bytes_read = m->rows_expected = m->partitions_expected = 0;
     memset(m->snap_read, 0, sizeof m->snap_read); /* read counts restart with the attempt */
@@ -130,15 +131,17 @@ void tfos__feed_meter_taken_from(tfos__feed_meter *m, const tfos_coord *c)
 {
     if (!c)
         return;
-    uint64_t sum = 0;
+    uint64_t sum = 0, in = 0;
     int any = 0;
     for (int i = 0, n = tfos_coord_node_count(c); i < n; i++) {
         tfos_node_info ni;
         if (tfos_coord_node(c, i, &ni) == 0 && ni.has_feed) {
             sum += ni.rows_out;
+            in += ni.rows_in;
             any = 1;
         }
     }
+    m->reported_in = in;
     if (any)
         tfos__feed_meter_taken(m, sum);
 }

@@ -54,6 +54,9 @@ typedef struct tfos__feed_meter {
      * in this run, at the start of the current feed, and the rate */
     int taken_known;
     uint64_t taken, taken_base, taken_last, taken_at_start;
+    /* rows written into this cluster's rings, as its agents last said: behind
+     * the feed's own count until they report after its end */
+    uint64_t reported_in;
     double taken_per_s;
     uint64_t snap_taken[TFOS__FEED_RATE_WINDOW + 1];
     int64_t t0_ms, feed_t0_ms, feed_t1_ms, node_since_ms, next_sample_ms;

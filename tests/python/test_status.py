@@ -483,8 +483,10 @@ def test_page_shows_consumed_rows_and_who_waits_against_a_slow_consumer(tmp_path
     The page is rendered in headless Chromium (and a screenshot taken)."""
     import numpy as np
     # 256-byte rows, 12.8 MB a node: 12 times its 1 MiB ring, so the feeder
-    # waits on the trainers for seconds; the trainers slow down for the last
-    # 10000 rows, read after the feed is written
+    # waits on the trainers for seconds; the trainers slow down for their last
+    # 5000 rows (0.1 s a batch), whose last 4000 or so are read after the feed
+    # is written: the console's line waits for their agents' first report
+    # after that (within a heartbeat), so they must still be reading then
     rows = 100000
     data = tmp_path / marker / "x.npy"
     data.parent.mkdir()
@@ -493,7 +495,7 @@ def test_page_shows_consumed_rows_and_who_waits_against_a_slow_consumer(tmp_path
     logs = tmp_path / "logs"
     proc = subprocess.Popen([tfos_cli(), "run", "--workers", "2", "--feed-mb", "1", "--batch-rows", "100",
                              "--log-dir", str(logs), "--input", str(data), "--", PY, "-c", REPORTING_READER, "0.02",
-                             "400", "0.05", str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "450", "0.1", str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = status_url(proc)
 
@@ -571,6 +573,40 @@ def test_page_shows_consumed_rows_and_who_waits_against_a_slow_consumer(tmp_path
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# Sleeps `wait` s, reads its whole feed at once, then sleeps `wait` s more.
+LATE_FAST_READER = ("import sys, time\n"
+                    "from tfos import TFNode\n"
+                    "ctx = TFNode.get_context()\n"
+                    "wait = float(sys.argv[1])\n"
+                    "time.sleep(wait)\n"
+                    "feed = TFNode.DataFeed(ctx.mgr)\n"
+                    "rows = 0\n"
+                    "while not feed.should_stop():\n"
+                    "    rows += len(feed.next_batch(1000))\n"
+                    "print('node %s:%d took %d rows' % (ctx.job_name, ctx.task_index, rows), flush=True)\n"
+                    "time.sleep(wait)\n")
+
+
+def test_console_does_not_report_a_count_from_before_the_feed_ended(tmp_path, marker):
+    """A trainer that starts reading late and then reads its whole feed in a
+    moment: the feed ends right after the last heartbeat said it had taken
+    nothing. The console's "the trainers have consumed" line waits for the
+    agents' first count after the feed's end (which has every row taken), so
+    it is not printed; it used to say "consumed 0 (0%)" of a feed already
+    read."""
+    import numpy as np
+    rows = 20000  # 5 MB of 256-byte rows: 5 times the 1 MiB ring
+    data = tmp_path / marker / "x.npy"
+    data.parent.mkdir()
+    np.save(data, np.arange(rows * 64, dtype=np.float32).reshape(rows, 64))
+    res = run_tfos(["run", "--workers", "1", "--feed-mb", "1", "--batch-rows", "100", "--log-dir",
+                    str(tmp_path / "logs"), "--input", str(data), "--", PY, "-c", LATE_FAST_READER, "2.5"], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "node worker:0 took %d rows" % rows in res.stdout, res.stdout
+    assert "tfos: fed %d rows" % rows in res.stderr, res.stderr
+    assert "the trainers have consumed" not in res.stderr, res.stderr
 
 
 def test_page_shows_a_trainer_waiting_on_data(tmp_path, marker):
