@@ -42,6 +42,12 @@
 #define TFOS_DEFAULT_RESULT_MB 16
 /* `tfos run --input`: rows per feed record and per partition. */
 #define TFOS_DEFAULT_BATCH_ROWS 1024
+/* Without --batch-rows, a record of a format whose row sizes are known before
+ * reading (.npy) takes at most this many bytes (and at least one row): 1024
+ * rows of 150 KiB tensors made 150 MB records, which went round a 512 MiB
+ * ring through DRAM at 0.29 of memcpy; records of 1-2 MiB cycle through the
+ * cache (docs/FEED.md). FeedClient.feed_arrays sizes its records the same. */
+#define TFOS_AUTO_RECORD_BYTES ((size_t)2 << 20)
 #define TFOS_DEFAULT_PARTITION_ROWS 10000
 /* Bounded waits of the small coordinator clients (status query, abort), ms. */
 #define TFOS_DEFAULT_CLIENT_TIMEOUT_MS 10000

@@ -421,7 +421,7 @@ typedef struct tfos_run_opts {
     int csv_header;             /* 1 yes, 0 no, -1 detect */
     int csv_delimiter;          /* CSV field separator byte; 0: ',' (a first line holding ';' or a tab is refused) */
     int epochs;                 /* times every file is fed; 0: 1 */
-    int batch_rows;             /* rows per feed record; 0: 1024 */
+    int batch_rows;             /* rows per feed record; 0: 1024, and for .npy no more than fit in 2 MiB */
     long long partition_rows;   /* rows per partition; 0: 10000 */
     /* restarts: when a node fails, every node is stopped and the cluster is
      * formed again (fresh TF_CONFIG, TFOS_ATTEMPT + 1) up to max_restarts

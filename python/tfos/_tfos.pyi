@@ -63,6 +63,7 @@ class _Defaults(TypedDict):
     feed_mb: int
     result_mb: int
     batch_rows: int
+    record_bytes: int
     partition_rows: int
     client_timeout_ms: int
     heartbeat_interval_ms: int

@@ -860,7 +860,9 @@ class FeedClient(object):
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
         """Write whole numpy columns (a dict name -> array, or a sequence of
         arrays, all with the same first dimension) as one partition, in
-        batches of ``batch_rows`` rows, with no per-row Python work."""
+        batches of ``batch_rows`` rows, with no per-row Python work (default:
+        as many rows as fit in 2 MiB, at least one: records that go round
+        the ring's part in the processor's cache, docs/FEED.md)."""
         np = _np()
         if isinstance(columns, dict):
             names, columns = list(columns.keys()), list(columns.values())
@@ -871,7 +873,8 @@ class FeedClient(object):
             if len(c) != n:
                 raise ValueError("feed_arrays: columns have different lengths (%d and %d rows)" % (n, len(c)))
         row_bytes = sum(c[:1].nbytes for c in columns) or 1
-        step = batch_rows or max(1, min(n, (self.input.max_record // 2) // row_bytes))
+        cap = min(_tfos.DEFAULTS["record_bytes"], self.input.max_record // 2)
+        step = batch_rows or max(1, min(n, cap // row_bytes))
         with self._partition(partition_id, timeout) as t:
             for lo in range(0, n, step):
                 self.input.write_columns(TAG_COLUMNS, list(zip(names, [c[lo:lo + step] for c in columns])), t)

@@ -249,7 +249,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
                 /* a batch that is fed (not dropped or skipped) of a format
                  * that can is read straight into the ring (fill_rec) */
                 int direct = !drop && !skipping;
-                if (direct && (rc = tfos__input_next_size(in, want, &nb, &len, &first)) == TFOS_EINVAL)
+                if (direct && (rc = tfos__input_next_size_capped(in, want, o->record_bytes, &nb, &len, &first)) ==
+                                  TFOS_EINVAL)
                     direct = 0;
                 if (!direct) {
                     rc = tfos__input_next(in, want, &batch, &len, &first, err, errlen);

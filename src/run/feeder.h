@@ -65,6 +65,8 @@ typedef struct tfos__feeder_opts {
     int csv_delimiter;   /* the CSV field separator; 0: ',' */
     int epochs;          /* >= 1 */
     uint32_t batch_rows; /* rows per record */
+    size_t record_bytes; /* and, for a format that knows its rows' sizes before reading them (.npy), no more
+                          * bytes than this per record (at least one row); 0: batch_rows rows */
     uint64_t partition_rows;
     _Atomic int *stop;   /* set by the launcher (another thread) to abandon the feed */
     tfos__feed_progress *progress; /* NULL: no live progress */

@@ -225,6 +225,7 @@ int tfos__feedrun_start(tfos__feedrun **out, const tfos__feedrun_opts *o, char *
         .csv_delimiter = r->csv_delimiter,
         .epochs = r->epochs > 0 ? r->epochs : 1,
         .batch_rows = (uint32_t)(r->batch_rows > 0 ? r->batch_rows : TFOS_DEFAULT_BATCH_ROWS),
+        .record_bytes = r->batch_rows > 0 ? 0 : TFOS_AUTO_RECORD_BYTES,
         .partition_rows = (uint64_t)(r->partition_rows > 0 ? r->partition_rows : TFOS_DEFAULT_PARTITION_ROWS),
         .stop = &f->stop, .progress = &f->progress, .resume = o->resume};
     int rc = tfos__feed_progress_init(&f->progress, f->nfeed);

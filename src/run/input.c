@@ -321,6 +321,16 @@ void tfos__input_close(tfos__input *in)
     free(in);
 }
 
+int tfos__input_next_size_capped(tfos__input *in, uint32_t max_rows, size_t cap, uint32_t *nrows, size_t *len,
+                                 uint64_t *first_row)
+{
+    int rc = tfos__input_next_size(in, max_rows, nrows, len, first_row);
+    if (rc || !cap || *len <= cap || *nrows <= 1)
+        return rc;
+    uint64_t fit = (uint64_t)*nrows * cap / *len; /* len also holds the batch's header: fit rows take < cap */
+    return tfos__input_next_size(in, fit ? (uint32_t)fit : 1, nrows, len, first_row);
+}
+
 int tfos__input_ring_mb(char *const *paths, int npaths, int format, uint32_t batch_rows)
 {
     uint64_t rec = 0;
@@ -338,7 +348,9 @@ int tfos__input_ring_mb(char *const *paths, int npaths, int format, uint32_t bat
         uint32_t n;
         size_t len = 0;
         uint64_t first;
-        int rc = tfos__input_next_size(in, batch_rows ? batch_rows : TFOS_DEFAULT_BATCH_ROWS, &n, &len, &first);
+        int rc = batch_rows ? tfos__input_next_size(in, batch_rows, &n, &len, &first)
+                            : tfos__input_next_size_capped(in, TFOS_DEFAULT_BATCH_ROWS, TFOS_AUTO_RECORD_BYTES, &n,
+                                                           &len, &first);
         tfos__input_close(in);
         if (rc && rc != TFOS_EEND)
             return 0;

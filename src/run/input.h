@@ -104,6 +104,10 @@ int tfos__input_next(tfos__input *in, uint32_t max_rows, const void **batch, siz
  * batch into buf (len bytes), the rows read from the file straight into it:
  * one copy where tfos__input_next makes two. Errors as tfos__input_next. */
 int tfos__input_next_size(tfos__input *in, uint32_t max_rows, uint32_t *nrows, size_t *len, uint64_t *first_row);
+/* The same, with the batch cut to what fits in cap bytes (at least one row;
+ * cap 0: no cap). */
+int tfos__input_next_size_capped(tfos__input *in, uint32_t max_rows, size_t cap, uint32_t *nrows, size_t *len,
+                                 uint64_t *first_row);
 int tfos__input_fill(tfos__input *in, uint32_t nrows, void *buf, size_t len, char *err, size_t errlen);
 
 /* How far reading has got, for progress reports: *read gets the bytes of the

@@ -492,3 +492,26 @@ def test_arrays_as_views_into_the_ring_held_until_the_next_read():
     assert df.should_stop()
     mgr.close()
     assert float(a.sum()) == float(data[0].sum())  # a second mapping of its own: still readable
+
+
+def test_feed_arrays_records_take_at_most_2_mib_unless_batch_rows_says():
+    """FeedClient.feed_arrays without batch_rows: as many rows a record as
+    fit in 2 MiB (_tfos.DEFAULTS["record_bytes"]), so that the records go
+    round the part of the ring in the cache; batch_rows is kept as given."""
+    assert t.DEFAULTS["record_bytes"] == 2 << 20
+    xs = np.arange(50 * 25600, dtype=np.float32).reshape(50, 25600)  # 100 KiB rows: 20 to a record
+    ys = np.arange(50, dtype=np.int64)
+    for batch_rows, sizes in ((None, [20, 20, 10]), (50, [50])):
+        fd = t.ring_create(1 << 24)
+        client = feed.FeedClient.__new__(feed.FeedClient)  # a producer on a ring of our own, no cluster
+        client.input, client.timeout_ms = t.Ring(fd, t.ROLE_PRODUCER), 10000
+        client.feed_arrays({"x": xs, "y": ys}, 1, batch_rows=batch_rows)
+        reader = t.Ring(fd, t.ROLE_CONSUMER)
+        got = [feed._decode_columns(bytes(data))[2] for tag, _, data in reader.read(1000, 64)
+               if tag == feed.TAG_COLUMNS]
+        assert [len(cols[1]) for cols in got] == sizes
+        assert np.array_equal(np.concatenate([cols[0] for cols in got]), xs)
+        assert np.array_equal(np.concatenate([cols[1] for cols in got]), ys)
+        reader.close()
+        client.input.close()
+        os.close(fd)

@@ -120,9 +120,11 @@ def test_c_program_reads_the_feed(tmp_path, marker):
 
 
 def test_npy_input_ring_is_sized_for_its_records(tmp_path, marker):
-    """Without --feed-mb, a .npy input gets a ring of 8 records (at least 4
-    MiB), grown past the 64 MiB default only as far as one record needs; an
-    explicit --feed-mb is kept, and a record too big for it is refused."""
+    """Without --batch-rows, .npy records take 1024 rows or 2 MiB, whichever
+    is less (at least one row); without --feed-mb, a .npy input gets a ring
+    of 8 records (at least 4 MiB), grown past the 64 MiB default only as far
+    as one record needs; an explicit --feed-mb is kept, and a record too big
+    for it is refused."""
     feed_sum = os.path.join(ROOT, "build", "feed_sum")
     small = tmp_path / marker / "small.npy"
     small.parent.mkdir()
@@ -138,11 +140,25 @@ def test_npy_input_ring_is_sized_for_its_records(tmp_path, marker):
     assert r.returncode == 0, r.stderr
     assert "input ring: 4 MiB per node" in r.stderr
     assert "[worker:0] rows 6000 batches 6 sum 18000.0 aborted 0" in r.stdout
-    r = run(big)
+    r = run(big)  # records of one 1 MiB row: two and their header would pass 2 MiB
+    assert r.returncode == 0, r.stderr
+    assert "input ring: 16 MiB per node" in r.stderr
+    assert "[worker:0] rows 40 batches 40 sum 10485760.0 aborted 0" in r.stdout
+    mid = tmp_path / "mid.npy"
+    np.save(mid, np.ones((100, 64, 64), dtype=np.float32))  # 16 KiB rows: 127 to a record of 2 MiB
+    r = run(mid)
+    assert r.returncode == 0, r.stderr
+    assert "input ring: 16 MiB per node" in r.stderr
+    assert "[worker:0] rows 100 batches 1 sum 409600.0 aborted 0" in r.stdout
+    np.save(mid, np.ones((300, 64, 64), dtype=np.float32))
+    r = run(mid)
+    assert r.returncode == 0, r.stderr
+    assert "[worker:0] rows 300 batches 3 sum 1228800.0 aborted 0" in r.stdout  # 127 + 127 + 46
+    r = run(big, "--batch-rows", "40")  # as asked: one record of 40 MiB
     assert r.returncode == 0, r.stderr
     assert "input ring: 128 MiB per node" in r.stderr
     assert "[worker:0] rows 40 batches 1 sum 10485760.0 aborted 0" in r.stdout
-    r = run(big, "--feed-mb", "64")
+    r = run(big, "--batch-rows", "40", "--feed-mb", "64")
     assert r.returncode != 0
     assert "input ring:" not in r.stderr
     assert "does not fit worker:0's feed ring" in r.stderr and "--feed-mb" in r.stderr
