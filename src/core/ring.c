@@ -384,10 +384,11 @@ static int room(tfos__ring *r, size_t len, const deadline *dl)
     /* The hot window: past r->hot bytes, or three records of this size if
      * that is more, the record starts again at offset 0 (the rest of the
      * buffer is one PAD record), as long as the window is at most four times
-     * r->hot and half the ring. The records then cycle through its first
-     * MiB, which stay in the cache, instead of through all of it. A consumer
-     * reads a record about two records after it was written: a window of
-     * three 10 MB records still pays in a 32 MiB cache (docs/FEED.md). */
+     * r->hot and half the ring. The records then cycle through the first
+     * few MiB of it, which stay in the cache, instead of through all of it.
+     * A consumer reads a record about two records after it was written: a
+     * window of three 10 MB records still pays in a 32 MiB cache
+     * (docs/FEED.md). */
     uint64_t window = 3 * total > r->hot ? 3 * total : r->hot;
     if (!pad && off >= window && window <= 4 * r->hot && window <= r->cap / 2)
         pad = r->cap - off;
