@@ -1,4 +1,4 @@
-/* jsonl_read.c: how fast the JSON-lines reader (src/run/input*.c) turns a
+/* jsonl_read.c: how fast the JSON-lines reader (src/feed/input*.c) turns a
  * file into columnar batches, through the same calls the feeder makes
  * (tfos__input_open / tfos__input_next).
  *
@@ -10,7 +10,7 @@
  * run's rows/s and MB/s (MB = 10^6 bytes of the file). The files are
  * removed at the end. Not a test: nothing is asserted but that the reads
  * succeed. */
-#include "run/input.h"
+#include "feed/input.h"
 #include "tfos/tfos.h"
 
 #include <stdio.h>

@@ -367,7 +367,7 @@ class hold_stop(object):
         return False
 
 
-POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (run/position.h)
+POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (feed/position.h)
 
 
 def save_position(partitions, checkpoint_dir=None, partial=None):
@@ -407,7 +407,7 @@ def read_positions(checkpoint_dir, since=0.0):
     rows were taken (the attempts' counts add up: each attempt was fed the
     partition from where the earlier ones stopped); from files written at or
     after ``since`` (seconds since the epoch). None when there are none. The
-    reader is libtfos's (run/position.c), the one ``tfos run`` uses."""
+    reader is libtfos's (feed/position.c), the one ``tfos run`` uses."""
     if not checkpoint_dir:
         return None
     return _tfos.read_positions(checkpoint_dir, float(since))

@@ -15,7 +15,7 @@ launcher) and says who it is with the cluster secret and the models'
 signatures; then it runs the batches the front end sends, one at a time,
 and sends their outputs back. The front end (C, in the launcher) does the
 HTTP, the Open Inference Protocol, the checks against the signatures and
-the batching; see src/run/serve.h for the frames.
+the batching; see src/serve/serve.h for the frames.
 
 A model is a TensorFlow SavedModel and its ``serving_default`` signature
 (what ``model.export(dir)`` and ``tfos.compat.export_saved_model`` write),

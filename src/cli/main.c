@@ -18,11 +18,11 @@
 #include "core/auth.h"
 #include "core/loop.h"
 #include "core/spec.h"
+#include "feed/input.h"
 #include "platform/clock.h"
 #include "platform/fs.h"
 #include "roles/coord.h"
 #include "roles/guard.h"
-#include "run/input.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  *
  * It is tfos run with the model servers as the nodes (each runs
  * `python -m tfos.serve --model NAME=DIR ...`, supervised by its agent and
- * restarted by the restart policy) and the front end (run/serve.c) on the
+ * restarted by the restart policy) and the front end (serve/serve.c) on the
  * status page's port. */
 #include "cli/cli.h"
 #include "tfos/tfos.h"

@@ -1,8 +1,8 @@
 /* feedsock.c: the feed socket handshake on both sides. */
 #include "core/feedsock.h"
 #include <stdlib.h>
-#include "core/loop.h"
 #include "core/log.h"
+#include "core/loop.h"
 
 #include "core/auth.h"
 #include "core/ring.h"

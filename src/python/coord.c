@@ -13,9 +13,9 @@
 #include "core/loop.h"
 #include "platform/clock.h"
 #include "roles/coord.h"
-#include "run/http.h"
-#include "run/status.h"
 #include "tfos/tfos.h"
+#include "web/http.h"
+#include "web/status.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -13,9 +13,9 @@
 #include "core/feedsock.h"
 #include "core/ring.h"
 #include "core/spec.h"
-#include "platform/proc.h"
-#include "run/position.h"
 #include "encode.h"
+#include "feed/position.h"
+#include "platform/proc.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -442,7 +442,7 @@ static PyObject *mod_checkpoint_progress(PyObject *Py_UNUSED(m), PyObject *arg)
 }
 
 /* read_positions(checkpoint_dir, since=0.0) -> None or (whole, partial):
- * run/position.c's reader, the one the launcher uses, for TFCluster. */
+ * feed/position.c's reader, the one the launcher uses, for TFCluster. */
 static PyObject *mod_read_positions(PyObject *Py_UNUSED(m), PyObject *args)
 {
     const char *dir;

@@ -7,8 +7,8 @@
  * mutation fuzz of each parser. */
 #include "check.h"
 #include "core/batch.h"
+#include "feed/input.h"
 #include "platform/fs.h"
-#include "run/input.h"
 #include "tfos/tfos.h"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* logbuf_test.c: the forwarded-lines buffer behind /logs/stream (tfos yarn). */
 #include "check.h"
-#include "run/logbuf.h"
+#include "web/logbuf.h"
 
 static void numbered_and_bounded(void)
 {

@@ -1,6 +1,6 @@
 /* oip_test.c: the Open Inference Protocol request reader and the float
- * writer of tfos serve's front end (src/run/oip.c). */
-#include "run/oip.h"
+ * writer of tfos serve's front end (src/serve/oip.c). */
+#include "serve/oip.h"
 
 #include "core/batch.h"
 

@@ -13,7 +13,7 @@
  * own name, and gets 421); with a token (required when listening beyond
  * loopback), only requests carrying it, as `Authorization: Bearer TOKEN` or
  * `?token=TOKEN`. */
-#include "run/http.h"
+#include "web/http.h"
 
 #include "platform/clock.h"
 #include "platform/net.h"

@@ -3,8 +3,8 @@
  * this file only walks the parsed row, types the columns from the first row
  * and appends the values to a batch builder (core/batchbuild.h). */
 #include "core/log.h"
-#include "run/input.h"
-#include "run/input_ops.h"
+#include "feed/input.h"
+#include "feed/input_ops.h"
 #include "tfos/tfos.h"
 
 #include <jansson.h>

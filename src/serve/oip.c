@@ -6,7 +6,7 @@
  * grammar; a float with at most 15 significant digits and a power of ten
  * up to 22 is exact as m * 10^e (Clinger's fast path), others go through
  * strtod; FP32 values are the double rounded to float. */
-#include "run/oip.h"
+#include "serve/oip.h"
 
 #include "core/batch.h"
 

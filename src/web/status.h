@@ -3,9 +3,9 @@
  * for the files that include only this header). */
 #ifndef TFOS_RUN_STATUS_H
 #define TFOS_RUN_STATUS_H
-#include "run/logbuf.h"
-#include "run/meter.h"
+#include "feed/meter.h"
 #include "tfos/tfos.h"
+#include "web/logbuf.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* logbuf.c: see logbuf.h. One thread (the launcher's loop) adds and reads. */
-#include "run/logbuf.h"
+#include "web/logbuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

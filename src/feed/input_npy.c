@@ -11,9 +11,9 @@
  * short read would be, not a SIGBUS (tfos__map_copy). */
 #include "core/batch.h"
 #include "core/log.h"
+#include "feed/input.h"
+#include "feed/input_ops.h"
 #include "platform/fs.h"
-#include "run/input.h"
-#include "run/input_ops.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * timer fires when the oldest waiting request's delay is up or a request's
  * deadline passes. Every request is in exactly one place: a model's queue,
  * a batch in flight (on one server), or answered (freed). */
-#include "run/serve.h"
+#include "serve/serve.h"
 
 #include "core/auth.h"
 #include "core/batch.h"
@@ -13,7 +13,7 @@
 #include "core/log.h"
 #include "platform/clock.h"
 #include "platform/net.h"
-#include "run/oip.h"
+#include "serve/oip.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -5,8 +5,8 @@
  * decides whether the first is a header, and gives a type to a column whose
  * first value is empty. */
 #include "core/log.h"
-#include "run/input.h"
-#include "run/input_ops.h"
+#include "feed/input.h"
+#include "feed/input_ops.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  *
  * The launcher owns one event loop and registers everything with it: the
  * coordinator of the current attempt, the status page's HTTP server, a pidfd
- * per agent process, the feed (run/feedrun.c) and a one-second timer for the
+ * per agent process, the feed (feed/feedrun.c) and a one-second timer for the
  * meter. It sleeps until one of them has something to say.
  *
  * It starts one agent process (`tfos node …`) per node. Agents get
@@ -18,17 +18,17 @@
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/spec.h"
+#include "feed/feedrun.h"
+#include "feed/input.h"
+#include "feed/position.h"
 #include "platform/clock.h"
 #include "platform/fs.h"
 #include "platform/proc.h"
 #include "roles/coord.h"
-#include "run/feedrun.h"
-#include "run/http.h"
-#include "run/input.h"
-#include "run/position.h"
-#include "run/serve.h"
-#include "run/status.h"
+#include "serve/serve.h"
 #include "tfos/tfos.h"
+#include "web/http.h"
+#include "web/status.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* position.c: reading saved feed positions (see position.h). */
-#include "run/position.h"
+#include "feed/position.h"
 
 #include "core/log.h"
 #include "platform/fs.h"

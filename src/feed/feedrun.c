@@ -1,10 +1,10 @@
 /* feedrun.c: one attempt's file feed (see feedrun.h). */
-#include "run/feedrun.h"
+#include "feed/feedrun.h"
 
 #include "core/log.h"
+#include "feed/feeder.h"
 #include "platform/clock.h"
 #include "platform/proc.h"
-#include "run/feeder.h"
 
 #include <errno.h>
 #include <pthread.h>

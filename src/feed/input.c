@@ -3,10 +3,10 @@
  * input_npy.c, behind struct tfos__input_ops) and keeps what every format
  * shares: opening the file, reading it in bounded waits, its size for
  * progress, the index of the next row, and the end of input. */
-#include "run/input.h"
+#include "feed/input.h"
 
 #include "core/log.h"
-#include "run/input_ops.h"
+#include "feed/input_ops.h"
 #include "tfos/defaults.h"
 #include "tfos/tfos.h"
 

@@ -13,7 +13,7 @@
  * local logs there, and a feed counted by the driver (tfos__feed_meter_set).
  * The feed figures come from the feed meter (meter.c), read without locks:
  * the handler runs on the thread that updates the meter. */
-#include "run/status.h"
+#include "web/status.h"
 
 #include "core/json.h"
 #include "platform/clock.h"

@@ -6,7 +6,7 @@
 #ifndef TFOS_RUN_INPUT_OPS_H
 #define TFOS_RUN_INPUT_OPS_H
 #include "core/batchbuild.h"
-#include "run/input.h"
+#include "feed/input.h"
 
 #include <stddef.h>
 #include <stdint.h>

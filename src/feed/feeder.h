@@ -70,7 +70,7 @@ typedef struct tfos__feeder_opts {
     uint64_t partition_rows;
     _Atomic int *stop;   /* set by the launcher (another thread) to abandon the feed */
     tfos__feed_progress *progress; /* NULL: no live progress */
-    /* Where a restarted feed resumes (run/position.h): partitions recorded
+    /* Where a restarted feed resumes (feed/position.h): partitions recorded
      * whole are read and not fed, of those recorded in part the first rows
      * are not fed; NULL: feed everything. Borrowed. */
     const struct tfos__position *resume;

@@ -1,5 +1,5 @@
 /* http.h: a small HTTP/1.1 server on the program's event loop, for the
- * status page and the model server (run/serve.h).
+ * status page and the model server (serve/serve.h).
  *
  * Registered with the program's event loop (core/loop.h): it reads requests
  * and writes responses only when their sockets are ready, so a slow or

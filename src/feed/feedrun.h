@@ -11,7 +11,7 @@
 #ifndef TFOS_RUN_FEEDRUN_H
 #define TFOS_RUN_FEEDRUN_H
 #include "core/loop.h"
-#include "run/meter.h"
+#include "feed/meter.h"
 #include "tfos/tfos.h"
 
 #include <stddef.h>
@@ -26,7 +26,7 @@ typedef struct tfos__feedrun_opts {
     const char *python;         /* its interpreter */
     tfos__feed_meter *meter;    /* the launcher's (it outlives the feed) */
     tfos__loop *loop;
-    const struct tfos__position *resume; /* where a restarted feed resumes (run/position.h); NULL: from the start */
+    const struct tfos__position *resume; /* where a restarted feed resumes (feed/position.h); NULL: from the start */
     /* The feed ended by itself: failed (0/1) and, when failed, why. Called
      * from the loop. Not called after tfos__feedrun_close. */
     void (*on_end)(void *user, int failed, const char *reason);

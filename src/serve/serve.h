@@ -31,9 +31,9 @@
 #ifndef TFOS_RUN_SERVE_H
 #define TFOS_RUN_SERVE_H
 #include "core/loop.h"
-#include "run/http.h"
-#include "run/status.h"
 #include "tfos/tfos.h"
+#include "web/http.h"
+#include "web/status.h"
 
 #include <stdio.h>
 

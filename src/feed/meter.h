@@ -1,10 +1,10 @@
 /* meter.h: the feed meter of a `tfos run`: counts, rates over the last
  * seconds, a history for the chart and an ETA, from the feeder's live
- * counters (run/feeder.h) or from totals counted elsewhere (Spark's driver).
+ * counters (feed/feeder.h) or from totals counted elsewhere (Spark's driver).
  * The status endpoints (status.h) and the console progress line read it. */
 #ifndef TFOS_RUN_METER_H
 #define TFOS_RUN_METER_H
-#include "run/feeder.h"
+#include "feed/feeder.h"
 #include "tfos/tfos.h"
 
 #include <stddef.h>

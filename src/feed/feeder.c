@@ -1,11 +1,11 @@
 /* feeder.c: files -> partitions -> the nodes' input rings. */
-#include "run/feeder.h"
-#include "run/position.h"
+#include "feed/feeder.h"
+#include "feed/position.h"
 
 #include "core/feedsock.h"
-#include "core/ring.h"
-#include "run/input.h"
 #include "core/log.h"
+#include "core/ring.h"
+#include "feed/input.h"
 #include "tfos/tfos.h"
 
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * loop reads the feeder's live counters into it (tfos__feed_meter_update)
  * and the status endpoints (status.c) read it; everything runs on that one
  * thread, so neither side takes a lock. */
-#include "run/meter.h"
+#include "feed/meter.h"
 
 #include "platform/clock.h"
 #include "tfos/tfos.h"
