@@ -71,6 +71,9 @@ class _Defaults(TypedDict):
 #: include/tfos/defaults.h
 DEFAULTS: Final[_Defaults]
 
+#: the one dtype table (src/core/batch.c): (code, numpy dtype string, OIP name, item size)
+DTYPES: Final[tuple[tuple[int, str, str, int], ...]]
+
 class FeedError(RuntimeError): ...
 class FeedClosed(FeedError): ...
 class FeedEnded(FeedError): ...

@@ -6,14 +6,18 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The one table of element types: every other place (tfos serve's OIP
+ * names, the Python extension's DTYPES, hence tfos.feed and tfos.serve)
+ * reads it through the functions below. */
 static const struct {
     size_t size;
-    const char *numpy;
+    const char *numpy; /* numpy's dtype string */
+    const char *oip;   /* the Open Inference Protocol's datatype */
 } dtypes[TFOS_DT_MAX_ + 1] = {
-    [TFOS_DT_BOOL] = {1, "|b1"}, [TFOS_DT_I8] = {1, "|i1"},  [TFOS_DT_I16] = {2, "<i2"},
-    [TFOS_DT_I32] = {4, "<i4"},  [TFOS_DT_I64] = {8, "<i8"}, [TFOS_DT_U8] = {1, "|u1"},
-    [TFOS_DT_U16] = {2, "<u2"},  [TFOS_DT_U32] = {4, "<u4"}, [TFOS_DT_U64] = {8, "<u8"},
-    [TFOS_DT_F32] = {4, "<f4"},  [TFOS_DT_F64] = {8, "<f8"},
+    [TFOS_DT_BOOL] = {1, "|b1", "BOOL"},  [TFOS_DT_I8] = {1, "|i1", "INT8"},    [TFOS_DT_I16] = {2, "<i2", "INT16"},
+    [TFOS_DT_I32] = {4, "<i4", "INT32"},  [TFOS_DT_I64] = {8, "<i8", "INT64"},  [TFOS_DT_U8] = {1, "|u1", "UINT8"},
+    [TFOS_DT_U16] = {2, "<u2", "UINT16"}, [TFOS_DT_U32] = {4, "<u4", "UINT32"}, [TFOS_DT_U64] = {8, "<u8", "UINT64"},
+    [TFOS_DT_F32] = {4, "<f4", "FP32"},   [TFOS_DT_F64] = {8, "<f8", "FP64"},
 };
 
 size_t tfos__dtype_size(int dt)
@@ -24,6 +28,19 @@ size_t tfos__dtype_size(int dt)
 const char *tfos__dtype_numpy(int dt)
 {
     return dt >= 1 && dt <= TFOS_DT_MAX_ ? dtypes[dt].numpy : NULL;
+}
+
+const char *tfos__dtype_oip(int dt)
+{
+    return dt >= 1 && dt <= TFOS_DT_MAX_ ? dtypes[dt].oip : NULL;
+}
+
+int tfos__dtype_by_oip(const char *name)
+{
+    for (int dt = 1; name && dt <= TFOS_DT_MAX_; dt++)
+        if (!strcmp(name, dtypes[dt].oip))
+            return dt;
+    return 0;
 }
 
 #define LIMIT ((uint64_t)1 << 40) /* no batch, column or count beyond 1 TiB */

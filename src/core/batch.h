@@ -57,6 +57,10 @@ enum {
 size_t tfos__dtype_size(int dtype);
 /* numpy's name of a dtype ("<f4", "|b1", ...), NULL for an unknown code. */
 const char *tfos__dtype_numpy(int dtype);
+/* The Open Inference Protocol's name of a dtype ("FP32", "BOOL", ...), NULL
+ * for an unknown code; and the code of such a name, 0 when unknown. */
+const char *tfos__dtype_oip(int dtype);
+int tfos__dtype_by_oip(const char *name);
 
 /* One column, for the encoder (input) and the decoder (output). */
 typedef struct tfos__col {

@@ -503,6 +503,28 @@ static int add_defaults(PyObject *m)
     return rc;
 }
 
+/* The one dtype table (core/batch.c), for Python: DTYPES is a tuple of
+ * (code, numpy dtype string, OIP name, item size), one per element type,
+ * in code order. tfos.feed and tfos.serve read it; none keeps its own. */
+static int add_dtypes(PyObject *m)
+{
+    PyObject *t = PyTuple_New(TFOS_DT_MAX_);
+    for (int dt = 1; t && dt <= TFOS_DT_MAX_; dt++) {
+        PyObject *e = Py_BuildValue("(issn)", dt, tfos__dtype_numpy(dt), tfos__dtype_oip(dt),
+                                    (Py_ssize_t)tfos__dtype_size(dt));
+        if (!e) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, dt - 1, e);
+    }
+    if (!t)
+        return -1;
+    int rc = PyModule_AddObjectRef(m, "DTYPES", t);
+    Py_DECREF(t);
+    return rc;
+}
+
 /* check_report(pairs) -> str: the report's text, or ValueError/TypeError. */
 static PyObject *mod_check_report(PyObject *self, PyObject *pairs)
 {
@@ -575,7 +597,7 @@ static int module_exec(PyObject *m)
     st->policy_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_policy_spec, NULL);
     if (!st->policy_type || PyModule_AddType(m, st->policy_type) < 0)
         return -1;
-    if (add_defaults(m) < 0 || PyModule_AddFunctions(m, tfos__py_log_methods) < 0)
+    if (add_defaults(m) < 0 || add_dtypes(m) < 0 || PyModule_AddFunctions(m, tfos__py_log_methods) < 0)
         return -1;
     st->feed_error = PyErr_NewExceptionWithDoc("tfos._tfos.FeedError", "A feed ring failed.", PyExc_RuntimeError,
                                                NULL);

@@ -1,0 +1,244 @@
+/* frontend.c: tfos serve's front end (see serve.h): its life (listen,
+ * attach to the HTTP server, close) and its HTTP routes, /v2/....
+ *
+ * Everything runs on the launcher's event loop: HTTP requests come in
+ * through the route, model servers' frames through their sockets, and one
+ * timer fires when the oldest waiting request's delay is up or a request's
+ * deadline passes. */
+#include "serve/serve_int.h"
+
+#include "core/auth.h"
+#include "core/log.h"
+#include "platform/net.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* /v2/models/NAME[/versions/V][/ready|/infer] */
+static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp *rs)
+{
+    char name[128] = "", version[32] = "", rest[32] = "";
+    const char *p = rq->path + strlen("/v2/models/");
+    size_t n = strcspn(p, "/");
+    if (!n || n >= sizeof name)
+        return tfos__serve_fail_now(rs, 404, "no such path: %s", rq->path);
+    memcpy(name, p, n);
+    p += n;
+    if (!strncmp(p, "/versions/", 10)) {
+        p += 10;
+        n = strcspn(p, "/");
+        if (!n || n >= sizeof version)
+            return tfos__serve_fail_now(rs, 404, "no such path: %s", rq->path);
+        memcpy(version, p, n);
+        p += n;
+    }
+    if (*p == '/')
+        snprintf(rest, sizeof rest, "%s", p + 1);
+    else if (*p)
+        return tfos__serve_fail_now(rs, 404, "no such path: %s", rq->path);
+    model *m = tfos__serve_find_model(s, name);
+    if (!m)
+        return tfos__serve_fail_now(rs, 404, "no model %s here", name);
+    if (version[0] && m->known) {
+        char vs[MAX_SERVERS * MAX_VERSIONS][32], list[300] = "";
+        int nv = tfos__serve_model_versions(s, (int)(m - s->models), vs, MAX_SERVERS * MAX_VERSIONS), found = 0;
+        for (int k = 0; k < nv; k++) {
+            found |= !strcmp(vs[k], version);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.31s", k ? ", " : "", vs[k]);
+        }
+        if (!found)
+            return tfos__serve_fail_now(rs, 404, "model %s has no version %s loaded (versions: %s)", name, version,
+                            nv ? list : "none ready");
+    }
+    if (!strcmp(rest, "infer")) {
+        if (strcmp(rq->method, "POST"))
+            return tfos__serve_fail_now(rs, 405, "infer takes POST");
+        return tfos__serve_infer(s, m, version, rq, rs);
+    }
+    if (strcmp(rq->method, "GET"))
+        return tfos__serve_fail_now(rs, 405, "%s takes GET", rq->path);
+    if (!strcmp(rest, "ready")) {
+        rs->status = m->known && tfos__serve_servers_ready(s) ? 200 : 503;
+        rs->body = strdup(rs->status == 200 ? "{\"ready\": true}" : "{\"ready\": false}");
+        rs->ctype = "application/json";
+        return 0;
+    }
+    if (rest[0])
+        return tfos__serve_fail_now(rs, 404, "no such path: %s", rq->path);
+    if (!m->known)
+        return tfos__serve_fail_now(rs, 503, "model %s is loading: no model server is ready yet", name);
+    rs->body = tfos__serve_model_json(s, m);
+    rs->ctype = "application/json";
+    return 0;
+}
+
+int tfos__serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    tfos__serve *s = user;
+    const char *path = rq->path;
+    if (!strcmp(path, "/v2/health/live") || !strcmp(path, "/v2/health/ready")) {
+        int ok = !strcmp(path, "/v2/health/live") || tfos__serve_servers_ready(s) > 0;
+        rs->status = ok ? 200 : 503;
+        rs->body = strdup(ok ? "{\"live\": true}" : "{\"ready\": false}");
+        if (ok && strstr(path, "ready")) {
+            free(rs->body);
+            rs->body = strdup("{\"ready\": true}");
+        }
+        rs->ctype = "application/json";
+        return 0;
+    }
+    if (!strcmp(path, "/v2") || !strcmp(path, "/v2/")) {
+        if (asprintf(&rs->body, "{\"name\": \"tfos\", \"version\": \"%s\", \"extensions\": []}", TFOS_VERSION) < 0)
+            rs->body = NULL;
+        rs->ctype = "application/json";
+        return 0;
+    }
+    if (!strcmp(path, "/v2/local")) {
+        /* where a client on this host (predict_udf) skips HTTP: the
+         * abstract socket, reachable only from this host's network
+         * namespace; it asks for the token too */
+        if (asprintf(&rs->body, "{\"address\": \"%s\"}", s->address) < 0)
+            rs->body = NULL;
+        rs->ctype = "application/json";
+        return 0;
+    }
+    if (!strncmp(path, "/v2/models/", 11))
+        return model_route(s, rq, rs);
+    if (!strncmp(path, "/v2/", 4))
+        return tfos__serve_fail_now(rs, 404, "no such path: %s", path);
+    if (strcmp(rq->method, "GET")) {
+        rs->status = 405;
+        return 0;
+    }
+    rs->body = tfos__status_handle(path, &rs->ctype, &rs->status, s->status);
+    if (!strcmp(path, "/metrics") && rs->status == 200)
+        rs->body = tfos__serve_metrics(s, rs->body);
+    return 0;
+}
+
+int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
+                     const char *tcp_host, char *err, size_t errlen)
+{
+    tfos__serve *s = calloc(1, sizeof *s);
+    if (!s)
+        return tfos__errf(err, errlen, TFOS_ENOMEM, "out of memory");
+    s->loop = loop;
+    s->o = *o;
+    s->o.models = NULL; /* not kept: the names are copied below */
+    if (s->o.max_batch <= 0)
+        s->o.max_batch = 64;
+    if (s->o.max_delay_ms == 0)
+        s->o.max_delay_ms = 5;
+    if (s->o.max_queue_rows <= 0)
+        s->o.max_queue_rows = 64LL * s->o.max_batch;
+    if (s->o.timeout_s <= 0)
+        s->o.timeout_s = 30;
+    snprintf(s->secret, sizeof s->secret, "%s", secret);
+    for (int i = 0; i < MAX_SERVERS; i++)
+        s->servers[i].fd = -1;
+    s->models = calloc((size_t)(o->nmodels > 0 ? o->nmodels : 1), sizeof *s->models);
+    if (!s->models) {
+        free(s);
+        return tfos__errf(err, errlen, TFOS_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < o->nmodels; i++)
+        snprintf(s->models[i].name, sizeof s->models[i].name, "%s", o->models[i]);
+    s->nmodels = o->nmodels;
+    /* an abstract socket: no path to clean up or outgrow; only servers
+     * that know the secret are taken (HELLO) */
+    char hex[17];
+    int rc = tfos__random_hex(hex, 8);
+    if (rc) {
+        free(s->models);
+        free(s);
+        return tfos__errf(err, errlen, rc, "no random bytes for the socket's name");
+    }
+    snprintf(s->address, sizeof s->address, "@tfos-serve-%s", hex);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t nl = strlen(s->address);
+    memcpy(a.sun_path + 1, s->address + 1, nl - 1); /* sun_path[0] = 0: abstract */
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + nl);
+    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, alen) || listen(s->lfd, 64) ||
+        tfos__loop_watch(loop, s->lfd, TFOS_EV_READ, tfos__serve_on_accept, s)) {
+        int e = errno;
+        if (s->lfd >= 0)
+            close(s->lfd);
+        free(s->models);
+        free(s);
+        return tfos__errf(err, errlen, TFOS_ESYS, "cannot listen for the model servers: %s", strerror(e));
+    }
+    s->tfd = -1;
+    snprintf(s->link, sizeof s->link, "%s", s->address);
+    if (tcp_host) {
+        int port = 0;
+        if ((rc = tfos__tcp_listen(tcp_host, 0, 64, &s->tfd, &port)) ||
+            tfos__loop_watch(loop, s->tfd, TFOS_EV_READ, tfos__serve_on_accept, s)) {
+            int e = errno;
+            if (s->tfd >= 0)
+                close(s->tfd);
+            tfos__loop_unwatch(loop, s->lfd);
+            close(s->lfd);
+            free(s->models);
+            free(s);
+            return tfos__errf(err, errlen, rc ? rc : TFOS_ESYS, "cannot listen for the model servers on %s: %s",
+                              tcp_host, strerror(e));
+        }
+        snprintf(s->link, sizeof s->link, strchr(tcp_host, ':') ? "[%s]:%d" : "%s:%d", tcp_host, port);
+    }
+    *out = s;
+    return 0;
+}
+
+const char *tfos__serve_address(const tfos__serve *s)
+{
+    return s->link;
+}
+
+void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token)
+{
+    s->http = h;
+    s->status = status;
+    snprintf(s->token, sizeof s->token, "%s", token ? token : "");
+}
+
+void tfos__serve_close(tfos__serve *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (s->servers[i].fd >= 0) {
+            tfos__loop_unwatch(s->loop, s->servers[i].fd);
+            close(s->servers[i].fd);
+            free(s->servers[i].in);
+            free(s->servers[i].out);
+            s->servers[i].fd = -1;
+        }
+    for (flight *fl = s->flights, *nf; fl; fl = nf) {
+        nf = fl->next;
+        for (req *r = fl->reqs, *nr; r; r = nr) {
+            nr = r->next;
+            tfos__serve_fail_req(s, r, 503, "the model server is shutting down");
+        }
+        free(fl);
+    }
+    for (int mi = 0; mi < s->nmodels; mi++)
+        for (req *r = s->models[mi].head, *nr; r; r = nr) {
+            nr = r->next;
+            tfos__serve_fail_req(s, r, 503, "the model server is shutting down");
+        }
+    tfos__timer_disarm(s->loop, &s->timer);
+    tfos__loop_unwatch(s->loop, s->lfd);
+    close(s->lfd);
+    if (s->tfd >= 0) {
+        tfos__loop_unwatch(s->loop, s->tfd);
+        close(s->tfd);
+    }
+    free(s->models);
+    free(s);
+}

@@ -1,0 +1,216 @@
+/* serve_int.h: what the files of tfos serve's front end share (serve.h is
+ * its face to the launcher and the CLI).
+ *
+ * One front end, one event loop, one owner per job:
+ *   frontend.c  life (open, attach, close) and the HTTP routes (/v2/...)
+ *   intake.c    a request into a `req`: OIP JSON over HTTP, INFER frames
+ *               from local clients; both checked against the model's signature
+ *   batcher.c   per-model queues, batches to the least busy server, deadlines,
+ *               requeueing the batches of a server that left
+ *   link.c      the model servers' and local clients' connections: frames in
+ *               and out, the hello, results back to their requests
+ *   models.c    what the servers said of their models: signatures, versions
+ *   answers.c   answers: OIP JSON, a local client's batch, errors
+ *   metrics.c   latency histograms and the /metrics lines
+ * Every request is in exactly one place: a model's queue, a batch in flight
+ * (on one server), or answered (freed). */
+#ifndef TFOS_SERVE_SERVE_INT_H
+#define TFOS_SERVE_SERVE_INT_H
+#include "core/auth.h"
+#include "core/batch.h"
+#include "serve/serve.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MAX_SERVERS 64
+#define MAX_IO 16             /* inputs or outputs of a model */
+#define FRAME_HEAD 16
+#define FRAME_MAX (1u << 30)  /* a batch frame's payload */
+#define INFLIGHT 2            /* batches on one server at once */
+#define LAT_BUCKETS 14
+#define MAX_VERSIONS 8        /* versions of a model one server holds */
+#define MAX_VSTATS 16         /* versions counted apart in /metrics */
+
+typedef struct tensor_spec {
+    char name[128];
+    int dtype;                /* TFOS_DT_* */
+    int ndim;                 /* with the batch dimension */
+    int64_t shape[TFOS_BATCH_MAX_DIMS + 1]; /* -1: any */
+} tensor_spec;
+
+typedef struct model {
+    char name[128];
+    char platform[64];
+    int known;                /* metadata received from a server */
+    int nin, nout;
+    tensor_spec in[MAX_IO], out[MAX_IO];
+    struct req *head, *tail;  /* waiting, oldest first */
+    long long queued_rows;
+    /* metrics */
+    unsigned long long ok, failed, refused, rows, batches, local;
+    struct {
+        char v[32];
+        unsigned long long ok;
+    } vstat[MAX_VSTATS];      /* answers by the version that ran them */
+    unsigned long long lat[LAT_BUCKETS + 1];
+    double lat_sum_ms;
+} model;
+
+typedef struct req {
+    struct req *next;
+    uint64_t http_id;
+    int client;               /* -1: an HTTP request; else its client's slot (a local client) */
+    uint32_t client_gen;      /* that slot's connection when it asked */
+    int model;
+    uint32_t rows;
+    int64_t t0, deadline;
+    char id[160];             /* the request's "id", echoed */
+    char version[32];         /* the version asked for; "": the server's latest */
+    uint64_t want;            /* outputs asked for (bit per output); 0: all */
+    uint32_t inner[MAX_IO][TFOS_BATCH_MAX_DIMS]; /* per-row shape of each input */
+    int inner_ndim[MAX_IO];
+    void *data[MAX_IO];       /* each input's rows, the model's dtype */
+    size_t nbytes[MAX_IO];
+} req;
+
+typedef struct flight {
+    struct flight *next;
+    uint64_t id;
+    int server;
+    int model;
+    req *reqs;                /* in batch order */
+    uint32_t rows;
+} flight;
+
+typedef struct server_versions {
+    int n;
+    char v[MAX_VERSIONS][32]; /* the first: the one served when none is named */
+} server_versions;
+
+typedef struct server {
+    int fd;                   /* -1: free */
+    int is_client;            /* a local client (predict_udf), not a model server */
+    uint32_t gen;             /* bumped when the slot's connection goes */
+    server_versions *mv;      /* per model: the versions this server holds */
+    int ready;                /* said HELLO with the secret */
+    int node;
+    int inflight;
+    char *in;                 /* frames being read */
+    size_t in_len, in_cap;
+    char *out;                /* frames being written */
+    size_t out_len, out_off, out_cap;
+} server;
+
+struct tfos__serve {
+    tfos__loop *loop;
+    tfos_serve_opts o;
+    char secret[TFOS_HEX_SECRET_LEN + 1];
+    char address[40];         /* "@tfos-serve-<hex>" */
+    char link[300];           /* what model servers connect to: address, or "HOST:PORT" (tcp_host) */
+    int lfd, tfd;             /* the abstract socket's and the TCP listener's (-1: none) */
+    tfos__http *http;
+    tfos__status_src *status;
+    char token[80];           /* the HTTP token, which local clients give too; "": none */
+    int nmodels;
+    model *models;
+    server servers[MAX_SERVERS];
+    flight *flights;
+    uint64_t next_batch;
+    tfos__timer timer;
+};
+
+
+/* ---- answers.c ---- */
+
+/* {"error": "<message>"}, malloc'd (NULL: out of memory). */
+char *tfos__serve_error_json(const char *fmt, va_list ap);
+char *tfos__serve_error_jsonf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An error answer now, from a route: fills rs, returns 0. */
+int tfos__serve_fail_now(tfos__http_resp *rs, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void tfos__serve_free_req(req *r);
+/* Answer a waiting request with an error (HTTP or its local client), count
+ * it, and free it. */
+void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* One request's OIP answer: rows [row0, row0 + r->rows) of every output
+ * (malloc'd JSON; NULL: out of memory). */
+char *tfos__serve_answer_json(const model *m, const char *version, const req *r, const tfos__batch_view *v,
+                              const char *batch, uint32_t row0);
+/* Count the answer to r, by the version that ran it; r is freed. */
+void tfos__serve_count_answer(model *m, req *r, const char *version);
+/* A local client's answer: its rows of every output, as a columnar batch
+ * after the version. */
+void tfos__serve_answer_client(tfos__serve *s, req *r, const char *version, const tfos__batch_view *v,
+                               const char *batch, uint32_t row0);
+
+/* ---- models.c ---- */
+
+model *tfos__serve_find_model(tfos__serve *s, const char *name);
+/* A server's metadata (HELLO, or MODELS when its versions change):
+ * {"models": [{name, versions, platform, inputs, outputs}]}. The newest
+ * metadata gives a model its signature; the server's versions are its own.
+ * 0, or -1 when some of it could not be taken. */
+int tfos__serve_take_metadata(tfos__serve *s, int ix, const char *text, size_t len);
+/* GET /v2/models/NAME's document (malloc'd). */
+char *tfos__serve_model_json(const tfos__serve *s, const model *m);
+/* Model servers connected and ready. */
+int tfos__serve_servers_ready(const tfos__serve *s);
+/* Does server sv hold model mi's `version`? */
+int tfos__serve_holds(const server *sv, int mi, const char *version);
+/* Every version of model mi that a ready server holds, newest first; n of
+ * them into out (up to max). */
+int tfos__serve_model_versions(const tfos__serve *s, int mi, char (*out)[32], int max);
+
+/* ---- link.c ---- */
+
+/* Is the local client that sent r still connected? */
+int tfos__serve_client_current(const tfos__serve *s, const req *r);
+/* An ERROR frame to local client ix: "STATUS {json error}". */
+void tfos__serve_send_error(tfos__serve *s, int ix, uint64_t id, int status, const char *body);
+/* Append a frame (header, a, b) to server sv's output; -1: out of memory. */
+int tfos__serve_queue_frame(server *sv, uint32_t type, uint64_t id, const void *a, size_t alen, const void *b,
+                            size_t blen);
+/* Write what server ix's socket takes now. */
+void tfos__serve_flush(tfos__serve *s, int ix);
+/* Close server (or local client) ix: its batches go back to their queues. */
+void tfos__serve_drop(tfos__serve *s, int ix, const char *why);
+/* The listeners' callback (the abstract socket and the TCP one). */
+void tfos__serve_on_accept(tfos__loop *l, int lfd, int events, void *user);
+
+/* ---- batcher.c ---- */
+
+/* Queue a checked request (0), or refuse it: 429 with err. */
+int tfos__serve_enqueue(tfos__serve *s, req *r, char *err, size_t errlen);
+/* Answer what has waited past its deadline; send what is due. */
+void tfos__serve_dispatch(tfos__serve *s);
+/* Wake for the next delay or deadline. */
+void tfos__serve_schedule(tfos__serve *s);
+/* Put one batch's requests back at the front of its model's queue (frees fl). */
+void tfos__serve_requeue(tfos__serve *s, flight *fl);
+/* Put a server's batches back at the front of their queues, in order. */
+void tfos__serve_requeue_server(tfos__serve *s, int server_ix);
+/* The batch `id` in flight on server_ix, taken off the list; NULL: none. */
+flight *tfos__serve_take_flight(tfos__serve *s, uint64_t id, int server_ix);
+
+/* ---- intake.c ---- */
+
+/* POST /v2/models/NAME[/versions/V]/infer: 1 (answered later), or 0 with
+ * an error in rs. */
+int tfos__serve_infer(tfos__serve *s, model *m, const char *version, const tfos__http_req *rq, tfos__http_resp *rs);
+/* A local client's INFER frame: model name, version, a columnar batch of
+ * the inputs. Checked as an HTTP request is; errors go back as
+ * "STATUS {json}". */
+void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p, size_t len);
+
+/* ---- metrics.c ---- */
+
+/* Count a request's latency (from t0) in its model's histogram. */
+void tfos__serve_observe(model *m, int64_t t0);
+/* status_metrics (the status page's /metrics, taken) and the models'
+ * series after it (malloc'd). */
+char *tfos__serve_metrics(tfos__serve *s, char *status_metrics);
+
+#endif
