@@ -66,4 +66,33 @@
  * errors. A value the user sets, 0 included, is passed on as it is. */
 #define TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL "1"
 
+/* Seconds a Spark feed task waits for its node to take a partition
+ * (TFCluster.train/inference, tfos.spark.Cluster, TorchDistributor's
+ * feed_timeout): TensorFlowOnSpark's 600. */
+#define TFOS_DEFAULT_FEED_TIMEOUT 600.0
+/* Seconds a Spark client's lease on its coordinator lasts without a word
+ * (tfos.spark.Cluster(lease_timeout=)). */
+#define TFOS_DEFAULT_LEASE_TIMEOUT 60.0
+
+/* ---- tfos serve (docs/SERVING.md) ---- */
+/* The HTTP port (TensorFlow Serving's REST port); a client's default URL. */
+#define TFOS_SERVE_DEFAULT_PORT 8500
+/* Restarts of a model server (alone, by its agent) or of the whole set. */
+#define TFOS_SERVE_DEFAULT_MAX_RESTARTS 10
+/* Seconds between a model server's looks for new versions. */
+#define TFOS_SERVE_DEFAULT_POLL 2.0
+/* Rows per batch sent to a model server. */
+#define TFOS_SERVE_DEFAULT_MAX_BATCH 64
+/* The longest a request waits for others to batch with, ms. */
+#define TFOS_SERVE_DEFAULT_MAX_DELAY_MS 5
+/* Rows waiting per model before requests get 429, in batches. */
+#define TFOS_SERVE_DEFAULT_QUEUE_BATCHES 64
+/* A request not answered within this many seconds gets 504. */
+#define TFOS_SERVE_DEFAULT_TIMEOUT 30.0
+/* The largest request body, bytes. */
+#define TFOS_SERVE_DEFAULT_MAX_BODY (64LL << 20)
+/* Seconds a client of tfos serve (tfos.serve.Client, predict_udf) waits
+ * for an answer. */
+#define TFOS_SERVE_DEFAULT_CLIENT_TIMEOUT 60.0
+
 #endif

@@ -67,6 +67,17 @@ class _Defaults(TypedDict):
     partition_rows: int
     client_timeout_ms: int
     heartbeat_interval_ms: int
+    feed_timeout: float
+    lease_timeout: float
+    serve_port: int
+    serve_max_restarts: int
+    serve_poll: float
+    serve_max_batch: int
+    serve_max_delay_ms: int
+    serve_queue_batches: int
+    serve_timeout: float
+    serve_max_body: int
+    serve_client_timeout: float
 
 #: include/tfos/defaults.h
 DEFAULTS: Final[_Defaults]

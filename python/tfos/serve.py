@@ -41,6 +41,9 @@ import time
 
 from . import _tfos
 
+_DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
+_DEFAULT_URL = "http://127.0.0.1:%d" % _DEFAULTS["serve_port"]
+
 HELLO, BATCH, RESULT, ERROR, MODELS, CLIENT, INFER = 1, 2, 3, 4, 5, 6, 7
 _HEAD = struct.Struct("<IIQ")
 
@@ -394,7 +397,7 @@ def _decode(payload):
     return dict(zip(names, cols))
 
 
-def serve(models, address, secret, node, poll_s=2.0):
+def serve(models, address, secret, node, poll_s=_DEFAULTS["serve_poll"]):
     """Connect to the front end and run its batches until it goes away;
     every ``poll_s`` seconds look for new versions."""
     if address.startswith("@"):  # the front end's abstract socket, on its host
@@ -457,9 +460,9 @@ class Client(object):
     ``infer_batches`` sends several requests at once and returns their
     answers in order."""
 
-    def __init__(self, url=None, token=None, local=True, timeout=60.0):
+    def __init__(self, url=None, token=None, local=True, timeout=_DEFAULTS["serve_client_timeout"]):
         import urllib.parse
-        self.url = (url or os.environ.get("TFOS_SERVE_URL") or "http://127.0.0.1:8500").rstrip("/")
+        self.url = (url or os.environ.get("TFOS_SERVE_URL") or _DEFAULT_URL).rstrip("/")
         u = urllib.parse.urlparse(self.url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError("tfos serve URL %r: give http://HOST:PORT" % self.url)
@@ -640,7 +643,8 @@ def _spark_type(spec):
     return elem if len(spec["shape"]) == 1 else T.ArrayType(elem, containsNull=False)
 
 
-def predict_udf(model, url=None, version=None, token=None, local=True, batch_rows=1024, timeout=60.0):
+def predict_udf(model, url=None, version=None, token=None, local=True, batch_rows=1024,
+                timeout=_DEFAULTS["serve_client_timeout"]):
     """A Spark UDF (an Arrow UDF on Spark 4.1 and later, else a pandas UDF)
     that scores rows with the model ``model`` of the
     ``tfos serve`` at ``url`` (default ``$TFOS_SERVE_URL``, else
@@ -669,7 +673,7 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
     it."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-    url = (url or os.environ.get("TFOS_SERVE_URL") or "http://127.0.0.1:8500").rstrip("/")
+    url = (url or os.environ.get("TFOS_SERVE_URL") or _DEFAULT_URL).rstrip("/")
     token = token if token is not None else os.environ.get("TFOS_SERVE_TOKEN") or ""
     probe = Client(url, token, local=False, timeout=timeout)
     try:
@@ -817,7 +821,7 @@ def main(argv=None):
     ap.add_argument("--model", action="append", required=True, metavar="NAME[@VERSION]=DIR")
     ap.add_argument("--loader", action="append", default=[], metavar="NAME=MODULE:FUNCTION",
                     help="the model NAME is made by FUNCTION(version_dir), which returns a tfos.serve.Model")
-    ap.add_argument("--poll-s", type=float, default=2.0, help="seconds between looks for new versions (0: never)")
+    ap.add_argument("--poll-s", type=float, default=_DEFAULTS["serve_poll"], help="seconds between looks for new versions (0: never)")
     a = ap.parse_args(argv)
     address = os.environ.get("TFOS_SERVE_ADDR")
     secret = os.environ.get("TFOS_SECRET")

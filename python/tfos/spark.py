@@ -68,7 +68,7 @@ class Cluster(object):
                  feed_mb=_DEFAULTS["feed_mb"], reservation_timeout=_DEFAULTS["reservation_timeout_spark"],
                  heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], grace=_DEFAULTS["stop_grace"],
                  failure_grace=_DEFAULTS["failure_grace"],
-                 node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=60.0,
+                 node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
         from ._extras import require
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
@@ -261,7 +261,7 @@ class Cluster(object):
             raise ClusterError("Cluster.%s() before start() (or use it as a context manager)" % what, 1, None)
 
     # -- feeding
-    def train(self, df, epochs=1, feed_timeout=600):
+    def train(self, df, epochs=1, feed_timeout=_DEFAULTS["feed_timeout"]):
         """Feed a DataFrame to the nodes, ``epochs`` times: each partition,
         as the Arrow record batches Spark hands over, goes to the node on
         the executor that computes it, and counts as delivered once that
@@ -309,7 +309,7 @@ class Cluster(object):
         logger.info("fed %d rows in %.1f s (%.0f rows/s)", fed, secs, fed / secs if secs > 0 else 0.0)
         return fed
 
-    def predict(self, df, schema="prediction double", feed_timeout=600,
+    def predict(self, df, schema="prediction double", feed_timeout=_DEFAULTS["feed_timeout"],
                 results_timeout=_DEFAULTS["results_timeout"]):
         """A DataFrame of ``df``'s rows, each with the nodes' result for it
         appended as the columns of ``schema`` (a DDL string such as

@@ -190,7 +190,7 @@ class TorchDistributor(object):
             return self._run_local(train_object, args)
         return self._run_spark(train_object, args, None, 1)
 
-    def train_on_dataframe(self, train_object, df, *args, epochs=1, feed_timeout=600):
+    def train_on_dataframe(self, train_object, df, *args, epochs=1, feed_timeout=_DEFAULTS["feed_timeout"]):
         """Run ``train_object`` on the ranks while Spark feeds them ``df``
         (``epochs`` times): in each rank, :class:`FeedDataset` yields its
         share of the rows as tensors. Needs ``local_mode=False``. A partition
@@ -227,7 +227,7 @@ class TorchDistributor(object):
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _run_spark(self, main, args, df, epochs, feed_timeout=600):
+    def _run_spark(self, main, args, df, epochs, feed_timeout=_DEFAULTS["feed_timeout"]):
         require("TorchDistributor(local_mode=False)", "pyspark", "pyarrow")
         from ._spark import cluster as spark_cluster
         from ._spark.driver import _executor_count

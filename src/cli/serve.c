@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #define MAX_MODELS 64
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char serve_help[] =
     "usage: tfos serve --model NAME=DIR [--model NAME=DIR ...] [options]\n"
@@ -40,23 +42,23 @@ static const char serve_help[] =
     "  --loader NAME=MODULE:FUNCTION\n"
     "                           the model NAME is not a SavedModel: FUNCTION(version_dir) returns a\n"
     "                           tfos.serve.Model (MODULE: a module on the path, or FILE.py)\n"
-    "  --poll S                 seconds between looks for new versions (default 2; 0: never)\n"
+    "  --poll S                 seconds between looks for new versions (default " STR(TFOS_SERVE_DEFAULT_POLL) "; 0: never)\n"
     "  --replicas N             model servers (default 1)\n"
-    "  --port P                 the HTTP port (default 8500; 0: any free port)\n"
+    "  --port P                 the HTTP port (default " STR(TFOS_SERVE_DEFAULT_PORT) "; 0: any free port)\n"
     "  --listen ADDR            listen on ADDR instead of 127.0.0.1; beyond loopback every request\n"
     "                           needs the token (Authorization: Bearer TOKEN)\n"
     "  --token T                the token (default: $TFOS_SERVE_TOKEN; needed with --listen beyond\n"
     "                           loopback)\n"
-    "  --max-batch N            rows per batch a model server runs (default 64)\n"
-    "  --max-delay-ms MS        the longest a request waits for others to batch with (default 5)\n"
-    "  --max-queue-rows N       rows waiting per model before requests get 429 (default 64 x max-batch)\n"
-    "  --timeout S              a request not answered in S seconds gets 504 (default 30)\n"
+    "  --max-batch N            rows per batch a model server runs (default " STR(TFOS_SERVE_DEFAULT_MAX_BATCH) ")\n"
+    "  --max-delay-ms MS        the longest a request waits for others to batch with (default " STR(TFOS_SERVE_DEFAULT_MAX_DELAY_MS) ")\n"
+    "  --max-queue-rows N       rows waiting per model before requests get 429 (default " STR(TFOS_SERVE_DEFAULT_QUEUE_BATCHES) " x max-batch)\n"
+    "  --timeout S              a request not answered in S seconds gets 504 (default " STR(TFOS_SERVE_DEFAULT_TIMEOUT) ")\n"
     "  --max-body BYTES         largest request body (default 64 MiB)\n"
     "  --python PY              the model servers' interpreter (default: the python beside this\n"
     "                           tfos, else python3)\n"
     "  --max-restarts N         a model server that fails after running 5 s or more is started again\n"
     "                           alone, by its agent, up to N times each; one that fails sooner (a model\n"
-    "                           that does not load) restarts them all, up to N times (default 10)\n"
+    "                           that does not load) restarts them all, up to N times (default " STR(TFOS_SERVE_DEFAULT_MAX_RESTARTS) ")\n"
     "  --log-dir D              the model servers' logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --reservation-timeout S  seconds for every model server to start (default "
     "60)\n"
@@ -98,9 +100,9 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
     static char name_buf[MAX_MODELS][104];
     char *model_args[MAX_MODELS], *loader_args[MAX_MODELS];
     int nmodels = 0, nloaders = 0;
-    long long replicas = 1, port = am ? 0 : 8500, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
-              restarts = 10;
-    double timeout = 0, reservation = 0, poll_s = 2;
+    long long replicas = 1, port = am ? 0 : TFOS_SERVE_DEFAULT_PORT, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
+              restarts = TFOS_SERVE_DEFAULT_MAX_RESTARTS;
+    double timeout = 0, reservation = 0, poll_s = TFOS_SERVE_DEFAULT_POLL;
     const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i], *val = NULL, *eq = NULL;

@@ -534,7 +534,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     }
     if (opts->status_port >= 0) {
         const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
-        long long body = opts->serve && opts->serve->max_body > 0 ? opts->serve->max_body : 64LL << 20;
+        long long body = opts->serve && opts->serve->max_body > 0 ? opts->serve->max_body : TFOS_SERVE_DEFAULT_MAX_BODY;
         rc = l->serve ? tfos__http_open_routes(&l->http, l->loop, host, opts->status_port, tfos__serve_route, l->serve,
                                                (size_t)body, 256)
                       : tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);

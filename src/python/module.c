@@ -488,14 +488,21 @@ out:
 static int add_defaults(PyObject *m)
 {
     PyObject *d = Py_BuildValue(
-        "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "reservation_timeout_local",
-        TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, "reservation_timeout_spark", TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK,
-        "stop_grace", TFOS_DEFAULT_STOP_GRACE, "results_timeout", TFOS_DEFAULT_RESULTS_TIMEOUT, "failure_grace",
-        TFOS_DEFAULT_FAILURE_GRACE, "heartbeat_timeout", TFOS_DEFAULT_HEARTBEAT_TIMEOUT, "connect_timeout",
-        TFOS_DEFAULT_CONNECT_TIMEOUT, "max_restarts", TFOS_DEFAULT_MAX_RESTARTS, "feed_mb", TFOS_DEFAULT_FEED_MB,
-        "result_mb", TFOS_DEFAULT_RESULT_MB, "batch_rows", TFOS_DEFAULT_BATCH_ROWS, "record_bytes",
-        (int)TFOS_AUTO_RECORD_BYTES, "partition_rows", TFOS_DEFAULT_PARTITION_ROWS, "client_timeout_ms",
-        TFOS_DEFAULT_CLIENT_TIMEOUT_MS, "heartbeat_interval_ms", TFOS_HEARTBEAT_INTERVAL_MS);
+        "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:i,s:d,s:i,s:i,s:i,s:d,s:L,s:d}",
+        "reservation_timeout_local", TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, "reservation_timeout_spark",
+        TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK, "stop_grace", TFOS_DEFAULT_STOP_GRACE, "results_timeout",
+        TFOS_DEFAULT_RESULTS_TIMEOUT, "failure_grace", TFOS_DEFAULT_FAILURE_GRACE, "heartbeat_timeout",
+        TFOS_DEFAULT_HEARTBEAT_TIMEOUT, "connect_timeout", TFOS_DEFAULT_CONNECT_TIMEOUT, "max_restarts",
+        TFOS_DEFAULT_MAX_RESTARTS, "feed_mb", TFOS_DEFAULT_FEED_MB, "result_mb", TFOS_DEFAULT_RESULT_MB, "batch_rows",
+        TFOS_DEFAULT_BATCH_ROWS, "record_bytes", (int)TFOS_AUTO_RECORD_BYTES, "partition_rows",
+        TFOS_DEFAULT_PARTITION_ROWS, "client_timeout_ms", TFOS_DEFAULT_CLIENT_TIMEOUT_MS, "heartbeat_interval_ms",
+        TFOS_HEARTBEAT_INTERVAL_MS, "feed_timeout", TFOS_DEFAULT_FEED_TIMEOUT, "lease_timeout",
+        TFOS_DEFAULT_LEASE_TIMEOUT, "serve_port", TFOS_SERVE_DEFAULT_PORT, "serve_max_restarts",
+        TFOS_SERVE_DEFAULT_MAX_RESTARTS, "serve_poll", TFOS_SERVE_DEFAULT_POLL, "serve_max_batch",
+        TFOS_SERVE_DEFAULT_MAX_BATCH, "serve_max_delay_ms", TFOS_SERVE_DEFAULT_MAX_DELAY_MS,
+        "serve_queue_batches", TFOS_SERVE_DEFAULT_QUEUE_BATCHES, "serve_timeout", TFOS_SERVE_DEFAULT_TIMEOUT,
+        "serve_max_body", (long long)TFOS_SERVE_DEFAULT_MAX_BODY, "serve_client_timeout",
+        TFOS_SERVE_DEFAULT_CLIENT_TIMEOUT);
     if (!d)
         return -1;
     int rc = PyModule_AddObjectRef(m, "DEFAULTS", d);

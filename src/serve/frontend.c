@@ -131,13 +131,13 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
     s->o = *o;
     s->o.models = NULL; /* not kept: the names are copied below */
     if (s->o.max_batch <= 0)
-        s->o.max_batch = 64;
+        s->o.max_batch = TFOS_SERVE_DEFAULT_MAX_BATCH;
     if (s->o.max_delay_ms == 0)
-        s->o.max_delay_ms = 5;
+        s->o.max_delay_ms = TFOS_SERVE_DEFAULT_MAX_DELAY_MS;
     if (s->o.max_queue_rows <= 0)
-        s->o.max_queue_rows = 64LL * s->o.max_batch;
+        s->o.max_queue_rows = (long long)TFOS_SERVE_DEFAULT_QUEUE_BATCHES * s->o.max_batch;
     if (s->o.timeout_s <= 0)
-        s->o.timeout_s = 30;
+        s->o.timeout_s = TFOS_SERVE_DEFAULT_TIMEOUT;
     snprintf(s->secret, sizeof s->secret, "%s", secret);
     for (int i = 0; i < MAX_SERVERS; i++)
         s->servers[i].fd = -1;

@@ -199,7 +199,7 @@ class TFCluster(object):
         if self.driver.failed():
             self._restart_or_raise()
 
-    def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):
+    def train(self, dataRDD, num_epochs=0, feed_timeout=_DEFAULTS["feed_timeout"], qname="input"):
         """Feed an RDD (or a DataFrame, through Arrow; or a DStream, batch by
         batch) to the nodes, ``num_epochs`` times (0 or 1: once). Partitions
         go to the node on the executor that computes them. A partition counts
@@ -316,7 +316,7 @@ class TFCluster(object):
             self._terminated.add(terminated)
             logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
 
-    def inference(self, dataRDD, feed_timeout=600, qname="input", results_timeout=_DEFAULTS["results_timeout"]):
+    def inference(self, dataRDD, feed_timeout=_DEFAULTS["feed_timeout"], qname="input", results_timeout=_DEFAULTS["results_timeout"]):
         """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
         an RDD of their results: exactly one per input row, in order (lazy,
         like any RDD: the feeding runs when it is computed).
