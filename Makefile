@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve clean
 
 all: install
 
@@ -131,6 +131,12 @@ test-dist: dist
 # tfos yarn on a real YARN + HDFS minicluster (tests/yarn; docs/YARN.md).
 test-yarn: install yarn yarn-minicluster
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=5 tests/yarn
+
+# The fast tier for the edit-test loop (a few minutes): the C unit tests and
+# the Python tests that start no framework program (tests/python/conftest.py
+# marks the others "heavy"). `make test` is the whole suite CI runs.
+check: install test-c
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs -m "not heavy" tests/python --ignore=tests/python/test_pip_install.py
 
 test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn
 

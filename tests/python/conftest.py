@@ -16,6 +16,23 @@ PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
 PY = sys.executable
 
 
+# The files whose tests start framework programs (TensorFlow, PyTorch, JAX)
+# or long process scenarios: `make check`, the fast tier for the edit-test
+# loop, leaves them out (-m "not heavy"); `make test` runs everything.
+HEAVY = {"test_serve.py", "test_doc_snippets.py", "test_tensorflow.py", "test_torch.py", "test_restart.py",
+         "test_hardening.py", "test_export.py", "test_readme.py", "test_jax.py", "test_pip_install.py"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "heavy: starts framework programs or long scenarios (not in make check)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.basename(str(item.fspath)) in HEAVY:
+            item.add_marker(pytest.mark.heavy)
+
+
 def tfos_cli():
     path = os.environ.get("TFOS_CLI") or os.path.join(ROOT, "build", "tfos")
     if not os.access(path, os.X_OK):
