@@ -1,0 +1,196 @@
+"""The feed's codec: batches of rows or columns <-> the bytes of one ring
+record, and Arrow columns -> numpy.
+
+A record's tag says how its payload is encoded (TAG_COLUMNS: tfos's columnar
+batch, encoded and checked in C; TAG_PICKLE: a pickled list of rows, for rows
+the columnar batch cannot hold; TAG_ARROW: an Arrow IPC stream of one record
+batch). Producers encode here (:func:`encode_rows`, :func:`write_rows`,
+:func:`arrow_ipc`); the consumer decodes a record into a :class:`_Chunk` of
+rows or numpy columns (:func:`_decode`).
+"""
+import pickle
+import sys
+
+from .. import _tfos
+
+TAG_PICKLE = _tfos.TAG_USER + 0
+TAG_COLUMNS = _tfos.TAG_USER + 1
+TAG_ARROW = _tfos.TAG_USER + 2
+TAG_RESULTS = _tfos.TAG_USER + 3
+
+FeedError = _tfos.FeedError
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def encode_rows(rows):
+    """(tag, payload) for a list of rows: the columnar batch when every row is
+    made of numbers/str/bytes/fixed-shape arrays of one layout, else pickle."""
+    try:
+        return TAG_COLUMNS, _tfos.encode_rows(rows)
+    except (TypeError, ValueError, OverflowError):
+        return TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def arrow_ipc(record_batch):
+    """One Arrow record batch as an Arrow IPC stream (a TAG_ARROW payload)."""
+    import pyarrow as pa
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, record_batch.schema) as w:
+        w.write_batch(record_batch)
+    return sink.getvalue()
+
+
+def write_rows(ring, rows, timeout_ms):
+    """Write one batch of rows as one record: columnar straight into the ring
+    when the rows allow it, else pickled."""
+    try:
+        ring.write_rows(TAG_COLUMNS, rows, timeout_ms)
+    except (TypeError, OverflowError):
+        ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
+    except ValueError as exc:
+        if "larger than the ring" in str(exc) and len(rows) > 1:
+            half = len(rows) // 2
+            write_rows(ring, rows[:half], timeout_ms)
+            write_rows(ring, rows[half:], timeout_ms)
+        elif "larger than the ring" in str(exc):
+            raise FeedError("one row of %d bytes does not fit the feed ring (largest record %d bytes): start the "
+                            "cluster with a larger --feed-mb" % (len(encode_rows(rows)[1]), ring.max_record))
+        else:
+            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
+
+
+class _Chunk(object):
+    """Rows of one decoded record, consumed front to back."""
+
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists", "viewed")
+
+    def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False):
+        self.viewed = False     # columns view the ring itself (read with views): copied unless asked not to
+        self.partition = partition
+        self.columns = columns  # list of numpy arrays (or lists), one per column
+        self.names = names
+        self.rows = rows        # a list of rows (pickle records)
+        self.flat = flat        # rows were single values (not tuples of fields)
+        self.lists = lists      # rows were lists of fields
+        self.n = len(rows) if rows is not None else (len(columns[0]) if columns else 0)
+        self.pos = 0
+
+    def take_rows(self, k):
+        lo, hi = self.pos, min(self.n, self.pos + k)
+        self.pos = hi
+        if self.rows is not None:
+            return self.rows[lo:hi]
+        cols = [c[lo:hi] for c in self.columns]
+        if self.flat:
+            col = cols[0]
+            return col.tolist() if col.dtype != object else list(col)
+        rows = zip(*[c.tolist() if c.dtype != object else list(c) for c in cols])
+        return [list(r) for r in rows] if self.lists else list(rows)
+
+    def take_columns(self, k, copy=True):
+        lo, hi = self.pos, min(self.n, self.pos + k)
+        self.pos = hi
+        if self.rows is not None:
+            np = _np()
+            part = self.rows[lo:hi]
+            if part and isinstance(part[0], (list, tuple)):
+                return [np.asarray(c) for c in zip(*part)], None
+            return [np.asarray(part)], None
+        if self.viewed and copy:
+            return [c[lo:hi].copy() for c in self.columns], self.names
+        return [c[lo:hi] for c in self.columns], self.names
+
+
+def _is_ndarray(v):
+    """Whether ``v`` is a numpy array (without importing numpy)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.ndarray)
+
+
+def _decode(tag, partition, payload):
+    if tag == TAG_PICKLE:
+        return _Chunk(partition, rows=pickle.loads(memoryview(payload)))
+    if tag == TAG_COLUMNS:
+        flags, names, columns = _decode_columns(payload)
+        return _Chunk(partition, columns=columns, names=names, flat=bool(flags & _tfos.BATCH_FLAT_ROWS),
+                      lists=bool(flags & _tfos.BATCH_LIST_ROWS))
+    if tag == TAG_ARROW:
+        import pyarrow as pa
+        table = pa.ipc.open_stream(payload).read_all()
+        return _Chunk(partition, columns=[_arrow_column(c) for c in table.columns], names=list(table.column_names))
+    raise FeedError("unknown record tag %d in the feed (partition %d)" % (tag, partition))
+
+
+def _arrow_column(col):
+    """An Arrow column as numpy: list columns whose rows all have one length
+    (a DataFrame's array<double> features) become one 2-D array."""
+    import pyarrow as pa
+    np = _np()
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and len(arr) \
+            and arr.null_count == 0 and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
+        if pa.types.is_fixed_size_list(t):
+            width = t.list_size
+        else:
+            lens = np.diff(_arrow_numpy(arr.offsets))
+            width = int(lens[0]) if (lens == lens[0]).all() else None
+        values = arr.flatten()
+        if width is not None and values.null_count == 0:
+            return _arrow_numpy(values).reshape(len(arr), width)
+    return _arrow_numpy(arr)
+
+
+# Arrow's fixed-width number types, as numpy dtypes (native byte order, as
+# Arrow IPC delivers them)
+_ARROW_NUMPY = {"double": "f8", "float": "f4", "halffloat": "f2", "int64": "i8", "int32": "i4", "int16": "i2",
+                "int8": "i1", "uint64": "u8", "uint32": "u4", "uint16": "u2", "uint8": "u1"}
+
+
+def _arrow_numpy(arr):
+    """An Arrow array as numpy: one of numbers without nulls is a view of its
+    data buffer (pyarrow's own to_numpy imports pandas, which costs a
+    program ~0.2 s of CPU at its first batch); anything else by to_numpy."""
+    dt = _ARROW_NUMPY.get(str(arr.type))
+    if dt is None or arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    np = _np()
+    dt = np.dtype(dt)
+    return np.frombuffer(arr.buffers()[1], dtype=dt, count=len(arr), offset=arr.offset * dt.itemsize)
+
+
+def _decode_columns(payload):
+    """Columnar batch -> (flags, names, numpy arrays), viewing ``payload``."""
+    np = _np()
+    names, columns = [], []
+    flags, cols = _tfos.decode_columns(payload)
+    for col in cols:
+        name, kind, dtype, shape, nrows, data_off, data_len, offsets_off = col
+        names.append(name)
+        if kind == "fixed":
+            arr = np.frombuffer(payload, dtype=np.dtype(dtype), count=nrows * _prod(shape), offset=data_off)
+            columns.append(arr.reshape((nrows,) + tuple(shape)))
+        else:
+            offs = np.frombuffer(payload, dtype="<u8", count=nrows + 1, offset=offsets_off).tolist()
+            raw = memoryview(payload)[data_off:data_off + data_len]
+            vals = [bytes(raw[offs[i]:offs[i + 1]]) for i in range(nrows)]
+            if kind == "str":
+                try:
+                    vals = [v.decode("utf-8") for v in vals]
+                except UnicodeDecodeError as exc:
+                    raise FeedError("corrupt columnar batch in the feed: column %r is not UTF-8 (%s)" % (name, exc))
+            arr = np.empty(nrows, dtype=object)
+            arr[:] = vals
+            columns.append(arr)
+    return flags, names, columns
+
+
+def _prod(shape):
+    p = 1
+    for d in shape:
+        p *= d
+    return p
