@@ -92,3 +92,69 @@ def test_decoder_rejects_corrupt_batches():
             assert "corrupt columnar batch" in str(e)
             rejected += 1
     assert rejected > 1000
+
+
+# ---- Arrow columns -> numpy (feed.arrow_to_numpy: the one conversion) -------
+
+def test_arrow_columns_become_numbers_and_matrices():
+    pa = pytest.importorskip("pyarrow")
+    a2n = feed.arrow_to_numpy
+    x = a2n(pa.array([1.5, 2.5]))
+    assert x.dtype == np.float64 and list(x) == [1.5, 2.5]
+    m = a2n(pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).slice(1))   # a slice: its own rows only
+    assert m.shape == (2, 2) and m.tolist() == [[3.0, 4.0], [5.0, 6.0]]
+    f = a2n(pa.array([[1, 2], [3, 4]], type=pa.list_(pa.int32(), 2)))  # fixed-size lists
+    assert f.dtype == np.int32 and f.shape == (2, 2)
+    big = a2n(pa.array([[1, 2], [3, 4]], type=pa.large_list(pa.uint8())))
+    assert big.dtype == np.uint8 and big.shape == (2, 2)
+    nested = a2n(pa.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]]))  # one more axis per level
+    assert nested.shape == (2, 2, 2) and nested[1, 0, 1] == 6.0
+    chunked = a2n(pa.chunked_array([pa.array([[1.0], [2.0]]), pa.array([[3.0]])]))
+    assert chunked.shape == (3, 1)
+    flags = a2n(pa.array([[True, False], [False, True]]))
+    assert flags.dtype == np.bool_ and flags.tolist() == [[True, False], [False, True]]
+    # not strict (the feed): what makes no matrix comes as pyarrow's rows
+    ragged = a2n(pa.array([[1.0, 2.0], [3.0]]))
+    assert ragged.dtype == object and [list(r) for r in ragged] == [[1.0, 2.0], [3.0]]
+    assert a2n(pa.array([[1.0], None])).dtype == object
+    assert a2n(pa.array([["a"], ["b"]])).dtype == object
+    assert a2n(pa.array(["a", None])).tolist() == ["a", None]
+
+
+@pytest.mark.parametrize("column, row, text", [
+    ([[1.0, 2.0], None, [3.0, 4.0]], 1, r"column 'x': row 1 is null \(null rows in this batch: 1 of 3\).*dropna"),
+    ([1.0, 2.0, None], 2, r"column 'x': row 2 is null .*drop or fill the null rows"),
+    ([[1.0, 2.0], [3.0, 4.0], [5.0]], 2,
+     r"column 'x': rows hold arrays of different lengths \(2 in the batch's first row, 1 in its row 2\): give every "
+     r"row the same length"),
+    ([[1.0, 2.0], [3.0, None]], 1, r"column 'x': the arrays hold null values \(the first in row 1\).*fill them"),
+    ([[[1, 2]], [[3, 4]], [[5]]], 2, r"column 'x': rows hold arrays of different lengths .* in its row 2\)"),
+    ([["a"], ["b"]], None, r"column 'x' holds arrays of string, not of numbers: cast the column"),
+])
+def test_arrow_strict_errors_name_the_column_the_row_and_the_fix(column, row, text):
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(feed.ColumnError, match=text) as e:
+        feed.arrow_to_numpy(pa.array(column), "x", strict=True)
+    assert isinstance(e.value, ValueError) and e.value.column == "x" and e.value.row == row
+    with pytest.raises(feed.ColumnError, match=r"^column 3[: ]"):  # an index names the column too
+        feed.arrow_to_numpy(pa.array(column), 3, strict=True)
+
+
+def test_arrow_records_decode_without_pandas(tmp_path):
+    """The feed's Arrow records view the record's buffers: numbers of every
+    Arrow width, half floats included, come out with no pandas import
+    (pyarrow's to_numpy imports it: ~0.2 s of a program's CPU)."""
+    pa = pytest.importorskip("pyarrow")
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array(np.arange(4, dtype=np.float16)), pa.array(np.arange(4, dtype=np.uint32)),
+         pa.array([[1.0, 2.0]] * 4, type=pa.list_(pa.float32()))], names=["h", "u", "v"])
+    (tmp_path / "rb.arrow").write_bytes(feed.arrow_ipc(rb).to_pybytes())
+    code = ("import sys\nfrom tfos.feed import codec\n"
+            "chunk = codec._decode(codec.TAG_ARROW, 1, open(sys.argv[1], 'rb').read())\n"
+            "print([str(c.dtype) for c in chunk.columns], [c.shape for c in chunk.columns], chunk.names,\n"
+            "      'pandas' in sys.modules)\n")
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "rb.arrow")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == "['float16', 'uint32', 'float32'] [(4,), (4,), (4, 2)] ['h', 'u', 'v'] False"

@@ -30,8 +30,8 @@ from .. import _tfos
 # every name tfos.feed had when it was one file and that other modules,
 # tests or benchmarks use, private ones included (tests/python/test_feed.py
 # checks the list)
-from .codec import (TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _decode_columns, arrow_ipc,  # noqa: F401
-                    encode_rows, write_rows)
+from .codec import (TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, ColumnError, _decode_columns,  # noqa: F401
+                    arrow_ipc, arrow_to_numpy, encode_rows, write_rows)
 from .consumer import DataFeed, FeedManager, get_manager  # noqa: F401
 from .positions import POSITION_DIR, hold_stop, read_positions, save_position  # noqa: F401
 from .prefetch import Prefetcher  # noqa: F401

@@ -6,7 +6,8 @@ batch, encoded and checked in C; TAG_PICKLE: a pickled list of rows, for rows
 the columnar batch cannot hold; TAG_ARROW: an Arrow IPC stream of one record
 batch). Producers encode here (:func:`encode_rows`, :func:`write_rows`,
 :func:`arrow_ipc`); the consumer decodes a record into a :class:`_Chunk` of
-rows or numpy columns (:func:`_decode`).
+rows or numpy columns (:func:`_decode`). :func:`arrow_to_numpy` is tfos's one
+conversion of Arrow columns (lists of numbers included) to numpy arrays.
 """
 import pickle
 import sys
@@ -121,45 +122,129 @@ def _decode(tag, partition, payload):
     if tag == TAG_ARROW:
         import pyarrow as pa
         table = pa.ipc.open_stream(payload).read_all()
-        return _Chunk(partition, columns=[_arrow_column(c) for c in table.columns], names=list(table.column_names))
+        return _Chunk(partition, columns=[arrow_to_numpy(c, n) for c, n in zip(table.columns, table.column_names)],
+                      names=list(table.column_names))
     raise FeedError("unknown record tag %d in the feed (partition %d)" % (tag, partition))
 
 
-def _arrow_column(col):
-    """An Arrow column as numpy: list columns whose rows all have one length
-    (a DataFrame's array<double> features) become one 2-D array."""
+class ColumnError(ValueError):
+    """An Arrow column that :func:`arrow_to_numpy` cannot make numbers of
+    (asked with ``strict``): ``column`` is its name or index, ``row`` the
+    first row at fault (None when no one row is)."""
+
+    def __init__(self, message, column=None, row=None):
+        super().__init__(message)
+        self.column = column
+        self.row = row
+
+
+def arrow_to_numpy(col, name=None, strict=False):
+    """An Arrow column (Array or ChunkedArray) as numpy, the rows on axis 0,
+    with no per-row Python objects where the data allows: numbers without
+    nulls are a view of the column's buffer; a column of lists whose rows
+    all hold one number of values (a DataFrame's ``array<double>``
+    features) is a matrix ``(rows, k)`` made from the lists' values buffer,
+    and a column of lists of such lists has one more axis per level.
+
+    Anything else comes as pyarrow's ``to_numpy`` gives it (strings, nulls,
+    rows of different lengths: an object array of rows) unless ``strict``,
+    for consumers that take numbers only (a model's inputs): then a null row,
+    a null inside the arrays, arrays of something else than numbers, or rows
+    of different lengths raise :class:`ColumnError` naming the column
+    (``name``: its name or index), the row and what to do. The one
+    conversion of Arrow lists to matrices in tfos: the feed's Arrow records
+    (not strict) and tfos serve's Spark UDF (strict) use it."""
     import pyarrow as pa
-    np = _np()
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    t = arr.type
-    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and len(arr) \
-            and arr.null_count == 0 and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
-        if pa.types.is_fixed_size_list(t):
-            width = t.list_size
-        else:
-            lens = np.diff(_arrow_numpy(arr.offsets))
-            width = int(lens[0]) if (lens == lens[0]).all() else None
-        values = arr.flatten()
-        if width is not None and values.null_count == 0:
-            return _arrow_numpy(values).reshape(len(arr), width)
+    if _is_list(arr.type):
+        m = _list_matrix(arr, name, strict, 1)
+        return m if m is not None else arr.to_numpy(zero_copy_only=False)
+    if strict and arr.null_count:
+        raise _null_rows(arr, name, 1)
     return _arrow_numpy(arr)
 
 
-# Arrow's fixed-width number types, as numpy dtypes (native byte order, as
-# Arrow IPC delivers them)
-_ARROW_NUMPY = {"double": "f8", "float": "f4", "halffloat": "f2", "int64": "i8", "int32": "i4", "int16": "i2",
-                "int8": "i1", "uint64": "u8", "uint32": "u4", "uint16": "u2", "uint8": "u1"}
+def _is_list(t):
+    import pyarrow as pa
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _column_label(name):
+    return "a column" if name is None else "column %d" % name if isinstance(name, int) else "column %r" % (name,)
+
+
+def _first_null(arr):
+    import pyarrow.compute as pc
+    return pc.index(arr.is_null(), True).as_py()
+
+
+def _null_rows(arr, name, per_row):
+    """ColumnError for the nulls in ``arr`` (``per_row`` of its entries make
+    one row of the column)."""
+    row = _first_null(arr) // per_row
+    if per_row == 1:
+        return ColumnError("%s: row %d is null (null rows in this batch: %d of %d), and only numbers convert: "
+                           "drop or fill the null rows first (DataFrame.dropna or fillna)"
+                           % (_column_label(name), row, arr.null_count, len(arr)), name, row)
+    return ColumnError("%s: the arrays hold null values (the first in row %d), and only numbers convert: fill "
+                       "them first (e.g. F.transform(col, lambda v: F.coalesce(v, F.lit(0))))"
+                       % (_column_label(name), row), name, row)
+
+
+def _list_matrix(arr, name, strict, per_row):
+    """The lists of ``arr`` as one array with an axis more, or None (not
+    strict) where they do not make one. ``per_row``: how many entries of
+    ``arr`` make one row of the column (1 at the top; errors name rows)."""
+    import pyarrow as pa
+    np = _np()
+    n, t = len(arr), arr.type
+    if arr.null_count:
+        if strict:
+            raise _null_rows(arr, name, per_row)
+        return None
+    if n == 0:
+        return None
+    if pa.types.is_fixed_size_list(t):
+        k = t.list_size
+    else:
+        lens = np.diff(_arrow_numpy(arr.offsets))
+        k = int(lens[0])
+        if (lens != k).any():
+            if not strict:
+                return None
+            bad = int(np.argmax(lens != k))
+            raise ColumnError("%s: rows hold arrays of different lengths (%d in the batch's first row, %d in its "
+                              "row %d): give every row the same length first (pad or cut the arrays)"
+                              % (_column_label(name), k, int(lens[bad]), bad // per_row), name, bad // per_row)
+    values = arr.flatten()  # the values of these rows only (flatten follows a slice's offset)
+    if values.null_count:
+        if strict:
+            raise _null_rows(values, name, per_row * k)
+        return None
+    vt = values.type
+    if _is_list(vt):
+        inner = _list_matrix(values, name, strict, per_row * k)
+        return None if inner is None else inner.reshape((n, k) + inner.shape[1:])
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)):
+        if strict:
+            raise ColumnError("%s holds arrays of %s, not of numbers: cast the column first (e.g. "
+                              "F.col(c).cast('array<double>'))" % (_column_label(name), vt), name)
+        return None
+    return _arrow_numpy(values).reshape(n, k)
 
 
 def _arrow_numpy(arr):
     """An Arrow array as numpy: one of numbers without nulls is a view of its
     data buffer (pyarrow's own to_numpy imports pandas, which costs a
-    program ~0.2 s of CPU at its first batch); anything else by to_numpy."""
-    dt = _ARROW_NUMPY.get(str(arr.type))
-    if dt is None or arr.null_count:
+    program ~0.2 s of CPU at its first batch); anything else by to_numpy.
+    The numpy dtype is the Arrow type's own (``to_pandas_dtype``, which
+    imports nothing for numbers): no table of ours."""
+    import pyarrow as pa
+    t = arr.type
+    if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return arr.to_numpy(zero_copy_only=False)
     np = _np()
-    dt = np.dtype(dt)
+    dt = np.dtype(t.to_pandas_dtype())
     return np.frombuffer(arr.buffers()[1], dtype=dt, count=len(arr), offset=arr.offset * dt.itemsize)
 
 
