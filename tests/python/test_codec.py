@@ -158,3 +158,24 @@ def test_arrow_records_decode_without_pandas(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "rb.arrow")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[0] == "['float16', 'uint32', 'float32'] [(4,), (4,), (4, 2)] ['h', 'u', 'v'] False"
+
+
+def test_every_dtype_of_the_one_table_encodes_as_itself():
+    """The encoder finds a buffer's dtype code in core/batch.c's table
+    (_tfos.DTYPES) by kind and size: every dtype there round-trips, in
+    columns and in rows of numpy scalars; one the table lacks is refused."""
+    assert len(t.DTYPES) == 11
+    for code, np_name, oip, size in t.DTYPES:
+        col = np.arange(6).reshape(3, 2).astype(np_name)
+        _, cols = t.decode_columns(t.encode_columns([("a", col)]))
+        assert cols[0][1:4] == ("fixed", np_name, (2,)), (np_name, cols[0])
+        assert np.dtype(np_name).itemsize == size
+        rows = [(np.dtype(np_name).type(1),), (np.dtype(np_name).type(0),)]
+        _, cols = t.decode_columns(t.encode_rows(rows))
+        assert cols[0][2] == np_name, (np_name, cols[0])
+    for same in (np.longlong, np.int64, np.intc, np.uintc, np.ulonglong, np.double):  # C names of one size
+        _, cols = t.decode_columns(t.encode_columns([("a", np.zeros(2, dtype=same))]))
+        assert np.dtype(cols[0][2]) == np.dtype(same)
+    with pytest.raises(TypeError, match=r"column 0 \('h'\): dtype 'e'"):
+        t.encode_columns([("h", np.zeros(2, dtype=np.float16))])
+    assert feed.encode_rows([(np.float16(1),)])[0] == feed.TAG_PICKLE
