@@ -179,3 +179,26 @@ def test_every_dtype_of_the_one_table_encodes_as_itself():
     with pytest.raises(TypeError, match=r"column 0 \('h'\): dtype 'e'"):
         t.encode_columns([("h", np.zeros(2, dtype=np.float16))])
     assert feed.encode_rows([(np.float16(1),)])[0] == feed.TAG_PICKLE
+
+
+def test_too_big_is_a_code_and_write_rows_splits_on_it():
+    """A batch larger than the ring's largest record: Ring.write_rows raises
+    ValueError (as it always did) with .code == _tfos.ETOOBIG, the one thing
+    feed.write_rows decides on: it halves the batch until each record fits,
+    and a single row that cannot fit is a FeedError asking for --feed-mb."""
+    fd_in, fd_out = t.ring_create(1 << 16), t.ring_create(1 << 16)
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    rows = [(i, "r" * 200) for i in range(200)]           # ~43 KB: more than a record (32 KiB), less than the ring
+    with pytest.raises(ValueError, match=r"larger than the ring's largest record .*send fewer rows") as e:
+        prod.write_rows(feed.TAG_COLUMNS, rows, 1000)
+    assert e.value.code == t.ETOOBIG and e.value.reason == t.strerror(t.ETOOBIG)
+    with pytest.raises(ValueError) as e:                 # rows of no one layout: no code (pickled by write_rows)
+        prod.write_rows(feed.TAG_COLUMNS, [(1, 1.0), (2, "x")], 1000)
+    assert getattr(e.value, "code", None) is None
+    with pytest.raises(feed.FeedError, match=r"one row of \d+ bytes does not fit the feed ring \(largest record "
+                                             r"\d+ bytes\): start the cluster with a larger --feed-mb"):
+        feed.write_rows(prod, [("x" * (1 << 16),)], 1000)
+    feed.write_rows(prod, rows, 1000)                    # split in halves until each fits
+    prod.end_feed(1000)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=5)
+    assert df.next_batch(1000) == rows and df.should_stop()

@@ -53,15 +53,17 @@ def write_rows(ring, rows, timeout_ms):
     except (TypeError, OverflowError):
         ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
     except ValueError as exc:
-        if "larger than the ring" in str(exc) and len(rows) > 1:
+        # the extension marks "larger than the ring's largest record" with
+        # its code; any other ValueError is rows of no one columnar layout
+        if getattr(exc, "code", None) != _tfos.ETOOBIG:
+            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
+        elif len(rows) > 1:
             half = len(rows) // 2
             write_rows(ring, rows[:half], timeout_ms)
             write_rows(ring, rows[half:], timeout_ms)
-        elif "larger than the ring" in str(exc):
+        else:
             raise FeedError("one row of %d bytes does not fit the feed ring (largest record %d bytes): start the "
                             "cluster with a larger --feed-mb" % (len(encode_rows(rows)[1]), ring.max_record))
-        else:
-            ring.write(TAG_PICKLE, pickle.dumps(list(rows), protocol=pickle.HIGHEST_PROTOCOL), timeout_ms, len(rows))
 
 
 class _Chunk(object):
