@@ -22,6 +22,7 @@ ESTOPPED: Final[int]
 EFAILED: Final[int]
 EEND: Final[int]
 ECLOSED: Final[int]
+ETOOBIG: Final[int]  # the .code of Ring.write_rows/write_columns' ValueError: the batch is larger than a record
 # restart policy decisions
 RESTART: Final[int]
 RAISE: Final[int]

@@ -7,7 +7,6 @@ that go to the nodes in turn, every file fed --epochs times, then end-of-feed
 on every node. Exits 1 with a message naming the file on bad input.
 """
 import argparse
-import os
 import sys
 
 from . import _tfos

@@ -1,7 +1,7 @@
 /* position.h: where a restarted feed resumes.
  *
  * A program that saves its feed position with its checkpoint
- * (DataFeed.save_position, python/tfos/feed.py) leaves
+ * (DataFeed.save_position, python/tfos/feed/positions.py) leaves
  * <checkpoint_dir>/tfos-feed-position/attempt-<A>-<job>-<index>.json holding
  * the partitions that node had consumed ({"partitions": [...]}). After a
  * restart the launcher feeds only the partitions none of them lists: rows

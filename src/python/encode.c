@@ -12,28 +12,36 @@
 
 enum { F_BOOL, F_INT, F_FLOAT, F_STR, F_BYTES, F_LIST_INT, F_LIST_FLOAT, F_BUFFER };
 
+/* The dtype code of a buffer's PEP 3118 format: the format's letter gives
+ * the kind (bool, signed or unsigned integer, float) and the buffer its
+ * item size; the code is the one of core/batch.c's table (the one dtype
+ * table) whose numpy name has that kind and size ("<f4": kind 'f', 4
+ * bytes). 0 for a format or size the table has no code for. */
 static int dtype_from_format(const char *fmt, Py_ssize_t itemsize)
 {
     if (!fmt)
-        return TFOS_DT_U8;
+        fmt = "B"; /* PEP 3118: no format means unsigned bytes */
     if (*fmt == '<' || *fmt == '=' || *fmt == '@')
         fmt++;
     if (fmt[0] == '\0' || fmt[1] != '\0')
         return 0;
-    switch (*fmt) {
-    case '?': return TFOS_DT_BOOL;
-    case 'b': return TFOS_DT_I8;
-    case 'B': return TFOS_DT_U8;
-    case 'h': return TFOS_DT_I16;
-    case 'H': return TFOS_DT_U16;
-    case 'i': return itemsize == 4 ? TFOS_DT_I32 : 0;
-    case 'I': return itemsize == 4 ? TFOS_DT_U32 : 0;
-    case 'l': case 'q': return itemsize == 8 ? TFOS_DT_I64 : 0;
-    case 'L': case 'Q': return itemsize == 8 ? TFOS_DT_U64 : 0;
-    case 'f': return TFOS_DT_F32;
-    case 'd': return TFOS_DT_F64;
-    default: return 0;
+    char kind;
+    if (*fmt == '?')
+        kind = 'b';
+    else if (strchr("bhilq", *fmt))
+        kind = 'i';
+    else if (strchr("BHILQ", *fmt))
+        kind = 'u';
+    else if (strchr("efd", *fmt))
+        kind = 'f';
+    else
+        return 0;
+    for (int dt = 1; dt <= TFOS_DT_MAX_; dt++) {
+        const char *np = tfos__dtype_numpy(dt);
+        if (np && np[1] == kind && tfos__dtype_size(dt) == (size_t)itemsize)
+            return dt;
     }
+    return 0;
 }
 
 static int list_kind(PyObject *o, Py_ssize_t *len)

@@ -632,6 +632,7 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "EFAILED", TFOS_EFAILED) < 0 ||
         PyModule_AddIntConstant(m, "EEND", TFOS_EEND) < 0 ||
         PyModule_AddIntConstant(m, "ECLOSED", TFOS_ECLOSED) < 0 ||
+        PyModule_AddIntConstant(m, "ETOOBIG", TFOS_ETOOBIG) < 0 ||
         PyModule_AddIntConstant(m, "RESTART", TFOS_RESTART) < 0 ||
         PyModule_AddIntConstant(m, "RAISE", TFOS_RAISE) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_EXIT", TFOS_CAUSE_EXIT) < 0 ||

@@ -13,6 +13,7 @@
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #define POOLED_MIN ((size_t)64 << 10) /* records smaller than this become bytes */
@@ -26,19 +27,13 @@ typedef struct {
     int held;          /* records of the last read are not released yet (they were read as views) */
 } RingObject;
 
-static PyObject *ring_raise(RingObject *self, int rc, const char *what)
+/* Raise an exception of `type` with message `msg`, carrying the libtfos
+ * code: `.code` (rc, a TFOS_E* value, also in tfos._tfos) and `.reason`
+ * (tfos_strerror(rc)). Callers decide on `.code` or on the type, never on
+ * the message. Always returns NULL. */
+static PyObject *raise_coded(PyObject *type, int rc, const char *msg)
 {
-    module_state *st = get_state(self->module);
-    PyObject *type = st->feed_error;
-    if (rc == TFOS_ECLOSED)
-        type = st->feed_closed;
-    else if (rc == TFOS_EEND)
-        type = st->feed_ended;
-    else if (rc == TFOS_ETIMEDOUT || rc == TFOS_EAGAIN || rc == TFOS_EFULL)
-        type = PyExc_TimeoutError;
-    else if (rc == TFOS_ESYS)
-        return PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
-    PyObject *exc = PyObject_CallFunction(type, "s", what);
+    PyObject *exc = PyObject_CallFunction(type, "s", msg);
     if (exc) {
         PyObject *code = PyLong_FromLong(rc);
         PyObject *text = PyUnicode_FromString(tfos_strerror(rc));
@@ -52,6 +47,21 @@ static PyObject *ring_raise(RingObject *self, int rc, const char *what)
         Py_DECREF(exc);
     }
     return NULL;
+}
+
+static PyObject *ring_raise(RingObject *self, int rc, const char *what)
+{
+    module_state *st = get_state(self->module);
+    PyObject *type = st->feed_error;
+    if (rc == TFOS_ECLOSED)
+        type = st->feed_closed;
+    else if (rc == TFOS_EEND)
+        type = st->feed_ended;
+    else if (rc == TFOS_ETIMEDOUT || rc == TFOS_EAGAIN || rc == TFOS_EFULL)
+        type = PyExc_TimeoutError;
+    else if (rc == TFOS_ESYS)
+        return PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
+    return raise_coded(type, rc, what);
 }
 
 static int Ring_init(RingObject *self, PyObject *args, PyObject *kw)
@@ -132,10 +142,13 @@ static PyObject *ring_write_plan(RingObject *self, tfos_plan *p, unsigned int ta
     void *dst = NULL;
     int rc;
     if (p->total > tfos__ring_max_record(self->ring)) {
+        /* ValueError as before, with .code = TFOS_ETOOBIG: tfos.feed's
+         * write_rows splits the batch on that code */
+        char msg[200];
+        snprintf(msg, sizeof msg, "a batch of %llu bytes is larger than the ring's largest record (%zu bytes): "
+                 "send fewer rows per batch", (unsigned long long)p->total, tfos__ring_max_record(self->ring));
         tfos_plan_release(p);
-        return PyErr_Format(PyExc_ValueError, "a batch of %llu bytes is larger than the ring's largest record "
-                            "(%zu bytes): send fewer rows per batch", (unsigned long long)p->total,
-                            tfos__ring_max_record(self->ring));
+        return raise_coded(PyExc_ValueError, TFOS_ETOOBIG, msg);
     }
     Py_BEGIN_ALLOW_THREADS
     rc = tfos__ring_reserve(self->ring, tag, (size_t)p->total, &dst, timeout);

@@ -92,3 +92,113 @@ def test_decoder_rejects_corrupt_batches():
             assert "corrupt columnar batch" in str(e)
             rejected += 1
     assert rejected > 1000
+
+
+# ---- Arrow columns -> numpy (feed.arrow_to_numpy: the one conversion) -------
+
+def test_arrow_columns_become_numbers_and_matrices():
+    pa = pytest.importorskip("pyarrow")
+    a2n = feed.arrow_to_numpy
+    x = a2n(pa.array([1.5, 2.5]))
+    assert x.dtype == np.float64 and list(x) == [1.5, 2.5]
+    m = a2n(pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).slice(1))   # a slice: its own rows only
+    assert m.shape == (2, 2) and m.tolist() == [[3.0, 4.0], [5.0, 6.0]]
+    f = a2n(pa.array([[1, 2], [3, 4]], type=pa.list_(pa.int32(), 2)))  # fixed-size lists
+    assert f.dtype == np.int32 and f.shape == (2, 2)
+    big = a2n(pa.array([[1, 2], [3, 4]], type=pa.large_list(pa.uint8())))
+    assert big.dtype == np.uint8 and big.shape == (2, 2)
+    nested = a2n(pa.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]]))  # one more axis per level
+    assert nested.shape == (2, 2, 2) and nested[1, 0, 1] == 6.0
+    chunked = a2n(pa.chunked_array([pa.array([[1.0], [2.0]]), pa.array([[3.0]])]))
+    assert chunked.shape == (3, 1)
+    flags = a2n(pa.array([[True, False], [False, True]]))
+    assert flags.dtype == np.bool_ and flags.tolist() == [[True, False], [False, True]]
+    # not strict (the feed): what makes no matrix comes as pyarrow's rows
+    ragged = a2n(pa.array([[1.0, 2.0], [3.0]]))
+    assert ragged.dtype == object and [list(r) for r in ragged] == [[1.0, 2.0], [3.0]]
+    assert a2n(pa.array([[1.0], None])).dtype == object
+    assert a2n(pa.array([["a"], ["b"]])).dtype == object
+    assert a2n(pa.array(["a", None])).tolist() == ["a", None]
+
+
+@pytest.mark.parametrize("column, row, text", [
+    ([[1.0, 2.0], None, [3.0, 4.0]], 1, r"column 'x': row 1 is null \(null rows in this batch: 1 of 3\).*dropna"),
+    ([1.0, 2.0, None], 2, r"column 'x': row 2 is null .*drop or fill the null rows"),
+    ([[1.0, 2.0], [3.0, 4.0], [5.0]], 2,
+     r"column 'x': rows hold arrays of different lengths \(2 in the batch's first row, 1 in its row 2\): give every "
+     r"row the same length"),
+    ([[1.0, 2.0], [3.0, None]], 1, r"column 'x': the arrays hold null values \(the first in row 1\).*fill them"),
+    ([[[1, 2]], [[3, 4]], [[5]]], 2, r"column 'x': rows hold arrays of different lengths .* in its row 2\)"),
+    ([["a"], ["b"]], None, r"column 'x' holds arrays of string, not of numbers: cast the column"),
+])
+def test_arrow_strict_errors_name_the_column_the_row_and_the_fix(column, row, text):
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(feed.ColumnError, match=text) as e:
+        feed.arrow_to_numpy(pa.array(column), "x", strict=True)
+    assert isinstance(e.value, ValueError) and e.value.column == "x" and e.value.row == row
+    with pytest.raises(feed.ColumnError, match=r"^column 3[: ]"):  # an index names the column too
+        feed.arrow_to_numpy(pa.array(column), 3, strict=True)
+
+
+def test_arrow_records_decode_without_pandas(tmp_path):
+    """The feed's Arrow records view the record's buffers: numbers of every
+    Arrow width, half floats included, come out with no pandas import
+    (pyarrow's to_numpy imports it: ~0.2 s of a program's CPU)."""
+    pa = pytest.importorskip("pyarrow")
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array(np.arange(4, dtype=np.float16)), pa.array(np.arange(4, dtype=np.uint32)),
+         pa.array([[1.0, 2.0]] * 4, type=pa.list_(pa.float32()))], names=["h", "u", "v"])
+    (tmp_path / "rb.arrow").write_bytes(feed.arrow_ipc(rb).to_pybytes())
+    code = ("import sys\nfrom tfos.feed import codec\n"
+            "chunk = codec._decode(codec.TAG_ARROW, 1, open(sys.argv[1], 'rb').read())\n"
+            "print([str(c.dtype) for c in chunk.columns], [c.shape for c in chunk.columns], chunk.names,\n"
+            "      'pandas' in sys.modules)\n")
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "rb.arrow")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == "['float16', 'uint32', 'float32'] [(4,), (4,), (4, 2)] ['h', 'u', 'v'] False"
+
+
+def test_every_dtype_of_the_one_table_encodes_as_itself():
+    """The encoder finds a buffer's dtype code in core/batch.c's table
+    (_tfos.DTYPES) by kind and size: every dtype there round-trips, in
+    columns and in rows of numpy scalars; one the table lacks is refused."""
+    assert len(t.DTYPES) == 11
+    for code, np_name, oip, size in t.DTYPES:
+        col = np.arange(6).reshape(3, 2).astype(np_name)
+        _, cols = t.decode_columns(t.encode_columns([("a", col)]))
+        assert cols[0][1:4] == ("fixed", np_name, (2,)), (np_name, cols[0])
+        assert np.dtype(np_name).itemsize == size
+        rows = [(np.dtype(np_name).type(1),), (np.dtype(np_name).type(0),)]
+        _, cols = t.decode_columns(t.encode_rows(rows))
+        assert cols[0][2] == np_name, (np_name, cols[0])
+    for same in (np.longlong, np.int64, np.intc, np.uintc, np.ulonglong, np.double):  # C names of one size
+        _, cols = t.decode_columns(t.encode_columns([("a", np.zeros(2, dtype=same))]))
+        assert np.dtype(cols[0][2]) == np.dtype(same)
+    with pytest.raises(TypeError, match=r"column 0 \('h'\): dtype 'e'"):
+        t.encode_columns([("h", np.zeros(2, dtype=np.float16))])
+    assert feed.encode_rows([(np.float16(1),)])[0] == feed.TAG_PICKLE
+
+
+def test_too_big_is_a_code_and_write_rows_splits_on_it():
+    """A batch larger than the ring's largest record: Ring.write_rows raises
+    ValueError (as it always did) with .code == _tfos.ETOOBIG, the one thing
+    feed.write_rows decides on: it halves the batch until each record fits,
+    and a single row that cannot fit is a FeedError asking for --feed-mb."""
+    fd_in, fd_out = t.ring_create(1 << 16), t.ring_create(1 << 16)
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    rows = [(i, "r" * 200) for i in range(200)]           # ~43 KB: more than a record (32 KiB), less than the ring
+    with pytest.raises(ValueError, match=r"larger than the ring's largest record .*send fewer rows") as e:
+        prod.write_rows(feed.TAG_COLUMNS, rows, 1000)
+    assert e.value.code == t.ETOOBIG and e.value.reason == t.strerror(t.ETOOBIG)
+    with pytest.raises(ValueError) as e:                 # rows of no one layout: no code (pickled by write_rows)
+        prod.write_rows(feed.TAG_COLUMNS, [(1, 1.0), (2, "x")], 1000)
+    assert getattr(e.value, "code", None) is None
+    with pytest.raises(feed.FeedError, match=r"one row of \d+ bytes does not fit the feed ring \(largest record "
+                                             r"\d+ bytes\): start the cluster with a larger --feed-mb"):
+        feed.write_rows(prod, [("x" * (1 << 16),)], 1000)
+    feed.write_rows(prod, rows, 1000)                    # split in halves until each fits
+    prod.end_feed(1000)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=5)
+    assert df.next_batch(1000) == rows and df.should_stop()

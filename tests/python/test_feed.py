@@ -515,3 +515,29 @@ def test_feed_arrays_records_take_at_most_2_mib_unless_batch_rows_says():
         reader.close()
         client.input.close()
         os.close(fd)
+
+
+# Every name tfos.feed had as one file that tfos's other modules, the tests,
+# bench/, examples/ and the docs use: the package re-exports each (issue 33).
+FEED_NAMES = ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "ResultsMissing", "get_manager",
+              "hold_stop", "DataFeed", "Prefetcher", "TAG_PICKLE", "TAG_COLUMNS", "TAG_ARROW", "TAG_RESULTS",
+              "encode_rows", "write_rows", "arrow_ipc", "_decode_columns", "POSITION_DIR", "save_position",
+              "read_positions"]
+
+
+def test_feed_package_keeps_every_import_path():
+    import subprocess
+    import sys
+    for name in FEED_NAMES:
+        assert hasattr(feed, name), name
+    # the public API is the same, and each object is the one its module defines
+    assert feed.__all__ == ["FeedManager", "FeedClient", "FeedError", "FeedClosed", "FeedEnded", "ResultsMissing",
+                            "get_manager", "hold_stop"]
+    assert feed.FeedError is t.FeedError and issubclass(feed.ResultsMissing, feed.FeedError)
+    assert feed.DataFeed is feed.consumer.DataFeed and feed.FeedClient is feed.producer.FeedClient
+    from tfos import TFNode
+    assert TFNode.DataFeed is feed.DataFeed and TFNode.hold_stop is feed.hold_stop
+    # every module imports on its own, first, in a fresh interpreter (no cycle)
+    for mod in ("codec", "consumer", "positions", "prefetch", "producer"):
+        r = subprocess.run([sys.executable, "-c", "import tfos.feed.%s" % mod], capture_output=True, text=True)
+        assert r.returncode == 0, (mod, r.stderr[-2000:])

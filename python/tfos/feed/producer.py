@@ -1,0 +1,207 @@
+"""The producer's side of the feed: :class:`FeedClient` writes partitions
+into a node's input ring on this machine (found through the node agent's
+feed socket) and collects the inference results from its output ring.
+"""
+import collections
+import contextlib
+import itertools
+import os
+import pickle
+import time
+
+from .. import _tfos
+from .codec import TAG_ARROW, TAG_COLUMNS, TAG_RESULTS, _is_ndarray, _np, arrow_ipc, write_rows
+
+FeedError = _tfos.FeedError
+
+
+class ResultsMissing(FeedError):
+    """``FeedClient.collect_results``: the node read the whole partition and
+    sent no (more) results for ``results_timeout`` seconds. The node is
+    alive: its program does not answer."""
+
+
+class FeedClient(object):
+    """A producer feeding one node on this machine.
+
+    ``FeedClient(executor_id)`` finds the node through its agent's feed socket
+    (cluster id and secret from ``TFOS_CLUSTER_ID``/``TFOS_SECRET`` unless
+    given). ``feed_partition(rows, partition_id)`` writes one whole partition;
+    ``collect_results(partition_id, count)`` reads its inference results;
+    ``end_feed()`` ends the node's feed for good."""
+
+    def __init__(self, executor_id, cluster_id=None, secret=None, timeout=_tfos.DEFAULTS["connect_timeout"],
+                 batch_rows=_tfos.DEFAULTS["batch_rows"]):
+        cluster_id = cluster_id or os.environ.get("TFOS_CLUSTER_ID")
+        secret = secret or os.environ.get("TFOS_SECRET")
+        if not cluster_id or not secret:
+            raise FeedError("FeedClient needs the cluster id and secret (TFOS_CLUSTER_ID, TFOS_SECRET)")
+        in_fd, out_fd, self.node = _tfos.feed_connect(cluster_id, int(executor_id), secret, int(timeout * 1000))
+        try:
+            self.input = _tfos.Ring(in_fd, _tfos.ROLE_PRODUCER)
+            self._out_fd = out_fd
+            self.output = None
+        finally:
+            os.close(in_fd)
+        self.batch_rows = batch_rows
+        self.timeout_ms = int(timeout * 1000)
+        self._results = collections.defaultdict(list)
+
+    @contextlib.contextmanager
+    def _partition(self, partition_id, timeout):
+        """Hold the ring for one whole partition; yields the timeout in ms.
+        If writing fails midway the handle is closed, and the ring marks the
+        partition aborted (so it is fed again, never taken as whole)."""
+        t = self.timeout_ms if timeout is None else int(timeout * 1000)
+        self.input.partition_begin(partition_id, t)
+        try:
+            yield t
+        except BaseException:
+            self.input.close()
+            raise
+        self.input.partition_end(t)
+
+    def feed_partition(self, rows, partition_id, timeout=None):
+        """Write ``rows`` (an iterable) as partition ``partition_id``, whole.
+        Returns the number of rows."""
+        n = 0
+        rows = iter(rows)
+        with self._partition(partition_id, timeout) as t:
+            while True:
+                # batches are cut by islice in C: no Python bytecode per row
+                batch = list(itertools.islice(rows, self.batch_rows))
+                if not batch:
+                    break
+                write_rows(self.input, batch, t)
+                n += len(batch)
+        return n
+
+    def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
+        """Write whole numpy columns (a dict name -> array, or a sequence of
+        arrays, all with the same first dimension) as one partition, in
+        batches of ``batch_rows`` rows, with no per-row Python work (default:
+        as many rows as fit in 2 MiB, at least one: records that go round
+        the ring's part in the processor's cache, docs/FEED.md)."""
+        np = _np()
+        if isinstance(columns, dict):
+            names, columns = list(columns.keys()), list(columns.values())
+        columns = [np.ascontiguousarray(c) for c in columns]
+        names = list(names) if names is not None else [""] * len(columns)
+        n = len(columns[0])
+        for c in columns:
+            if len(c) != n:
+                raise ValueError("feed_arrays: columns have different lengths (%d and %d rows)" % (n, len(c)))
+        row_bytes = sum(c[:1].nbytes for c in columns) or 1
+        cap = min(_tfos.DEFAULTS["record_bytes"], self.input.max_record // 2)
+        step = batch_rows or max(1, min(n, cap // row_bytes))
+        with self._partition(partition_id, timeout) as t:
+            for lo in range(0, n, step):
+                self.input.write_columns(TAG_COLUMNS, list(zip(names, [c[lo:lo + step] for c in columns])), t)
+
+    def feed_arrow(self, batches, partition_id, timeout=None):
+        """Write Arrow record batches (pyarrow.RecordBatch, a Table, or any
+        iterable of record batches, written as they come) as one partition,
+        passed through as Arrow IPC: no per-row work anywhere. Returns the
+        number of rows."""
+        import pyarrow as pa
+        if isinstance(batches, pa.Table):
+            batches = batches.to_batches()
+        elif isinstance(batches, pa.RecordBatch):
+            batches = [batches]
+        n = 0
+        with self._partition(partition_id, timeout) as t:
+            for rb in batches:
+                if rb.num_rows:
+                    self.input.write(TAG_ARROW, arrow_ipc(rb), t, rb.num_rows)
+                    n += rb.num_rows
+        return n
+
+    def feed_encoded(self, tag, payload, timeout=None):
+        """Write one already-encoded record (inside a partition or not)."""
+        self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
+
+    def collect_results(self, partition_id, count, timeout=None, results_timeout=None, abort=None):
+        """The ``count`` inference results of partition ``partition_id``, in
+        order. Raises FeedError naming the partition if more arrive than rows
+        were fed. With ``results_timeout`` (seconds), once the node has read
+        every row written so far (its DataFeed acknowledged our partition's
+        end) and no result came for that long, raises FeedError asking whether
+        the program returns results (``feed.batch_results``), instead of
+        waiting out ``timeout``. ``abort``: a callable asked every second,
+        returning None, or a reason to stop waiting (raised as FeedError)."""
+        if self.output is None:
+            self.output = _tfos.Ring(self._out_fd, _tfos.ROLE_CONSUMER)
+            os.close(self._out_fd)
+            self._out_fd = None
+        t = self.timeout_ms if timeout is None else int(timeout * 1000)
+        got = self._results.pop(partition_id, [])
+        deadline = time.monotonic() + t / 1000.0 if t >= 0 else None
+        st = self.input.stats()
+        read_target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this
+        quiet_since = None  # when the node had read our whole partition, or sent its last result since
+        while len(got) < count:
+            now = time.monotonic()
+            why = abort() if abort is not None else None
+            if why:
+                raise FeedError("stopped waiting for the results of partition %d (%d of %d): %s"
+                                % (partition_id, len(got), count, why))
+            if deadline is not None and now >= deadline:
+                raise TimeoutError("timed out after %g s waiting for inference results of partition %d "
+                                   "(%d of %d)" % (t / 1000.0, partition_id, len(got), count))
+            if results_timeout is not None and quiet_since is None and self._read_all(read_target):
+                quiet_since = now
+            if quiet_since is not None and now - quiet_since >= results_timeout:
+                raise ResultsMissing("returned %s for partition %d in %g s after reading all of its rows (%d "
+                                     "results of %d) -- does map_fun call feed.batch_results() for every batch it "
+                                     "reads?" % ("no results" if not got else "no more results", partition_id,
+                                                 results_timeout, len(got), count))
+            slice_ms = 1000 if results_timeout is not None or abort is not None else t
+            if deadline is not None:
+                slice_ms = max(1, min(slice_ms, int((deadline - now) * 1000)))
+            try:
+                records = self.output.read(slice_ms, 64)
+            except TimeoutError:
+                continue
+            for tag, _, payload in records:
+                if tag != TAG_RESULTS:
+                    continue
+                part, results = pickle.loads(payload)
+                if _is_ndarray(results):  # batch_results(array): its rows as Python values
+                    results = results.tolist()
+                if part == partition_id:
+                    got.extend(results)
+                    if quiet_since is not None:
+                        quiet_since = time.monotonic()
+                else:
+                    self._results[part].extend(results)
+        if len(got) > count:
+            raise FeedError("partition %d: %d inference results for %d input rows" % (partition_id, len(got), count))
+        return got
+
+    def _read_all(self, target):
+        """Whether the node's program has read past partition end ``target``."""
+        try:
+            self.input.wait_acked(target, 0)
+            return True
+        except TimeoutError:
+            return False
+        except FeedError:  # ended or closed: the results are all there will be
+            return True
+
+    def end_feed(self):
+        self.input.end_feed(self.timeout_ms)
+
+    def close(self, detach_output=False):
+        """Detach from the node. ``detach_output``: give the output ring's
+        reader role back, so that a later producer can collect its results
+        (the next inference task on this executor)."""
+        self.input.close()
+        if self.output is not None:
+            if detach_output:
+                self.output.detach()
+            else:
+                self.output.close()
+            self.output = None
+        elif self._out_fd is not None:
+            os.close(self._out_fd)
+        self._out_fd = None
