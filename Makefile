@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu clean
 
 all: install
 
@@ -160,6 +160,12 @@ bench-feed: install
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos
+
+# A feed-bound model on an NVIDIA GPU (never in tests or CI): device-resident
+# data, a DataLoader over the file, tfos run --input, and local Spark through
+# TorchDistributor.train_on_dataframe (docs/BENCHMARKS.md, "GPU").
+bench-gpu: install
+	$(VPY) bench/gpu_feed.py --tfos $(BUILD)/tfos
 
 # tfos vs tensorflowonspark 2.2.5 on one Spark standalone cluster (installs the
 # baseline into its own venv under .bench-venv on first use).
