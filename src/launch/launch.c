@@ -534,15 +534,14 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     }
     if (opts->status_port >= 0) {
         const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
-        long long body = opts->serve && opts->serve->max_body > 0 ? opts->serve->max_body : TFOS_SERVE_DEFAULT_MAX_BODY;
-        rc = l->serve ? tfos__http_open_routes(&l->http, l->loop, host, opts->status_port, tfos__serve_route, l->serve,
-                                               (size_t)body, 256)
-                      : tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);
+        rc = tfos__http_open(&l->http, l->loop, host, opts->status_port, l->serve ? 256 : 64);
         if (rc) {
             TFOS_ERROR("cannot serve %s on port %d: %s", l->serve ? "the models" : "the status page",
                        opts->status_port, strerror(errno));
             goto fail;
         }
+        if ((rc = tfos__status_routes(l->http, &l->status)))
+            goto fail;
         /* beyond loopback the page and the logs need a token */
         char query[100] = "", token[80] = "";
         if (opts->http_token && *opts->http_token) {
@@ -553,8 +552,8 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
             snprintf(query, sizeof query, "?token=%s", token);
         }
         tfos__http_set_token(l->http, token);
-        if (l->serve)
-            tfos__serve_attach(l->serve, l->http, &l->status, token);
+        if (l->serve && (rc = tfos__serve_attach(l->serve, l->http, &l->status, token)))
+            goto fail;
         snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
         for (int i = 0; l->serve && i < opts->serve->nmodels; i++)
             TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s",
