@@ -12,7 +12,10 @@
  * While the application runs, tfos yarn follows the nodes' output: their
  * agents forward it to the launcher (--forward-logs), whose status page (the
  * tracking URL, which the Java client prints) serves it at /logs/stream/N;
- * the lines go to our stdout as the nodes print them.
+ * the lines go to our stdout as the nodes print them. What the Java client
+ * tells us (the status page's URL) comes as machine-readable lines on its
+ * stderr ("@tfos-yarn KIND VALUE", Client.java's event()); everything else
+ * there is the user's, passed on. Nothing is decided on message text.
  *
  * In the ApplicationMaster's container, tfos yarn-am (yarn_am.c) is the
  * launcher and tfos yarn-container (yarn_container.c) each node's stand-in. */
@@ -43,6 +46,10 @@ extern char **environ;
 #define DEFAULT_MEMORY_MB 1024
 #define DEFAULT_AM_MEMORY_MB 512
 #define DEFAULT_ACCEPT_TIMEOUT 120.0
+
+/* The Java client's machine-readable lines on its stderr start so
+ * (yarn/.../Client.java, EVENT). */
+#define CLIENT_EVENT "@tfos-yarn "
 
 static const char *const role_names[YARN_ROLES] = {"worker", "ps", "chief", "evaluator"};
 
@@ -226,14 +233,18 @@ static int follow_once(follower *f)
 static char g_serve[64][104];
 static int g_nserve;
 
-/* A line of the Java client's stderr: passed on; the status page's URL kept. */
+/* A line of the Java client's stderr: its reports to us (CLIENT_EVENT) are
+ * taken, everything else is the user's and passed on. */
 static void client_line(follower *f, const char *line)
 {
-    fprintf(stderr, "%s\n", line);
-    const char *mark = strstr(line, "tfos: status page http://");
-    if (!mark || f->url[0])
+    if (strncmp(line, CLIENT_EVENT, strlen(CLIENT_EVENT))) {
+        fprintf(stderr, "%s\n", line);
         return;
-    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(mark + 18, " \n"), mark + 18);
+    }
+    const char *event = line + strlen(CLIENT_EVENT);
+    if (strncmp(event, "status-page ", 12) || f->url[0])
+        return; /* a kind this tfos does not know: a newer client's */
+    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(event + 12, " \n"), event + 12);
     /* tfos yarn serve: the models are served on the status page's host and port */
     int base = (int)(strchr(f->url + 7, '/') ? strchr(f->url + 7, '/') - f->url : (ptrdiff_t)strlen(f->url));
     for (int i = 0; i < g_nserve; i++)
