@@ -390,8 +390,10 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
 
 /* ---- local launcher (`tfos run`) ----------------------------------- */
 
-/* `tfos serve`: the nodes are model servers behind an Open Inference
- * Protocol front end on the status page's port (docs/SERVING.md). */
+/* `tfos serve`'s front end (docs/SERVING.md): the Open Inference Protocol
+ * on the launcher's HTTP port, in front of model servers that are the
+ * cluster's nodes. The CLI composes it with a launcher; tfos_run_opts does
+ * not carry it. */
 typedef struct tfos_serve_opts {
     char *const *models;       /* the model names served (their dirs go to the servers' argv) */
     int nmodels;
@@ -402,6 +404,9 @@ typedef struct tfos_serve_opts {
     long long max_body;        /* largest request body in bytes; 0: 64 MiB */
 } tfos_serve_opts;
 
+/* What a `tfos run` user sets (its command-line options, tfos.run's
+ * arguments). Programs built on the launcher (tfos serve, tfos yarn's
+ * ApplicationMaster) say more through the internal src/launch/launch.h. */
 typedef struct tfos_run_opts {
     tfos_layout layout;
     char *const *argv;          /* the user program */
@@ -440,18 +445,6 @@ typedef struct tfos_run_opts {
     const char *tensorboard_logdir; /* NULL: <that node's log dir>/tensorboard */
     bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
                                  * summary): the launcher logs it at debug level, not error */
-    /* Launchers whose nodes run elsewhere (tfos yarn: docs/YARN.md). */
-    char *const *agent_prefix;  /* start each node's agent as PREFIX... --role JOB -- AGENT-ARGV...: a local
-                                 * stand-in whose exit is the node's (NULL: the agent itself) */
-    const char *bind_host;      /* the coordinator listens here and agents register with --host auto
-                                 * (NULL: 127.0.0.1 for both) */
-    const char *address_file;   /* write "COORD_ADDR\nSTATUS_URL\n" here once both listen (first attempt) */
-    const char *secret;         /* the cluster secret (hex); NULL: a fresh one */
-    const tfos_serve_opts *serve; /* tfos serve: the front end on the status page's port (NULL: tfos run) */
-    const char *http_token;     /* the status page's (and front end's) token; NULL: a fresh one beyond
-                                 * loopback, none on it */
-    int respawn;                /* each agent restarts its own failed program up to this many times
-                                 * (tfos_agent_opts.respawn; tfos serve); 0: off */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -10,6 +10,9 @@
  * and the coordinator's to choose. */
 #include "cli/inspect.h"
 
+#include "cli/commands.h"
+#include "cli/common.h"
+
 #include "platform/clock.h"
 #include "platform/net.h"
 #include "tfos/tfos.h"
@@ -25,6 +28,27 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+const char tfos__status_help[] =
+    "usage: tfos status [URL | LOG_DIR] [--json] [--log-dir D]\n"
+    "\n"
+    "Shows a run's state: from its status URL, or from its log directory (default: the newest\n"
+    "run under tfos-logs).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  --json         print the status JSON as served\n"
+    "  --log-dir D    the run's log directory (as LOG_DIR)\n";
+
+const char tfos__logs_help[] =
+    "usage: tfos logs [-f] [NODE] [--log-dir D]\n"
+    "\n"
+    "Prints a run's node logs (NODE: e.g. worker-0; default: all of them).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  -f, --follow   keep printing as the logs grow\n"
+    "  --log-dir D    the run's log directory (default: the newest run under tfos-logs)\n";
 
 /* The newest tfos-logs/run-* directory, into out. */
 static int newest_run(char *out, size_t len)
@@ -308,7 +332,7 @@ static char *read_file(const char *path)
     return buf;
 }
 
-int tfos__cmd_status(const char *target, int json)
+static int status_of(const char *target, int json)
 {
     char url[512], dir[1024] = "";
     if (find_url(target, url, sizeof url, dir, sizeof dir))
@@ -382,7 +406,7 @@ static int pump_logs(const char *dir, const char *only, long *offsets, char name
     return 0;
 }
 
-int tfos__cmd_logs(const char *node, const char *log_dir, int follow)
+static int logs_of(const char *node, const char *log_dir, int follow)
 {
     char dir[1024], url[512];
     if (log_dir)
@@ -429,4 +453,48 @@ int tfos__cmd_logs(const char *node, const char *log_dir, int follow)
             free(b);
         }
     }
+}
+
+/* `tfos status [URL | LOG_DIR] [--json] [--log-dir D]`, `tfos logs [-f]
+ * [NODE] [--log-dir D]`: one parser, their options being alike. */
+static int status_or_logs(int argc, char **argv, int status)
+{
+    const char *target = NULL, *dir = NULL;
+    int json = 0, follow = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(status ? tfos__status_help : tfos__logs_help, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--follow"))
+            follow = 1;
+        else if (!strcmp(a, "--log-dir")) {
+            if (i + 1 >= argc)
+                return tfos__usage_error("%s needs a directory", a);
+            dir = argv[++i];
+        } else if (!strncmp(a, "--log-dir=", 10)) {
+            if (!a[10])
+                return tfos__usage_error("%s needs a directory", "--log-dir");
+            dir = a + 10;
+        } else if (a[0] == '-' && a[1])
+            return tfos__usage_error("unknown option '%s'", a);
+        else if (target)
+            return tfos__usage_error("unexpected argument '%s'", a);
+        else
+            target = a;
+    }
+    return status ? status_of(target ? target : dir, json) : logs_of(target, dir, follow);
+}
+
+int tfos__cmd_status(int argc, char **argv)
+{
+    return status_or_logs(argc, argv, 1);
+}
+
+int tfos__cmd_logs(int argc, char **argv)
+{
+    return status_or_logs(argc, argv, 0);
 }

@@ -1,27 +1,36 @@
-/* serve.c: tfos serve: resident model servers behind an Open Inference
- * Protocol front end, on this machine (docs/SERVING.md).
+/* serve.c: `tfos serve`: resident model servers behind an Open Inference
+ * Protocol front end, on this machine (docs/SERVING.md); and the same in
+ * tfos yarn's ApplicationMaster (serve.h).
  *
  *   tfos serve --model NAME=DIR [--model ...] [--replicas N] [--port P] ...
  *
- * It is tfos run with the model servers as the nodes (each runs
- * `python -m tfos.serve --model NAME=DIR ...`, supervised by its agent and
- * restarted by the restart policy) and the front end (serve/serve.c) on the
- * status page's port. */
-#include "cli/cli.h"
+ * It composes two pieces that do not know each other: a launcher (src/launch)
+ * whose nodes are the model servers (each runs `python -m tfos.serve --model
+ * NAME=DIR ...`, supervised by its agent, restarted alone by it or with the
+ * others by the restart policy), and the front end (src/serve) on the
+ * launcher's loop, answering /v2/... on the launcher's HTTP server beside
+ * the status page, its series in the page's /metrics, its address in the
+ * model servers' environment (TFOS_SERVE_ADDR). */
+#include "cli/serve.h"
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/log.h"
+#include "launch/launch.h"
+#include "serve/serve.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define MAX_MODELS 64
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
-static const char serve_help[] =
+const char tfos__serve_help[] =
     "usage: tfos serve --model NAME=DIR [--model NAME=DIR ...] [options]\n"
     "       tfos yarn serve [yarn options] --model NAME=DIR ... [options]   (the model servers in YARN\n"
     "                           containers, the front end in the ApplicationMaster's; docs/SERVING.md)\n"
@@ -42,33 +51,39 @@ static const char serve_help[] =
     "  --loader NAME=MODULE:FUNCTION\n"
     "                           the model NAME is not a SavedModel: FUNCTION(version_dir) returns a\n"
     "                           tfos.serve.Model (MODULE: a module on the path, or FILE.py)\n"
-    "  --poll S                 seconds between looks for new versions (default " STR(TFOS_SERVE_DEFAULT_POLL) "; 0: never)\n"
+    "  --poll S                 seconds between looks for new versions (default " TFOS__STR(TFOS_SERVE_DEFAULT_POLL) "; 0: never)\n"
     "  --replicas N             model servers (default 1)\n"
-    "  --port P                 the HTTP port (default " STR(TFOS_SERVE_DEFAULT_PORT) "; 0: any free port)\n"
+    "  --port P                 the HTTP port (default " TFOS__STR(TFOS_SERVE_DEFAULT_PORT) "; 0: any free port)\n"
     "  --listen ADDR            listen on ADDR instead of 127.0.0.1; beyond loopback every request\n"
     "                           needs the token (Authorization: Bearer TOKEN)\n"
     "  --token T                the token (default: $TFOS_SERVE_TOKEN; needed with --listen beyond\n"
     "                           loopback)\n"
-    "  --max-batch N            rows per batch a model server runs (default " STR(TFOS_SERVE_DEFAULT_MAX_BATCH) ")\n"
-    "  --max-delay-ms MS        the longest a request waits for others to batch with (default " STR(TFOS_SERVE_DEFAULT_MAX_DELAY_MS) ")\n"
-    "  --max-queue-rows N       rows waiting per model before requests get 429 (default " STR(TFOS_SERVE_DEFAULT_QUEUE_BATCHES) " x max-batch)\n"
-    "  --timeout S              a request not answered in S seconds gets 504 (default " STR(TFOS_SERVE_DEFAULT_TIMEOUT) ")\n"
+    "  --max-batch N            rows per batch a model server runs (default " TFOS__STR(TFOS_SERVE_DEFAULT_MAX_BATCH) ")\n"
+    "  --max-delay-ms MS        the longest a request waits for others to batch with (default " TFOS__STR(TFOS_SERVE_DEFAULT_MAX_DELAY_MS) ")\n"
+    "  --max-queue-rows N       rows waiting per model before requests get 429 (default " TFOS__STR(TFOS_SERVE_DEFAULT_QUEUE_BATCHES) " x max-batch)\n"
+    "  --timeout S              a request not answered in S seconds gets 504 (default " TFOS__STR(TFOS_SERVE_DEFAULT_TIMEOUT) ")\n"
     "  --max-body BYTES         largest request body (default 64 MiB)\n"
     "  --python PY              the model servers' interpreter (default: the python beside this\n"
     "                           tfos, else python3)\n"
     "  --max-restarts N         a model server that fails after running 5 s or more is started again\n"
     "                           alone, by its agent, up to N times each; one that fails sooner (a model\n"
-    "                           that does not load) restarts them all, up to N times (default " STR(TFOS_SERVE_DEFAULT_MAX_RESTARTS) ")\n"
+    "                           that does not load) restarts them all, up to N times (default " TFOS__STR(TFOS_SERVE_DEFAULT_MAX_RESTARTS) ")\n"
     "  --log-dir D              the model servers' logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --reservation-timeout S  seconds for every model server to start (default "
     "60)\n"
     "\n"
     "Options take their value as the next argument or after '=' (--port=8500).\n";
 
-const char *tfos__serve_help(void)
-{
-    return serve_help;
-}
+typedef struct serve_cli {
+    char *names[MAX_MODELS];
+    char name_buf[MAX_MODELS][104];
+    char *model_args[MAX_MODELS], *loader_args[MAX_MODELS];
+    int has_loader[MAX_MODELS];
+    int nmodels, nloaders;
+    long long replicas, port, max_batch, max_delay, queue_rows, max_body, restarts;
+    double timeout, reservation, poll_s;
+    const char *listen, *token, *python, *log_dir;
+} serve_cli;
 
 static int to_int(const char *v, long long lo, long long hi, long long *out)
 {
@@ -86,42 +101,27 @@ static int is_loopback(const char *host)
     return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
 }
 
-static volatile int got_signal;
-
-static void on_signal(int sig)
+/* Parse and check argv into *v. am: on YARN (model dirs are not looked at
+ * here, --listen is refused). 0, 2 (a usage error, reported) or TFOS__HELP. */
+static int serve_parse(serve_cli *v, int argc, char **argv, int am)
 {
-    if (!got_signal)
-        got_signal = sig;
-}
-
-int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
-{
-    char *names[MAX_MODELS];
-    static char name_buf[MAX_MODELS][104];
-    char *model_args[MAX_MODELS], *loader_args[MAX_MODELS];
+    memset(v, 0, sizeof *v);
+    char **names = v->names, **model_args = v->model_args, **loader_args = v->loader_args;
     int nmodels = 0, nloaders = 0;
-    long long replicas = 1, port = am ? 0 : TFOS_SERVE_DEFAULT_PORT, max_batch = 0, max_delay = 0, queue_rows = 0, max_body = 0,
-              restarts = TFOS_SERVE_DEFAULT_MAX_RESTARTS;
+    long long replicas = 1, port = am ? 0 : TFOS_SERVE_DEFAULT_PORT, max_batch = 0, max_delay = 0, queue_rows = 0,
+              max_body = 0, restarts = TFOS_SERVE_DEFAULT_MAX_RESTARTS;
     double timeout = 0, reservation = 0, poll_s = TFOS_SERVE_DEFAULT_POLL;
     const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
-    for (int i = 0; i < argc; i++) {
-        char *a = argv[i], *val = NULL, *eq = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(serve_help, stdout);
-            return 0;
-        }
+    tfos__args it;
+    tfos__args_init(&it, argc, argv);
+    for (char *a; (a = tfos__args_next(&it));) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return TFOS__HELP;
         if (strncmp(a, "--", 2))
             return tfos__usage_error("unexpected argument '%s' (tfos serve takes options only)", a);
-        if ((eq = strchr(a, '='))) {
-            *eq = '\0';
-            val = eq + 1;
-        } else if (i + 1 < argc) {
-            val = argv[++i];
-        }
-        if (!val) {
-            int r = tfos__usage_error("%s needs a value", a);
-            return r;
-        }
+        char *val = tfos__args_value(&it);
+        if (!val)
+            return tfos__usage_error("%s needs a value", a);
         int bad = 0;
         if (!strcmp(a, "--model")) {
             char *e = strchr(val, '=');
@@ -135,8 +135,8 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
                 return tfos__usage_error("--model %s: a name is up to 100 letters, digits, '_', '.' and '-'", val);
             if (val[nl] == '@' && (val + nl + 1 == e || strspn(val + nl + 1, "0123456789") != (size_t)(e - val - nl - 1)))
                 return tfos__usage_error("--model %s: the pinned version (NAME@VERSION=DIR) is a number", val);
-            snprintf(name_buf[nmodels], sizeof name_buf[nmodels], "%.*s", (int)nl, val);
-            names[nmodels] = name_buf[nmodels];
+            snprintf(v->name_buf[nmodels], sizeof v->name_buf[nmodels], "%.*s", (int)nl, val);
+            names[nmodels] = v->name_buf[nmodels];
             for (int j = 0; j < nmodels; j++)
                 if (!strcmp(names[j], names[nmodels]))
                     return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
@@ -194,12 +194,10 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
             snprintf(msg, sizeof msg, "%s: '%%s' is out of range or not a number", a);
             return tfos__usage_error(msg, val);
         }
-        if (eq)
-            *eq = '='; /* argv stays as given (tfos yarn serve passes it on) */
     }
     if (!nmodels)
         return tfos__usage_error("%s", "serve needs --model NAME=DIR");
-    int has_loader[MAX_MODELS] = {0};
+    int *has_loader = v->has_loader;
     for (int j = 0; j < nloaders; j++) {
         size_t ln = strcspn(loader_args[j], "=");
         int found = 0;
@@ -213,14 +211,14 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
             return tfos__usage_error("--loader %s: no --model has that name", loader_args[j]);
     }
     for (int i = 0; i < nmodels && !am; i++) { /* a pinned version must be there */
-        char *v = model_args[i] + strlen(names[i]), *e = strchr(v, '=');
-        if (*v != '@')
+        char *pv = model_args[i] + strlen(names[i]), *e = strchr(pv, '=');
+        if (*pv != '@')
             continue;
         char pb[PATH_MAX + 64];
-        snprintf(pb, sizeof pb, "%s/%.*s%s", e + 1, (int)(e - v - 1), v + 1, has_loader[i] ? "" : "/saved_model.pb");
+        snprintf(pb, sizeof pb, "%s/%.*s%s", e + 1, (int)(e - pv - 1), pv + 1, has_loader[i] ? "" : "/saved_model.pb");
         if (access(pb, R_OK)) {
             fprintf(stderr, "tfos: --model %s: version %.*s is pinned, but there is no %s: %s\n", names[i],
-                    (int)(e - v - 1), v + 1, pb, strerror(errno));
+                    (int)(e - pv - 1), pv + 1, pb, strerror(errno));
             return 2;
         }
     }
@@ -232,14 +230,116 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
                                  "which every request must carry", listen);
     if (token && *token && (strlen(token) < 16 || strlen(token) > 64 || strpbrk(token, " \t\r\n&?#")))
         return tfos__usage_error("%s", "--token: 16 to 64 characters, no spaces or any of & ? #");
-    if (am && am->check_only)
+    v->nmodels = nmodels;
+    v->nloaders = nloaders;
+    v->replicas = replicas;
+    v->port = port;
+    v->max_batch = max_batch;
+    v->max_delay = max_delay;
+    v->queue_rows = queue_rows;
+    v->max_body = max_body;
+    v->restarts = restarts;
+    v->timeout = timeout;
+    v->reservation = reservation;
+    v->poll_s = poll_s;
+    v->listen = listen;
+    v->token = token;
+    v->python = python;
+    v->log_dir = log_dir;
+    return 0;
+}
+
+/* The model servers' program: python -m tfos.serve with the models. */
+static char **server_argv(const serve_cli *v, const char *python, char *pollbuf, size_t pollsz)
+{
+    char **prog = calloc((size_t)(6 + 2 * v->nmodels + 2 * v->nloaders), sizeof *prog);
+    if (!prog)
+        return NULL;
+    snprintf(pollbuf, pollsz, "%g", v->poll_s);
+    int k = 0;
+    prog[k++] = (char *)python;
+    prog[k++] = "-m";
+    prog[k++] = "tfos.serve";
+    prog[k++] = "--poll-s";
+    prog[k++] = pollbuf;
+    for (int i = 0; i < v->nmodels; i++) {
+        prog[k++] = "--model";
+        prog[k++] = v->model_args[i];
+    }
+    for (int i = 0; i < v->nloaders; i++) {
+        prog[k++] = "--loader";
+        prog[k++] = v->loader_args[i];
+    }
+    prog[k] = NULL;
+    return prog;
+}
+
+/* Attach the front end to the opened launcher l and start it; run until
+ * the servers are stopped; close both. tcp: where model servers on other
+ * hosts reach the front end (tfos yarn serve), NULL: this host only. The
+ * exit status. */
+static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o, const char *tcp)
+{
+    tfos_serve_opts so = {.models = v->names, .nmodels = v->nmodels, .max_batch = (int)v->max_batch,
+                          .max_delay_ms = (int)v->max_delay, .max_queue_rows = v->queue_rows,
+                          .timeout_s = v->timeout, .max_body = v->max_body};
+    tfos__serve *s = NULL;
+    tfos__http *http = tfos__launch_http(l);
+    char err[512];
+    int rc = tfos__serve_open(&s, tfos__launch_loop(l), &so, tfos__launch_secret(l), tcp, err, sizeof err);
+    if (rc)
+        TFOS_ERROR("%s", err);
+    else
+        rc = tfos__serve_attach(s, http, tfos__launch_status(l), tfos__launch_token(l));
+    if (!rc) {
+        const char *host = o->status_host ? o->status_host : "127.0.0.1";
+        const char *url = tfos__launch_status_url(l);
+        for (int i = 0; i < v->nmodels; i++)
+            TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s", v->names[i],
+                      host, tfos__http_port(http), v->names[i],
+                      v->token && *v->token ? ", with the token"
+                      : strstr(url, "?token=") ? ", with the token in the status URL"
+                                               : "");
+        rc = tfos__launch_setenv(l, "TFOS_SERVE_ADDR", tfos__serve_address(s));
+    }
+    if (!rc)
+        rc = tfos__launch_start(l);
+    int code = 1;
+    if (!rc) {
+        tfos__catch_stop_signals();
+        tfos__launch_run(l, tfos__stop_flag(), &code);
+        int signo = code > 128 ? code - 128 : 0;
+        if (signo && tfos_policy_count(tfos_local_policy(l)) <= 1) /* how a server is stopped */
+            TFOS_INFO("stopped serving (signal %d, %s); logs of the model servers are in %s", signo,
+                      strsignal(signo), tfos_local_log_dir(l));
+    }
+    tfos__serve_close(s); /* answers what still waits (503), before the HTTP server goes */
+    tfos_local_close(l);
+    if (rc) {
+        fprintf(stderr, "tfos: could not start serving: %s\n", tfos_strerror(rc));
+        return 1;
+    }
+    return code;
+}
+
+/* tfos serve here (am NULL) or in the ApplicationMaster's container. */
+static int serve_main(int argc, char **argv, const tfos__serve_am *am)
+{
+    serve_cli v;
+    int rc = serve_parse(&v, argc, argv, am != NULL);
+    if (rc == TFOS__HELP) {
+        fputs(tfos__serve_help, stdout);
         return 0;
+    }
+    if (rc)
+        return rc;
     char exe[PATH_MAX];
     if (tfos__self_path(exe, sizeof exe)) {
         fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
         return 1;
     }
     /* the python beside this tfos (a venv's bin), else python3 */
+    const char *python = v.python;
     char beside[PATH_MAX + 16];
     if (!python) {
         snprintf(beside, sizeof beside, "%s", exe);
@@ -251,45 +351,45 @@ int tfos__cmd_serve(int argc, char **argv, const tfos__serve_am *am)
             python = "python3";
         }
     }
-    char **prog = calloc((size_t)(6 + 2 * nmodels + 2 * nloaders), sizeof *prog);
     char pollbuf[32];
-    snprintf(pollbuf, sizeof pollbuf, "%g", poll_s);
+    char **prog = server_argv(&v, python, pollbuf, sizeof pollbuf);
     if (!prog)
         return 1;
-    int k = 0;
-    prog[k++] = (char *)python;
-    prog[k++] = "-m";
-    prog[k++] = "tfos.serve";
-    prog[k++] = "--poll-s";
-    prog[k++] = pollbuf;
-    for (int i = 0; i < nmodels; i++) {
-        prog[k++] = "--model";
-        prog[k++] = model_args[i];
-    }
-    for (int i = 0; i < nloaders; i++) {
-        prog[k++] = "--loader";
-        prog[k++] = loader_args[i];
-    }
-    prog[k] = NULL;
-    tfos_serve_opts so = {.models = names, .nmodels = nmodels, .max_batch = (int)max_batch,
-                          .max_delay_ms = (int)max_delay, .max_queue_rows = queue_rows, .timeout_s = timeout,
-                          .max_body = max_body};
-    tfos_run_opts o = {.layout = {.num_workers = (int)replicas}, .argv = prog, .agent_path = exe, .log_dir = log_dir,
-                       .reservation_timeout = reservation, .python = python, .max_restarts = (int)restarts,
-                       .status_port = (int)port, .status_host = listen, .serve = &so, .http_token = token,
-                       .quiet = true, .respawn = (int)restarts};
+    tfos_run_opts o = {.layout = {.num_workers = (int)v.replicas}, .argv = prog, .agent_path = exe,
+                       .log_dir = v.log_dir, .reservation_timeout = v.reservation, .python = python,
+                       .max_restarts = (int)v.restarts, .status_port = (int)v.port, .status_host = v.listen,
+                       .quiet = true};
+    tfos__launch_opts lo = {.http_token = v.token, .respawn = (int)v.restarts, .http_max_conns = 256,
+                            .http_purpose = "the models", .resident = true};
     /* in the ApplicationMaster's container: each model server in a container
      * of its own, through a stand-in (as tfos yarn-am's nodes) */
-    char *prefix[7];
+    tfos__yarn_cfg ycfg;
     if (am)
-        tfos__yarn_am_launcher(&o, prefix, exe, am->am_socket, am->resources, am->bind, am->address_file);
-    tfos__on_stop_signals(on_signal);
+        tfos__launch_on_yarn(&o, &lo, &ycfg, exe, am->am_socket, am->resources, am->bind, am->address_file);
+    tfos_local *l;
+    rc = tfos__launch_open(&l, &o, &lo);
     int code = 1;
-    int rc = tfos_run_local(&o, &got_signal, &code);
-    free(prog);
-    if (rc) {
+    if (rc)
         fprintf(stderr, "tfos: could not start serving: %s\n", tfos_strerror(rc));
-        return 1;
-    }
+    else
+        code = serve_with(l, &v, &o, am ? am->bind : NULL); /* containers elsewhere: over TCP */
+    free(prog);
     return code;
+}
+
+int tfos__cmd_serve(int argc, char **argv)
+{
+    return serve_main(argc, argv, NULL);
+}
+
+int tfos__serve_on_yarn(int argc, char **argv, const tfos__serve_am *am)
+{
+    return serve_main(argc, argv, am);
+}
+
+int tfos__serve_check(int argc, char **argv)
+{
+    serve_cli v;
+    int rc = serve_parse(&v, argc, argv, 1);
+    return rc == TFOS__HELP ? 0 : rc;
 }

@@ -1,7 +1,9 @@
-/* yarn.c: `tfos yarn` and its stand-in `tfos yarn-container` (docs/YARN.md).
+/* yarn.c: `tfos yarn`, the submitting side (docs/YARN.md): tfos yarn
+ * [options] [--] PROGRAM, tfos yarn serve, tfos yarn status|kill|logs (and
+ * tfos yarn pack, yarn_pack.c).
  *
- * tfos yarn checks its options (parsed with every other command's, main.c),
- * then runs the Java client (io.tfos.yarn.Client, the only code that speaks
+ * tfos yarn checks its options (tfos run's, run.h, and its own client
+ * options, yarn_opts.h), then runs the Java client (io.tfos.yarn.Client, the only code that speaks
  * Hadoop's RPC besides the ApplicationMaster) with the cluster's Hadoop
  * classpath. The client ships this very binary and the user's archives and
  * files, and starts the ApplicationMaster, which runs `tfos yarn-am`: tfos run
@@ -10,16 +12,19 @@
  * While the application runs, tfos yarn follows the nodes' output: their
  * agents forward it to the launcher (--forward-logs), whose status page (the
  * tracking URL, which the Java client prints) serves it at /logs/stream/N;
- * the lines go to our stdout as the nodes print them.
+ * the lines go to our stdout as the nodes print them. What the Java client
+ * tells us (the status page's URL) comes as machine-readable lines on its
+ * stderr ("@tfos-yarn KIND VALUE", Client.java's event()); everything else
+ * there is the user's, passed on. Nothing is decided on message text.
  *
- * A stand-in (`tfos yarn-container`) is what the launcher sees as a node's
- * agent process: it asks the ApplicationMaster, over the Unix socket the
- * ApplicationMaster gave the launcher, for one container with the role's
- * resources, has the agent command run in it, and exits with the container's
- * exit status. When the launcher ends it (an attempt over, the run stopped),
- * its socket closes and the ApplicationMaster stops the container. */
-#include "cli/cli.h"
+ * In the ApplicationMaster's container, tfos yarn-am (yarn_am.c) is the
+ * launcher and tfos yarn-container (yarn_container.c) each node's stand-in. */
+#include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/inspect.h"
+#include "cli/run.h"
+#include "cli/serve.h"
+#include "cli/yarn_opts.h"
 #include "core/auth.h"
 #include "platform/clock.h"
 #include "platform/proc.h"
@@ -33,9 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,27 +47,59 @@ extern char **environ;
 #define DEFAULT_AM_MEMORY_MB 512
 #define DEFAULT_ACCEPT_TIMEOUT 120.0
 
+/* The Java client's machine-readable lines on its stderr start so
+ * (yarn/.../Client.java, EVENT). */
+#define CLIENT_EVENT "@tfos-yarn "
+
 static const char *const role_names[YARN_ROLES] = {"worker", "ps", "chief", "evaluator"};
 
-/* Options of tfos yarn that the ApplicationMaster's tfos yarn-am does not take
- * (each takes a value). */
-static const char *const client_only[] = {
-    "--queue",         "--name",           "--hadoop-classpath", "--am-memory",       "--worker-memory",
-    "--worker-vcores", "--worker-gpus",    "--ps-memory",        "--ps-vcores",       "--ps-gpus",
-    "--chief-memory",  "--chief-vcores",   "--chief-gpus",       "--evaluator-memory", "--evaluator-vcores",
-    "--evaluator-gpus", "--archive",       "--file",             "--env",             "--accept-timeout",
-};
+const char tfos__yarn_help[] =
+    "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
+    "       tfos yarn status|kill APPLICATION_ID\n"
+    "       tfos yarn logs APPLICATION_ID [--follow]   (the nodes' output: live while it runs, else\n"
+    "                                                   YARN's aggregated logs)\n"
+    "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
+    "       tfos yarn serve [options] --model NAME=DIR ...   (tfos serve on YARN: tfos yarn serve --help)\n"
+    "\n"
+    "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
+    "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
+    "relative to the container's working directory, where --archive and --file are unpacked.\n"
+    "Follows the application to its end and exits as tfos run does; Ctrl-C kills it.\n"
+    "Needs java, and Hadoop's client jars and configuration: --hadoop-classpath, else\n"
+    "$TFOS_HADOOP_CLASSPATH, else `hadoop classpath`; $HADOOP_CONF_DIR (docs/YARN.md).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    TFOS__CLUSTER_OPTIONS
+    "  --max-restarts N, --checkpoint-dir D, --keras MODE, --hang-timeout S, --feed-mb N,\n"
+    "  --ps-runs-program, --python PY, --quiet: as for tfos run\n"
+    "yarn options:\n"
+    "  --queue Q                the YARN queue (default: default)\n"
+    "  --name N                 the application's name (default tfos)\n"
+    "  --worker-memory M        memory of each worker container (MB, or 512m, 2g; default 1g)\n"
+    "  --worker-vcores N        vcores of each worker container (default 1)\n"
+    "  --worker-gpus N          GPUs (yarn.io/gpu) of each worker container (default 0)\n"
+    "  --ps-memory, --ps-vcores, --ps-gpus, --chief-memory, --chief-vcores, --chief-gpus,\n"
+    "  --evaluator-memory, --evaluator-vcores, --evaluator-gpus: the same for the other roles\n"
+    "                           (chief and evaluator default to the worker's)\n"
+    "  --am-memory M            the ApplicationMaster's container (default 512m)\n"
+    "  --archive A[#NAME]       an archive (tar.gz, zip: a venv-pack/conda-pack environment) unpacked\n"
+    "                           as NAME in every container; repeatable\n"
+    "  --file F[#NAME]          a file shipped to every container; repeatable\n"
+    "  --env NAME=VALUE         set in every node's environment; repeatable\n"
+    "  --accept-timeout S       kill the application if YARN has not started it within S\n"
+    "                           seconds (default: the reservation timeout)\n"
+    "  --hadoop-classpath CP    Hadoop's client jars\n";
 
-int tfos__yarn_client_only(const char *arg, int *has_value)
-{
-    size_t n = strcspn(arg, "=");
-    for (size_t i = 0; i < sizeof client_only / sizeof *client_only; i++)
-        if (strlen(client_only[i]) == n && !strncmp(arg, client_only[i], n)) {
-            *has_value = arg[n] == '=';
-            return 1;
-        }
-    return 0;
-}
+static const char yarn_serve_help[] =
+    "\n"
+    "tfos yarn serve: the same, on YARN. Each model server runs in a YARN container of its own (sized\n"
+    "with --worker-memory/--worker-vcores/--worker-gpus); the front end runs in the ApplicationMaster's\n"
+    "container, on its host and a free port (--port P to fix it): the application's tracking URL,\n"
+    "printed at start. DIR is an hdfs:// URL (each version is copied into the containers), or a path\n"
+    "in the containers (shipped with --archive/--file). Takes tfos yarn's --queue, --name, --am-memory,\n"
+    "--archive, --file, --env, --accept-timeout and --hadoop-classpath (tfos yarn --help); runs until\n"
+    "Ctrl-C or SIGTERM, which kill the application.\n";
 
 /* ---- finding java, the jar and Hadoop ---------------------------------- */
 
@@ -199,14 +233,18 @@ static int follow_once(follower *f)
 static char g_serve[64][104];
 static int g_nserve;
 
-/* A line of the Java client's stderr: passed on; the status page's URL kept. */
+/* A line of the Java client's stderr: its reports to us (CLIENT_EVENT) are
+ * taken, everything else is the user's and passed on. */
 static void client_line(follower *f, const char *line)
 {
-    fprintf(stderr, "%s\n", line);
-    const char *mark = strstr(line, "tfos: status page http://");
-    if (!mark || f->url[0])
+    if (strncmp(line, CLIENT_EVENT, strlen(CLIENT_EVENT))) {
+        fprintf(stderr, "%s\n", line);
         return;
-    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(mark + 18, " \n"), mark + 18);
+    }
+    const char *event = line + strlen(CLIENT_EVENT);
+    if (strncmp(event, "status-page ", 12) || f->url[0])
+        return; /* a kind this tfos does not know: a newer client's */
+    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(event + 12, " \n"), event + 12);
     /* tfos yarn serve: the models are served on the status page's host and port */
     int base = (int)(strchr(f->url + 7, '/') ? strchr(f->url + 7, '/') - f->url : (ptrdiff_t)strlen(f->url));
     for (int i = 0; i < g_nserve; i++)
@@ -371,8 +409,8 @@ static int client_command(const char *command, const char *app, const char *extr
  * ApplicationMaster's launcher arguments; a fresh secret; and each role's
  * container as "worker=MB:VCORES:GPUS,ps=...". 0; 1 out of memory (args
  * partly made: free them); -1 with the error printed. */
-static int submit_head(const cli *c, const char *default_name, strv *args, char *secret, char *resources,
-                       size_t rlen)
+static int submit_head(const tfos__yarn_cli *c, double reservation_timeout, const char *default_name, strv *args,
+                       char *secret, char *resources, size_t rlen)
 {
     /* each role's container: MB:VCORES:GPUS; chief and evaluator default to the worker's */
     size_t off = 0;
@@ -400,7 +438,7 @@ static int submit_head(const cli *c, const char *default_name, strv *args, char 
     snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : DEFAULT_AM_MEMORY_MB);
     bad = bad || strv_add(args, "--am-memory") || strv_add(args, num);
     double accept = c->accept_timeout > 0 ? c->accept_timeout
-                    : c->reservation_timeout > 0 ? c->reservation_timeout
+                    : reservation_timeout > 0 ? reservation_timeout
                                                  : DEFAULT_ACCEPT_TIMEOUT;
     snprintf(num, sizeof num, "%g", accept);
     bad = bad || strv_add(args, "--accept-timeout") || strv_add(args, num);
@@ -425,7 +463,7 @@ static int submit_head(const cli *c, const char *default_name, strv *args, char 
 
 /* Run the Java client with args (made by submit_head and the caller; bad:
  * they could not all be made) and free them; its exit status. */
-static int submit(strv *args, int bad, const cli *c, const char *secret)
+static int submit(strv *args, int bad, const tfos__yarn_cli *c, const char *secret)
 {
     int code = 1;
     if (bad)
@@ -436,35 +474,63 @@ static int submit(strv *args, int bad, const cli *c, const char *secret)
     return code;
 }
 
-int tfos__cmd_yarn(const cli *c, int argc, char **argv)
+/* tfos yarn's options: run's, its client's, and the ApplicationMaster's
+ * (refused: they are internal). */
+typedef struct yarn_cli {
+    tfos__run_cli run;
+    tfos__yarn_cli y;
+    int internal; /* --am-socket, --bind, --resources or --address-file given */
+} yarn_cli;
+
+static int yarn_option(void *user, tfos__args *it, const char *a)
 {
-    (void)argc; /* argv ends with NULL; c->argv points into it */
-    if (!c) /* tfos yarn status|kill APPLICATION_ID */
-        return client_command(argv[0], argv[1], NULL);
-    if (!c->argv || !c->argv[0])
+    yarn_cli *c = user;
+    static const struct {
+        const char *opt, *what;
+    } internal[] = {{"--am-socket", "a path"}, {"--bind", "an address"}, {"--resources", "a list"},
+                    {"--address-file", "a file name"}};
+    for (size_t i = 0; i < sizeof internal / sizeof *internal; i++)
+        if (!strcmp(a, internal[i].opt)) {
+            c->internal = 1;
+            return tfos__opt_need(a, tfos__args_value(it), internal[i].what) ? 2 : 1;
+        }
+    return tfos__yarn_option(&c->y, it, a);
+}
+
+/* tfos yarn [options] [--] PROGRAM [ARGS...]: the run's options go on to
+ * the ApplicationMaster's tfos yarn-am, less the client's. */
+static int yarn_submit(int argc, char **argv)
+{
+    yarn_cli c = {0};
+    int rc = tfos__run_parse(&c.run, argc, argv, yarn_option, &c);
+    if (rc == TFOS__HELP) {
+        fputs(tfos__yarn_help, stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    const tfos__run_cli *r = &c.run;
+    if (!r->argv || !r->argv[0])
         return tfos__usage_error("%s", "yarn needs a program (tfos yarn [options] [--] PROGRAM [ARGS...])");
-    if (!c->have_workers && !c->layout.chief)
-        return tfos__usage_error("%s", "yarn needs --workers N (or --chief)");
-    if (!c->layout.num_workers && !c->layout.chief)
-        return tfos__usage_error("%s",
-                                 "--workers 0 needs --chief: a cluster needs at least one worker or a chief");
-    if (c->ninputs)
+    if ((rc = tfos__cluster_check(&r->cluster, "yarn")))
+        return rc;
+    if (r->ninputs)
         return tfos__usage_error("%s", "--input feeds files on this machine; on YARN, read them from HDFS in "
                                        "the program (docs/YARN.md)");
-    if (c->am_socket || c->bind || c->resources || c->address_file)
+    if (c.internal)
         return tfos__usage_error("%s", "--am-socket, --bind, --resources and --address-file are internal");
-    if (c->status_port || c->status_host)
+    if (r->status_given)
         return tfos__usage_error("%s", "--status-port and --status-host are chosen in the ApplicationMaster's "
                                        "container on YARN (the application's tracking URL)");
 
     char secret[TFOS_HEX_SECRET_LEN + 1], resources[256];
     strv args = {0};
-    int bad = submit_head(c, "tfos", &args, secret, resources, sizeof resources);
+    int bad = submit_head(&c.y, r->cluster.reservation_timeout, "tfos", &args, secret, resources, sizeof resources);
     if (bad < 0)
         return 1;
 
     /* the ApplicationMaster's launcher: our options less the client's, then the program */
-    int prog = (int)(c->argv - argv);
+    int prog = (int)(r->argv - argv);
     for (int i = 0; i < prog && !bad; i++) {
         int has_value;
         if (!strcmp(argv[i], "--"))
@@ -476,270 +542,101 @@ int tfos__cmd_yarn(const cli *c, int argc, char **argv)
         }
         bad = strv_add(&args, argv[i]);
     }
-    if (!c->log_dir) /* the node logs stay in YARN's container logs */
+    if (!r->log_dir) /* the node logs stay in YARN's container logs */
         bad = bad || strv_add(&args, "--log-dir") || strv_add(&args, "<LOG_DIR>/tfos");
-    if (!c->checkpoint_dir) /* tfos-checkpoints/<application id> in the user's home on the default FS */
+    if (!r->checkpoint_dir) /* tfos-checkpoints/<application id> in the user's home on the default FS */
         bad = bad || strv_add(&args, "--checkpoint-dir") || strv_add(&args, "<DEFAULT_CHECKPOINT_DIR>");
     bad = bad || strv_add(&args, "--resources") || strv_add(&args, resources) || strv_add(&args, "--");
-    for (char **p = c->argv; *p && !bad; p++)
+    for (char **p = r->argv; *p && !bad; p++)
         bad = strv_add(&args, *p);
-    return submit(&args, bad, c, secret);
+    return submit(&args, bad, &c.y, secret);
 }
 
-int tfos__cmd_yarn_serve(const cli *c, int argc, char **argv)
+/* The client options of tfos yarn serve: nothing but them. */
+static int yarn_parse_client(tfos__yarn_cli *y, int argc, char **argv)
 {
+    memset(y, 0, sizeof *y);
+    tfos__args it;
+    tfos__args_init(&it, argc, argv);
+    for (char *a; (a = tfos__args_next(&it));) {
+        int taken = tfos__yarn_option(y, &it, a);
+        if (!taken)
+            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
+        if (taken == 2)
+            return 2;
+    }
+    return 0;
+}
+
+/* tfos yarn serve [yarn options] [serve options]: tfos yarn's client options
+ * and tfos serve's (serve.c's, checked here as on YARN), apart; tfos serve's
+ * go on to the ApplicationMaster's tfos yarn-am. */
+static int yarn_serve(int argc, char **argv)
+{
+    char **yv = calloc((size_t)argc + 1, sizeof *yv), **sv = calloc((size_t)argc + 1, sizeof *sv);
+    int ny = 0, ns = 0, rc = 1;
+    if (!yv || !sv)
+        goto out;
+    for (int i = 0; i < argc; i++) {
+        int has_value;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(tfos__serve_help, stdout);
+            fputs(yarn_serve_help, stdout);
+            rc = 0;
+            goto out;
+        }
+        if (tfos__yarn_client_only(argv[i], &has_value)) {
+            yv[ny++] = argv[i];
+            if (!has_value && i + 1 < argc)
+                yv[ny++] = argv[++i];
+        } else {
+            sv[ns++] = argv[i];
+        }
+    }
+    tfos__yarn_cli y;
+    if ((rc = tfos__serve_check(ns, sv)) || (rc = yarn_parse_client(&y, ny, yv)))
+        goto out;
     /* the model names, to print where each is served once the front end is up */
-    for (int i = 0; i + 1 < argc && g_nserve < 64; i++)
-        if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8)) {
-            const char *m = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
+    for (int i = 0; i + 1 < ns && g_nserve < 64; i++)
+        if (!strcmp(sv[i], "--model") || !strncmp(sv[i], "--model=", 8)) {
+            const char *m = sv[i][7] == '=' ? sv[i] + 8 : sv[++i];
             snprintf(g_serve[g_nserve++], sizeof g_serve[0], "%.*s", (int)strcspn(m, "@="), m);
         }
     char secret[TFOS_HEX_SECRET_LEN + 1], resources[256];
     strv args = {0};
-    int bad = submit_head(c, "tfos-serve", &args, secret, resources, sizeof resources);
+    int bad = submit_head(&y, 0, "tfos-serve", &args, secret, resources, sizeof resources);
     if (bad < 0)
-        return 1;
+        goto out;
     /* the ApplicationMaster runs `tfos yarn-am ... --resources R serve OPTIONS` */
     bad = bad || strv_add(&args, "--resources") || strv_add(&args, resources) || strv_add(&args, "serve");
     int has_log_dir = 0;
-    for (int i = 0; i < argc && !bad; i++) {
-        has_log_dir |= !strncmp(argv[i], "--log-dir", 9);
-        bad = strv_add(&args, argv[i]);
+    for (int i = 0; i < ns && !bad; i++) {
+        has_log_dir |= !strncmp(sv[i], "--log-dir", 9);
+        bad = strv_add(&args, sv[i]);
     }
     if (!has_log_dir) /* the model servers' logs stay in YARN's container logs */
         bad = bad || strv_add(&args, "--log-dir") || strv_add(&args, "<LOG_DIR>/tfos");
-    return submit(&args, bad, c, secret);
+    rc = submit(&args, bad, &y, secret);
+out:
+    free(yv);
+    free(sv);
+    return rc;
 }
 
-void tfos__yarn_am_launcher(tfos_run_opts *o, char *prefix[7], const char *exe, const char *am_socket,
-                            const char *resources, const char *bind, const char *address_file)
+int tfos__cmd_yarn(int argc, char **argv)
 {
-    char *p[7] = {(char *)exe, "yarn-container", "--am-socket", (char *)am_socket, "--resources",
-                  (char *)resources, NULL};
-    memcpy(prefix, p, sizeof p);
-    o->agent_prefix = prefix;
-    o->bind_host = bind;
-    if (!o->status_host)
-        o->status_host = bind;
-    o->address_file = address_file;
-    o->secret = getenv("TFOS_SECRET");
-}
-
-/* ---- tfos yarn-container ----------------------------------------------- */
-
-/* Does the stand-in pass this environment entry on to the node's container? */
-static int forwarded(const char *entry, const char *keys)
-{
-    size_t klen = strcspn(entry, "=");
-    if (!strncmp(entry, "TFOS_YARN_", 10))
-        return 0;
-    if (!strncmp(entry, "TFOS_", 5))
-        return 1;
-    for (const char *k = keys; k && *k;) {
-        size_t n = strcspn(k, ",");
-        if (n == klen && !strncmp(k, entry, n))
-            return 1;
-        k += n + (k[n] == ',');
+    if (argc >= 1 && !strcmp(argv[0], "serve"))
+        return yarn_serve(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "pack"))
+        return tfos__cmd_yarn_pack(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "logs")) {
+        int follow = argc == 3 && (!strcmp(argv[2], "--follow") || !strcmp(argv[2], "-f"));
+        if (argc < 2 || argc > 3 || (argc == 3 && !follow) || argv[1][0] == '-')
+            return tfos__usage_error("%s", "yarn logs takes an application id and --follow "
+                                           "(tfos yarn logs APPLICATION_ID [--follow])");
+        return client_command("logs", argv[1], follow ? "--follow" : NULL);
     }
-    return 0;
-}
-
-static int send_line(FILE *f, const char *kind, const char *text)
-{
-    if (strchr(text, '\n')) {
-        fprintf(stderr, "tfos yarn-container: a line break in '%s' cannot be passed to a container\n", text);
-        return -1;
-    }
-    return fprintf(f, "%s %s\n", kind, text) < 0 ? -1 : 0;
-}
-
-int tfos__cmd_yarn_container(int argc, char **argv)
-{
-    const char *sock = NULL, *resources = NULL, *role = NULL;
-    int i = 0;
-    for (; i + 1 < argc && strcmp(argv[i], "--"); i += 2) {
-        if (!strcmp(argv[i], "--am-socket"))
-            sock = argv[i + 1];
-        else if (!strcmp(argv[i], "--resources"))
-            resources = argv[i + 1];
-        else if (!strcmp(argv[i], "--role"))
-            role = argv[i + 1];
-        else
-            return tfos__usage_error("unknown option '%s'", argv[i]);
-    }
-    if (i >= argc || strcmp(argv[i], "--") || i + 1 >= argc || !sock || !resources || !role)
-        return tfos__usage_error("%s", "yarn-container needs --am-socket, --resources, --role and -- AGENT-ARGV");
-    char **agent = argv + i + 1;
-    /* this role's MB:VCORES:GPUS */
-    int mb = 0, vcores = 0, gpus = 0;
-    size_t rl = strlen(role);
-    for (const char *p = resources; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (!strncmp(p, role, rl) && p[rl] == '=' && sscanf(p + rl + 1, "%d:%d:%d", &mb, &vcores, &gpus) == 3)
-            break;
-    if (mb <= 0 || vcores <= 0)
-        return tfos__usage_error("--resources names no container for role '%s'", role);
-
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(sock) >= sizeof sa.sun_path)
-        return tfos__usage_error("--am-socket path too long: %s", sock);
-    strcpy(sa.sun_path, sock);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
-        fprintf(stderr, "tfos: %s: cannot reach the ApplicationMaster at %s: %s\n", role, sock, strerror(errno));
-        return 1;
-    }
-    FILE *out = fdopen(dup(fd), "w");
-    FILE *in = fdopen(fd, "r");
-    if (!out || !in) {
-        fprintf(stderr, "tfos: %s: %s\n", role, strerror(errno));
-        return 1;
-    }
-    int bad = fprintf(out, "LAUNCH %s %d %d %d\n", role, mb, vcores, gpus) < 0;
-    const char *keys = getenv("TFOS_YARN_ENV_KEYS");
-    for (char **e = environ; *e && !bad; e++)
-        if (forwarded(*e, keys))
-            bad = send_line(out, "ENV", *e);
-    /* the agent's command as it runs in the node's container: the tfos
-     * binary YARN localized there, its logs in the container's log dir */
-    for (char **a = agent; *a && !bad; a++) {
-        const char *arg = *a;
-        if (a == agent)
-            arg = "./tfos";
-        else if (a[-1] && !strcmp(a[-1], "--log-dir") && a - agent < 16)
-            arg = "<LOG_DIR>";
-        bad = send_line(out, "ARG", arg);
-    }
-    bad = bad || fprintf(out, "GO\n") < 0 || fflush(out);
-    if (bad) {
-        fprintf(stderr, "tfos: %s: cannot send the container request: %s\n", role, strerror(errno));
-        return 1;
-    }
-    char line[8192];
-    while (fgets(line, sizeof line, in)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!strncmp(line, "ALLOCATED ", 10)) {
-            fprintf(stderr, "tfos: %s: container %s\n", role, line + 10);
-        } else if (!strncmp(line, "EXITED ", 7)) {
-            int status = atoi(line + 7);
-            const char *diag = strchr(line + 7, ' ');
-            if (status != 0)
-                fprintf(stderr, "tfos: %s: container exited with status %d%s%s\n", role, status,
-                        diag && diag[1] ? ": " : "", diag && diag[1] ? diag + 1 : "");
-            /* YARN's own codes are negative (lost node, preempted, killed) */
-            return status >= 0 && status < 256 ? status : 1;
-        } else if (!strncmp(line, "FAILED ", 7)) {
-            fprintf(stderr, "tfos: %s: %s\n", role, line + 7);
-            return 1;
-        }
-    }
-    fprintf(stderr, "tfos: %s: the ApplicationMaster went away\n", role);
-    return 1;
-}
-
-/* ---- tfos yarn logs ---------------------------------------------------- */
-
-int tfos__cmd_yarn_logs(int argc, char **argv)
-{
-    int follow = argc == 2 && (!strcmp(argv[1], "--follow") || !strcmp(argv[1], "-f"));
-    if (argc < 1 || argc > 2 || (argc == 2 && !follow) || argv[0][0] == '-')
-        return tfos__usage_error("%s", "yarn logs takes an application id and --follow "
-                                       "(tfos yarn logs APPLICATION_ID [--follow])");
-    return client_command("logs", argv[0], follow ? "--follow" : NULL);
-}
-
-/* ---- tfos yarn pack ---------------------------------------------------- */
-
-/* The `home = DIR` line of a venv's pyvenv.cfg: where its python links to. */
-static void venv_home(FILE *f, char *home, size_t len)
-{
-    char line[PATH_MAX + 32];
-    home[0] = '\0';
-    while (fgets(line, sizeof line, f)) {
-        char *v = line + strspn(line, " \t");
-        if (strncmp(v, "home", 4) || !strchr(" \t=", v[4]))
-            continue;
-        v += 4 + strspn(v + 4, " \t");
-        if (*v != '=')
-            continue;
-        v++;
-        v += strspn(v, " \t");
-        v[strcspn(v, "\r\n")] = '\0';
-        snprintf(home, len, "%s", v);
-        return;
-    }
-}
-
-int tfos__cmd_yarn_pack(int argc, char **argv)
-{
-    const char *out = "env.tar.gz", *dir = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
-            if (++i >= argc || !argv[i][0])
-                return tfos__usage_error("%s", "yarn pack: -o needs a file name");
-            out = argv[i];
-        } else if (argv[i][0] == '-') {
-            return tfos__usage_error("yarn pack: unknown option %s (tfos yarn pack [-o FILE] [ENV_DIR])", argv[i]);
-        } else if (dir) {
-            return tfos__usage_error("yarn pack takes one environment directory; '%s' is one too many", argv[i]);
-        } else {
-            dir = argv[i];
-        }
-    }
-    if (!dir)
-        dir = getenv("VIRTUAL_ENV");
-    if (!dir || !dir[0])
-        return tfos__usage_error("%s", "yarn pack needs a virtual environment: activate one, or name its "
-                                       "directory (tfos yarn pack [-o FILE] ENV_DIR)");
-    char path[PATH_MAX];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/conda-meta", dir);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "tfos yarn pack: %s is a conda environment: pack it with conda-pack "
-                        "(conda pack -p %s -o %s), which rewrites the paths conda wrote into it\n", dir, dir, out);
-        return 2;
-    }
-    snprintf(path, sizeof path, "%s/pyvenv.cfg", dir);
-    FILE *cfg = fopen(path, "r");
-    if (!cfg) {
-        fprintf(stderr, "tfos yarn pack: %s is not a virtual environment: cannot read %s: %s\n", dir, path,
-                strerror(errno));
-        return 2;
-    }
-    char home[PATH_MAX];
-    venv_home(cfg, home, sizeof home);
-    fclose(cfg);
-
-    /* tar writes a temporary file beside OUT, renamed into place when whole */
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", out, (int)getpid());
-    char *tar_argv[] = {"tar", "-czf", tmp, "-C", (char *)dir, ".", NULL};
-    tfos__spawn_opts so = {.argv = tar_argv, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
-                           .pdeathsig = SIGTERM};
-    pid_t pid;
-    if (tfos__spawn(&so, &pid)) {
-        fprintf(stderr, "tfos yarn pack: cannot run tar: %s\n", strerror(errno));
-        return 1;
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char why[64];
-        tfos__describe_status(status, why, sizeof why);
-        fprintf(stderr, "tfos yarn pack: tar -czf %s -C %s . failed (%s)\n", tmp, dir, why);
-        unlink(tmp);
-        return 1;
-    }
-    if (rename(tmp, out) < 0 || stat(out, &st) < 0) {
-        fprintf(stderr, "tfos yarn pack: cannot move %s to %s: %s\n", tmp, out, strerror(errno));
-        unlink(tmp);
-        return 1;
-    }
-    printf("packed %s into %s (%.1f MB)\n"
-           "ship it with:   tfos yarn --archive %s#env ... -- env/bin/python PROGRAM\n",
-           dir, out, (double)st.st_size / 1e6, out);
-    if (home[0])
-        printf("its python links to the interpreter in %s: every node needs that interpreter at that path\n",
-               home);
-    return 0;
+    if (argc == 2 && (!strcmp(argv[0], "status") || !strcmp(argv[0], "kill")))
+        return client_command(argv[0], argv[1], NULL);
+    return yarn_submit(argc, argv);
 }

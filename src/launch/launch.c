@@ -1,19 +1,23 @@
-/* launch.c: `tfos run`: a whole cluster on this machine, no Spark.
+/* launch.c: the launcher (launch.h): a whole cluster on this machine or, with
+ * another backend, from it; `tfos run`, `tfos serve` and tfos yarn's
+ * ApplicationMaster are built on it.
  *
  * The launcher owns one event loop and registers everything with it: the
- * coordinator of the current attempt, the status page's HTTP server, a pidfd
- * per agent process, the feed (feed/feedrun.c) and a one-second timer for the
- * meter. It sleeps until one of them has something to say.
+ * coordinator of the current attempt, the HTTP server (the status page's
+ * routes, and those of whatever attached), the backend's watch on each node,
+ * the feed (feed/feedrun.c) and a one-second timer for the meter. It sleeps
+ * until one of them has something to say.
  *
- * It starts one agent process (`tfos node …`) per node. Agents get
- * PR_SET_PDEATHSIG(SIGTERM): if the launcher dies, even by SIGKILL, every
- * agent stops its program and exits. The secret travels to agents in their
- * environment, never on a command line.
+ * It starts one agent (`tfos node …`) per node through its backend
+ * (backend.h): a local child, or a YARN container's stand-in. The secret
+ * travels to agents in their environment, never on a command line.
  *
  * Restarts. The launcher owns the run's tfos_policy and hands it to each
  * attempt's coordinator, which asks it when the attempt fails; the launcher
  * only acts on the answer (tfos_coord_decision): re-form the cluster with
  * fresh agents, a fresh coordinator and cluster id, or finish. */
+#include "launch/launch.h"
+
 #include "core/auth.h"
 #include "core/log.h"
 #include "core/loop.h"
@@ -25,7 +29,6 @@
 #include "platform/fs.h"
 #include "platform/proc.h"
 #include "roles/coord.h"
-#include "serve/serve.h"
 #include "tfos/tfos.h"
 #include "web/http.h"
 #include "web/status.h"
@@ -37,21 +40,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
-typedef struct agent_proc {
-    pid_t pid;
-    int pidfd;   /* -1: none (old kernel): reaped by the poll timer */
-    int done;
-    int status;
-} agent_proc;
+#define MAX_ENV_EXTRA 8
 
 struct tfos_local {
     tfos_run_opts opts;
+    tfos__launch_opts lopts;
+    const tfos__backend_ops *ops;
+    void *backend;           /* the attempt's (ops->open); NULL between attempts */
     tfos__loop *loop;
     tfos_policy *policy;
     tfos_coord *coord;
@@ -60,28 +60,31 @@ struct tfos_local {
     char log_dir[4096];
     char checkpoint_dir[4200];
     int n;
-    agent_proc *agents;
+    int *ended;              /* per node: its end has been seen (this attempt) */
+    int started;             /* tfos__launch_start was called */
     int stop_signo;
     int64_t agents_deadline; /* after the coordinator ended: reap agents by then */
+    int64_t killed_deadline; /* agents past that were killed: wait for them until then */
     int finished;
     int exit_code;
     tfos__feedrun *feed;
     tfos__position resume;   /* where this attempt's feed resumes (saved feed positions) */
     double started_s;        /* the run's start: older feed positions are not this run's */
     tfos__feed_meter meter;
-    tfos__timer meter_timer, reap_timer;
+    tfos__timer meter_timer;
     int64_t consumed_line_at; /* the last "trainers have consumed" line */
     char *history;           /* the policy's history, rendered for the summary */
     char summary[12288];
     char env_secret[TFOS_HEX_SECRET_LEN + 16]; /* "TFOS_SECRET=..." for child_env */
     char env_cluster[40];                      /* "TFOS_CLUSTER_ID=..." */
+    char *env_extra[MAX_ENV_EXTRA];            /* "NAME=VALUE" (tfos__launch_setenv), malloc'd */
+    int nenv_extra;
+    char token[80];                            /* the HTTP token; "": none */
     char status_url[400];                      /* http://HOST:PORT/[?token=...] (a token beyond loopback);
                                                 * "" without a status page */
     tfos__http *http;
     tfos__status_src status;
-    tfos__logbuf lines;      /* the nodes' forwarded output (agent_prefix: tfos yarn) */
-    tfos__serve *serve;      /* tfos serve: the front end (NULL: tfos run) */
-    char env_serve[330];     /* "TFOS_SERVE_ADDR=@..." or "=HOST:PORT" */
+    tfos__logbuf lines;      /* the nodes' forwarded output (backends that forward: tfos yarn) */
 };
 
 /* Is host a loopback address (the status page needs no token there)? */
@@ -96,34 +99,44 @@ static const char *guess_python(const tfos_run_opts *o)
     return tfos__program_python(o->python, o->argv);
 }
 
+/* Does environment entry e set one of the names tfos__launch_setenv set? */
+static int env_overridden(const tfos_local *l, const char *e)
+{
+    for (int i = 0; i < l->nenv_extra; i++) {
+        size_t n = strcspn(l->env_extra[i], "=") + 1;
+        if (!strncmp(e, l->env_extra[i], n))
+            return 1;
+    }
+    return 0;
+}
+
 /* The environment for processes the launcher starts (agents, the Arrow
  * feeder): ours, with this cluster's secret and id in place of any inherited
- * ones. Without inputs (no --input), TFOS_FEED_EMPTY=1 tells each agent that
- * no feeder will ever write, so it ends its node's input ring at once (and
- * DataFeed says so); TFOS_FEED_PRODUCERS=1 in our environment keeps the feeds
- * open for programs or other processes that feed nodes with FeedClient.
- * The array is malloc'd (free it); its strings are ours or l's. */
+ * ones, and what tfos__launch_setenv set. Without inputs (no --input),
+ * TFOS_FEED_EMPTY=1 tells each agent that no feeder will ever write, so it
+ * ends its node's input ring at once (and DataFeed says so);
+ * TFOS_FEED_PRODUCERS=1 in our environment keeps the feeds open for programs
+ * or other processes that feed nodes with FeedClient. The array is malloc'd
+ * (free it); its strings are ours or l's. */
 static char **child_env(tfos_local *l)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 5, sizeof *env);
+    char **env = calloc(n + 4 + (size_t)l->nenv_extra, sizeof *env);
     if (!env)
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "TFOS_SECRET=", 12) && strncmp(environ[i], "TFOS_CLUSTER_ID=", 16) &&
-            strncmp(environ[i], "TFOS_FEED_EMPTY=", 16) && strncmp(environ[i], "TFOS_SERVE_ADDR=", 16))
+            strncmp(environ[i], "TFOS_FEED_EMPTY=", 16) && !env_overridden(l, environ[i]))
             env[j++] = environ[i];
     snprintf(l->env_secret, sizeof l->env_secret, "TFOS_SECRET=%s", l->secret);
     snprintf(l->env_cluster, sizeof l->env_cluster, "TFOS_CLUSTER_ID=%s", l->cluster_id);
     env[j++] = l->env_secret;
     env[j++] = l->env_cluster;
-    if (l->serve) {
-        snprintf(l->env_serve, sizeof l->env_serve, "TFOS_SERVE_ADDR=%s", tfos__serve_address(l->serve));
-        env[j++] = l->env_serve;
-    }
+    for (int i = 0; i < l->nenv_extra; i++)
+        env[j++] = l->env_extra[i];
     const char *producers = getenv("TFOS_FEED_PRODUCERS");
     if (l->opts.ninputs == 0 && !(producers && !strcmp(producers, "1")))
         env[j] = (char *)"TFOS_FEED_EMPTY=1";
@@ -132,20 +145,16 @@ static char **child_env(tfos_local *l)
 
 /* ---- agents ---------------------------------------------------------------- */
 
-static void agent_ended(tfos_local *l, int id)
+/* The backend saw node id's agent end (tfos__node_ended_fn). */
+static void agent_ended(void *user, int id, int status)
 {
-    agent_proc *a = &l->agents[id];
-    a->done = 1;
-    if (a->pidfd >= 0) {
-        tfos__loop_unwatch(l->loop, a->pidfd);
-        close(a->pidfd);
-        a->pidfd = -1;
-    }
+    tfos_local *l = user;
+    l->ended[id] = 1;
     if (l->coord && tfos_coord_state(l->coord) == TFOS_COORD_RESERVING) {
         /* an agent that dies before registering would otherwise only show
          * up as a reservation timeout */
         char desc[96], reason[256];
-        tfos__describe_status(a->status, desc, sizeof desc);
+        tfos__describe_status(status, desc, sizeof desc);
         const char *job;
         int idx;
         tfos_layout_role(&l->opts.layout, id, &job, &idx);
@@ -155,40 +164,14 @@ static void agent_ended(tfos_local *l, int id)
     }
 }
 
-static void reap(tfos_local *l)
-{
-    for (int i = 0; i < l->n; i++) {
-        agent_proc *a = &l->agents[i];
-        if (!a->done && a->pid > 0 && waitpid(a->pid, &a->status, WNOHANG) == a->pid)
-            agent_ended(l, i);
-    }
-}
-
-static void on_agent_exit(tfos__loop *loop, int fd, int events, void *user)
-{
-    (void)loop;
-    (void)fd;
-    (void)events;
-    reap(user);
-}
-
-/* Kernels without pidfds: look for ended agents every 100 ms instead. */
-static void on_reap_timer(tfos__loop *loop, tfos__timer *t, void *user)
-{
-    reap(user);
-    tfos__timer_arm(loop, t, tfos__now_ms() + 100, on_reap_timer, user);
-}
-
+/* The agent's command for node id: `AGENT node --coord ... -- PROGRAM...`. */
 static int spawn_agent(tfos_local *l, int id, char **env)
 {
     const tfos_run_opts *o = &l->opts;
     size_t argc = 0;
     while (o->argv[argc])
         argc++;
-    size_t nprefix = 0;
-    while (o->agent_prefix && o->agent_prefix[nprefix])
-        nprefix++;
-    char **argv = calloc(argc + nprefix + 40, sizeof *argv);
+    char **argv = calloc(argc + 40, sizeof *argv);
     if (!argv)
         return TFOS_ENOMEM;
     char idbuf[16], mbbuf[16], hangbuf[32], restartsbuf[16];
@@ -200,13 +183,6 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     const char *job;
     int idx;
     tfos_layout_role(&o->layout, id, &job, &idx);
-    for (size_t i = 0; i < nprefix; i++)
-        argv[k++] = o->agent_prefix[i];
-    if (nprefix) {
-        argv[k++] = "--role";
-        argv[k++] = (char *)job;
-        argv[k++] = "--";
-    }
     argv[k++] = (char *)o->agent_path;
     argv[k++] = "node";
     argv[k++] = "--coord";
@@ -214,7 +190,7 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     argv[k++] = "--executor-id";
     argv[k++] = idbuf;
     argv[k++] = "--host";
-    argv[k++] = o->bind_host ? "auto" : "127.0.0.1";
+    argv[k++] = (char *)l->ops->agent_host;
     argv[k++] = "--log-dir";
     argv[k++] = l->log_dir;
     argv[k++] = "--cluster-id";
@@ -227,11 +203,11 @@ static int spawn_agent(tfos_local *l, int id, char **env)
         argv[k++] = "--feed-mb";
         argv[k++] = mbbuf;
     }
-    if (nprefix) /* the agent's console is a container's log, not the user's */
+    if (l->ops->forward_logs) /* the agent's console is a container's log, not the user's */
         argv[k++] = "--forward-logs";
     char respawnbuf[16];
-    if (o->respawn > 0) {
-        snprintf(respawnbuf, sizeof respawnbuf, "%d", o->respawn);
+    if (l->lopts.respawn > 0) {
+        snprintf(respawnbuf, sizeof respawnbuf, "%d", l->lopts.respawn);
         argv[k++] = "--respawn";
         argv[k++] = respawnbuf;
     }
@@ -260,24 +236,13 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     for (size_t i = 0; i < argc; i++)
         argv[k++] = o->argv[i];
     argv[k] = NULL;
-    tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1,
-                           .new_pgroup = 0, .pdeathsig = SIGTERM};
-    agent_proc *a = &l->agents[id];
-    int rc = tfos__spawn(&so, &a->pid);
+    tfos__node_launch node = {.id = id, .job = job, .index = idx, .argv = argv, .envp = env};
+    int rc = l->ops->start(l->backend, &node);
     free(argv);
-    if (rc) {
-        TFOS_ERROR("cannot start the agent %s: %s", o->agent_path, strerror(errno));
-        return rc;
-    }
-    a->pidfd = tfos__pidfd_open(a->pid);
-    if (a->pidfd < 0 || tfos__loop_watch(l->loop, a->pidfd, TFOS_EV_READ, on_agent_exit, l)) {
-        if (a->pidfd >= 0)
-            close(a->pidfd);
-        a->pidfd = -1;
-        if (!l->reap_timer.armed)
-            tfos__timer_arm(l->loop, &l->reap_timer, tfos__now_ms() + 100, on_reap_timer, l);
-    }
-    return 0;
+    if (rc)
+        TFOS_ERROR("cannot start the agent %s: %s", o->agent_path,
+                   rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+    return rc;
 }
 
 /* ---- the feed ---------------------------------------------------------------- */
@@ -350,25 +315,15 @@ static void end_attempt(tfos_local *l)
 {
     tfos__feedrun_close(l->feed);
     l->feed = NULL;
-    for (int i = 0; i < l->n; i++) {
-        agent_proc *a = &l->agents[i];
-        if (a->pid > 0 && !a->done) {
-            kill(a->pid, SIGKILL);
-            waitpid(a->pid, NULL, 0);
-        }
-        if (a->pidfd >= 0) {
-            tfos__loop_unwatch(l->loop, a->pidfd);
-            close(a->pidfd);
-        }
-        memset(a, 0, sizeof *a);
-        a->pidfd = -1;
-    }
-    tfos__timer_disarm(l->loop, &l->reap_timer);
+    if (l->backend)
+        l->ops->close(l->backend);
+    l->backend = NULL;
+    memset(l->ended, 0, (size_t)l->n * sizeof *l->ended);
     if (l->coord)
         tfos_coord_close(l->coord);
     l->coord = NULL;
     l->status.coord = NULL;
-    l->agents_deadline = 0;
+    l->agents_deadline = l->killed_deadline = 0;
 }
 
 /* A line of a node's output, forwarded by its agent (tfos yarn): kept for
@@ -387,21 +342,22 @@ static int start_attempt(tfos_local *l)
     int rc = tfos__random_hex(l->cluster_id, 8);
     if (rc)
         return rc;
-    tfos_coord_opts co = {.layout = l->opts.layout, .bind_host = l->opts.bind_host ? l->opts.bind_host : "127.0.0.1",
+    tfos_coord_opts co = {.layout = l->opts.layout, .bind_host = l->lopts.bind_host ? l->lopts.bind_host : "127.0.0.1",
                           .port = 0, .secret = l->secret,
                           .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
-                          .on_log = l->opts.agent_prefix ? on_node_log : NULL, .log_user = l};
+                          .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
         return rc;
     }
     char **env = child_env(l);
-    if (!env) {
+    if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->n, agent_ended, l))) {
+        free(env);
         end_attempt(l);
-        return TFOS_ENOMEM;
+        return env ? rc : TFOS_ENOMEM;
     }
     for (int i = 0; i < l->n; i++) {
         rc = spawn_agent(l, i, env);
@@ -433,10 +389,10 @@ static int write_address_file(tfos_local *l)
     char *whole = NULL;
     if (asprintf(&whole, "%s\n%s\n", tfos_coord_address(l->coord), l->status_url) < 0)
         return TFOS_ENOMEM;
-    int bad = tfos__write_file_whole(l->opts.address_file, whole);
+    int bad = tfos__write_file_whole(l->lopts.address_file, whole);
     free(whole);
     if (bad) {
-        TFOS_ERROR("cannot write %s: %s", l->opts.address_file, strerror(errno));
+        TFOS_ERROR("cannot write %s: %s", l->lopts.address_file, strerror(errno));
         return TFOS_ESYS;
     }
     return 0;
@@ -448,7 +404,46 @@ static void render_history(tfos_local *l)
     l->history = tfos_policy_render(l->policy);
 }
 
-int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
+/* The status page (the HTTP server with its routes) and where to find it:
+ * <log_dir>/status-url, which `tfos status` and `tfos logs -f` read. */
+static int open_status_page(tfos_local *l)
+{
+    const tfos_run_opts *o = &l->opts;
+    const char *host = o->status_host ? o->status_host : "127.0.0.1";
+    int rc = tfos__http_open(&l->http, l->loop, host, o->status_port, l->lopts.http_max_conns);
+    if (rc) {
+        TFOS_ERROR("cannot serve %s on port %d: %s", l->lopts.http_purpose ? l->lopts.http_purpose : "the status page",
+                   o->status_port, strerror(errno));
+        return rc;
+    }
+    if ((rc = tfos__status_routes(l->http, &l->status)))
+        return rc;
+    /* beyond loopback the page and the logs need a token */
+    char query[100] = "";
+    if (l->lopts.http_token && *l->lopts.http_token) {
+        snprintf(l->token, sizeof l->token, "%s", l->lopts.http_token);
+    } else if (!is_loopback(host)) {
+        if ((rc = tfos__random_hex(l->token, 16)))
+            return rc;
+        snprintf(query, sizeof query, "?token=%s", l->token);
+    }
+    tfos__http_set_token(l->http, l->token);
+    snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
+    /* 0600: it may hold the token */
+    char path[4400];
+    snprintf(path, sizeof path, "%s/status-url", l->log_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) {
+        fprintf(f, "%s\n", l->status_url);
+        fclose(f);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    return 0;
+}
+
+int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__launch_opts *lopts)
 {
     if (!out || !opts || !opts->argv || !opts->argv[0] || !opts->agent_path)
         return TFOS_EINVAL;
@@ -463,11 +458,14 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     if (!l)
         return TFOS_ENOMEM;
     l->opts = *opts;
+    if (lopts)
+        l->lopts = *lopts;
+    l->ops = l->lopts.backend ? l->lopts.backend : &tfos__backend_local;
     if (l->opts.reservation_timeout <= 0)
         l->opts.reservation_timeout = TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL;
     if (l->opts.stop_grace <= 0)
         l->opts.stop_grace = TFOS_DEFAULT_STOP_GRACE;
-    if (l->opts.feed_mb <= 0 && l->opts.ninputs > 0 && !l->opts.serve) {
+    if (l->opts.feed_mb <= 0 && l->opts.ninputs > 0) {
         l->opts.feed_mb = tfos__input_ring_mb(l->opts.inputs, l->opts.ninputs, l->opts.input_format,
                                               (uint32_t)l->opts.batch_rows);
         if (l->opts.feed_mb)
@@ -484,11 +482,9 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     if (rc)
         goto fail;
     rc = TFOS_ENOMEM;
-    l->agents = calloc((size_t)n, sizeof *l->agents);
-    if (!l->agents)
+    l->ended = calloc((size_t)n, sizeof *l->ended);
+    if (!l->ended)
         goto fail;
-    for (int i = 0; i < n; i++)
-        l->agents[i].pidfd = -1;
     if (opts->log_dir) {
         snprintf(l->log_dir, sizeof l->log_dir, "%s", opts->log_dir);
     } else {
@@ -504,9 +500,10 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         TFOS_ERROR("cannot create the log dir %s: %s", l->log_dir, strerror(errno));
         goto fail;
     }
-    if (opts->secret && strlen(opts->secret) == TFOS_HEX_SECRET_LEN)
-        snprintf(l->secret, sizeof l->secret, "%s", opts->secret);
-    else if (opts->secret) {
+    const char *secret = l->lopts.secret;
+    if (secret && strlen(secret) == TFOS_HEX_SECRET_LEN)
+        snprintf(l->secret, sizeof l->secret, "%s", secret);
+    else if (secret) {
         TFOS_ERROR("the cluster secret must be %d hex characters", TFOS_HEX_SECRET_LEN);
         rc = TFOS_EINVAL;
         goto fail;
@@ -523,58 +520,10 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
-    if (opts->serve) {
-        char err[512];
-        /* model servers in containers elsewhere (tfos yarn serve) reach it over TCP */
-        const char *tcp = opts->agent_prefix ? (opts->bind_host ? opts->bind_host : "127.0.0.1") : NULL;
-        if ((rc = tfos__serve_open(&l->serve, l->loop, opts->serve, l->secret, tcp, err, sizeof err))) {
-            TFOS_ERROR("%s", err);
-            goto fail;
-        }
-    }
-    if (opts->status_port >= 0) {
-        const char *host = opts->status_host ? opts->status_host : "127.0.0.1";
-        long long body = opts->serve && opts->serve->max_body > 0 ? opts->serve->max_body : TFOS_SERVE_DEFAULT_MAX_BODY;
-        rc = l->serve ? tfos__http_open_routes(&l->http, l->loop, host, opts->status_port, tfos__serve_route, l->serve,
-                                               (size_t)body, 256)
-                      : tfos__http_open(&l->http, l->loop, host, opts->status_port, tfos__status_handle, &l->status);
-        if (rc) {
-            TFOS_ERROR("cannot serve %s on port %d: %s", l->serve ? "the models" : "the status page",
-                       opts->status_port, strerror(errno));
-            goto fail;
-        }
-        /* beyond loopback the page and the logs need a token */
-        char query[100] = "", token[80] = "";
-        if (opts->http_token && *opts->http_token) {
-            snprintf(token, sizeof token, "%s", opts->http_token);
-        } else if (!is_loopback(host)) {
-            if ((rc = tfos__random_hex(token, 16)))
-                goto fail;
-            snprintf(query, sizeof query, "?token=%s", token);
-        }
-        tfos__http_set_token(l->http, token);
-        if (l->serve)
-            tfos__serve_attach(l->serve, l->http, &l->status, token);
-        snprintf(l->status_url, sizeof l->status_url, "http://%s:%d/%s", host, tfos__http_port(l->http), query);
-        for (int i = 0; l->serve && i < opts->serve->nmodels; i++)
-            TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s",
-                      opts->serve->models[i], host, tfos__http_port(l->http), opts->serve->models[i],
-                      opts->http_token && *opts->http_token ? ", with the token" : query[0] ? ", with the token in the status URL" : "");
-        /* where `tfos status` and `tfos logs -f` find this run (0600: it may
-         * hold the token) */
-        char path[4400];
-        snprintf(path, sizeof path, "%s/status-url", l->log_dir);
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        if (f) {
-            fprintf(f, "%s\n", l->status_url);
-            fclose(f);
-        } else if (fd >= 0) {
-            close(fd);
-        }
-    }
+    if (opts->status_port >= 0 && (rc = open_status_page(l)))
+        goto fail;
     l->status.feed = &l->meter;
-    if (opts->agent_prefix) {
+    if (l->ops->forward_logs) {
         /* the newest 20000 lines, 8 MiB at most */
         if (tfos__logbuf_init(&l->lines, 20000, 8u << 20)) {
             rc = TFOS_ENOMEM;
@@ -585,34 +534,108 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
     l->status.log_dir = l->log_dir;
     l->status.max_restarts = opts->max_restarts;
     l->status.policy = l->policy;
+    l->status.attempt = 1;
     render_history(l);
-    tfos__timer_arm(l->loop, &l->meter_timer, tfos__now_ms() + 1000, on_meter, l);
-    rc = start_attempt(l);
-    if (rc)
-        goto fail;
-    if (opts->address_file && (rc = write_address_file(l))) {
-        end_attempt(l);
-        goto fail;
-    }
     *out = l;
     return 0;
 fail:
     tfos__logbuf_fini(&l->lines);
-    tfos__serve_close(l->serve);
     tfos__http_close(l->http);
     tfos__feed_meter_fini(&l->meter);
     tfos_policy_close(l->policy);
     tfos__loop_close(l->loop);
     free(l->history);
-    free(l->agents);
+    free(l->ended);
     free(l);
     return rc;
+}
+
+tfos__loop *tfos__launch_loop(tfos_local *l)
+{
+    return l->loop;
+}
+
+tfos__http *tfos__launch_http(tfos_local *l)
+{
+    return l->http;
+}
+
+tfos__status_src *tfos__launch_status(tfos_local *l)
+{
+    return &l->status;
+}
+
+const char *tfos__launch_secret(const tfos_local *l)
+{
+    return l->secret;
+}
+
+const char *tfos__launch_token(const tfos_local *l)
+{
+    return l->token;
+}
+
+const char *tfos__launch_status_url(const tfos_local *l)
+{
+    return l->status_url;
+}
+
+int tfos__launch_setenv(tfos_local *l, const char *name, const char *value)
+{
+    if (!name || !*name || strchr(name, '=') || !value || l->started)
+        return TFOS_EINVAL;
+    char *e = NULL;
+    if (asprintf(&e, "%s=%s", name, value) < 0)
+        return TFOS_ENOMEM;
+    size_t nl = strlen(name) + 1;
+    for (int i = 0; i < l->nenv_extra; i++)
+        if (!strncmp(l->env_extra[i], e, nl)) {
+            free(l->env_extra[i]);
+            l->env_extra[i] = e;
+            return 0;
+        }
+    if (l->nenv_extra == MAX_ENV_EXTRA) {
+        free(e);
+        return TFOS_ENOMEM;
+    }
+    l->env_extra[l->nenv_extra++] = e;
+    return 0;
+}
+
+int tfos__launch_start(tfos_local *l)
+{
+    if (l->started)
+        return TFOS_EINVAL;
+    l->started = 1;
+    tfos__timer_arm(l->loop, &l->meter_timer, tfos__now_ms() + 1000, on_meter, l);
+    int rc = start_attempt(l);
+    if (rc)
+        return rc;
+    if (l->lopts.address_file && (rc = write_address_file(l))) {
+        end_attempt(l);
+        return rc;
+    }
+    return 0;
+}
+
+int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
+{
+    tfos_local *l;
+    int rc = tfos__launch_open(&l, opts, NULL);
+    if (rc)
+        return rc;
+    if ((rc = tfos__launch_start(l))) {
+        tfos_local_close(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
 }
 
 static int all_agents_done(const tfos_local *l)
 {
     for (int i = 0; i < l->n; i++)
-        if (l->agents[i].pid > 0 && !l->agents[i].done)
+        if (l->backend && l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING)
             return 0;
     return 1;
 }
@@ -656,10 +679,9 @@ static void finish(tfos_local *l)
         else
             snprintf(l->summary, sizeof l->summary, "%s%s%s", tfos_coord_failure(c),
                      *verdict ? "\nnot restarted: " : "", verdict);
-        if (l->serve && l->stop_signo && tfos_policy_count(l->policy) <= 1) /* how a server is stopped */
-            TFOS_INFO("stopped serving (signal %d, %s); logs of the model servers are in %s", l->stop_signo,
-                      strsignal(l->stop_signo), l->log_dir);
-        else
+        /* resident nodes (tfos serve) are stopped by a signal: that ends the
+         * run as asked, and the caller says so */
+        if (!(l->lopts.resident && l->stop_signo && tfos_policy_count(l->policy) <= 1))
             tfos__log(l->opts.caller_reports ? TFOS_LOG_DEBUG : TFOS_LOG_ERROR,
                       "the cluster failed:\n%s\nlogs of every node are in %s", l->summary, l->log_dir);
     }
@@ -707,19 +729,22 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
         return 0;
     tfos__feedrun_close(l->feed);
     l->feed = NULL;
+    int64_t now = tfos__now_ms();
     if (!l->agents_deadline)
-        l->agents_deadline = tfos__now_ms() + 5000;
-    reap(l);
+        l->agents_deadline = now + 5000;
     if (!all_agents_done(l)) {
-        if (tfos__now_ms() < l->agents_deadline)
+        if (now < l->agents_deadline)
             return 0;
-        for (int i = 0; i < l->n; i++)
-            if (l->agents[i].pid > 0 && !l->agents[i].done) {
-                TFOS_WARN("agent of executor %d (pid %d) did not exit; killing it", i, (int)l->agents[i].pid);
-                kill(l->agents[i].pid, SIGKILL);
-                if (tfos__wait_pid(l->agents[i].pid, 5000, &l->agents[i].status) == 0)
-                    agent_ended(l, i);
-            }
+        if (!l->killed_deadline) {
+            for (int i = 0; i < l->n; i++)
+                if (l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING) {
+                    TFOS_WARN("agent of executor %d did not exit; killing it", i);
+                    l->ops->stop(l->backend, i, 1);
+                }
+            l->killed_deadline = now + 5000;
+        }
+        if (now < l->killed_deadline)
+            return 0; /* their ends come through the backend */
     }
     return conclude(l);
 }
@@ -772,10 +797,10 @@ void tfos_local_close(tfos_local *l)
         while (!tfos_local_step(l, 100) && tfos__now_ms() < deadline)
             ;
     }
-    if (l->coord)
-        end_attempt(l);
-    tfos__serve_close(l->serve); /* answers what still waits (503), before the HTTP server goes */
-    for (int64_t until = tfos__now_ms() + 2000; l->serve && tfos__http_busy(l->http) && tfos__now_ms() < until;)
+    end_attempt(l);
+    /* responses still being written (answers to what waited, from whatever
+     * attached and closed before us) go out first, 2 s at most */
+    for (int64_t until = tfos__now_ms() + 2000; tfos__http_busy(l->http) && tfos__now_ms() < until;)
         tfos__loop_run(l->loop, 50);
     tfos__http_close(l->http);
     tfos__logbuf_fini(&l->lines);
@@ -784,8 +809,10 @@ void tfos_local_close(tfos_local *l)
     tfos__position_fini(&l->resume);
     tfos_policy_close(l->policy);
     tfos__loop_close(l->loop);
+    for (int i = 0; i < l->nenv_extra; i++)
+        free(l->env_extra[i]);
     free(l->history);
-    free(l->agents);
+    free(l->ended);
     free(l);
 }
 
@@ -794,12 +821,8 @@ int tfos_local_status_port(const tfos_local *l)
     return l->http ? tfos__http_port(l->http) : -1;
 }
 
-int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *exit_code)
+void tfos__launch_run(tfos_local *l, volatile int *stop_signal, int *exit_code)
 {
-    tfos_local *l;
-    int rc = tfos_local_open(&l, opts);
-    if (rc)
-        return rc;
     int stopped = 0;
     /* the bound only matters for noticing *stop_signal, set by a signal
      * handler (whose signal also interrupts the loop's wait) */
@@ -819,6 +842,15 @@ int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *ex
     while (l->status.lines && (l->lines.served < l->lines.next || tfos__http_busy(l->http)) &&
            tfos__now_ms() < linger_until && !(stop_signal && *stop_signal && !stopped))
         tfos__loop_run(l->loop, 100);
+}
+
+int tfos_run_local(const tfos_run_opts *opts, volatile int *stop_signal, int *exit_code)
+{
+    tfos_local *l;
+    int rc = tfos_local_open(&l, opts);
+    if (rc)
+        return rc;
+    tfos__launch_run(l, stop_signal, exit_code);
     tfos_local_close(l);
     return 0;
 }

@@ -200,8 +200,12 @@ static PyObject *Coord_serve_status(CoordObject *self, PyObject *args, PyObject 
         self->src.attempt = self->policy ? tfos_policy_attempt(tfos__py_policy(self->policy)) : 1;
     if (self->policy)
         self->src.max_restarts = tfos_policy_max_restarts(tfos__py_policy(self->policy));
-    rc = tfos__http_open(&self->http, self->loop, host, port, tfos__status_handle, &self->src);
+    rc = tfos__http_open(&self->http, self->loop, host, port, 0);
     int e = errno;
+    if (!rc && (rc = tfos__status_routes(self->http, &self->src))) {
+        tfos__http_close(self->http);
+        self->http = NULL;
+    }
     if (rc)
         tfos__feed_meter_fini(&self->meter);
     else

@@ -4,7 +4,9 @@
  * Everything runs on the launcher's event loop: HTTP requests come in
  * through the route, model servers' frames through their sockets, and one
  * timer fires when the oldest waiting request's delay is up or a request's
- * deadline passes. */
+ * deadline passes. The routes are the program's HTTP server's (web/http.h):
+ * tfos__serve_attach adds /v2 and /v2/... to it, beside the status page's,
+ * and the model series to the page's /metrics. */
 #include "serve/serve_int.h"
 
 #include "core/auth.h"
@@ -77,7 +79,9 @@ static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp
     return 0;
 }
 
-int tfos__serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+/* Every path under /v2 (any method: the routes say which they take, in
+ * the protocol's JSON errors). */
+static int serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
 {
     tfos__serve *s = user;
     const char *path = rq->path;
@@ -109,16 +113,7 @@ int tfos__serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
     }
     if (!strncmp(path, "/v2/models/", 11))
         return model_route(s, rq, rs);
-    if (!strncmp(path, "/v2/", 4))
-        return tfos__serve_fail_now(rs, 404, "no such path: %s", path);
-    if (strcmp(rq->method, "GET")) {
-        rs->status = 405;
-        return 0;
-    }
-    rs->body = tfos__status_handle(path, &rs->ctype, &rs->status, s->status);
-    if (!strcmp(path, "/metrics") && rs->status == 200)
-        rs->body = tfos__serve_metrics(s, rs->body);
-    return 0;
+    return tfos__serve_fail_now(rs, 404, "no such path: %s", path);
 }
 
 int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
@@ -200,11 +195,21 @@ const char *tfos__serve_address(const tfos__serve *s)
     return s->link;
 }
 
-void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token)
+int tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token)
 {
+    size_t body = s->o.max_body > 0 ? (size_t)s->o.max_body : (size_t)TFOS_SERVE_DEFAULT_MAX_BODY;
+    const tfos__http_route v2 = {.path = "/v2", .fn = serve_route, .user = s, .max_body = body},
+                           under = {.path = "/v2/", .prefix = 1, .fn = serve_route, .user = s, .max_body = body};
+    int rc = tfos__http_add(h, &v2);
+    if (!rc)
+        rc = tfos__http_add(h, &under);
+    if (!rc)
+        rc = tfos__status_add_metrics(status, tfos__serve_metrics, s);
+    if (rc)
+        return rc;
     s->http = h;
-    s->status = status;
     snprintf(s->token, sizeof s->token, "%s", token ? token : "");
+    return 0;
 }
 
 void tfos__serve_close(tfos__serve *s)

@@ -1,5 +1,6 @@
 /* metrics.c: tfos serve's /metrics series: requests by outcome and by
- * version, rows, batches, queue, and latency histograms. */
+ * version, rows, batches, queue, and latency histograms; they follow the
+ * status page's in /metrics (tfos__serve_attach registers them there). */
 #include "serve/serve_int.h"
 
 #include "platform/clock.h"
@@ -19,16 +20,9 @@ void tfos__serve_observe(model *m, int64_t t0)
     m->lat_sum_ms += ms;
 }
 
-char *tfos__serve_metrics(tfos__serve *s, char *status_metrics)
+void tfos__serve_metrics(FILE *f, void *user)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return status_metrics;
-    if (status_metrics)
-        fputs(status_metrics, f);
-    free(status_metrics);
+    tfos__serve *s = user;
     fprintf(f, "# HELP tfos_serve_servers_ready Model servers connected and ready.\n"
                "# TYPE tfos_serve_servers_ready gauge\ntfos_serve_servers_ready %d\n", tfos__serve_servers_ready(s));
     static const char *const heads[] = {
@@ -81,6 +75,4 @@ char *tfos__serve_metrics(tfos__serve *s, char *status_metrics)
             }
         }
     }
-    fclose(f);
-    return buf;
 }

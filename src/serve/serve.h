@@ -51,12 +51,11 @@ typedef struct tfos__serve tfos__serve;
 int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
                      const char *tcp_host, char *err, size_t errlen);
 const char *tfos__serve_address(const tfos__serve *s);
-/* The HTTP server that answers (borrowed), the status page behind it, and
- * the token requests need ("" or NULL: none), local clients' too. */
-void tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token);
-/* A tfos__http_route: /v2/... here, the status page's paths (GET) there;
- * /metrics gets the model metrics too. user: the tfos__serve. */
-int tfos__serve_route(const tfos__http_req *req, tfos__http_resp *resp, void *user);
+/* Answer on h (borrowed; the launcher's HTTP server): add the /v2 routes
+ * to it (bodies up to max_body), the model series to status's /metrics, and
+ * take the token requests need ("" or NULL: none), local clients' too.
+ * 0, or TFOS_ENOMEM, TFOS_EFULL (status has no room for more series). */
+int tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token);
 void tfos__serve_close(tfos__serve *s);
 
 #endif

@@ -112,7 +112,6 @@ struct tfos__serve {
     char link[300];           /* what model servers connect to: address, or "HOST:PORT" (tcp_host) */
     int lfd, tfd;             /* the abstract socket's and the TCP listener's (-1: none) */
     tfos__http *http;
-    tfos__status_src *status;
     char token[80];           /* the HTTP token, which local clients give too; "": none */
     int nmodels;
     model *models;
@@ -209,8 +208,8 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p
 
 /* Count a request's latency (from t0) in its model's histogram. */
 void tfos__serve_observe(model *m, int64_t t0);
-/* status_metrics (the status page's /metrics, taken) and the models'
- * series after it (malloc'd). */
-char *tfos__serve_metrics(tfos__serve *s, char *status_metrics);
+/* The models' series, a /metrics contributor (web/status.h; user: the
+ * tfos__serve). */
+void tfos__serve_metrics(FILE *f, void *user);
 
 #endif

@@ -1,7 +1,9 @@
 /* http.c: the HTTP server (see http.h). Each connection is read until its
- * request's head ends, then its body (Content-Length bytes); the route
- * answers into a buffer at once or later (tfos__http_reply), and the
- * response is written out as the socket takes it. A kept-alive connection
+ * request's head ends; the head is checked (who asks, framing) and matched
+ * to a route, whose limits decide whether its body (Content-Length bytes) is
+ * read at all; the route answers into a buffer at once or later
+ * (tfos__http_reply), and the response is written out as the socket takes
+ * it. A kept-alive connection
  * then reads its next request (bytes of it already read are kept). One
  * timer drops idle connections (a connection waiting for a deferred answer
  * is not idle). While every slot is taken the listening socket is not
@@ -19,6 +21,7 @@
 #include "platform/net.h"
 #include "tfos/tfos.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,10 @@ enum { C_HEAD, C_BODY, C_PENDING, C_WRITE };
 typedef struct hconn {
     int fd;          /* -1: free slot */
     int state;
+    int route;       /* the matched route (index), once the head is read */
+    char method[16];
+    char path[1024]; /* the request target, cut at '?' */
+    const char *query; /* into path: after the '?', or "" */
     uint32_t gen;    /* bumped at every request: a stale reply id is refused */
     int keep;        /* keep the connection after this response */
     int minor;       /* the request's HTTP/1.x, answered in kind */
@@ -52,11 +59,8 @@ struct tfos__http {
     int lfd, port;
     int paused;      /* every slot taken: not accepting */
     char token[80];  /* "" : none */
-    tfos__http_route route;
-    tfos__http_handler handler; /* GET-only servers (tfos__http_open) */
-    void *handler_user;
-    void *user;
-    size_t max_body;
+    tfos__http_route *routes; /* paths malloc'd */
+    int nroutes, cap_routes;
     tfos__timer idle;
     int nconns;
     hconn *conns;
@@ -148,7 +152,11 @@ static int refused(const tfos__http *s, const char *head, const char *query)
         if (colon)
             *colon = '\0';
     }
-    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]") || !strncmp(name, "127.", 4))
+    /* an address literal in 127/8, not any name that starts so
+     * (127.attacker.example resolves wherever its owner likes) */
+    struct in_addr v4;
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]") ||
+        (inet_pton(AF_INET, name, &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127))
         return 0;
     return 421;
 }
@@ -218,53 +226,98 @@ static uint64_t conn_id(const tfos__http *s, const hconn *c)
 /* The head and body are in: ask the route. */
 static void dispatch(tfos__http *s, hconn *c)
 {
-    char method[16] = "", target[1024] = "", version[16] = "";
     char *body = c->buf + c->head_len;
     c->saved = body[c->body_len]; /* a pipelined request's first byte: put back by response_sent */
     body[c->body_len] = '\0';
-    if (sscanf(c->buf, "%15s %1023s %15s", method, target, version) != 3 || strncmp(version, "HTTP/1.", 7)) {
-        c->keep = 0;
-        send_response(s, c, 400, NULL, NULL, 0);
-        return;
-    }
-    char *q = strchr(target, '?');
-    const char *query = "";
-    if (q) {
-        *q = '\0';
-        query = q + 1;
-    }
-    int status = refused(s, c->buf, query);
-    if (status) {
-        send_response(s, c, status, NULL, NULL, 0);
-        return;
-    }
-    tfos__http_req rq = {.method = method, .path = target, .query = query, .head = c->buf, .body = body,
+    const tfos__http_route *r = &s->routes[c->route];
+    tfos__http_req rq = {.method = c->method, .path = c->path, .query = c->query, .head = c->buf, .body = body,
                          .body_len = c->body_len, .id = conn_id(s, c)};
     tfos__http_resp rs = {.status = 200, .ctype = "text/plain; charset=utf-8"};
     c->state = C_PENDING;
-    if (s->route(&rq, &rs, s->user) == 1)
+    if (r->fn(&rq, &rs, r->user) == 1)
         return; /* tfos__http_reply answers it */
     send_response(s, c, rs.status, rs.ctype, rs.body, rs.len);
 }
 
-/* A request head has ended at c->buf[head_len): read its framing. */
+/* The route for path and method: its index, or -404 / -405. */
+static int match(const tfos__http *s, const char *path, const char *method)
+{
+    int best = -1;
+    size_t best_len = 0;
+    for (int i = 0; i < s->nroutes; i++) {
+        const tfos__http_route *r = &s->routes[i];
+        size_t n = strlen(r->path);
+        if (!r->prefix && !strcmp(path, r->path)) {
+            best = i;
+            break;
+        }
+        if (r->prefix && !strncmp(path, r->path, n) && (best < 0 || n > best_len)) {
+            best = i;
+            best_len = n;
+        }
+    }
+    if (best < 0)
+        return -404;
+    unsigned m = s->routes[best].methods;
+    unsigned bit = !strcmp(method, "GET") ? TFOS_HTTP_GET : !strcmp(method, "POST") ? TFOS_HTTP_POST : 0;
+    return m && !(m & bit) ? -405 : best;
+}
+
+/* Answer from the head alone (the body, if any, is not read: then the
+ * connection closes after the answer). Takes msg. */
+static void answer_head(tfos__http *s, hconn *c, int status, char *msg)
+{
+    char v[64];
+    if (tfos__http_header(c->buf, "Content-Length", v, sizeof v) ? strcmp(v, "0") != 0
+                                                                   : tfos__http_header(c->buf, "Transfer-Encoding", v,
+                                                                                       sizeof v))
+        c->keep = 0;
+    c->body_len = 0;
+    send_response(s, c, status, NULL, msg, 0);
+}
+
+/* A request head has ended at c->buf[head_len): check who asks, read its
+ * framing and find its route. */
 static void head_done(tfos__http *s, hconn *c)
 {
-    char v[64], version[16] = "";
-    sscanf(c->buf, "%*s %*s %15s", version);
+    char v[64], version[16] = "", target[1024] = "";
+    c->saved = c->buf[c->head_len];
+    c->body_len = 0;
+    c->method[0] = '\0';
+    if (sscanf(c->buf, "%15s %1023s %15s", c->method, target, version) != 3 || strncmp(version, "HTTP/1.", 7)) {
+        c->keep = 0;
+        send_response(s, c, 400, NULL, NULL, 0);
+        return;
+    }
     int http11 = !strcmp(version, "HTTP/1.1");
     c->minor = http11;
     c->keep = http11;
     if (tfos__http_header(c->buf, "Connection", v, sizeof v))
         c->keep = !strcasecmp(v, "close") ? 0 : !strcasecmp(v, "keep-alive") ? 1 : c->keep;
+    memcpy(c->path, target, sizeof c->path);
+    char *q = strchr(c->path, '?');
+    c->query = "";
+    if (q) {
+        *q = '\0';
+        c->query = q + 1;
+    }
+    int status = refused(s, c->buf, c->query);
+    if (status) {
+        answer_head(s, c, status, NULL);
+        return;
+    }
     if (tfos__http_header(c->buf, "Transfer-Encoding", v, sizeof v)) {
         c->keep = 0;
-        c->body_len = 0;
         send_response(s, c, 411, NULL, strdup("a request body needs a Content-Length (chunked bodies are not "
                                                 "taken)"), 0);
         return;
     }
-    c->body_len = 0;
+    c->route = match(s, c->path, c->method);
+    if (c->route < 0) {
+        answer_head(s, c, -c->route, NULL);
+        return;
+    }
+    size_t max_body = s->routes[c->route].max_body;
     if (tfos__http_header(c->buf, "Content-Length", v, sizeof v)) {
         char *end;
         errno = 0;
@@ -274,12 +327,12 @@ static void head_done(tfos__http *s, hconn *c)
             send_response(s, c, 400, NULL, strdup("Content-Length is not a number"), 0);
             return;
         }
-        if (n > s->max_body) {
+        if (n > max_body) {
             c->keep = 0;
             char *msg = NULL;
-            if (asprintf(&msg, "the request body has %llu bytes; this server takes up to %zu", n, s->max_body) < 0)
+            if (asprintf(&msg, "the request body has %llu bytes; %s takes up to %zu", n, c->path, max_body) < 0)
                 msg = NULL;
-            send_response(s, c, s->max_body ? 413 : 405, NULL, msg, 0);
+            send_response(s, c, max_body ? 413 : 405, NULL, msg, 0);
             return;
         }
         c->body_len = (size_t)n;
@@ -459,20 +512,7 @@ int tfos__http_reply(tfos__http *s, uint64_t id, int status, const char *ctype, 
     return 0;
 }
 
-/* tfos__http_open's route: GET through the handler. */
-static int get_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
-{
-    tfos__http *s = user;
-    if (strcmp(rq->method, "GET")) {
-        rs->status = 405;
-        return 0;
-    }
-    rs->body = s->handler(rq->path, &rs->ctype, &rs->status, s->handler_user);
-    return 0;
-}
-
-int tfos__http_open_routes(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_route r,
-                           void *user, size_t max_body, int max_conns)
+int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, int max_conns)
 {
     tfos__http *s = calloc(1, sizeof *s);
     if (!s)
@@ -492,9 +532,6 @@ int tfos__http_open_routes(tfos__http **out, tfos__loop *loop, const char *host,
         return rc;
     }
     s->loop = loop;
-    s->route = r;
-    s->user = user;
-    s->max_body = max_body;
     rc = tfos__loop_watch(loop, s->lfd, TFOS_EV_READ, on_listen, s);
     if (rc) {
         close(s->lfd);
@@ -506,16 +543,33 @@ int tfos__http_open_routes(tfos__http **out, tfos__loop *loop, const char *host,
     return 0;
 }
 
-int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
-                    void *user)
+int tfos__http_add(tfos__http *s, const tfos__http_route *r)
 {
-    int rc = tfos__http_open_routes(out, loop, host, port, get_route, NULL, 0, 64);
-    if (rc == 0) {
-        (*out)->user = *out; /* get_route's */
-        (*out)->handler = h;
-        (*out)->handler_user = user;
+    if (!s || !r || !r->path || !r->fn)
+        return TFOS_EINVAL;
+    char *path = strdup(r->path);
+    if (!path)
+        return TFOS_ENOMEM;
+    for (int i = 0; i < s->nroutes; i++)
+        if (!s->routes[i].prefix == !r->prefix && !strcmp(s->routes[i].path, r->path)) {
+            free((char *)s->routes[i].path);
+            s->routes[i] = *r;
+            s->routes[i].path = path;
+            return 0;
+        }
+    if (s->nroutes == s->cap_routes) {
+        int cap = s->cap_routes ? 2 * s->cap_routes : 16;
+        tfos__http_route *rs = realloc(s->routes, (size_t)cap * sizeof *rs);
+        if (!rs) {
+            free(path);
+            return TFOS_ENOMEM;
+        }
+        s->routes = rs;
+        s->cap_routes = cap;
     }
-    return rc;
+    s->routes[s->nroutes] = *r;
+    s->routes[s->nroutes++].path = path;
+    return 0;
 }
 
 int tfos__http_port(const tfos__http *s)
@@ -550,6 +604,9 @@ void tfos__http_close(tfos__http *s)
     tfos__timer_disarm(s->loop, &s->idle);
     tfos__loop_unwatch(s->loop, s->lfd);
     close(s->lfd);
+    for (int i = 0; i < s->nroutes; i++)
+        free((char *)s->routes[i].path);
+    free(s->routes);
     free(s->conns);
     free(s);
 }

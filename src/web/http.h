@@ -1,30 +1,32 @@
-/* http.h: a small HTTP/1.1 server on the program's event loop, for the
- * status page and the model server (serve/serve.h).
+/* http.h: the one HTTP/1.1 server of a tfos program, on its event loop,
+ * with a route list: components register the paths they answer (the status
+ * page: web/status.h; tfos serve's front end: /v2/...), the server parses,
+ * checks and dispatches.
  *
  * Registered with the program's event loop (core/loop.h): it reads requests
  * and writes responses only when their sockets are ready, so a slow or
  * silent client never blocks the loop. Requests carry a body only with a
- * Content-Length (chunked request bodies get 411), up to the server's
- * max_body (0: none, as for the status page); HTTP/1.1 connections are kept
- * alive unless the client says close, HTTP/1.0 ones are closed after the
- * response. Request heads over 8 KiB and connections idle for 5 s between
- * requests are dropped. On loopback a request whose Host names another
+ * Content-Length (chunked request bodies get 411), up to the matched route's
+ * max_body (larger: 413, or 405 from a route that takes none); HTTP/1.1
+ * connections are kept alive unless the client says close, HTTP/1.0 ones are
+ * closed after the response. Request heads over 8 KiB and connections idle
+ * for 5 s between requests are dropped. Who may ask is checked on the head,
+ * before any body is read: on loopback a request whose Host names another
  * machine gets 421 (DNS rebinding); with a token, a request without it gets
  * 401.
  *
- * A route may answer later (deferred): the model server answers an infer
- * request once its batch has run. tfos__http_reply then answers it by the
- * request's id; an id whose connection has gone is refused, harmlessly. */
-#ifndef TFOS_RUN_HTTP_H
-#define TFOS_RUN_HTTP_H
+ * Routing: an exact path beats a prefix, a longer prefix beats a shorter
+ * one; a path no route takes gets 404, a method its route does not take 405.
+ *
+ * A route may answer later (deferred): tfos serve answers an infer request
+ * once its batch has run. tfos__http_reply then answers it by the request's
+ * id; an id whose connection has gone is refused, harmlessly. */
+#ifndef TFOS_WEB_HTTP_H
+#define TFOS_WEB_HTTP_H
 #include "core/loop.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* Build the response for GET `path`: return a malloc'd body (the server
- * frees it) and set *content_type and *status (200, 404...). */
-typedef char *(*tfos__http_handler)(const char *path, const char **content_type, int *status, void *user);
 
 typedef struct tfos__http_req {
     const char *method;  /* "GET", "POST", ... */
@@ -43,22 +45,35 @@ typedef struct tfos__http_resp {
     size_t len;          /* 0 with a body: strlen(body) */
 } tfos__http_resp;
 
-/* A route: answer now (fill *resp, return 0) or later (return 1, then call
- * tfos__http_reply with req->id). */
-typedef int (*tfos__http_route)(const tfos__http_req *req, tfos__http_resp *resp, void *user);
+/* A route's handler: answer now (fill *resp, return 0) or later (return 1,
+ * then call tfos__http_reply with req->id). Runs on the loop's thread; req
+ * is valid only during the call. */
+typedef int (*tfos__http_fn)(const tfos__http_req *req, tfos__http_resp *resp, void *user);
+
+/* The methods a route takes, as bits; 0: every method (the handler checks). */
+enum { TFOS_HTTP_GET = 1, TFOS_HTTP_POST = 2 };
+
+/* One entry of the route list. */
+typedef struct tfos__http_route {
+    const char *path;    /* "/status" (exact), or with prefix "/v2/" (every path that starts so) */
+    int prefix;
+    unsigned methods;    /* TFOS_HTTP_* bits; 0: any */
+    size_t max_body;     /* the largest request body it takes; 0: none */
+    tfos__http_fn fn;
+    void *user;          /* handed to fn; borrowed: it must outlive the route */
+} tfos__http_route;
 
 typedef struct tfos__http tfos__http;
 
-/* Listen on host:port (0: any free port) and serve GET requests with h on
- * `loop` (borrowed; it must outlive the server). TFOS_ESYS (errno says
- * why), TFOS_ENOMEM. */
-int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_handler h,
-                    void *user);
-/* The same with a route for every method, bodies up to max_body bytes
- * (larger ones get 413) and up to max_conns connections at once (the rest
- * wait in the kernel's backlog). */
-int tfos__http_open_routes(tfos__http **out, tfos__loop *loop, const char *host, int port, tfos__http_route r,
-                           void *user, size_t max_body, int max_conns);
+/* Listen on host:port (0: any free port) on `loop` (borrowed; it must
+ * outlive the server), with up to max_conns connections at once (<= 0: 64;
+ * the rest wait in the kernel's backlog). No routes yet: every path is 404
+ * until tfos__http_add. TFOS_ESYS (errno says why), TFOS_ENOMEM. */
+int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, int max_conns);
+/* Add a route (copied, its path too). A route for a path and kind (exact or
+ * prefix) already listed replaces it. 0, or TFOS_EINVAL (no path or fn),
+ * TFOS_ENOMEM. */
+int tfos__http_add(tfos__http *h, const tfos__http_route *r);
 int tfos__http_port(const tfos__http *h);
 /* Require `token` (Authorization: Bearer, or ?token=) on every request;
  * NULL or "": none (loopback only, Host checked). */

@@ -1,8 +1,8 @@
 /* logbuf.h: the nodes' output lines forwarded to the launcher (agents with
  * --forward-logs: tfos yarn), numbered, the newest kept within a bound, for
  * the status page's /logs/stream/<seq> (see logbuf.c). */
-#ifndef TFOS_RUN_LOGBUF_H
-#define TFOS_RUN_LOGBUF_H
+#ifndef TFOS_WEB_LOGBUF_H
+#define TFOS_WEB_LOGBUF_H
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,4 +1,5 @@
-/* status.c: what the launcher serves over HTTP while a cluster runs:
+/* status.c: the status page: the routes it registers on the program's HTTP
+ * server (web/http.h) while a cluster runs:
  *   /status        JSON: attempt, restarts, history, the feed, every node
  *   /metrics       Prometheus text format
  *   /feed/history  JSON: the feed rate, one sample a second (last 300 s)
@@ -8,11 +9,13 @@
  *                  logs are on this machine (log_dir)
  *   /logs/stream/<seq>  the nodes' forwarded output from line seq on
  *                  ("next N" first), where agents forward it (tfos yarn)
- * Bound to 127.0.0.1 unless asked otherwise. The same endpoints serve a
+ * /metrics is the page's series, then those of each contributor that
+ * registered (tfos serve's, src/serve/metrics.c): the page does not know
+ * them. Bound to 127.0.0.1 unless asked otherwise. The same routes serve a
  * coordinator on Spark's driver (tfos._tfos.Coordinator.serve_status): no
  * local logs there, and a feed counted by the driver (tfos__feed_meter_set).
  * The feed figures come from the feed meter (meter.c), read without locks:
- * the handler runs on the thread that updates the meter. */
+ * the routes run on the thread that updates the meter. */
 #include "web/status.h"
 
 #include "core/json.h"
@@ -367,13 +370,8 @@ static void node_rows_metric(FILE *f, const tfos_coord *c, const char *name, con
     }
 }
 
-static char *metrics(const tfos__status_src *src)
+static void metrics(FILE *f, const tfos__status_src *src)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
     fprintf(f, "# HELP tfos_attempt Current attempt of the cluster (1 for the first).\n# TYPE tfos_attempt gauge\n"
                "tfos_attempt %d\n", src->attempt);
     fprintf(f, "# HELP tfos_restarts_total Restarts of the cluster so far.\n# TYPE tfos_restarts_total counter\n"
@@ -412,8 +410,6 @@ static char *metrics(const tfos__status_src *src)
             fprintf(f, "tfos_cluster_state{state=\"%s\"} %d\n", states[k], st == k);
     }
     feed_metrics(f, src->feed);
-    fclose(f);
-    return buf;
 }
 
 static char *node_log(const tfos__status_src *src, const char *name, int *status)
@@ -448,37 +444,103 @@ static char *node_log(const tfos__status_src *src, const char *name, int *status
     return buf;
 }
 
-char *tfos__status_handle(const char *path, const char **ctype, int *status, void *user)
+/* ---- the routes ---------------------------------------------------------- */
+
+static int route_status(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    (void)rq;
+    rs->ctype = "application/json";
+    rs->body = tfos__status_json(user);
+    rs->status = rs->body ? 200 : 500;
+    return 0;
+}
+
+/* The page's series, then each contributor's (tfos__status_add_metrics). */
+static int route_metrics(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    (void)rq;
+    const tfos__status_src *src = user;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        rs->status = 500;
+        return 0;
+    }
+    metrics(f, src);
+    for (int i = 0; i < src->nmetrics; i++)
+        src->metrics[i].fn(f, src->metrics[i].user);
+    fclose(f);
+    rs->ctype = "text/plain; version=0.0.4";
+    rs->body = buf;
+    return 0;
+}
+
+static int route_history(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    (void)rq;
+    const tfos__status_src *src = user;
+    rs->ctype = "application/json";
+    rs->body = feed_history(src->feed);
+    rs->status = rs->body ? 200 : 500;
+    return 0;
+}
+
+static int route_page(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    (void)rq;
+    (void)user;
+    rs->ctype = "text/html; charset=utf-8";
+    rs->body = strdup(page);
+    return 0;
+}
+
+/* /logs/<job>-<index>.log, /logs/stream/<seq> */
+static int route_logs(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
 {
     const tfos__status_src *src = user;
-    if (!strcmp(path, "/status")) {
-        *ctype = "application/json";
-        return tfos__status_json(src);
-    }
-    if (!strcmp(path, "/metrics")) {
-        *ctype = "text/plain; version=0.0.4";
-        return metrics(src);
-    }
-    if (!strcmp(path, "/feed/history")) {
-        *ctype = "application/json";
-        return feed_history(src->feed);
-    }
-    if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
-        *ctype = "text/html; charset=utf-8";
-        return strdup(page);
-    }
+    const char *path = rq->path;
     if (!strncmp(path, "/logs/stream/", 13) && src->lines) {
         char *end;
         unsigned long long from = strtoull(path + 13, &end, 10);
         if (end == path + 13 || *end) {
-            *status = 400;
-            return NULL;
+            rs->status = 400;
+            return 0;
         }
-        *ctype = "text/plain; charset=utf-8";
-        return tfos__logbuf_since(src->lines, from, 256 * 1024);
+        rs->body = tfos__logbuf_since(src->lines, from, 256 * 1024);
+        return 0;
     }
-    if (!strncmp(path, "/logs/", 6) && strlen(path) > 10 && !strcmp(path + strlen(path) - 4, ".log"))
-        return node_log(src, path + 6, status);
-    *status = 404;
-    return NULL;
+    rs->status = 404;
+    if (strlen(path) > 10 && !strcmp(path + strlen(path) - 4, ".log")) {
+        rs->status = 200;
+        rs->body = node_log(src, path + 6, &rs->status);
+    }
+    return 0;
+}
+
+int tfos__status_routes(tfos__http *h, tfos__status_src *src)
+{
+    const tfos__http_route routes[] = {
+        {.path = "/status", .methods = TFOS_HTTP_GET, .fn = route_status, .user = src},
+        {.path = "/metrics", .methods = TFOS_HTTP_GET, .fn = route_metrics, .user = src},
+        {.path = "/feed/history", .methods = TFOS_HTTP_GET, .fn = route_history, .user = src},
+        {.path = "/", .methods = TFOS_HTTP_GET, .fn = route_page, .user = src},
+        {.path = "/index.html", .methods = TFOS_HTTP_GET, .fn = route_page, .user = src},
+        {.path = "/logs/", .prefix = 1, .methods = TFOS_HTTP_GET, .fn = route_logs, .user = src},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        int rc = tfos__http_add(h, &routes[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int tfos__status_add_metrics(tfos__status_src *src, tfos__metrics_fn fn, void *user)
+{
+    if (!fn || src->nmetrics == TFOS__STATUS_MAX_METRICS)
+        return TFOS_EFULL;
+    src->metrics[src->nmetrics].fn = fn;
+    src->metrics[src->nmetrics++].user = user;
+    return 0;
 }

@@ -150,10 +150,22 @@ public final class Client {
                 new String[] {"-applicationId", id.toString()});
     }
 
-    /** The line tfos yarn reads the status page's URL from (yarn.c, client_line). */
+    /**
+     * What this client tells tfos yarn (src/cli/yarn.c, client_line), one machine-readable line on stderr
+     * each: EVENT, a kind, a value. tfos yarn takes these lines and passes every other line on to the user;
+     * it never reads the user's lines for meaning.
+     */
+    static final String EVENT = "@tfos-yarn ";
+
+    private static void event(String kind, String value) {
+        System.err.println(EVENT + kind + " " + value);
+    }
+
+    /** The status page's URL: for the user, and as an event (tfos yarn follows the nodes' output there). */
     private static void announceStatusPage(ApplicationReport r) {
         System.err.println("tfos: status page " + r.getOriginalTrackingUrl() + " (coordinator " + r.getHost() + ":"
                 + r.getRpcPort() + ")");
+        event("status-page", r.getOriginalTrackingUrl());
     }
 
     private static int status(YarnClient yarn, ApplicationId id) throws IOException, YarnException {

@@ -1,0 +1,255 @@
+/* run.c: `tfos run [options] [--] PROGRAM [ARGS...]`: a whole cluster on this
+ * machine (the launcher, src/launch). Its options are also tfos yarn's and
+ * tfos yarn-am's (run.h), which add their own through the parser's hook. */
+#include "cli/run.h"
+
+#include "cli/commands.h"
+#include "cli/yarn_opts.h"
+#include "core/spec.h"
+#include "feed/input.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char tfos__run_help[] =
+    "usage: tfos run [options] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Forms a cluster of local nodes and runs PROGRAM on each with TF_CONFIG, torchrun's and\n"
+    "JAX's variables, and TFOS_* context variables set. As with torchrun, the first argument\n"
+    "that is not an option (or everything after --) is the program: what follows it, dashes\n"
+    "included, is its own (tfos run --workers 2 python train.py --epochs 3).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help               show this help and exit\n"
+    TFOS__CLUSTER_OPTIONS
+    "run options:\n"
+    "  --max-restarts N         re-form the cluster up to N times after a node fails (default "
+    TFOS__STR(TFOS_DEFAULT_MAX_RESTARTS) ";\n"
+    "                           the same exception at the same place twice without a new checkpoint\n"
+    "                           stops at once: the failure is deterministic)\n"
+    "  --checkpoint-dir D       checkpoints kept across restarts (default <log-dir>/checkpoints)\n"
+    "  --tensorboard            run TensorBoard beside the chief's program (else worker 0's), on a\n"
+    "                           free port; its URL is the node's first line and on the status page\n"
+    "  --tensorboard-logdir D   its log dir, TFOS_TENSORBOARD_LOGDIR (default <log-dir>/tensorboard)\n"
+    "  --status-port P          serve /status, /metrics and a live page on 127.0.0.1:P (0: any port, -1: off)\n"
+    "  --status-host H          listen on H instead of 127.0.0.1; beyond loopback the page needs the\n"
+    "                           token printed in its URL (?token=..., or Authorization: Bearer ...)\n"
+    "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
+    "  --ps-runs-program        run PROGRAM on ps nodes too (default: a built-in TF server)\n"
+    "  --python PY              interpreter for the built-in ps server\n"
+    "  --keras MODE             which Keras tf.keras is: env (default: as the environment\n"
+    "                           says, TensorFlow's Keras 3), legacy (tf-keras, Keras 2:\n"
+    "                           TF_USE_LEGACY_KERAS=1; model.fit under MultiWorkerMirroredStrategy),\n"
+    "                           auto (legacy where tf_keras is installed), 3 (Keras 3)\n"
+    "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
+    "                           for S seconds is hung: its stacks are dumped, it is ended and the\n"
+    "                           restart policy applies (default: off)\n"
+    "  --feed-mb N              size of each node's input feed ring in MiB (power of two; default "
+    TFOS__STR(TFOS_DEFAULT_FEED_MB) ",\n"
+    "                           or, for .npy inputs, 8 records' worth from 4 MiB up: see docs/FEED.md)\n"
+    "  --input FILE             feed FILE (.csv, .jsonl, .npy) to the chief and workers; repeatable\n"
+    "  --input-format F         csv, jsonl, npy (default: by extension)\n"
+    "  --epochs K               feed every file K times (default 1)\n"
+    "  --batch-rows N           rows per feed record (default " TFOS__STR(TFOS_DEFAULT_BATCH_ROWS) ", and for .npy no more\n"
+    "                           than fit in 2 MiB)\n"
+    "  --partition-rows N       rows per partition; partitions go to the nodes in turn (default "
+    TFOS__STR(TFOS_DEFAULT_PARTITION_ROWS) ")\n"
+    "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
+    "  --csv-delimiter C        CSV field separator: one ASCII character, or 'tab' (default ',')\n"
+    "  --quiet                  no feed progress lines on stderr\n"
+    "\n"
+    "Options take their value as the next argument or after '=' (--workers=2).\n";
+
+/* One of run's own options: 1 taken, 0 not one, 2 a usage error. */
+static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
+{
+    const char *v;
+    if (!strcmp(a, "--log-dir"))
+        return tfos__opt_need(a, r->log_dir = tfos__args_value(it), "a directory") ? 2 : 1;
+    if (!strcmp(a, "--python"))
+        return tfos__opt_need(a, r->python = tfos__args_value(it), "an interpreter") ? 2 : 1;
+    if (!strcmp(a, "--checkpoint-dir"))
+        return tfos__opt_need(a, r->checkpoint_dir = tfos__args_value(it), "a directory") ? 2 : 1;
+    if (!strcmp(a, "--tensorboard-logdir"))
+        return tfos__opt_need(a, r->tensorboard_logdir = tfos__args_value(it), "a directory") ? 2 : 1;
+    if (!strcmp(a, "--status-host")) {
+        r->status_given = 1;
+        return tfos__opt_need(a, r->status_host = tfos__args_value(it), "an address") ? 2 : 1;
+    }
+    if (!strcmp(a, "--status-port")) {
+        r->status_given = 1;
+        return tfos__opt_int(a, tfos__args_value(it), -1, 65535, &r->status_port) ? 2 : 1;
+    }
+    if (!strcmp(a, "--max-restarts"))
+        return tfos__opt_int(a, tfos__args_value(it), 0, 1000, &r->max_restarts) ? 2 : 1;
+    if (!strcmp(a, "--hang-timeout"))
+        return tfos__opt_secs(a, tfos__args_value(it), 0, &r->hang_timeout) ? 2 : 1;
+    if (!strcmp(a, "--epochs"))
+        return tfos__opt_int(a, tfos__args_value(it), 1, 1000000, &r->epochs) ? 2 : 1;
+    if (!strcmp(a, "--batch-rows"))
+        return tfos__opt_int(a, tfos__args_value(it), 1, 1 << 24, &r->batch_rows) ? 2 : 1;
+    if (!strcmp(a, "--partition-rows")) {
+        int pr;
+        if (tfos__opt_int(a, tfos__args_value(it), 1, 1 << 30, &pr))
+            return 2;
+        r->partition_rows = pr;
+        return 1;
+    }
+    if (!strcmp(a, "--feed-mb")) {
+        if (tfos__opt_int(a, tfos__args_value(it), 1, 1024, &r->feed_mb))
+            return 2;
+        if (r->feed_mb & (r->feed_mb - 1))
+            return tfos__usage_error("%s must be a power of two", "--feed-mb");
+        return 1;
+    }
+    if (!strcmp(a, "--input")) {
+        char *f = tfos__args_value(it);
+        if (!f)
+            return tfos__usage_error("%s needs a file", a);
+        if (r->ninputs >= 256)
+            return tfos__usage_error("%s: at most 256 files", a);
+        r->inputs[r->ninputs++] = f;
+        return 1;
+    }
+    if (!strcmp(a, "--input-format")) {
+        v = tfos__args_value(it);
+        if (!v || (r->input_format = tfos__input_format(v)) < 0)
+            return tfos__usage_error("--input-format takes csv, jsonl, npy or auto, got '%s'", v ? v : "");
+        return 1;
+    }
+    if (!strcmp(a, "--csv-delimiter")) {
+        v = tfos__args_value(it);
+        if (v && (!strcmp(v, "tab") || !strcmp(v, "\\t")))
+            v = "\t";
+        if (!v || strlen(v) != 1 || (unsigned char)v[0] > 127 || strchr("\"\r\n", v[0]))
+            return tfos__usage_error("--csv-delimiter takes one ASCII character other than a quote or a line end, "
+                                     "or 'tab'; got '%s'", v ? v : "");
+        r->csv_delimiter = v[0];
+        return 1;
+    }
+    if (!strcmp(a, "--keras")) {
+        if (!(r->keras = tfos__args_value(it)) || tfos__keras_mode_valid(r->keras))
+            return tfos__usage_error("--keras takes env, auto, legacy or 3; got '%s'", r->keras ? r->keras : "");
+        return 1;
+    }
+    /* flags */
+    int *flag = !strcmp(a, "--ps-runs-program") ? &r->ps_runs_program
+                : !strcmp(a, "--tensorboard")   ? &r->tensorboard
+                : !strcmp(a, "--quiet")         ? &r->quiet
+                : !strcmp(a, "--csv-header") || !strcmp(a, "--no-csv-header") ? &r->csv_header
+                                                                                : NULL;
+    if (!flag)
+        return 0;
+    if (tfos__args_flag(it))
+        return 2;
+    *flag = strcmp(a, "--no-csv-header") ? 1 : 0;
+    return 1;
+}
+
+int tfos__run_parse(tfos__run_cli *r, int argc, char **argv, tfos__run_extra_fn extra, void *user)
+{
+    memset(r, 0, sizeof *r);
+    tfos__cluster_init(&r->cluster);
+    r->csv_header = -1;
+    r->max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
+    tfos__args it;
+    tfos__args_init(&it, argc, argv);
+    for (char *a; (a = tfos__args_next(&it));) {
+        if (!strcmp(a, "--")) {
+            r->argv = argv + it.i + 1;
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) {
+            r->argv = tfos__args_rest(&it);
+            return 0;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return TFOS__HELP;
+        int taken = extra ? extra(user, &it, a) : 0;
+        if (!taken)
+            taken = tfos__cluster_option(&r->cluster, &it, a);
+        if (!taken)
+            taken = run_option(r, &it, a);
+        if (!taken)
+            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
+        if (taken == 2)
+            return 2;
+    }
+    return 0;
+}
+
+int tfos__run_check(const tfos__run_cli *r)
+{
+    if (!r->argv || !r->argv[0])
+        return tfos__usage_error("%s", "run needs a program (tfos run [options] [--] PROGRAM [ARGS...])");
+    int rc = tfos__cluster_check(&r->cluster, "run");
+    if (rc)
+        return rc;
+    if (tfos_layout_total(&r->cluster.layout) > 1024)
+        return tfos__usage_error("%s", "--workers/--ps: a cluster has at most 1024 nodes");
+    return 0;
+}
+
+void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
+{
+    const tfos__cluster_cli *c = &r->cluster;
+    *o = (tfos_run_opts){.layout = c->layout, .argv = r->argv, .agent_path = exe, .log_dir = r->log_dir,
+                         .reservation_timeout = c->reservation_timeout, .stop_grace = c->grace,
+                         .failure_grace = c->failure_grace, .heartbeat_timeout = c->heartbeat_timeout,
+                         .ps_runs_program = r->ps_runs_program, .python = r->python, .feed_mb = r->feed_mb,
+                         .inputs = (char *const *)r->inputs, .ninputs = r->ninputs,
+                         .input_format = r->input_format, .csv_header = r->csv_header,
+                         .csv_delimiter = r->csv_delimiter, .epochs = r->epochs, .batch_rows = r->batch_rows,
+                         .partition_rows = r->partition_rows, .max_restarts = r->max_restarts,
+                         .checkpoint_dir = r->checkpoint_dir, .status_port = r->status_port,
+                         .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
+                         .keras = r->keras, .tensorboard = r->tensorboard,
+                         .tensorboard_logdir = r->tensorboard_logdir};
+}
+
+/* tfos run takes neither tfos yarn's client options nor tfos yarn-am's. */
+static int run_refuses(void *user, tfos__args *it, const char *a)
+{
+    (void)user;
+    (void)it;
+    if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
+        return tfos__usage_error("%s", "--am-socket, --bind and --resources are for tfos yarn-am");
+    return tfos__yarn_option_elsewhere(a);
+}
+
+int tfos__cmd_run(int argc, char **argv)
+{
+    tfos__run_cli r;
+    int rc = tfos__run_parse(&r, argc, argv, run_refuses, NULL);
+    if (rc == TFOS__HELP) {
+        fputs(tfos__run_help, stdout);
+        return 0;
+    }
+    if (rc || (rc = tfos__run_check(&r)))
+        return rc;
+    char exe[PATH_MAX];
+    if (tfos__self_path(exe, sizeof exe)) {
+        fprintf(stderr, "tfos: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    tfos_run_opts o;
+    tfos__run_opts(&r, exe, &o);
+    for (int i = 0; i < r.ninputs; i++)
+        if (access(r.inputs[i], R_OK)) {
+            fprintf(stderr, "tfos: --input %s: %s\n", r.inputs[i], strerror(errno));
+            return 2;
+        }
+    tfos__catch_stop_signals();
+    int code = 1;
+    rc = tfos_run_local(&o, tfos__stop_flag(), &code);
+    if (rc) {
+        fprintf(stderr, "tfos: could not start the cluster: %s\n", tfos_strerror(rc));
+        return 1;
+    }
+    return code;
+}
