@@ -23,8 +23,9 @@ Behaviour differences from TensorFlowOnSpark (same signatures):
 - no process is left on any executor after ``shutdown()`` or after the driver
   dies (agents end with the coordinator, or with their executor).
 
-The code lives in tfos._spark (cluster.py, driver.py); this module keeps
-TensorFlowOnSpark's name.
+The code lives in tfos._spark (cluster.py; driver.py, the driver engine of
+the attempt loop in attempts.py, which tfos.spark.Cluster and
+TorchDistributor share); this module keeps TensorFlowOnSpark's name.
 """
 from . import TFSparkNode  # noqa: F401 (tfos.TFCluster.TFSparkNode, as before)
 from ._spark.cluster import CANCEL_AFTER_S, InputMode, TFCluster, run  # noqa: F401

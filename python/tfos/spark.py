@@ -24,20 +24,18 @@ seconds while nothing else runs): when the client is gone, the cluster
 stops itself within ``lease_timeout`` seconds. See docs/SPARK.md, "Spark
 Connect".
 """
-import json
 import os
 import threading
-import time
 import uuid
 
 from . import _payload, _tfos
-from . import feed as _feed
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
-from ._spark.driver import failure_text
-from ._spark.driver import short as _short
+from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered
+from ._spark.client import SessionEngine
 from ._spark.nodes import NodeSpec
+from ._spark.wait import WaitTimeout
 
 __all__ = ["Cluster", "ClusterError"]
 
@@ -98,57 +96,47 @@ class Cluster(object):
                              tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)
         self.spec.grace = float(grace)
         self.spec.failure_grace = float(failure_grace)
-        # the one restart policy (libtfos), applied here: each attempt has a
-        # coordinator of its own, started by its node stage
+        # the one restart policy (libtfos), asked by the attempt loop: each
+        # attempt has a coordinator of its own, started by its node stage
         self.policy = _tfos.RestartPolicy(max(0, int(max_restarts)))
         self.spec.max_restarts = self.policy.max_restarts
-        self.partitions_refed = 0  # partitions fed again after a node failure
-        self.nodes = []           # the node stage's rows: executor_id, host, coord, pid
+        self._engine = SessionEngine(spark, self.spec, self.num_nodes, self.lease_timeout, checkpoint_dir)
+        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % self.cluster_id)
         self._stop_keepalive = threading.Event()
         self._keepalive = None
-        self._closed = False
 
     @property
     def attempt(self):
         """The current attempt (1 for the first), as the policy counts it."""
         return self.policy.attempt
 
+    @property
+    def nodes(self):
+        """The node stage's rows of the current attempt: executor_id, host,
+        coord, pid, error."""
+        return self._engine.nodes
+
+    @property
+    def partitions_refed(self):
+        """Partitions fed again after a node failure (those in flight)."""
+        return self._attempts.partitions_refed
+
+    @property
+    def _closed(self):
+        return self._attempts.state in (State.DONE, State.FAILED)
+
     # -- forming
     def start(self):
         """Form the cluster (one barrier stage); returns self. Raises
         ClusterError naming the node that could not start."""
-        self._form()
+        try:
+            self._attempts.start()
+        finally:
+            if self._closed:
+                self._stop_keepalive.set()
         self._keepalive = threading.Thread(target=self._renew, name="tfos-keepalive", daemon=True)
         self._keepalive.start()
         return self
-
-    def _form(self):
-        n = self.num_nodes
-        self.spec.attempt = self.attempt
-        self.spec.coord_addr = None
-        stage = _session.node_stage(self.spec, self.lease_timeout, self.lease_timeout)
-        t0 = time.monotonic()
-        try:
-            rows = self.spark.range(0, n, 1, n).mapInArrow(stage, _session.ddl(_session.NODE_FIELDS),
-                                                           barrier=True).collect()
-        except Exception as exc:
-            raise ClusterError("the tfos cluster did not form: the Spark job that starts its %d nodes failed: %s"
-                               % (n, _short(exc)), 1, None) from exc
-        rows = sorted((r.asDict() for r in rows), key=lambda r: r["executor_id"])
-        self.nodes = rows
-        if rows and rows[0]["coord"]:
-            self.spec.coord_addr = rows[0]["coord"]
-        errors = [r["error"] for r in rows if r["error"]]
-        if errors or not self.spec.coord_addr:
-            if self.spec.coord_addr:
-                self._stop_quietly("the cluster did not form")
-            raise ClusterError("the tfos cluster did not form: %s" % "; ".join(errors or ["no coordinator"]), 1, None)
-        st = self._wait_state(("running", "done", "failed"), self.spec.reservation_timeout + 10)
-        if st["state"] == "failed":
-            self._finish(st)
-        logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
-                    self.cluster_id, self.attempt, time.monotonic() - t0, n,
-                    ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
 
     def __enter__(self):
         return self.start()
@@ -164,16 +152,15 @@ class Cluster(object):
     def _query(self, command=None, reason=None):
         """The coordinator's status (a dict) after ``command``; raises
         ClusterError when it cannot be reached."""
-        stage = _session.query_stage(self.spec, command, reason)
-        row = self.spark.range(0, 1, 1, 1).mapInArrow(stage, _session.ddl(_session.QUERY_FIELDS)).collect()[0]
-        if row["error"]:
-            raise ClusterError("the cluster's coordinator at %s cannot be reached: %s" % (self.spec.coord_addr,
-                                                                                           row["error"]), 1, None)
-        return json.loads(row["status"])
+        return self._engine.query(command, reason)
 
     def _renew(self):
+        """The lease: a small job every ``lease_timeout / 4`` seconds (a
+        timer, woken early when the cluster ends)."""
         interval = self.lease_timeout / 4.0
         while not self._stop_keepalive.wait(interval):
+            if self._closed:
+                return
             try:
                 st = self._query()
             except Exception as exc:  # the session is gone, or the cluster is over
@@ -200,60 +187,6 @@ class Cluster(object):
         it: state, failure, nodes with their feed counters and reports)."""
         return self._query()
 
-    def _wait_state(self, states, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self._query()
-            if st.get("state") in states:
-                return st
-            if time.monotonic() >= deadline:
-                return st
-            time.sleep(0.5)
-
-    def _finish(self, st):
-        """The cluster is over: let the coordinator go, raise its failure."""
-        self._closed = True
-        self._stop_keepalive.set()
-        try:
-            self._query("release")
-        except Exception:
-            pass
-        if st.get("state") == "failed":
-            raise ClusterError(failure_text(self.policy, st.get("failure")), 1, None)
-
-    def _restart_or_raise(self, failure):
-        """This attempt failed: form the cluster again when the restart
-        policy says so (a new coordinator, attempt + 1), else raise."""
-        st = self._wait_state(("done", "failed"), self.spec.grace + 60)
-        st["failure"] = st.get("failure") or failure
-        st["state"] = "failed"
-        cause = getattr(_tfos, "CAUSE_" + str(st.get("cause", "")).upper(), _tfos.CAUSE_EXIT)
-        progress = ""
-        if os.path.isdir(self.checkpoint_dir):  # where the client sees it
-            progress = _tfos.checkpoint_progress(self.checkpoint_dir)
-        if self.policy.decide(cause, summary=st["failure"].splitlines()[0], progress=progress) != _tfos.RESTART:
-            self._finish(st)
-        try:
-            self._query("release")
-        except ClusterError:
-            pass
-        logger.warning("%s; re-forming the cluster (attempt %d of %d)", st["failure"].splitlines()[0],
-                       self.attempt, self.policy.max_restarts + 1)
-        self._form()
-
-    def _failure(self, wait=10.0):
-        """The cluster's failure text, once the coordinator has it (a feed
-        task sees a dead node a moment before the node's agent says why)."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                st = self._query()
-            except ClusterError as exc:
-                return str(exc)
-            if st.get("failure") or st.get("state") in ("done", "failed") or time.monotonic() >= deadline:
-                return st.get("failure")
-            time.sleep(0.5)
-
     def _check_open(self, what):
         if self._closed:
             raise ClusterError("Cluster.%s() after the cluster ended" % what, 1, None)
@@ -272,42 +205,22 @@ class Cluster(object):
         data = df
         for _ in range(max(1, int(epochs)) - 1):
             data = data.union(df)
-        delivered, not_wanted, offsets = set(), set(), {}
-        fed, started, t0 = 0, time.time(), time.monotonic()
-        while True:
+
+        def run_round(delivered, offsets):
+            """One feed stage: every task returns its partition's outcome."""
             stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout, delivered, offsets)
-            rows, job_error = [], None
             try:
                 rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
             except Exception as exc:
-                job_error = exc
-            for r in rows:
-                if r["state"] in ("done", "terminated"):
-                    delivered.add(r["partition"])
-                    fed += r["rows"]
-                if r["state"] == "terminated":
-                    not_wanted.add(r["partition"])
-            lost = [r for r in rows if r["state"] in ("aborted", "skipped")]
-            if job_error is None and not lost:
-                break
-            failure = self._failure()
-            if not failure:
-                raise ClusterError("feeding the cluster failed: %s" % (
-                    _short(job_error) if job_error is not None else lost[0]["info"]), 1, None) from job_error
-            self._restart_or_raise(failure)
-            # where the surviving checkpoint stands: the partitions its feed
-            # position records are not fed again (else at-least-once)
-            positions = _feed.read_positions(self.checkpoint_dir, since=started)
-            if positions is not None:
-                whole, offsets = positions
-                delivered = set(whole) | not_wanted
-            aborted = sum(1 for r in lost if r["state"] == "aborted")
-            self.partitions_refed += aborted
-            logger.warning("attempt %d: feeding again the partitions not delivered before the failure (%d were "
-                           "in flight)", self.attempt, aborted)
-        secs = time.monotonic() - t0
-        logger.info("fed %d rows in %.1f s (%.0f rows/s)", fed, secs, fed / secs if secs > 0 else 0.0)
-        return fed
+                return FeedRound({}, exc)
+            return FeedRound({r["partition"]: (r["state"], r["info"], r["rows"]) for r in rows}, None)
+
+        try:
+            fed = feed_until_delivered(self._attempts, run_round, self.checkpoint_dir)
+        finally:
+            if self._closed:
+                self._stop_keepalive.set()
+        return fed.rows
 
     def predict(self, df, schema="prediction double", feed_timeout=_DEFAULTS["feed_timeout"],
                 results_timeout=_DEFAULTS["results_timeout"]):
@@ -337,32 +250,29 @@ class Cluster(object):
         """End the feed, wait (at most ``timeout`` seconds) until every
         program has returned, and let the coordinator go. Raises
         ClusterError when a node failed."""
+        self._run_to_end(timeout, restart=False)
+
+    def _run_to_end(self, timeout, restart):
+        """shutdown(), and for TorchDistributor.run over Spark Connect (whose
+        ranks read no feed) with ``restart``: a failure re-forms the cluster
+        while the restart policy allows."""
         if self._closed:
             return
         try:
-            self._query("end_feed")
-            st = self._wait_state(("done", "failed"), timeout)
+            self._engine.end_feed()
+            self._attempts.finish(timeout, restart=restart)
+        except WaitTimeout:
+            self._attempts.abort("shutdown timed out after %g s" % timeout, ClusterError(
+                "shutdown timed out after %g s; the cluster was stopped" % timeout, 124, None))
+            self._attempts.check()
         except BaseException:
-            self._stop_quietly("shutdown failed")
+            self._attempts.abort("shutdown failed")
             raise
-        if st.get("state") not in ("done", "failed"):
-            self._stop_quietly("shutdown timed out after %g s" % timeout)
-            raise ClusterError("shutdown timed out after %g s; the cluster was stopped" % timeout, 124, None)
-        self._finish(st)
+        finally:
+            self._stop_keepalive.set()
 
     def stop(self, reason="stopped by the client"):
         """Stop every node now (SIGTERM, then SIGKILL after ``grace``)."""
         if not self._closed:
-            self._stop_quietly(reason)
-
-    def _stop_quietly(self, reason):
-        self._closed = True
+            self._attempts.abort(reason)
         self._stop_keepalive.set()
-        try:
-            self._query("stop", reason)
-            self._wait_state(("done", "failed"), self.spec.grace + 30)
-            self._query("release")
-        except Exception as exc:
-            logger.warning("stopping the cluster: %s (it stops by itself within %g s: its lease runs out)",
-                           _short(exc, 300), self.lease_timeout)
-

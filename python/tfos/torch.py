@@ -26,8 +26,10 @@ ring, tensors out of it: no files, no per-row Python).
 How it maps (docs/TORCH.md has the whole story):
 
 - ``local_mode=True``: ``num_processes`` nodes on this machine (``tfos.run``,
-  no Spark needed); ``local_mode=False``: one node per Spark executor
-  (``TFCluster.run``), on ``num_processes`` executors.
+  no Spark needed); ``local_mode=False``: one node per Spark executor, on
+  ``num_processes`` executors: ``TFCluster.run`` on a classic session,
+  ``tfos.spark.Cluster`` on a Spark Connect one (no SparkContext there);
+  both run tfos._spark.attempts' attempt loop.
 - ``run(main, *args)``: ``main`` a function (pickled with cloudpickle; rank
   0's return value is returned) or the path of a Python script run with
   ``args`` as its command line (returns None).
@@ -47,6 +49,7 @@ import torch.utils.data
 
 from . import _payload, _tfos
 from ._extras import require
+from ._launch import ClusterError
 
 __all__ = ["TorchDistributor", "FeedDataset"]
 
@@ -93,27 +96,40 @@ def _spark_node(tf_args, ctx):
         _write_result(value, os.path.join(tempfile.gettempdir(), result_name))
 
 
-def _fetch_spark_result(sc, result_name, slots):
-    """Rank 0's pickled value from whichever executor ran it: a barrier job
-    with one task per task slot (so at least one on every executor) reads
-    and removes the file where it finds it."""
-    def take(_):
+def _fetch_spark_result(spark, result_name, slots):
+    """Rank 0's pickled value from whichever executor ran it: a DataFrame
+    job (the same on classic and Spark Connect sessions), a barrier stage of
+    ``slots`` tasks, one per task slot so at least one on every executor,
+    each reading and removing the file where it finds it."""
+    def take(batches):
+        import pyarrow as pa
+        for _ in batches:
+            pass
         path = os.path.join(tempfile.gettempdir(), result_name)
         # claimed by a rename, which one task wins: two tasks on one host
         # (executors sharing /tmp) both read it, and the second unlink failed
         claimed = "%s.taken-%d" % (path, os.getpid())
+        value = None
         try:
             os.rename(path, claimed)
         except FileNotFoundError:
-            return []
-        try:
-            with open(claimed, "rb") as f:
-                return [f.read()]
-        finally:
-            os.unlink(claimed)
+            pass
+        else:
+            try:
+                with open(claimed, "rb") as f:
+                    value = f.read()
+            finally:
+                os.unlink(claimed)
+        yield pa.RecordBatch.from_pydict({"value": [value]}, schema=pa.schema([("value", pa.binary())]))
 
-    found = sc.parallelize(range(slots), slots).barrier().mapPartitions(take).collect()
+    rows = spark.range(0, slots, 1, slots).mapInArrow(take, "value binary", barrier=True).collect()
+    found = [r["value"] for r in rows if r["value"] is not None]
     return found[0] if found else None
+
+
+def _is_connect(spark):
+    """Whether ``spark`` is a Spark Connect session (no SparkContext)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 class TorchDistributor(object):
@@ -125,7 +141,11 @@ class TorchDistributor(object):
     (kept across restarts), ``log_dir`` (every rank's log; local mode),
     ``status_port`` (0: any free port, -1: no status page), ``quiet`` (no
     feed progress lines) and ``spark`` (the SparkSession for
-    ``local_mode=False``; default: the active one).
+    ``local_mode=False``; default: the active one). ``local_mode=False``
+    runs on a classic session (TFCluster: the coordinator in this driver)
+    and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
+    an executor, every step a Spark job; no status page, ``status_port``
+    and ``quiet`` do not apply).
     """
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
@@ -142,7 +162,7 @@ class TorchDistributor(object):
         self.status_port = int(status_port)
         self.quiet = bool(quiet)
         self.spark = spark
-        self.cluster = None  # the TFCluster of the last Spark run (its status, history)
+        self.cluster = None  # the last Spark run's TFCluster, or tfos.spark.Cluster over Connect (status, history)
 
     # -- checks
     def _check_main(self, main):
@@ -162,8 +182,9 @@ class TorchDistributor(object):
                 raise RuntimeError("TorchDistributor(use_gpu=True, local_mode=True): this machine has no GPU "
                                    "(nvidia-smi finds none); pass use_gpu=False to train on CPUs")
             return
-        conf = self._session().sparkContext.getConf()
-        if not conf.get("spark.task.resource.gpu.amount"):
+        spark = self._session()
+        conf = spark.conf if _is_connect(spark) else spark.sparkContext.getConf()
+        if not conf.get("spark.task.resource.gpu.amount", None):
             raise RuntimeError("TorchDistributor(use_gpu=True, local_mode=False): spark.task.resource.gpu.amount "
                                "is not set, so Spark gives the tasks no GPU; set it (and the executors' GPU "
                                "resources) or pass use_gpu=False")
@@ -229,29 +250,64 @@ class TorchDistributor(object):
 
     def _run_spark(self, main, args, df, epochs, feed_timeout=_DEFAULTS["feed_timeout"]):
         require("TorchDistributor(local_mode=False)", "pyspark", "pyarrow")
+        import uuid
+        spark = self._session()
+        result_name = "tfos-torch-result-%s.pkl" % uuid.uuid4().hex[:12]
+        payload = (main, tuple(args), result_name)
+        if _is_connect(spark):
+            self._run_session(spark, payload, df, epochs, feed_timeout)
+            slots = self.num_processes  # tfos.spark.Cluster: one executor per node, one task slot each
+        else:
+            slots = self._run_classic(spark.sparkContext, payload, df, epochs, feed_timeout)
+        if isinstance(main, str):
+            return None
+        data = _fetch_spark_result(spark, result_name, slots)
+        return None if data is None else pickle.loads(data)
+
+    def _run_classic(self, sc, payload, df, epochs, feed_timeout):
+        """The ranks as a TFCluster (the driver engine: the coordinator in
+        this process); returns the task slots that reach every executor."""
         from ._spark import cluster as spark_cluster
         from ._spark.driver import _executor_count
-        sc = self._session().sparkContext
-        import uuid
-        result_name = "tfos-torch-result-%s.pkl" % uuid.uuid4().hex[:12]
         mode = spark_cluster.InputMode.SPARK if df is not None else spark_cluster.InputMode.TENSORFLOW
-        cluster = spark_cluster.run(sc, _spark_node, (main, tuple(args), result_name), self.num_processes,
-                                    input_mode=mode, max_restarts=self.max_restarts,
-                                    checkpoint_dir=self.checkpoint_dir, status_port=self.status_port,
-                                    quiet=self.quiet, keras="env")
+        cluster = spark_cluster.run(sc, _spark_node, payload, self.num_processes, input_mode=mode,
+                                    max_restarts=self.max_restarts, checkpoint_dir=self.checkpoint_dir,
+                                    status_port=self.status_port, quiet=self.quiet, keras="env")
         self.cluster = cluster
         try:
             if df is not None:
                 cluster.train(df, epochs, feed_timeout=feed_timeout)
         finally:
             cluster.shutdown()  # raises the failure (with its traceback) if a rank failed
-        if isinstance(main, str):
-            return None
         # a barrier job as wide as every task slot reaches every executor
-        slots = max(self.num_processes, _executor_count(sc), sc.defaultParallelism)
-        data = _fetch_spark_result(sc, result_name, slots)
-        return None if data is None else pickle.loads(data)
+        return max(self.num_processes, _executor_count(sc), sc.defaultParallelism)
 
+    def _run_session(self, spark, payload, df, epochs, feed_timeout):
+        """The ranks as a tfos.spark.Cluster (the session engine: the
+        coordinator on an executor, reached by Spark jobs; works over Spark
+        Connect). A rank's failure re-forms the cluster while the policy
+        allows, fed (train_on_dataframe: the feed resumes) or not (run: the
+        ranks resume from TFOS_CHECKPOINT_DIR); raised as TFClusterError."""
+        from ._spark.driver import TFClusterError
+        from .spark import Cluster
+        cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
+                          checkpoint_dir=self.checkpoint_dir, keras="env")
+        self.cluster = cluster
+        try:
+            cluster.start()
+            try:
+                if df is not None:
+                    cluster.train(df, epochs, feed_timeout=feed_timeout)
+                # fed: the feed is over, nothing to restart for; else the
+                # ranks read their own data and a failure re-forms them
+                cluster._run_to_end(259200, restart=df is None)
+            except BaseException as exc:
+                cluster.stop("TorchDistributor.run raised %s" % type(exc).__name__)
+                raise
+        except ClusterError as exc:
+            if isinstance(exc, TFClusterError):
+                raise
+            raise TFClusterError(str(exc)) from exc
 
 class FeedDataset(torch.utils.data.IterableDataset):
     """This node's tfos feed as an iterable of batches of tensors, for

@@ -215,3 +215,95 @@ def test_killed_node_restarts_and_resumes(session, tmp_path):
     assert (out / "lost-worker-1.txt").exists()
     assert not missing and not wrong, (missing[:5], list(wrong.items())[:5], refed)
     assert wait_no_tfos_processes(30) == []
+
+
+# ---- TorchDistributor(local_mode=False) over Spark Connect ---------------------------
+
+def torch_over_connect(session):
+    """TorchDistributor on a classic session is tests/spark/test_torch.py's;
+    here it runs over Connect, on tfos.spark.Cluster's session engine."""
+    if session[0] != "connect":
+        pytest.skip("TorchDistributor on a classic session: tests/spark/test_torch.py")
+    pytest.importorskip("torch", reason="torch is not installed in this Python")
+
+
+def torch_ranks(scale):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    ranks = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(ranks)
+    world = dist.get_world_size()
+    dist.destroy_process_group()
+    return {"world": world, "rank_sum": int(ranks.item()) * scale, "pid": os.getpid()}
+
+
+def torch_count_feed(batch):
+    """Every rank reads its feed (train_on_dataframe's rows) through
+    FeedDataset; rank 0 returns the totals of all ranks."""
+    import torch
+    import torch.distributed as dist
+    from tfos.torch import FeedDataset
+    dist.init_process_group("gloo")
+    rows = total = 0
+    for ids, _ in FeedDataset(batch):
+        rows += len(ids)
+        total += int(ids.sum())
+    sums = torch.tensor([float(rows), float(total)], dtype=torch.float64)
+    dist.all_reduce(sums)
+    dist.destroy_process_group()
+    return {"rows": int(sums[0].item()), "sum": int(sums[1].item()), "mine": rows}
+
+
+def torch_rank1_fails():
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        raise ValueError("rank one cannot go on over connect")
+    dist.barrier()
+
+
+def test_torch_distributor_runs_a_function_and_a_script_over_connect(session, tmp_path):
+    """run(fn) returns rank 0's value (fetched by a DataFrame job: a Connect
+    client has no SparkContext); run(script, *args) runs it on every rank."""
+    torch_over_connect(session)
+    from tfos.spark import Cluster
+    from tfos.torch import TorchDistributor
+    _, spark, _ = session
+    dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, spark=spark)
+    out = dist.run(torch_ranks, 3)
+    assert out["world"] == 2 and out["rank_sum"] == 3, out
+    assert isinstance(dist.cluster, Cluster) and dist.cluster.attempt == 1
+    script = os.path.join(HERE, "progs", "torch_doc_script.py")
+    out_dir = tmp_path / "out"
+    assert dist.run(script, "--learning-rate=1e-3", "--out=%s" % out_dir) is None
+    for rank in (0, 1):
+        assert (out_dir / ("rank-%d.txt" % rank)).read_text() == "rank %d of 2, learning rate 0.001\n" % rank
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_torch_train_on_dataframe_over_connect(session):
+    torch_over_connect(session)
+    from tfos.torch import TorchDistributor
+    _, spark, _ = session
+    n = 3000
+    df = spark.range(0, n, 1, 4).selectExpr("id", "id % 10 AS label")
+    dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, spark=spark)
+    out = dist.train_on_dataframe(torch_count_feed, df, 64, epochs=2)
+    assert out["rows"] == 2 * n and out["sum"] == 2 * sum(range(n)), out
+    assert 0 < out["mine"] < 2 * n, out  # both ranks were fed: the partitions go to the rank on their executor
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_torch_rank_failure_over_connect_raises_its_traceback(session):
+    torch_over_connect(session)
+    from tfos.TFCluster import TFClusterError
+    from tfos.torch import TorchDistributor
+    _, spark, _ = session
+    with pytest.raises(TFClusterError) as info:
+        TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=0,
+                         spark=spark).run(torch_rank1_fails)
+    text = str(info.value)
+    assert "worker:1" in text and "ValueError: rank one cannot go on over connect" in text, text
+    assert "Traceback (most recent call last)" in text, text
+    assert wait_no_tfos_processes(30) == []

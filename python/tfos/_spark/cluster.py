@@ -9,11 +9,11 @@ import uuid
 
 from .. import _payload, _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
-from .driver import (TFClusterError, _bind_host, _check_executors, _Driver, _Outcomes, _Progress,
-                     _start_driver_ps, failure_text, short)
+from .attempts import AttemptController, FeedRound, State, feed_until_delivered, failure_text
+from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
-from .nodes import NodeSpec, node_task
-from .. import feed as _feed
+from .nodes import NodeSpec
+from .wait import LOCAL, WaitTimeout, wait_until
 
 _DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
 
@@ -27,27 +27,37 @@ class InputMode(object):
 
 
 class TFCluster(object):
-    """A running cluster (returned by :func:`run`)."""
+    """A running cluster (returned by :func:`run`). Its attempts run
+    through the attempt loop (attempts.py) over the driver engine
+    (driver.py): the coordinator in this process."""
 
     def __init__(self, sc, spec, conf):
         self.sc = sc
         self.spec = spec
         self._conf = conf                 # how to form an attempt (see run())
-        self.driver = None
         self.input_mode = conf["input_mode"]
         self.num_executors = conf["total"]
-        self._node_thread = None
-        self._driver_agents = []
         self._terminated = sc.accumulator(0)
         self._shut = False
         # the one restart policy (libtfos): every attempt's coordinator
-        # applies it when a node fails; this class only acts on its decision
+        # applies it when a node fails; the attempt loop acts on its decision
         self.policy = _tfos.RestartPolicy(conf["max_restarts"])
-        self.partitions_refed = 0         # partitions fed again after a node failure
+        self._engine = DriverEngine(sc, spec, conf)
+        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % spec.cluster_id)
         self.cluster_id = spec.cluster_id
         self.cluster_info = None
         self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": conf["total"],
                              "server_addr": spec.coord_addr}
+
+    @property
+    def driver(self):
+        """The current attempt's coordinator and its loop thread (_Driver)."""
+        return self._engine.driver
+
+    @property
+    def partitions_refed(self):
+        """Partitions fed again after a node failure (those in flight)."""
+        return self._attempts.partitions_refed
 
     @property
     def attempt(self):
@@ -59,73 +69,6 @@ class TFCluster(object):
         """One line per failed attempt (the policy's history, rendered by
         libtfos); ``self.policy.history`` has them as dicts."""
         return self.policy.render().splitlines()
-
-    # -- attempts
-    def _start_attempt(self, first):
-        """Form the cluster: a coordinator (same address, secret and cluster
-        id on every attempt, so tasks shipped earlier still find it) and one
-        node task per node. Raises TFClusterError when it does not form."""
-        conf, spec = self._conf, self.spec
-        lay = spec.layout
-        coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
-                                  evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
-                                  reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
-                                  heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
-                                  checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"])
-        if first:
-            conf["port"] = int(coord.address.rsplit(":", 1)[1])
-            spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
-            self.cluster_meta["server_addr"] = spec.coord_addr
-        coord.set_status(attempt=self.attempt, max_restarts=conf["max_restarts"],
-                         partitions_refed=self.partitions_refed, node_log_dir=spec.log_dir)
-        self.driver = _Driver(coord, conf.get("status_port", -1))
-        if first and self.driver.status_port >= 0:
-            conf["status_port"] = self.driver.status_port  # the same port on every attempt
-            logger.info("status page at %s", self.status_url())
-        node_errors = []
-        try:
-            if not first:  # an executor may have been lost: wait for Spark to replace it
-                _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
-            if conf["driver_ps_nodes"]:
-                self._driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
-            self._node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], conf["local"], node_errors)
-            _wait_formed(self, node_errors, conf["reservation_timeout"])
-        except BaseException:
-            self._stop_attempt("the cluster did not form")
-            raise
-        logger.info("cluster %s attempt %d formed", spec.cluster_id, self.attempt)
-
-    def _stop_attempt(self, reason, wait=True):
-        """Stop this attempt's nodes (bounded), close its coordinator, reap."""
-        driver = self.driver
-        if driver is None or driver.closed:
-            return
-        try:
-            driver.call(driver.coord.stop, reason)
-        except TFClusterError:
-            pass
-        self.sc.cancelJobGroup(_node_group(self.spec))  # node tasks not started yet never start
-        deadline = time.monotonic() + (self._conf["grace"] + 30 if wait else 0)
-        while time.monotonic() < deadline:
-            if driver.state() in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
-                    n["state"] in ("exited", "waiting") for n in driver.status()["nodes"]):
-                break
-            time.sleep(0.1)
-        self._close()
-
-    def _restart_or_raise(self, context=""):
-        """The current attempt failed: re-form the cluster when the restart
-        policy (applied by the coordinator when the node failed) said so;
-        else raise TFClusterError with the history of the attempts."""
-        failure = self.driver.failure() or "the cluster stopped"
-        if self.driver.decision() != _tfos.RESTART or self._shut:
-            self._stop_attempt("the cluster failed", wait=True)
-            raise TFClusterError(self._failure_text(failure, context))
-        info = self.driver.call(lambda: self.driver.coord.failure_info) or {}
-        logger.warning("%s; re-forming the cluster (attempt %d of %d)", info.get("summary", failure),
-                       self.attempt, self._conf["max_restarts"] + 1)
-        self._stop_attempt("restarting after a failure", wait=True)
-        self._start_attempt(first=False)
 
     def _failure_text(self, failure, context=""):
         return failure_text(self.policy, failure, context)
@@ -196,8 +139,7 @@ class TFCluster(object):
             raise TFClusterError("cluster.%s() needs TFCluster.run(..., input_mode=InputMode.SPARK)" % what)
         if self._shut:
             raise TFClusterError("cluster.%s() after shutdown()" % what)
-        if self.driver.failed():
-            self._restart_or_raise()
+        self._attempts.recover_if_failed()
 
     def train(self, dataRDD, num_epochs=0, feed_timeout=_DEFAULTS["feed_timeout"], qname="input"):
         """Feed an RDD (or a DataFrame, through Arrow; or a DStream, batch by
@@ -259,9 +201,11 @@ class TFCluster(object):
         else:
             data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
             total = data.getNumPartitions()
-        delivered, terminated, not_wanted, offsets = set(), 0, set(), {}
-        started = time.time()
-        while True:
+
+        def run_round(delivered, offsets):
+            """One feeding job (the attempt loop's round): partitions in
+            ``delivered`` are skipped, of those in ``offsets`` the first
+            rows; the outcomes come back in an accumulator."""
             outcomes = self.sc.accumulator({}, _Outcomes())
             progress = _Progress(total, len(delivered), outcomes, self.attempt, self.driver,
                                  quiet=self._conf.get("quiet", False))
@@ -273,48 +217,16 @@ class TFCluster(object):
                 else:
                     fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets)
                     self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
-            except TFClusterError as exc:
+            except TFClusterError as exc:  # the cluster failed (a node's failure, not the tasks' errors)
                 job_error = exc
             finally:
                 progress.stop()
-            res = outcomes.value
-            for part, (state, _) in res.items():
-                if state in ("done", "terminated"):
-                    delivered.add(part)
-                    terminated += state == "terminated"
-                    if state == "terminated":
-                        not_wanted.add(part)
-            lost = sorted((part, info) for part, (state, info) in res.items() if state == "aborted")
-            if len(delivered) >= total:
-                break
-            if not self.driver.failed():
-                if job_error is not None:
-                    raise job_error
-                raise TFClusterError("%d of %d partitions were not delivered, and no node failed: %s" % (
-                    total - len(delivered), total, lost[:3]))
-            context = ""
-            if lost:
-                context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
-            self._restart_or_raise(context)
-            # where the surviving checkpoint stands: when the program saved
-            # its feed position with it (DataFeed.save_position), the
-            # partitions consumed after that checkpoint are fed again and
-            # those before it are not (else: at-least-once from the acks)
-            positions = _feed.read_positions(spec.checkpoint_dir, since=started)
-            if positions is not None:
-                whole, offsets = positions
-                after = len(delivered - whole - not_wanted)
-                delivered = (whole & set(range(total))) | not_wanted
-                logger.warning("attempt %d resumes the feed where the checkpoint stands: %d partitions "
-                               "recorded whole with it, %d in part; %d delivered after it are fed again",
-                               self.attempt, len(whole), len(offsets), after)
-            self.partitions_refed += len(lost)
-            self.driver.call(self.driver.coord.set_status, partitions_refed=self.partitions_refed)
-            logger.warning("attempt %d: feeding again %d partitions not delivered before the failure "
-                           "(%d of them were in flight)", self.attempt, total - len(delivered), len(lost))
-        if terminated:
-            self._terminated.add(terminated)
-            logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
+            return FeedRound({part: (state, info, info if state == "done" and isinstance(info, int) else 0)
+                              for part, (state, info) in outcomes.value.items()}, job_error)
+
+        fed = feed_until_delivered(self._attempts, run_round, spec.checkpoint_dir, total)
+        if fed.terminated:
+            self._terminated.add(fed.terminated)
 
     def inference(self, dataRDD, feed_timeout=_DEFAULTS["feed_timeout"], qname="input", results_timeout=_DEFAULTS["results_timeout"]):
         """Feed an RDD (or a DataFrame, through Arrow) to the nodes and return
@@ -349,39 +261,22 @@ class TFCluster(object):
         try:
             if ssc is not None:
                 self._await_streaming(ssc)
-            if self.input_mode == InputMode.SPARK and not self.driver.closed:
-                self.driver.call(self.driver.coord.end_feed)
-            deadline = time.monotonic() + timeout
-            while True:
-                if self.input_mode == InputMode.TENSORFLOW and self.driver.failed():
-                    # map_fun reads its own data and resumes from its
-                    # checkpoint: form the cluster again while restarts are left
-                    self._restart_or_raise()
-                    continue
-                state = self.driver.state()
-                if state in (_tfos.STATE_DONE, _tfos.STATE_FAILED):
-                    break
-                if time.monotonic() >= deadline:
-                    running = [n for n in self.driver.status()["nodes"] if n["state"] != "exited"]
-                    names = ", ".join("%s:%d" % (n["job"], n["index"]) for n in running)
-                    self.driver.call(self.driver.coord.stop, "shutdown timed out after %g s" % timeout)
-                    self._wait_stopped(30)
-                    raise TFClusterError("shutdown timed out after %g s; still running: %s" % (timeout, names))
-                time.sleep(0.1)
-            self._wait_stopped(60)
-            if state == _tfos.STATE_FAILED:
-                raise TFClusterError(self._failure_text(self.driver.failure()))
+            if self.input_mode == InputMode.SPARK and self._attempts.state is State.RUNNING:
+                self._engine.end_feed()
+            try:
+                # InputMode.TENSORFLOW: map_fun reads its own data and resumes
+                # from its checkpoint, so a failure forms the cluster again
+                # while restarts are left; fed from Spark, the feed is over
+                self._attempts.finish(timeout, restart=self.input_mode == InputMode.TENSORFLOW)
+            except WaitTimeout:
+                running = [n for n in self.driver.status()["nodes"] if n["state"] != "exited"]
+                names = ", ".join("%s:%d" % (n["job"], n["index"]) for n in running)
+                self._attempts.abort("shutdown timed out after %g s" % timeout, TFClusterError(
+                    "shutdown timed out after %g s; still running: %s" % (timeout, names)))
+                self._attempts.check()
         finally:
             self._shut = True
             self._close()
-
-    def _wait_stopped(self, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            nodes = self.driver.status()["nodes"]
-            if all(n["state"] in ("exited", "waiting") for n in nodes):
-                return
-            time.sleep(0.1)
 
     def _await_streaming(self, ssc):
         """Wait until the streaming context ends, a node terminated its feed
@@ -407,25 +302,16 @@ class TFCluster(object):
                 raise
             # a feed task sees a dead node a moment before the coordinator
             # has recorded why
-            deadline = time.monotonic() + 5
-            while not self.driver.failed() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            try:
+                wait_until(self.driver.failed, 5, "the coordinator to record the failure the stream saw", LOCAL)
+            except WaitTimeout:
+                pass
             self._raise_if_failed(exc)
             raise
         _stop_streaming(ssc, graceful=not self.driver.failed())
 
     def _close(self):
-        self.driver.close()  # agents still connected lose their coordinator and stop
-        for p in self._driver_agents:
-            try:
-                p.wait(30)
-            except Exception:
-                p.kill()
-                p.wait()
-        self._driver_agents = []
-        if self._node_thread is not None:
-            self._node_thread.join(60)
-            self._node_thread = None
+        self._engine.release()  # agents still connected lose their coordinator and stop
 
     def tensorboard_url(self):
         """URL of the TensorBoard started on the chief (or worker 0) with
@@ -572,54 +458,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
             "quiet": bool(quiet)}
     cluster = TFCluster(sc, spec, conf)
-    cluster._start_attempt(first=True)
+    cluster._attempts.start()
+    cluster.cluster_meta["server_addr"] = spec.coord_addr
     logger.info("cluster %s: coordinator at %s, %d nodes %s, checkpoints in %s", cluster_id,
                 spec.coord_addr, total, layout, checkpoint_dir)
     return cluster
-
-
-def _start_node_job(sc, spec, spark_ids, local, errors):
-    """Run the node stage in a background thread (node tasks of ps nodes, and
-    of every node with InputMode.TENSORFLOW, last as long as the cluster)."""
-    rdd = sc.parallelize(spark_ids, len(spark_ids))
-    fn = node_task(spec)
-    conf = sc.getConf()
-    barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
-
-    def job():
-        sc.setJobGroup(_node_group(spec), "tfos nodes of cluster %s" % spec.cluster_id, interruptOnCancel=True)
-        try:
-            stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
-            for r in stage.collect():
-                if r.get("error"):
-                    errors.append(r["error"])
-        except Exception as exc:
-            errors.append("the Spark job that starts the nodes failed: %s" % short(exc))
-
-    t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
-    t.start()
-    return t
-
-
-def _node_group(spec):
-    return "tfos-nodes-%s" % spec.cluster_id
-
-
-def _wait_formed(cluster, errors, timeout):
-    """Wait until every node registered; raise what went wrong otherwise."""
-    driver = cluster.driver
-    start = time.monotonic()
-    deadline = start + timeout + 5
-    while True:
-        state = driver.state()
-        if driver.failed():
-            raise TFClusterError("the tfos cluster failed to start: %s" % driver.failure())
-        if state in (_tfos.STATE_RUNNING, _tfos.STATE_DONE):
-            return
-        if errors:
-            raise TFClusterError("the tfos cluster failed to start: %s" % "; ".join(errors))
-        if time.monotonic() >= deadline:
-            raise TFClusterError("the tfos cluster did not form within %g s" % timeout)
-        # the state is the coordinator's, in this process: every 20 ms for
-        # the first 2 s, so run() returns as soon as the nodes are there
-        time.sleep(0.02 if time.monotonic() - start < 2.0 else 0.1)

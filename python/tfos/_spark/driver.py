@@ -1,16 +1,22 @@
 """The driver's side of a Spark cluster, besides the TFCluster object: the
-coordinator and the thread that runs its event loop (_Driver), where it
-listens (_bind_host), the checks that the application's executors can hold
-one node each, feed progress on the console and the status page, and ps
-nodes started on the driver (``driver_ps_nodes=True``)."""
+driver engine of the attempt loop (DriverEngine: each attempt's coordinator
+in this process, its node tasks a Spark stage), the coordinator and the
+thread that runs its event loop (_Driver), where it listens (_bind_host),
+the checks that the application's executors can hold one node each, feed
+progress on the console and the status page, and ps nodes started on the
+driver (``driver_ps_nodes=True``)."""
 import json
 import os
 import socket
 import threading
 import time
 
+from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
+from .attempts import Engine, Snapshot, cause_code, failure_text  # noqa: F401 (failure_text: its old home)
+from .nodes import node_task
+from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
 class TFClusterError(ClusterError):
@@ -19,21 +25,6 @@ class TFClusterError(ClusterError):
 
     def __init__(self, message):
         super().__init__(message, 1, None)
-
-
-def failure_text(policy, failure, context=""):
-    """A failed cluster's message: the failure, ``context``, the restart
-    policy's verdict and the attempts' history (TFCluster and
-    tfos.spark.Cluster)."""
-    text = "the tfos cluster failed: %s" % failure
-    if context:
-        text += "\n" + context
-    if policy.verdict:
-        text += "\n" + policy.verdict
-    history = policy.render().splitlines()
-    if len(history) > 1:
-        text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
-    return text
 
 
 def short(exc, limit=4000):
@@ -137,10 +128,13 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise TFClusterError("TFCluster.run needs a fixed set of executors, one per node: set "
                              "spark.dynamicAllocation.enabled=false")
-    deadline = time.monotonic() + wait_s
-    count = _executor_count(sc)
-    while count < n_tasks and time.monotonic() < deadline:
-        time.sleep(0.5)
+    def enough():
+        count = _executor_count(sc)
+        return count if count >= n_tasks else None
+
+    try:
+        count = wait_until(enough, wait_s, "%d Spark executors to register" % n_tasks, JOB)
+    except WaitTimeout:
         count = _executor_count(sc)
     if count < n_tasks:
         raise TFClusterError(
@@ -262,3 +256,157 @@ def _start_driver_ps(spec, ids):
         procs.append(subprocess.Popen(argv, env=env_i, pass_fds=(r,), stdin=subprocess.DEVNULL))
         os.close(r)
     return procs
+
+
+# ---- the driver engine ---------------------------------------------------------
+
+class DriverEngine(Engine):
+    """The attempt loop's engine for TFCluster: each attempt's coordinator is
+    a ``_tfos.Coordinator`` in this process (same address, secret and
+    cluster id on every attempt, so tasks shipped earlier still find it),
+    given the controller's restart policy, which it applies itself when a
+    node fails (``Snapshot.decision``); the node tasks are one Spark stage
+    (a barrier stage unless dynamic allocation is on) run by a background
+    thread. A look at the attempt reads the coordinator's state in this
+    process: the LOCAL schedule.
+
+    ``conf`` is TFCluster's (see cluster.run()); ``status_url`` the status
+    page's URL once formed (None without one)."""
+
+    poll = LOCAL
+
+    def __init__(self, sc, spec, conf):
+        self.sc, self.spec, self.conf = sc, spec, conf
+        self.stop_timeout = conf["grace"] + 30
+        self.driver = None           # the current attempt's _Driver
+        self.node_thread = None      # the thread running the node stage
+        self.driver_agents = []      # ps agents on this driver (driver_ps_nodes=True)
+        self.partitions_refed = 0
+
+    def error(self, text):
+        return TFClusterError(text)
+
+    def status_url(self):
+        port = self.conf.get("status_port", -1)
+        return "http://127.0.0.1:%d/" % port if port is not None and port > 0 else None
+
+    def form(self, attempt, first):
+        conf, spec = self.conf, self.spec
+        lay = spec.layout
+        coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
+                                  evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
+                                  reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
+                                  heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
+                                  checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"])
+        if first:
+            conf["port"] = int(coord.address.rsplit(":", 1)[1])
+            spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
+        coord.set_status(attempt=attempt, max_restarts=conf["max_restarts"],
+                         partitions_refed=self.partitions_refed, node_log_dir=spec.log_dir)
+        self.driver = _Driver(coord, conf.get("status_port", -1))
+        if first and self.driver.status_port >= 0:
+            conf["status_port"] = self.driver.status_port  # the same port on every attempt
+            logger.info("status page at %s", self.status_url())
+        node_errors = []
+        if not first:  # an executor may have been lost: wait for Spark to replace it
+            _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
+        if conf["driver_ps_nodes"]:
+            self.driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
+        self.node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], node_errors)
+        _wait_formed(self.driver, node_errors, conf["reservation_timeout"])
+        logger.info("cluster %s attempt %d formed", spec.cluster_id, attempt)
+
+    def snapshot(self):
+        d = self.driver
+        if d is None:
+            raise TFClusterError("the cluster has not formed")
+        state, failure = d.state(), d.failure()
+        cause = decision = 0
+        summary = ""
+        if failure:
+            info = d.call(lambda: d.coord.failure_info) or {}
+            cause, decision = cause_code(info.get("cause")), d.decision()
+            summary = info.get("summary") or failure.splitlines()[0]
+        stopped = state in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
+            n["state"] in ("exited", "waiting") for n in d.status()["nodes"])
+        return Snapshot(state, failure, cause, decision, summary, stopped)
+
+    def end_feed(self):
+        self.driver.call(self.driver.coord.end_feed)
+
+    def stop(self, reason):
+        d = self.driver
+        if d is None or d.closed:
+            return
+        try:
+            d.call(d.coord.stop, reason)
+        except TFClusterError:
+            pass
+        self.sc.cancelJobGroup(node_group(self.spec))  # node tasks not started yet never start
+
+    def release(self):
+        if self.driver is not None:
+            self.driver.close()  # agents still connected lose their coordinator and stop
+        for p in self.driver_agents:
+            try:
+                p.wait(30)
+            except Exception:
+                p.kill()
+                p.wait()
+        self.driver_agents = []
+        if self.node_thread is not None:
+            self.node_thread.join(60)
+            self.node_thread = None
+
+    def refed(self, count):
+        self.partitions_refed = count
+        if self.driver is not None and not self.driver.closed:
+            self.driver.call(self.driver.coord.set_status, partitions_refed=count)
+
+
+def _start_node_job(sc, spec, spark_ids, errors):
+    """Run the node stage in a background thread (node tasks of ps nodes, and
+    of every node with InputMode.TENSORFLOW, last as long as the cluster)."""
+    rdd = sc.parallelize(spark_ids, len(spark_ids))
+    fn = node_task(spec)
+    conf = sc.getConf()
+    barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
+
+    def job():
+        sc.setJobGroup(node_group(spec), "tfos nodes of cluster %s" % spec.cluster_id, interruptOnCancel=True)
+        try:
+            stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
+            for r in stage.collect():
+                if r.get("error"):
+                    errors.append(r["error"])
+        except Exception as exc:
+            errors.append("the Spark job that starts the nodes failed: %s" % short(exc))
+
+    t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
+    t.start()
+    return t
+
+
+def node_group(spec):
+    """The Spark job group of a cluster's node stage."""
+    return "tfos-nodes-%s" % spec.cluster_id
+
+
+def _wait_formed(driver, errors, timeout):
+    """Wait until every node registered (the coordinator's state, in this
+    process: the LOCAL schedule, so run() returns as soon as the nodes are
+    there); raise what went wrong otherwise."""
+    def formed():
+        state = driver.state()
+        if driver.failed():
+            raise TFClusterError("the tfos cluster failed to start: %s" % driver.failure())
+        if state in (_tfos.STATE_RUNNING, _tfos.STATE_DONE):
+            return True
+        if errors:
+            raise TFClusterError("the tfos cluster failed to start: %s" % "; ".join(errors))
+        return False
+
+    try:
+        wait_until(formed, timeout + 5, "every node to register", LOCAL)
+    except WaitTimeout:
+        raise TFClusterError("the tfos cluster did not form within %g s" % timeout) from None

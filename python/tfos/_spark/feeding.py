@@ -11,21 +11,23 @@ import time
 from .. import _tfos
 from .. import feed as _feed
 from .nodes import _bind_name, _task_context, executor_key, local_nodes
+from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
 def _cluster_failure(spec, wait=5.0):
-    """The coordinator's failure text. A feed task sees a dead node a moment
-    before its agent has reported why, so wait (bounded) for the report."""
-    deadline = time.monotonic() + wait
-    while True:
+    """The coordinator's failure text (None while nothing failed). A feed
+    task sees a dead node a moment before its agent has reported why, so
+    wait (bounded) for the report."""
+    def failure():
         try:
             st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
         except Exception as exc:
             return "the coordinator at %s cannot be reached (%s)" % (spec.coord_addr, exc)
-        if st.get("failure"):
-            return st["failure"]
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.1)
+        return st.get("failure")
+
+    try:
+        return wait_until(failure, wait, "the coordinator at %s to record a failure" % spec.coord_addr, NODE)
+    except WaitTimeout:
+        return None
 
 
 class FeedTaskError(RuntimeError):
@@ -62,15 +64,20 @@ class _NodeLock(object):
         self.sock = None
 
     def __enter__(self):
-        deadline = time.monotonic() + self.timeout
-        while True:
+        def bound():
             try:
-                self.sock = _bind_name(self.name)
-                return self
+                return _bind_name(self.name)
             except OSError as exc:
-                if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                if exc.errno != errno.EADDRINUSE:
                     raise
-                time.sleep(0.02)
+                return None
+
+        try:
+            self.sock = wait_until(bound, self.timeout, "the inference task before this one on the node to end "
+                                   "(%s)" % self.name, LOCAL)
+        except WaitTimeout as exc:
+            raise OSError(errno.EADDRINUSE, str(exc)) from None
+        return self
 
     def __exit__(self, *exc):
         self.sock.close()

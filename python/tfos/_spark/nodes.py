@@ -25,6 +25,7 @@ import time
 
 from .. import _tfos
 from .._launch import agent_path
+from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
 TASK_JOBS_BLOCKING = ("ps", "evaluator")  # node tasks of these hold their executor (TFoS does the same)
 
@@ -216,25 +217,28 @@ def _pid_alive(pid):
 
 def _wait_pid_gone(pid, timeout=None):
     """Wait until the (not our child) process pid is gone; bounded by timeout
-    seconds when given. True when it is gone."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    seconds when given. True when it is gone. A pidfd makes it a blocking
+    wait in the kernel; without one (old kernels), a poll."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         fd = None
+    if fd is None:
+        try:
+            return wait_until(lambda: not _pid_alive(pid), timeout, "process %d to end" % pid, LOCAL)
+        except WaitTimeout:
+            return False
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         import select
         while _pid_alive(pid):
-            if deadline is not None and time.monotonic() >= deadline:
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if left <= 0:
                 return False
-            if fd is not None:
-                select.select([fd], [], [], 1.0)
-            else:
-                time.sleep(0.2)
+            select.select([fd], [], [], left)
         return True
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def _node_state(spec, executor_id):
@@ -271,16 +275,20 @@ def _collision_message(spec, executor_id, key):
 def _claim(spec, key, wait=10.0):
     """Bind this executor's claim; None when another node holds it. After a
     restart the previous attempt's agent may still be exiting: wait a little."""
-    deadline = time.monotonic() + wait
-    while True:
+    name = "tfos-exec-%s-%s" % (spec.cluster_id, key)
+
+    def bound():
         try:
-            return _bind_name("tfos-exec-%s-%s" % (spec.cluster_id, key))
+            return _bind_name(name)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.1)
+            return None
+
+    try:
+        return wait_until(bound, wait, "the previous node on this executor to release %s" % name, LOCAL)
+    except WaitTimeout:
+        return None
 
 
 def start_node(spec, executor_id):
@@ -365,10 +373,12 @@ def start_node(spec, executor_id):
 
 def _wait_registered(spec, executor_id, pid):
     """Wait until the coordinator has this node (or the cluster failed, or
-    the agent died). Returns None or an error message."""
-    start = time.monotonic()
-    deadline = start + spec.reservation_timeout
-    while time.monotonic() < deadline:
+    the agent died). Returns None or an error message. Looks on the NODE
+    schedule: every 20 ms for the first 2 s (this task holds the executor's
+    core, and the first feed task waits for it: looking every 200 ms, the
+    node stage ended 0.17-0.31 s after run() returned), then every 200 ms,
+    for a cluster that takes long to form."""
+    def settled():
         # whether the agent lives is looked at before the coordinator is
         # asked: an agent that registered, ran a program that failed at once
         # and exited between two looks has registered (its failure is the
@@ -378,18 +388,18 @@ def _wait_registered(spec, executor_id, pid):
         try:
             st, nd = _node_state(spec, executor_id)
         except Exception as exc:  # coordinator gone: the cluster is over
-            return "the coordinator at %s cannot be reached: %s" % (spec.coord_addr, exc)
+            return ("the coordinator at %s cannot be reached: %s" % (spec.coord_addr, exc),)
         if st.get("state") not in ("reserving", "running") or (nd and nd.get("state") != "waiting"):
-            return None
+            return (None,)
         if not alive:
             return ("the tfos node agent of %s exited before it registered with the coordinator at %s "
-                    "(see this executor's stderr log)" % (spec.label(executor_id), spec.coord_addr))
-        # every 20 ms for the first 2 s: this task holds the executor's core,
-        # and the first feed task waits for it (polling every 200 ms, the
-        # node stage ended 0.17-0.31 s after run() returned; then 200 ms,
-        # for a cluster that takes long to form)
-        time.sleep(0.02 if time.monotonic() - start < 2.0 else 0.2)
-    return None  # the coordinator's reservation timeout names the node
+                    "(see this executor's stderr log)" % (spec.label(executor_id), spec.coord_addr),)
+        return None
+
+    try:
+        return wait_until(settled, spec.reservation_timeout, "%s to register" % spec.label(executor_id), NODE)[0]
+    except WaitTimeout:
+        return None  # the coordinator's reservation timeout names the node
 
 
 def start_registered(spec, executor_id):

@@ -23,12 +23,12 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 
 from .. import _tfos
 from .._launch import agent_path
 from .feeding import _feed_one, _skip_arrow_rows, infer_partition
 from .nodes import _task_context, start_registered
+from .wait import LOCAL, WaitTimeout, wait_until
 
 NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
                ("error", "string"))
@@ -77,13 +77,17 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
         if lay["chief"]:
             argv.append("--chief")
         pid = _tfos.spawn_detached(argv, dict(os.environ, TFOS_SECRET=spec.secret), [])
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
+        def listening():
+            if os.path.exists(path):
+                return True
             if not _tfos.pid_alive(pid):
                 raise RuntimeError("%s exited before it listened (see this executor's stderr)" % argv[0])
-            if time.monotonic() >= deadline:
-                raise RuntimeError("%s did not listen within %g s" % (argv[0], timeout))
-            time.sleep(0.02)
+            return False
+
+        try:
+            wait_until(listening, timeout, "%s to listen" % argv[0], LOCAL)
+        except WaitTimeout:
+            raise RuntimeError("%s did not listen within %g s" % (argv[0], timeout)) from None
         with open(path) as f:
             return f.read().strip()
     finally:

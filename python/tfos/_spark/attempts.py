@@ -1,0 +1,460 @@
+"""The one attempt loop of tfos's Spark launchers: form a cluster, watch it,
+and when a node fails stop it, ask the restart policy, and form it again --
+then feed again what the failed attempt did not deliver.
+
+TFCluster (the coordinator in this driver process), tfos.spark.Cluster (the
+coordinator on an executor, reached through Spark jobs) and
+TorchDistributor(local_mode=False) (one of the two, by session kind) all run
+their attempts through :class:`AttemptController`, in the manner of Ray
+Train v2's controller: explicit states, one ``step()`` that returns
+(previous state, next state), one poll interval, and every restart decision
+taken by libtfos's restart policy (``tfos._tfos.RestartPolicy``) as an enum
+value (RESTART or RAISE), from the failure's cause code (``_tfos.CAUSE_*``),
+never from the text of a message.
+
+The states::
+
+    FORMING --form--> RUNNING --done--> DONE
+       |                 |
+       | not formed      | a node failed: stop the attempt, ask the policy
+       v                 v
+     FAILED <--RAISE-- (decide) --RESTART--> RESTARTING --release--> FORMING
+
+The controller never knows where the coordinator or the nodes are: it
+drives an :class:`Engine` (form an attempt, look at it, end its feed, stop
+it, release it). ``_spark/driver.py`` has the driver engine (TFCluster),
+``_spark/client.py`` the session engine (tfos.spark.Cluster).
+:func:`feed_until_delivered` is the re-feed bookkeeping both train() paths
+share: which partitions were delivered or not wanted, the feed positions a
+checkpoint saved (``tfos.feed.read_positions``), ``partitions_refed`` and
+the warning lines.
+
+Imports nothing from pyspark: the unit test (tests/python/test_attempts.py)
+drives it with an engine of its own.
+"""
+import collections
+import enum
+import time
+
+from .. import _tfos
+from .. import feed as _feed
+from .._launch import ClusterError
+from .._log import log as logger
+from .wait import LOCAL, WaitTimeout, wait_until
+
+__all__ = ["State", "Snapshot", "Engine", "AttemptController", "FeedRound", "FeedResult", "feed_until_delivered",
+           "cause_code", "failure_text"]
+
+
+class State(enum.Enum):
+    """Where the attempt loop is (Ray Train v2's controller states, less
+    those tfos has no use for)."""
+    FORMING = "forming"        #: an attempt is being formed (next: RUNNING, or FAILED when it does not form)
+    RUNNING = "running"        #: every node registered; the programs run (next: DONE, RESTARTING, FAILED)
+    RESTARTING = "restarting"  #: a node failed and the policy said RESTART; the attempt is stopped (next: FORMING)
+    DONE = "done"              #: every program returned (terminal)
+    FAILED = "failed"          #: did not form, the policy said RAISE, or stopped (terminal; ``error`` says why)
+
+
+TERMINAL = (State.DONE, State.FAILED)
+
+#: the coordinator's state names (its status JSON) -> _tfos.STATE_*
+STATES = {"reserving": _tfos.STATE_RESERVING, "running": _tfos.STATE_RUNNING, "stopping": _tfos.STATE_STOPPING,
+          "done": _tfos.STATE_DONE, "failed": _tfos.STATE_FAILED}
+
+#: libtfos's failure causes by the names the coordinator's status JSON and
+#: the policy's history use (tfos_cause_name) -> _tfos.CAUSE_* codes
+CAUSES = {name[len("CAUSE_"):].lower(): code for name, code in vars(_tfos).items() if name.startswith("CAUSE_")}
+
+
+def cause_code(name):
+    """The ``_tfos.CAUSE_*`` code of a cause name (``"exit"``, ``"signal"``,
+    ...); CAUSE_EXIT for a name this build does not know (a node failed)."""
+    return CAUSES.get(str(name or "").lower(), _tfos.CAUSE_EXIT)
+
+
+class Snapshot(collections.namedtuple("Snapshot", "state failure cause decision summary stopped record")):
+    """One look at an attempt, as an engine reports it.
+
+    state: the coordinator's ``_tfos.STATE_*``; failure: its failure text
+    ("" while nothing failed); cause: the failure's ``_tfos.CAUSE_*`` (0
+    without one); decision: RESTART or RAISE when the attempt's coordinator
+    asked the controller's policy itself (the driver engine), else 0 (the
+    controller asks it); summary: the failure's one line; stopped: True once
+    every node of the attempt has stopped; record: what else the engine
+    knows of the failure, as ``RestartPolicy.decide``'s keywords (node, job,
+    exception, where; {} when it knows nothing more)."""
+
+    def __new__(cls, state, failure="", cause=0, decision=0, summary="", stopped=False, record=None):
+        return super().__new__(cls, state, failure, cause, decision, summary, stopped, record or {})
+
+    @property
+    def failed(self):
+        return bool(self.failure) or self.state == _tfos.STATE_FAILED
+
+
+class Engine(object):
+    """What the controller drives: one attempt at a time, formed on some
+    Spark session (an ops table: nng's transport ops are the model; every
+    operation says what it may do).
+
+    Attributes: ``poll`` (a wait.Schedule: how often the controller looks,
+    from what one ``snapshot()`` costs), ``stop_timeout`` (seconds to wait
+    for the nodes once ``stop()`` was asked), ``policy`` (the controller's
+    ``_tfos.RestartPolicy``)."""
+
+    poll = LOCAL
+    stop_timeout = 60.0
+    policy = None
+
+    def error(self, text):
+        """The exception this engine's users expect, for ``text``."""
+        return ClusterError(text, 1, None)
+
+    def form(self, attempt, first):
+        """Form attempt ``attempt`` (``first``: the cluster's first). Blocks
+        until every node has registered. Raises (an ``error()``) saying why
+        it did not form; the controller then stops and releases whatever
+        part of it exists."""
+        raise NotImplementedError
+
+    def snapshot(self):
+        """The attempt as it is now (a :class:`Snapshot`). May block for as
+        long as one look takes (a Spark job, for the session engine); raises
+        an ``error()`` when the attempt cannot be reached."""
+        raise NotImplementedError
+
+    def end_feed(self):
+        """Tell every node that its feed is over (their programs return when
+        they have read it)."""
+        raise NotImplementedError
+
+    def stop(self, reason):
+        """Ask every node of the attempt to stop (SIGTERM, SIGKILL after the
+        grace); does not wait (the controller waits on ``snapshot().stopped``).
+        Never raises: an attempt that cannot be reached stops by itself."""
+        raise NotImplementedError
+
+    def release(self):
+        """Let the attempt's coordinator go, once its nodes have stopped.
+        Idempotent; never raises."""
+        raise NotImplementedError
+
+    def progress(self):
+        """The checkpoint's fingerprint for the policy's test of a
+        deterministic failure (``_tfos.checkpoint_progress``), "" without
+        one."""
+        return ""
+
+    def refed(self, count):
+        """``count`` partitions in all have been fed again after failures
+        (for the engine's status page); nothing by default."""
+
+
+def failure_text(policy, failure, context=""):
+    """A failed cluster's message: the failure, ``context``, the restart
+    policy's verdict and the attempts' history (every engine)."""
+    text = "the tfos cluster failed: %s" % failure
+    if context:
+        text += "\n" + context
+    if policy.verdict:
+        text += "\n" + policy.verdict
+    history = policy.render().splitlines()
+    if len(history) > 1:
+        text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
+    return text
+
+
+class AttemptController(object):
+    """The attempt loop of one cluster over ``engine``, with the restart
+    policy ``policy`` (a ``_tfos.RestartPolicy``; the attempts' history is
+    its history).
+
+    ``step()`` moves one state on and returns (previous, next); ``start()``,
+    ``recover()`` and ``finish()`` step until the loop rests (RUNNING, DONE
+    or FAILED) and raise ``error`` on FAILED. ``restart``: whether a failure
+    seen while watching may re-form the cluster (``finish(restart=False)``
+    once the feed has ended: a re-formed cluster would have nothing to
+    read)."""
+
+    #: seconds to wait for the coordinator to record a failure a feed saw (a
+    #: feed task sees a dead node a moment before the node's agent says why)
+    FAILURE_WAIT = 10.0
+
+    def __init__(self, engine, policy, name="cluster"):
+        self.engine = engine
+        self.policy = policy
+        engine.policy = policy
+        self.name = name
+        self.state = State.FORMING
+        self.error = None            # the exception of FAILED
+        self.last_failure = None     # the Snapshot of the last failure seen
+        self.formed = 0              # attempts formed
+        self.restart = True
+        self.context = ""            # a line for the failure message (what the feed saw)
+        self.partitions_refed = 0    # partitions that were in flight when a node failed, fed again
+        self.transitions = []        # (previous, next) of every move, for tests and the debug log
+
+    @property
+    def attempt(self):
+        """The current attempt (1 for the first), as the policy counts it."""
+        return self.policy.attempt
+
+    # -- the loop
+    def step(self):
+        """One step of the loop: (previous state, next state). An attempt
+        that does not form, and a failure the policy does not restart, go
+        to FAILED (``error``); an engine that cannot reach a running attempt
+        raises its error (the state stays)."""
+        prev = self.state
+        if prev is State.FORMING:
+            nxt = self._form()
+        elif prev is State.RUNNING:
+            nxt = self._watch()
+        elif prev is State.RESTARTING:
+            nxt = self._restart()
+        else:
+            nxt = prev
+        self._move(nxt)
+        return prev, nxt
+
+    def _move(self, nxt):
+        prev, self.state = self.state, nxt
+        if nxt is not prev:
+            self.transitions.append((prev, nxt))
+            logger.debug("%s attempt %d: %s -> %s", self.name, self.attempt, prev.value, nxt.value)
+
+    def _form(self):
+        try:
+            self.engine.form(self.attempt, self.formed == 0)
+        except BaseException as exc:
+            self._settle("the cluster did not form")
+            self.engine.release()
+            if not isinstance(exc, Exception):
+                raise
+            self.error = exc
+            return State.FAILED
+        self.formed += 1
+        return State.RUNNING
+
+    def _watch(self):
+        snap = self.engine.snapshot()
+        if snap.failed:
+            return self._after_failure(snap)
+        if snap.state == _tfos.STATE_DONE:
+            if not snap.stopped:
+                self._wait_stopped()
+            self.engine.release()
+            return State.DONE
+        return State.RUNNING
+
+    def _after_failure(self, snap):
+        """The attempt failed: stop it (bounded), then RESTARTING or FAILED
+        as the policy decides -- asked here with the failure's cause code,
+        unless the attempt's coordinator asked it already (snap.decision)."""
+        self.last_failure = snap
+        self._settle("the cluster failed", snap)
+        decision = _tfos.RAISE
+        if self.restart:
+            decision = snap.decision or self.policy.decide(snap.cause or _tfos.CAUSE_EXIT, summary=snap.summary,
+                                                           progress=self.engine.progress(), **snap.record)
+        if decision == _tfos.RESTART and self.restart:
+            return State.RESTARTING
+        self.engine.release()
+        self.error = self.engine.error(failure_text(self.policy, snap.failure or "the cluster stopped",
+                                                    self.context))
+        return State.FAILED
+
+    def _restart(self):
+        self.engine.release()
+        snap = self.last_failure
+        logger.warning("%s; re-forming the cluster (attempt %d of %d)", snap.summary or snap.failure,
+                       self.attempt, self.policy.max_restarts + 1)
+        self.context = ""
+        return State.FORMING
+
+    def _settle(self, reason, snap=None):
+        """Stop the attempt and wait (``engine.stop_timeout``) for its nodes."""
+        if snap is not None and snap.stopped:
+            return
+        self.engine.stop(reason)
+        self._wait_stopped()
+
+    def _wait_stopped(self):
+        try:
+            wait_until(self._stopped, self.engine.stop_timeout,
+                       "the nodes of %s attempt %d to stop" % (self.name, self.attempt), self.engine.poll)
+        except WaitTimeout as exc:
+            logger.warning("%s: %s; going on", self.name, exc)
+
+    def _stopped(self):
+        try:
+            return self.engine.snapshot().stopped
+        except ClusterError:  # cannot be reached: nothing left to wait for
+            return True
+
+    def _advance(self):
+        """Step while the loop is FORMING or RESTARTING."""
+        while self.state in (State.FORMING, State.RESTARTING):
+            self.step()
+
+    # -- what the fronts call
+    def start(self):
+        """Form the first attempt (FORMING -> RUNNING); raises when it does
+        not form."""
+        self._advance()
+        self.check()
+
+    def check(self):
+        """Raise ``error`` when the loop has FAILED."""
+        if self.state is State.FAILED and self.error is not None:
+            raise self.error
+
+    def failed(self, wait=None):
+        """The running attempt's failure (a Snapshot), waiting up to ``wait``
+        seconds (default FAILURE_WAIT) for its coordinator to record one;
+        None when nothing failed (or the attempt is done)."""
+        def seen():
+            snap = self.engine.snapshot()
+            return snap if snap.failed or snap.state == _tfos.STATE_DONE else None
+
+        try:
+            snap = wait_until(seen, self.FAILURE_WAIT if wait is None else wait,
+                              "%s attempt %d to record a failure" % (self.name, self.attempt), self.engine.poll)
+        except WaitTimeout:
+            return None
+        return snap if snap.failed else None
+
+    def recover(self, snap, context=""):
+        """The running attempt failed (``snap``, from ``failed()``): RUNNING
+        -> RESTARTING -> FORMING -> RUNNING, or FAILED, raised with
+        ``context`` (a line saying what the feed saw) in its message."""
+        self.check()
+        self.context = context
+        self._move(self._after_failure(snap))
+        self._advance()
+        self.check()
+
+    def recover_if_failed(self):
+        """recover() when the running attempt has failed; else nothing."""
+        self.check()
+        if self.state is State.RUNNING:
+            snap = self.engine.snapshot()
+            if snap.failed:
+                self.recover(snap)
+
+    def finish(self, timeout, restart=True):
+        """Watch (the engine's poll interval) until every program returned
+        (DONE) or the cluster failed for good (FAILED: raised). With
+        ``restart``, a failure re-forms the cluster while the policy allows.
+        Raises WaitTimeout after ``timeout`` seconds; the attempt still runs
+        then (``abort()`` stops it)."""
+        self.check()
+        self.restart = restart
+
+        def rested():
+            self.step()
+            self._advance()
+            return self.state in TERMINAL
+
+        wait_until(rested, timeout, "every program of %s to finish" % self.name, self.engine.poll)
+        self.check()
+
+    def abort(self, reason, error=None):
+        """Stop the attempt now (a bounded wait for its nodes) and release
+        it: FAILED, with ``error`` (default: the one recorded, or "the tfos
+        cluster was stopped: reason")."""
+        if self.state in TERMINAL:
+            return
+        self._settle(reason)
+        self.engine.release()
+        self.error = error or self.error or self.engine.error("the tfos cluster was stopped: %s" % reason)
+        self._move(State.FAILED)
+
+
+FeedRound = collections.namedtuple("FeedRound", "outcomes error")
+FeedRound.__doc__ = """One feeding job's outcome: ``outcomes`` {partition: (state, info, rows)} (state: done,
+terminated, aborted, skipped, before), ``error`` the job's exception or None."""
+
+FeedResult = collections.namedtuple("FeedResult", "rows terminated seconds")
+FeedResult.__doc__ = """What feed_until_delivered fed: rows, partitions not wanted (terminated), seconds."""
+
+
+def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):
+    """Feed until every partition is delivered, re-forming the cluster when
+    a node fails (``controller.recover``) and feeding again what was not
+    delivered: at-least-once from the nodes' acknowledgements, or, when the
+    program saved its feed position with its checkpoint
+    (``DataFeed.save_position``), from where that checkpoint stands.
+
+    ``run_round(delivered, offsets)`` runs one feeding job that skips the
+    partitions in ``delivered`` and the first ``offsets[p]`` rows of
+    partition p, and returns a :class:`FeedRound`. ``total``: the number of
+    partitions, when the engine knows it (else a round is complete when its
+    job succeeded and no partition was lost). Raises the engine's error when
+    partitions were not delivered and no node failed, or when the cluster
+    fails for good. Returns a :class:`FeedResult`."""
+    engine = controller.engine
+    delivered, not_wanted, offsets = set(), set(), {}
+    rows = terminated = 0
+    started, t0 = time.time(), time.monotonic()
+    while True:
+        rnd = run_round(frozenset(delivered), dict(offsets))
+        lost, missing = [], False
+        for part, (state, info, n) in sorted(rnd.outcomes.items()):
+            if state in ("done", "terminated"):
+                delivered.add(part)
+                rows += n or 0
+                if state == "terminated":
+                    terminated += 1
+                    not_wanted.add(part)
+            elif state == "aborted":
+                lost.append((part, info))
+            elif state == "skipped":
+                missing = True
+        if total is not None:
+            complete = len(delivered) >= total
+        else:
+            complete = rnd.error is None and not lost and not missing
+        if complete:
+            break
+        snap = controller.failed()
+        if snap is None:
+            if rnd.error is not None:
+                raise engine.error("feeding the cluster failed: %s" % _short(rnd.error)) from rnd.error
+            left = "%d of %d partitions" % (total - len(delivered), total) if total is not None else "partitions"
+            raise engine.error("%s were not delivered, and no node failed: %s" % (left, lost[:3]))
+        context = ""
+        if lost:
+            context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
+        controller.recover(snap, context)
+        # where the surviving checkpoint stands: when the program saved its
+        # feed position with it (DataFeed.save_position), the partitions
+        # consumed after that checkpoint are fed again and those before it
+        # are not (else: at-least-once from the acknowledgements)
+        positions = _feed.read_positions(checkpoint_dir, since=started)
+        if positions is not None:
+            whole, offsets = positions
+            after = len(delivered - whole - not_wanted)
+            delivered = (set(whole) & set(range(total)) if total is not None else set(whole)) | not_wanted
+            logger.warning("attempt %d resumes the feed where the checkpoint stands: %d partitions "
+                           "recorded whole with it, %d in part; %d delivered after it are fed again",
+                           controller.attempt, len(whole), len(offsets), after)
+        controller.partitions_refed += len(lost)
+        engine.refed(controller.partitions_refed)
+        if total is not None:
+            logger.warning("attempt %d: feeding again %d partitions not delivered before the failure "
+                           "(%d of them were in flight)", controller.attempt, total - len(delivered), len(lost))
+        else:
+            logger.warning("attempt %d: feeding again the partitions not delivered before the failure (%d were "
+                           "in flight)", controller.attempt, len(lost))
+    if terminated:
+        logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
+    secs = time.monotonic() - t0
+    logger.info("fed %d rows in %.1f s (%.0f rows/s)", rows, secs, rows / secs if secs > 0 else 0.0)
+    return FeedResult(rows, terminated, secs)
+
+
+def _short(exc, limit=4000):
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + " ..."

@@ -1,0 +1,131 @@
+"""The session engine of the attempt loop (attempts.py): tfos.spark.Cluster's
+attempts, driven through a SparkSession only -- classic or Spark Connect,
+where the client has no SparkContext, no accumulators, and the executors may
+not reach the client at all.
+
+Each attempt has a coordinator of its own: the node stage (a barrier
+``mapInArrow``, session.py) starts it, detached, on the host of the first
+node, and every node registers with it. The client reaches it only through
+small Spark jobs (the query stage: one task that asks it for its status,
+carrying a command: end the feed, stop, release); a look at the attempt is
+one such job, so the loop looks on the JOB schedule. The coordinator on the
+executor does not know the client's restart policy: the controller asks the
+policy itself, with the cause code the status carries.
+"""
+import json
+import os
+import time
+
+from .. import _tfos
+from .._launch import ClusterError
+from .._log import log as logger
+from . import session as _session
+from .attempts import STATES, Engine, Snapshot, cause_code, failure_text
+from .driver import short
+from .wait import JOB, WaitTimeout, wait_until
+
+
+class SessionEngine(Engine):
+    """Attempts of ``spec`` (a NodeSpec carrying Cluster's grace,
+    failure_grace and attempt too) on ``spark`` (any SparkSession);
+    ``lease``: seconds after which a coordinator whose client stopped asking
+    stops its cluster."""
+
+    poll = JOB
+
+    def __init__(self, spark, spec, num_nodes, lease, checkpoint_dir):
+        self.spark, self.spec, self.num_nodes = spark, spec, int(num_nodes)
+        self.lease, self.checkpoint_dir = float(lease), checkpoint_dir
+        self.stop_timeout = spec.grace + 60
+        self.nodes = []       # the node stage's rows: executor_id, host, coord, pid, error
+        self.last = None      # the coordinator's last status (a dict)
+        self.released = True
+
+    # -- the coordinator, through Spark jobs
+    def query(self, command=None, reason=None):
+        """The coordinator's status (a dict) after ``command``; raises
+        ClusterError when it cannot be reached."""
+        if not self.spec.coord_addr:
+            raise ClusterError("the tfos cluster has no coordinator (it did not form)", 1, None)
+        stage = _session.query_stage(self.spec, command, reason)
+        row = self.spark.range(0, 1, 1, 1).mapInArrow(stage, _session.ddl(_session.QUERY_FIELDS)).collect()[0]
+        if row["error"]:
+            raise ClusterError("the cluster's coordinator at %s cannot be reached: %s" % (self.spec.coord_addr,
+                                                                                           row["error"]), 1, None)
+        self.last = json.loads(row["status"])
+        return self.last
+
+    # -- Engine
+    def form(self, attempt, first):
+        n = self.num_nodes
+        self.spec.attempt = attempt
+        self.spec.coord_addr = None
+        self.last = None
+        stage = _session.node_stage(self.spec, self.lease, self.lease)
+        t0 = time.monotonic()
+        try:
+            rows = self.spark.range(0, n, 1, n).mapInArrow(stage, _session.ddl(_session.NODE_FIELDS),
+                                                           barrier=True).collect()
+        except Exception as exc:
+            raise ClusterError("the tfos cluster did not form: the Spark job that starts its %d nodes failed: %s"
+                               % (n, short(exc)), 1, None) from exc
+        rows = sorted((r.asDict() for r in rows), key=lambda r: r["executor_id"])
+        self.nodes = rows
+        if rows and rows[0]["coord"]:
+            self.spec.coord_addr = rows[0]["coord"]
+            self.released = False
+        errors = [r["error"] for r in rows if r["error"]]
+        if errors or not self.spec.coord_addr:
+            raise ClusterError("the tfos cluster did not form: %s" % "; ".join(errors or ["no coordinator"]), 1, None)
+        timeout = self.spec.reservation_timeout + 10
+        try:
+            st = wait_until(lambda: self._state_in("running", "done", "failed"), timeout,
+                            "the nodes of attempt %d to register with the coordinator at %s" % (
+                                attempt, self.spec.coord_addr), JOB)
+        except WaitTimeout as exc:
+            raise ClusterError("the tfos cluster did not form: %s" % exc, 1, None) from None
+        if st["state"] == "failed":
+            raise ClusterError(failure_text(self.policy, st.get("failure")), 1, None)
+        logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
+                    self.spec.cluster_id, attempt, time.monotonic() - t0, n,
+                    ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
+
+    def _state_in(self, *states):
+        st = self.query()
+        return st if st.get("state") in states else None
+
+    def snapshot(self):
+        st = self.query()
+        failure = st.get("failure") or ""
+        state = STATES.get(st.get("state"), _tfos.STATE_RUNNING)
+        return Snapshot(state, failure, cause_code(st.get("cause")) if failure else 0, 0,
+                        failure.splitlines()[0] if failure else "",
+                        state in (_tfos.STATE_DONE, _tfos.STATE_FAILED))
+
+    def end_feed(self):
+        self.query("end_feed")
+
+    def stop(self, reason):
+        if self.released or not self.spec.coord_addr:
+            return
+        if self.last is not None and self.last.get("state") in ("stopping", "done", "failed"):
+            return  # stopping by itself already: one Spark job less
+        try:
+            self.query("stop", reason)
+        except ClusterError as exc:
+            logger.warning("stopping the cluster: %s (it stops by itself within %g s: its lease runs out)",
+                           short(exc, 300), self.lease)
+
+    def release(self):
+        if self.released:
+            return
+        self.released = True
+        try:
+            self.query("release")
+        except Exception as exc:  # the session is gone: the lease runs out instead
+            logger.debug("releasing the coordinator at %s: %s", self.spec.coord_addr, exc)
+
+    def progress(self):
+        if os.path.isdir(self.checkpoint_dir):  # where the client sees it
+            return _tfos.checkpoint_progress(self.checkpoint_dir)
+        return ""
