@@ -97,7 +97,7 @@ static PyObject *Policy_decide(PolicyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"cause", "node", "job", "exception", "where", "summary", "progress", "exit_code", NULL};
     int cause, exit_code = -1;
     const char *node = "", *job = "", *exc = "", *where = "", *summary = "", *progress = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|$sssssssi", kwlist, &cause, &node, &job, &exc, &where, &summary,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|$ssssssi", kwlist, &cause, &node, &job, &exc, &where, &summary,
                                      &progress, &exit_code))
         return NULL;
     tfos_failure f;

@@ -169,3 +169,17 @@ def test_defaults_and_roles_come_from_libtfos():
     assert sig.parameters["grace"].default == t.DEFAULTS["stop_grace"]
     assert t.layout_roles(1, 2, True, True) == [("ps", 0), ("chief", 0), ("evaluator", 0), ("worker", 0),
                                                 ("worker", 1)]
+
+
+def test_restart_policy_decide_takes_every_field_of_a_failure():
+    """decide() takes the failure's fields by keyword, exit_code an int
+    (its format string had one string too many: exit_code raised TypeError)."""
+    p = t.RestartPolicy(2)
+    kw = dict(node="worker:1", job="worker", exception="ValueError", where="train.py:3", summary="worker:1 failed",
+              progress="")
+    assert p.decide(t.CAUSE_EXIT, exit_code=1, **kw) == t.RESTART
+    assert p.history[-1]["exit_code"] == 1
+    # the same exception at the same place again, no checkpoint in between: deterministic
+    assert p.decide(t.CAUSE_EXIT, exit_code=1, **kw) == t.RAISE
+    with pytest.raises(TypeError):
+        p.decide(t.CAUSE_EXIT, exit_code="1", **kw)
