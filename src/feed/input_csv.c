@@ -374,6 +374,46 @@ static int csv_first(csv_reader *in, char *err, size_t errlen)
 
 /* ---- rows ------------------------------------------------------------------ */
 
+/* The offset of the first byte of s[0..n) that is not part of well-formed
+ * UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
+ * U+10FFFF), or n when it is all UTF-8. */
+static size_t utf8_bad_at(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* past U+10FFFF */
+        } else
+            return i;
+        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
+            return i;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return i;
+        i += len;
+    }
+    return n;
+}
+
 static int csv_add(csv_reader *in, const record *r, char *err, size_t errlen)
 {
     if (r->n != in->t.b.ncols)
@@ -386,6 +426,14 @@ static int csv_add(csv_reader *in, const record *r, char *err, size_t errlen)
         int shown = (int)(n > 40 ? 40 : n);
         int rc = 0;
         if (c->kind == TFOS_COL_STR) {
+            /* text columns are UTF-8 (the consumer decodes them as str):
+             * refuse what is not here, where the file and line are known */
+            size_t bad = utf8_bad_at((const unsigned char *)s, n);
+            if (bad < n)
+                return tfos__errf(err, errlen, TFOS_EPROTO, "%s line %llu, column %d: byte %zu of the field is 0x%02x, "
+                                  "which is not UTF-8 (text columns must be UTF-8: re-encode the file, e.g. with "
+                                  "iconv -f latin1 -t utf-8)", in->t.path, (unsigned long long)r->line, i + 1,
+                                  bad + 1, (unsigned)(unsigned char)s[bad]);
             rc = tfos__batch_build_push_var(c, in->t.b.nrows, s, n);
             if (rc)
                 return rc;

@@ -78,7 +78,8 @@ static const uint8_t *var_value(const tfos__batch_view *v, const void *base, int
 
 static void csv_basics(void)
 {
-    const char text[] = "id,score,name\r\n1,2.5,\"Smith, J\"\r\n2,-3,\"say \"\"hi\"\"\"\r\n3,1e3,\"two\nlines\"\r\n";
+    const char text[] = "id,score,name\r\n1,2.5,\"Smith, J\"\r\n2,-3,\"say \"\"hi\"\"\"\r\n3,1e3,\"two\nlines\"\r\n"
+                        "4,0,caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\r\n"; /* UTF-8 of 2, 3 and 4 bytes */
     const char *p = write_file("a.csv", text, sizeof text - 1);
     tfos__input *in;
     tfos__batch_view v;
@@ -90,7 +91,7 @@ static void csv_basics(void)
     uint64_t first;
     CHECK_EQ(tfos__input_next(in, 100, &b, &len, &first, err, sizeof err), 0);
     CHECK_EQ(tfos__batch_open(b, len, &v, st, 64, err, sizeof err), 0);
-    CHECK_EQ(v.nrows, 3);
+    CHECK_EQ(v.nrows, 4);
     CHECK_EQ(v.ncols, 3);
     CHECK(v.cols[0].name_len == 2 && !memcmp(v.cols[0].name, "id", 2));
     CHECK_EQ(v.cols[0].dtype, TFOS_DT_I64);
@@ -105,6 +106,8 @@ static void csv_basics(void)
     CHECK(n == 8 && !memcmp(s, "say \"hi\"", 8));
     s = var_value(&v, b, 2, 2, &n);
     CHECK(n == 9 && !memcmp(s, "two\nlines", 9));
+    s = var_value(&v, b, 2, 3, &n);
+    CHECK(n == 14 && !memcmp(s, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
     CHECK_EQ(tfos__input_next(in, 100, &b, &len, &first, err, sizeof err), TFOS_EEND);
     tfos__input_close(in);
 }
@@ -145,6 +148,11 @@ static void csv_errors(void)
         {"1,2\n3,4.5\n", "line 2, column 2: '4.5' is not an integer"},
         {"1,\"open\n", "line 1: a quoted field is not closed"},
         {"1,\"a\"b\n", "text after a closing quote"},
+        /* issue 35: text that is not UTF-8 is refused where it is, not by the consumer */
+        {"a,b\n1,x\n2,caf\xe9\n", "line 3, column 2: byte 4 of the field is 0xe9, which is not UTF-8"},
+        {"a,b\n1,\xc0\xaf\n", "line 2, column 2: byte 1 of the field is 0xc0"},       /* overlong */
+        {"a,b\n1,\xed\xa0\x80\n", "line 2, column 2: byte 1 of the field is 0xed"}, /* a surrogate */
+        {"a,b\n1,ok\xf0\x9f\x98\n", "line 2, column 2: byte 3 of the field is 0xf0"}, /* cut short */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *p = write_file("e.csv", cases[i].text, strlen(cases[i].text));

@@ -62,10 +62,16 @@ def test_partitions_alternate_between_workers_and_epochs_refeed(tmp_path, marker
     ("ragged.csv", "1,2\n3,4\n5\n", "ragged.csv line 3: 1 fields where the first row has 2"),
     ("bad.jsonl", '{"a": 1}\n{"a": null}\n', "bad.jsonl line 2: null in column 1"),
     ("keys.jsonl", '{"a": 1}\n{"b": 2}\n', "keys.jsonl line 2: key 'b' where the first row has 'a'"),
+    # issue 35: Latin-1 in a text column was taken and failed in the program ("column '' is not UTF-8")
+    ("latin1.csv", b"a,b\n1,x\n2,caf\xe9\n", "latin1.csv line 3, column 2: byte 4 of the field is 0xe9, which is "
+     "not UTF-8"),
 ])
 def test_bad_input_names_file_line_and_column(tmp_path, marker, name, text, message):
     path = tmp_path / name
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs"), "--input", str(path), "--",
                   PY, "-c", COUNT, marker])
     assert r.returncode == 1
