@@ -1,4 +1,4 @@
-/* wire.c: frame headers, key=value payloads, buffered connections. */
+/* wire.c: frame headers, key=value payloads, data frames, buffered connections. */
 #include "core/wire.h"
 
 #include "platform/clock.h"
@@ -47,6 +47,41 @@ int tfos__wire_header(const uint8_t *b, size_t n, uint32_t max, tfos__frame *f, 
     f->len = len;
     f->payload = (const char *)b + TFOS_WIRE_HEADER;
     return 0;
+}
+
+#define DATA_HEAD 10 /* a data frame's id (8) and meta length (2) */
+
+static uint64_t get_be64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+int tfos__wire_payload(tfos__frame *f, const char **why)
+{
+    if (!tfos__wire_is_data(f->type)) {
+        f->id = 0;
+        f->meta = f->payload;
+        f->meta_len = f->len;
+        f->body = NULL;
+        f->body_len = 0;
+        return tfos__kv_validate(f->payload, f->len, why);
+    }
+    const uint8_t *p = (const uint8_t *)f->payload;
+    uint32_t ml = f->len >= DATA_HEAD ? (uint32_t)p[8] << 8 | p[9] : 0;
+    if (f->len < DATA_HEAD || ml > f->len - DATA_HEAD) {
+        if (why)
+            *why = "data frame shorter than its id and meta";
+        return TFOS_EPROTO;
+    }
+    f->id = get_be64(p);
+    f->meta = f->payload + DATA_HEAD;
+    f->meta_len = ml;
+    f->body = f->meta + ml;
+    f->body_len = f->len - DATA_HEAD - ml;
+    return tfos__kv_validate(f->meta, ml, why);
 }
 
 static int key_char(char ch)
@@ -176,6 +211,18 @@ void tfos__msg_begin(tfos__msg *m, int type)
     m->len = TFOS_WIRE_HEADER;
 }
 
+void tfos__msg_begin_data(tfos__msg *m, int type, uint64_t id)
+{
+    tfos__msg_begin(m, type);
+    msg_reserve(m, DATA_HEAD);
+    if (m->err)
+        return;
+    for (int i = 0; i < 8; i++)
+        m->buf[m->len + i] = (char)(id >> (56 - 8 * i));
+    m->buf[m->len + 8] = m->buf[m->len + 9] = 0;
+    m->len += DATA_HEAD;
+}
+
 void tfos__msg_add(tfos__msg *m, const char *key, const char *fmt, ...)
 {
     va_list ap;
@@ -210,6 +257,23 @@ int tfos__msg_end(tfos__msg *m)
     size_t pl = m->len - TFOS_WIRE_HEADER;
     if (pl > TFOS_WIRE_MAX_PAYLOAD)
         return m->err = TFOS_ETOOBIG;
+    m->buf[8] = (char)(pl >> 24);
+    m->buf[9] = (char)(pl >> 16);
+    m->buf[10] = (char)(pl >> 8);
+    m->buf[11] = (char)pl;
+    return 0;
+}
+
+int tfos__msg_end_data(tfos__msg *m, uint64_t body_len)
+{
+    if (m->err)
+        return m->err;
+    size_t ml = m->len - TFOS_WIRE_HEADER - DATA_HEAD;
+    uint64_t pl = (uint64_t)(m->len - TFOS_WIRE_HEADER) + body_len;
+    if (ml > 0xffff || pl > UINT32_MAX)
+        return m->err = TFOS_ETOOBIG;
+    m->buf[TFOS_WIRE_HEADER + 8] = (char)(ml >> 8);
+    m->buf[TFOS_WIRE_HEADER + 9] = (char)ml;
     m->buf[8] = (char)(pl >> 24);
     m->buf[9] = (char)(pl >> 16);
     m->buf[10] = (char)(pl >> 8);
@@ -280,7 +344,7 @@ int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why)
         return rc;
     if (c->in_len < TFOS_WIRE_HEADER + (size_t)f->len)
         return TFOS_EAGAIN;
-    rc = tfos__kv_validate(f->payload, f->len, why);
+    rc = tfos__wire_payload(f, why);
     if (rc)
         return rc;
     c->have_frame = 1;
