@@ -1072,12 +1072,14 @@ int tfos__link_flush_wait(tfos__link *k, int timeout_ms)
     }
 }
 
-int tfos__link_dial(tfos__link **out, const char *addr, int64_t deadline, int retry, int greet_extra_ms, char *err,
-                    size_t errlen)
+int tfos__link_dial(tfos__link **out, const char *addr, const char *who, int64_t deadline, int retry,
+                    int greet_extra_ms, char *err, size_t errlen)
 {
     *out = NULL;
     if (!addr || !*addr)
         return tfos__errf(err, errlen, TFOS_EINVAL, "no address to connect to");
+    if (!who)
+        who = addr;
     const tfos__transport *tr = tfos__transport_of(addr);
     int fd = -1, rc;
     for (;;) {
@@ -1088,7 +1090,7 @@ int tfos__link_dial(tfos__link **out, const char *addr, int64_t deadline, int re
             return tfos__errf(err, errlen, rc, "bad address '%s' (want HOST:PORT or @NAME)", addr);
         if (!retry || tfos__now_ms() >= deadline) {
             int e = errno;
-            tfos__errf(err, errlen, rc, "cannot reach %s: %s", addr, rc == TFOS_ESYS ? strerror(e) : tfos_strerror(rc));
+            tfos__errf(err, errlen, rc, "cannot reach %s: %s", who, rc == TFOS_ESYS ? strerror(e) : tfos_strerror(rc));
             errno = e;
             return rc;
         }
@@ -1107,7 +1109,7 @@ int tfos__link_dial(tfos__link **out, const char *addr, int64_t deadline, int re
     if (rc || f.type != TFOS_MSG_HELLO || tfos__kv_str(f.meta, f.meta_len, "nonce", k->nonce, sizeof k->nonce)) {
         if (rc == 0)
             rc = TFOS_EPROTO;
-        tfos__errf(err, errlen, rc, "no greeting from %s: %s", addr,
+        tfos__errf(err, errlen, rc, "no greeting from %s: %s", who,
                    why ? why : rc != TFOS_EPROTO ? tfos_strerror(rc) : "unexpected message");
         tfos__link_close(k);
         return rc;

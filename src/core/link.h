@@ -207,9 +207,12 @@ void tfos__listener_close(tfos__listener *ls);
  * failed connect is tried again until the deadline (the listener may not be
  * up yet); else the first failure is returned. The link is on no loop: use
  * the blocking helpers below, or tfos__link_start. err gets one line naming
- * addr; errno is kept for TFOS_ESYS. The caller owns *out (tfos__link_close). */
-int tfos__link_dial(tfos__link **out, const char *addr, int64_t deadline, int retry, int greet_extra_ms, char *err,
-                    size_t errlen);
+ * `who` ("the coordinator at HOST:PORT"; NULL: addr); errno is kept for
+ * TFOS_ESYS. TFOS_EINVAL (bad address), TFOS_ESYS, TFOS_ETIMEDOUT,
+ * TFOS_ECLOSED (hung up before greeting), TFOS_EPROTO. The caller owns
+ * *out (tfos__link_close). */
+int tfos__link_dial(tfos__link **out, const char *addr, const char *who, int64_t deadline, int retry,
+                    int greet_extra_ms, char *err, size_t errlen);
 /* Begin the first frame of a dialed link: `type` (the role) with its mac
  * line for `key` (NULL: none). Add the role's lines and send it. */
 int tfos__link_hello(tfos__link *k, tfos__msg *m, int type, const char *key);

@@ -120,7 +120,7 @@ static void *client_run(void *arg)
     client *c = arg;
     tfos__link *k;
     char err[256];
-    c->rc = tfos__link_dial(&k, c->addr, tfos__now_ms() + 3000, 0, 0, err, sizeof err);
+    c->rc = tfos__link_dial(&k, c->addr, NULL, tfos__now_ms() + 3000, 0, 0, err, sizeof err);
     if (c->rc == 0) {
         tfos__msg m;
         tfos__link_hello(k, &m, TFOS_MSG_QUERY, c->key);
@@ -470,7 +470,7 @@ static void unix_peer(void)
                 _exit(3);
             tfos__link *k;
             char err[256];
-            int rc = tfos__link_dial(&k, addr, tfos__now_ms() + 2000, 0, 0, err, sizeof err);
+            int rc = tfos__link_dial(&k, addr, NULL, tfos__now_ms() + 2000, 0, 0, err, sizeof err);
             _exit(rc == TFOS_ECLOSED ? 0 : 4);
         }
         int st = 0;
