@@ -129,34 +129,4 @@ int tfos__msg_end(tfos__msg *m);
 int tfos__msg_end_data(tfos__msg *m, uint64_t body_len);
 void tfos__msg_fini(tfos__msg *m);
 
-/* A buffered non-blocking connection carrying frames. */
-typedef struct tfos__conn {
-    int fd;
-    uint32_t max_payload;
-    uint8_t *in;
-    size_t in_len, in_cap;
-    uint8_t *out;
-    size_t out_len, out_cap;
-    int have_frame; /* a frame was handed out and not yet consumed */
-} tfos__conn;
-
-void tfos__conn_init(tfos__conn *c, int fd, uint32_t max_payload);
-/* Close the fd and free buffers. */
-void tfos__conn_fini(tfos__conn *c);
-/* Read what is available. 0, TFOS_ECLOSED on EOF, TFOS_ESYS. */
-int tfos__conn_read(tfos__conn *c);
-/* Next complete frame from the input buffer: 0, TFOS_EAGAIN (incomplete),
- * TFOS_EPROTO / TFOS_ETOOBIG (the connection should be dropped; *why says
- * what was wrong). The frame stays valid until tfos__conn_consume. */
-int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why);
-void tfos__conn_consume(tfos__conn *c);
-/* Queue a finished message and write as much as the socket takes. */
-int tfos__conn_send(tfos__conn *c, const tfos__msg *m);
-/* Write queued bytes. 0 (maybe with bytes left), TFOS_ECLOSED, TFOS_ESYS. */
-int tfos__conn_flush(tfos__conn *c);
-/* Flush, waiting up to timeout_ms for the socket to take everything. */
-int tfos__conn_flush_wait(tfos__conn *c, int timeout_ms);
-/* Wait up to timeout_ms for one frame (blocking helper for simple clients). */
-int tfos__conn_wait_frame(tfos__conn *c, int timeout_ms, tfos__frame *f, const char **why);
-
 #endif

@@ -141,7 +141,6 @@ struct agent {
     /* feed: the rings this node owns and the socket producers get them from */
     tfos__ring *in_ring, *out_ring; /* observer handles (counters) */
     int in_fd, out_fd;
-    int feed_lfd;
     tfos__feed_server *feed_server; /* the producers' handshakes, on the loop */
     /* END_FEED: 0 not asked, 1 asked and pending, 2 done or given up */
     int end_feed;
@@ -344,9 +343,8 @@ static int open_feed(agent *a)
     if (rc == 0)
         rc = tfos__ring_create(&a->out_ring, &a->out_fd, out_cap, TFOS_RING_OBSERVER);
     if (rc == 0)
-        rc = tfos__feed_listen(o->cluster_id, o->executor_id, &a->feed_lfd);
-    if (rc == 0)
-        rc = tfos__feed_server_open(&a->feed_server, a->loop, a->feed_lfd, o->secret, a->label, a->in_fd, a->out_fd);
+        rc = tfos__feed_server_open(&a->feed_server, a->loop, o->cluster_id, o->executor_id, o->secret, a->label,
+                                    a->in_fd, a->out_fd);
     if (rc)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
@@ -1099,7 +1097,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     memset(&a, 0, sizeof a);
     a.o = o;
     a.sfd = a.resv_fd = a.logfd = -1;
-    a.in_fd = a.out_fd = a.feed_lfd = a.owner_fd = -1;
+    a.in_fd = a.out_fd = a.owner_fd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
     a.lb[0].a = a.lb[1].a = &a;
     a.cgroup_fd = -1;
@@ -1201,8 +1199,6 @@ out:
     tfos__feed_server_close(a.feed_server);
     if (a.cgroup_fd >= 0)
         close(a.cgroup_fd);
-    if (a.feed_lfd >= 0)
-        close(a.feed_lfd);
     if (a.in_fd >= 0)
         close(a.in_fd);
     if (a.out_fd >= 0)
