@@ -116,6 +116,24 @@ static int wait_frame(LinkObject *self, int timeout_ms, tfos__frame *f, const ch
     }
 }
 
+/* Write what is queued within timeout_ms (< 0: no bound), in slices as
+ * wait_frame. 0, RAISED, or a TFOS_E* code. */
+static int flush_wait(LinkObject *self, int timeout_ms)
+{
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : tfos__now_ms() + timeout_ms;
+    for (;;) {
+        int slice = timeout_ms < 0 ? SLICE_MS : tfos__ms_left(deadline, SLICE_MS);
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = tfos__link_flush_wait(self->k, slice);
+        Py_END_ALLOW_THREADS
+        if (rc != TFOS_ETIMEDOUT || (timeout_ms >= 0 && tfos__now_ms() >= deadline))
+            return rc;
+        if (PyErr_CheckSignals() < 0)
+            return RAISED;
+    }
+}
+
 static int ms_of(PyObject *timeout, int *ms)
 {
     if (timeout == Py_None) {
@@ -210,11 +228,10 @@ static int Link_init(LinkObject *self, PyObject *args, PyObject *kw)
     if (rc == 0)
         rc = tfos__link_send(self->k, &m, NULL, 0);
     tfos__msg_fini(&m);
-    if (rc == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = tfos__link_flush_wait(self->k, tfos__ms_left(deadline, -1));
-        Py_END_ALLOW_THREADS
-    }
+    if (rc == 0)
+        rc = flush_wait(self, tfos__ms_left(deadline, -1));
+    if (rc == RAISED)
+        goto fail;
     tfos__frame f;
     const char *why = NULL;
     if (rc == 0)
@@ -280,10 +297,12 @@ static PyObject *Link_send(LinkObject *self, PyObject *args, PyObject *kw)
         goto out;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos__link_send(self->k, &m, body.buf, (size_t)body.len);
-    if (rc == 0)
-        rc = tfos__link_flush_wait(self->k, ms < 0 ? INT32_MAX : ms);
     Py_END_ALLOW_THREADS
+    if (rc == 0)
+        rc = flush_wait(self, ms);
     self->busy = 0;
+    if (rc == RAISED)
+        goto out;
     if (rc) {
         char msg[400];
         snprintf(msg, sizeof msg, "sending to %s: %s", self->addr, tfos_strerror(rc));
