@@ -163,8 +163,10 @@ int tfos__link_send_fds(tfos__link *k, const tfos__msg *m, const int *fds, int n
  * it), or -1. */
 int tfos__link_take_fd(tfos__link *k);
 
-/* End the link once everything queued is written (then on_close, rc 0);
- * frames that arrive meanwhile are dropped unread. */
+/* End the link once everything queued is written (then on_close, rc 0:
+ * before this returns when nothing waits to be written and none of this
+ * link's callbacks runs, so a caller outside one must expect its own
+ * on_close); frames that arrive meanwhile are dropped unread. */
 void tfos__link_finish(tfos__link *k);
 /* Close now: unwatch, close the socket, free (after the callback that
  * calls it returns, when it is one of this link's). No on_close. NULL is a
