@@ -24,8 +24,10 @@ extern "C" {
 #endif
 
 #define TFOS_VERSION TFOS_PROJECT_VERSION /* CMakeLists.txt project(VERSION): the one source */
-/* Version of the wire protocol spoken between coordinator and agents. */
-#define TFOS_PROTOCOL_VERSION 1
+/* Version of the wire protocol every tfos link speaks (src/core/wire.h): 2
+ * since the feed socket's rings ride on FEED_OK and tfos serve moved onto
+ * the same frames. */
+#define TFOS_PROTOCOL_VERSION 2
 
 /* ---- errors ------------------------------------------------------------ */
 enum {

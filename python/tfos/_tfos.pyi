@@ -3,7 +3,8 @@
 # stubtest against the built extension, so a name added in C and not here (or
 # the other way round) fails the suite.
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypedDict, final
+from types import TracebackType
+from typing import Any, ClassVar, Final, TypedDict, final
 
 from _typeshed import ReadableBuffer
 
@@ -185,6 +186,49 @@ class RestartPolicy:
     def history(self) -> list[dict[str, Any]]: ...
     @property
     def verdict(self) -> str: ...
+
+@final
+class Link:
+    """One authenticated link (src/core/link.h) dialed as `role`: 'model_server'
+    (key: the cluster secret) or 'serve_client' (key: the HTTP token, or None).
+    The key never crosses the wire: the first frame carries HMAC(key, nonce)."""
+
+    ERROR: ClassVar[int]
+    SERVE_JOIN: ClassVar[int]
+    SERVE_CLIENT: ClassVar[int]
+    SERVE_OK: ClassVar[int]
+    SERVE_MODELS: ClassVar[int]
+    SERVE_BATCH: ClassVar[int]
+    SERVE_RESULT: ClassVar[int]
+    SERVE_FAIL: ClassVar[int]
+    SERVE_INFER: ClassVar[int]
+
+    def __init__(
+        self,
+        address: str,
+        key: str | None,
+        role: str,
+        timeout: float = 30.0,
+        fields: Mapping[str, str] | None = None,
+        max_data: int = ...,
+    ) -> None: ...
+    def send(
+        self,
+        type: int,
+        body: ReadableBuffer = b"",
+        id: int = 0,
+        meta: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> None: ...
+    def recv(self, timeout: float | None = None) -> tuple[int, int, dict[str, str], bytearray] | None: ...
+    def fileno(self) -> int: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Link: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> None: ...
+    @property
+    def closed(self) -> bool: ...
 
 @final
 class Coordinator:

@@ -1,7 +1,10 @@
 /* auth.h: per-cluster authentication. The launcher (or driver) makes a random
- * secret and hands it to its agents out of band (environment). The
- * coordinator greets every connection with a fresh nonce; the peer answers
- * with HMAC-SHA256(secret, nonce). The secret never crosses the network. */
+ * secret and hands it to its agents out of band (environment). The accepting
+ * side of every link (core/link.h: the coordinator, an agent's feed socket,
+ * tfos serve's front end) greets each connection with a fresh nonce; the
+ * peer answers with HMAC-SHA256(key, nonce), the key being its role's (the
+ * cluster secret, or a local serve client's HTTP token). No key crosses the
+ * network. */
 #ifndef TFOS_CORE_AUTH_H
 #define TFOS_CORE_AUTH_H
 #include <stddef.h>

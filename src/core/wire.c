@@ -1,17 +1,13 @@
-/* wire.c: frame headers, key=value payloads, buffered connections. */
+/* wire.c: frame headers, key=value payloads, data frames (core/link.c moves them). */
 #include "core/wire.h"
 
-#include "platform/clock.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 static const uint8_t magic[4] = {'T', 'F', 'O', 'S'};
 
@@ -47,6 +43,41 @@ int tfos__wire_header(const uint8_t *b, size_t n, uint32_t max, tfos__frame *f, 
     f->len = len;
     f->payload = (const char *)b + TFOS_WIRE_HEADER;
     return 0;
+}
+
+#define DATA_HEAD 10 /* a data frame's id (8) and meta length (2) */
+
+static uint64_t get_be64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+int tfos__wire_payload(tfos__frame *f, const char **why)
+{
+    if (!tfos__wire_is_data(f->type)) {
+        f->id = 0;
+        f->meta = f->payload;
+        f->meta_len = f->len;
+        f->body = NULL;
+        f->body_len = 0;
+        return tfos__kv_validate(f->payload, f->len, why);
+    }
+    const uint8_t *p = (const uint8_t *)f->payload;
+    uint32_t ml = f->len >= DATA_HEAD ? (uint32_t)p[8] << 8 | p[9] : 0;
+    if (f->len < DATA_HEAD || ml > f->len - DATA_HEAD) {
+        if (why)
+            *why = "data frame shorter than its id and meta";
+        return TFOS_EPROTO;
+    }
+    f->id = get_be64(p);
+    f->meta = f->payload + DATA_HEAD;
+    f->meta_len = ml;
+    f->body = f->meta + ml;
+    f->body_len = f->len - DATA_HEAD - ml;
+    return tfos__kv_validate(f->meta, ml, why);
 }
 
 static int key_char(char ch)
@@ -176,6 +207,18 @@ void tfos__msg_begin(tfos__msg *m, int type)
     m->len = TFOS_WIRE_HEADER;
 }
 
+void tfos__msg_begin_data(tfos__msg *m, int type, uint64_t id)
+{
+    tfos__msg_begin(m, type);
+    msg_reserve(m, DATA_HEAD);
+    if (m->err)
+        return;
+    for (int i = 0; i < 8; i++)
+        m->buf[m->len + i] = (char)(id >> (56 - 8 * i));
+    m->buf[m->len + 8] = m->buf[m->len + 9] = 0;
+    m->len += DATA_HEAD;
+}
+
 void tfos__msg_add(tfos__msg *m, const char *key, const char *fmt, ...)
 {
     va_list ap;
@@ -217,166 +260,25 @@ int tfos__msg_end(tfos__msg *m)
     return 0;
 }
 
+int tfos__msg_end_data(tfos__msg *m, uint64_t body_len)
+{
+    if (m->err)
+        return m->err;
+    size_t ml = m->len - TFOS_WIRE_HEADER - DATA_HEAD;
+    uint64_t pl = (uint64_t)(m->len - TFOS_WIRE_HEADER) + body_len;
+    if (ml > 0xffff || pl > UINT32_MAX)
+        return m->err = TFOS_ETOOBIG;
+    m->buf[TFOS_WIRE_HEADER + 8] = (char)(ml >> 8);
+    m->buf[TFOS_WIRE_HEADER + 9] = (char)ml;
+    m->buf[8] = (char)(pl >> 24);
+    m->buf[9] = (char)(pl >> 16);
+    m->buf[10] = (char)(pl >> 8);
+    m->buf[11] = (char)pl;
+    return 0;
+}
+
 void tfos__msg_fini(tfos__msg *m)
 {
     free(m->buf);
     memset(m, 0, sizeof *m);
-}
-
-void tfos__conn_init(tfos__conn *c, int fd, uint32_t max_payload)
-{
-    memset(c, 0, sizeof *c);
-    c->fd = fd;
-    c->max_payload = max_payload;
-}
-
-void tfos__conn_fini(tfos__conn *c)
-{
-    if (c->fd >= 0)
-        close(c->fd);
-    free(c->in);
-    free(c->out);
-    memset(c, 0, sizeof *c);
-    c->fd = -1;
-}
-
-int tfos__conn_read(tfos__conn *c)
-{
-    size_t limit = TFOS_WIRE_HEADER + (size_t)c->max_payload;
-    for (;;) {
-        if (c->in_len == c->in_cap) {
-            if (c->in_cap >= 2 * limit)
-                return 0; /* a full frame is already buffered; parse it first */
-            size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
-            uint8_t *b = realloc(c->in, cap);
-            if (!b)
-                return TFOS_ENOMEM;
-            c->in = b;
-            c->in_cap = cap;
-        }
-        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
-        if (r > 0) {
-            c->in_len += (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return TFOS_ECLOSED;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        if (errno == ECONNRESET || errno == EPIPE)
-            return TFOS_ECLOSED;
-        return TFOS_ESYS;
-    }
-}
-
-int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why)
-{
-    if (c->have_frame)
-        tfos__conn_consume(c);
-    int rc = tfos__wire_header(c->in, c->in_len, c->max_payload, f, why);
-    if (rc)
-        return rc;
-    if (c->in_len < TFOS_WIRE_HEADER + (size_t)f->len)
-        return TFOS_EAGAIN;
-    rc = tfos__kv_validate(f->payload, f->len, why);
-    if (rc)
-        return rc;
-    c->have_frame = 1;
-    return 0;
-}
-
-void tfos__conn_consume(tfos__conn *c)
-{
-    if (!c->have_frame)
-        return;
-    uint32_t len = (uint32_t)c->in[8] << 24 | (uint32_t)c->in[9] << 16 | (uint32_t)c->in[10] << 8 | c->in[11];
-    size_t used = TFOS_WIRE_HEADER + len;
-    memmove(c->in, c->in + used, c->in_len - used);
-    c->in_len -= used;
-    c->have_frame = 0;
-}
-
-int tfos__conn_flush(tfos__conn *c)
-{
-    size_t off = 0;
-    while (off < c->out_len) {
-        ssize_t w = send(c->fd, c->out + off, c->out_len - off, MSG_NOSIGNAL);
-        if (w > 0) {
-            off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        memmove(c->out, c->out + off, c->out_len - off);
-        c->out_len -= off;
-        return (errno == EPIPE || errno == ECONNRESET) ? TFOS_ECLOSED : TFOS_ESYS;
-    }
-    memmove(c->out, c->out + off, c->out_len - off);
-    c->out_len -= off;
-    return 0;
-}
-
-int tfos__conn_send(tfos__conn *c, const tfos__msg *m)
-{
-    if (m->err)
-        return m->err;
-    if (c->out_len + m->len > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 4096;
-        while (cap < c->out_len + m->len)
-            cap *= 2;
-        uint8_t *b = realloc(c->out, cap);
-        if (!b)
-            return TFOS_ENOMEM;
-        c->out = b;
-        c->out_cap = cap;
-    }
-    memcpy(c->out + c->out_len, m->buf, m->len);
-    c->out_len += m->len;
-    return tfos__conn_flush(c);
-}
-
-int tfos__conn_flush_wait(tfos__conn *c, int timeout_ms)
-{
-    int64_t deadline = tfos__now_ms() + timeout_ms;
-    for (;;) {
-        int rc = tfos__conn_flush(c);
-        if (rc || c->out_len == 0)
-            return rc;
-        int left = tfos__ms_left(deadline, -1);
-        if (left == 0)
-            return TFOS_ETIMEDOUT;
-        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
-        poll(&p, 1, left);
-    }
-}
-
-int tfos__conn_wait_frame(tfos__conn *c, int timeout_ms, tfos__frame *f, const char **why)
-{
-    int64_t deadline = tfos__now_ms() + timeout_ms;
-    for (;;) {
-        int rc = tfos__conn_frame(c, f, why);
-        if (rc != TFOS_EAGAIN)
-            return rc;
-        int left = tfos__ms_left(deadline, -1);
-        if (left == 0)
-            return TFOS_ETIMEDOUT;
-        struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        int n = poll(&p, 1, left);
-        if (n < 0 && errno != EINTR)
-            return TFOS_ESYS;
-        if (n > 0) {
-            rc = tfos__conn_read(c);
-            if (rc == TFOS_ECLOSED) {
-                /* a last frame may have arrived together with the close */
-                rc = tfos__conn_frame(c, f, why);
-                return rc == TFOS_EAGAIN ? TFOS_ECLOSED : rc;
-            }
-            if (rc)
-                return rc;
-        }
-    }
 }

@@ -1,4 +1,4 @@
-/* wire.h: the frames coordinator and agents exchange.
+/* wire.h: the frames every tfos connection carries (core/link.h moves them).
  *
  * A frame is a 12-byte header followed by a payload:
  *   bytes 0-3  magic "TFOS"
@@ -6,8 +6,17 @@
  *   byte  5    message type (TFOS_MSG_*)
  *   bytes 6-7  reserved, must be 0
  *   bytes 8-11 payload length, big-endian, at most the receiver's limit
- * The payload is text: lines "key=value\n", key in [a-z0-9_.], value any
- * bytes but NUL and newline. A key may repeat (e.g. one "node=" per node).
+ * The frame's type says what its payload is:
+ *   control frames (types below TFOS_MSG_DATA_FIRST_): text, lines
+ *     "key=value\n", key in [a-z0-9_.], value any bytes but NUL and newline.
+ *     A key may repeat (e.g. one "node=" per node). At most
+ *     TFOS_WIRE_MAX_PAYLOAD bytes.
+ *   data frames (TFOS_MSG_DATA_FIRST_ and up; tfos serve's batches):
+ *     bytes 0-7   id (u64, big-endian): the batch's or the request's
+ *     bytes 8-9   meta length M (u16, big-endian)
+ *     M bytes     meta: key=value lines, as a control frame's payload
+ *     the rest    body: binary (a columnar batch of core/batch.h, JSON, text)
+ *     At most the receiver's data limit.
  * Nothing on the wire is ever executed or unpickled. */
 #ifndef TFOS_CORE_WIRE_H
 #define TFOS_CORE_WIRE_H
@@ -37,19 +46,51 @@ enum {
                               * Answered with STATUS once recorded. */
     TFOS_MSG_LOG_ERROR = 15, /* agent -> coord: message; the node's log file cannot be written */
     TFOS_MSG_LOG = 16,       /* agent -> coord: line (one line of the program's output; --forward-logs) */
-    TFOS_MSG_MAX_ = 16,
+    /* tfos serve (src/serve/serve.h): a model server or a local client and the front end */
+    TFOS_MSG_SERVE_JOIN = 17,   /* model server -> front end (first frame): mac, node */
+    TFOS_MSG_SERVE_CLIENT = 18, /* local client -> front end (first frame): mac (HMAC of the HTTP token; none
+                                 * when there is no token: the Unix socket's peer uid is the check) */
+    TFOS_MSG_SERVE_OK = 19,     /* front end -> either: the first frame was taken (no keys) */
+    TFOS_MSG_DATA_FIRST_ = 20,  /* types from here on are data frames */
+    TFOS_MSG_SERVE_MODELS = 20, /* model server -> front end: body {"models": [...]} (JSON); id 0 */
+    TFOS_MSG_SERVE_BATCH = 21,  /* front end -> model server: id batch; meta model, version; body the inputs */
+    TFOS_MSG_SERVE_RESULT = 22, /* model server -> front end (id batch) and front end -> local client (id its
+                                 * request): meta version (the one that ran it); body the outputs */
+    TFOS_MSG_SERVE_FAIL = 23,   /* the same ways: meta status (HTTP status, to a client); body the error:
+                                 * the model's text from a server, {"error": ...} JSON to a client */
+    TFOS_MSG_SERVE_INFER = 24,  /* local client -> front end: id its request; meta model, version; body the
+                                 * inputs */
+    TFOS_MSG_MAX_ = 24,
 };
+
+/* Is `type` a data frame's (binary payload after an id and meta)? */
+static inline int tfos__wire_is_data(int type)
+{
+    return type >= TFOS_MSG_DATA_FIRST_;
+}
 
 typedef struct tfos__frame {
     int type;
     uint32_t len;
-    const char *payload; /* points into the connection's buffer */
+    const char *payload; /* the whole payload; points into the link's buffer */
+    /* control frames: meta = payload (the key=value lines), body empty;
+     * data frames: the id, the meta lines and the body (tfos__wire_payload) */
+    uint64_t id;
+    const char *meta;
+    uint32_t meta_len;
+    const char *body;
+    size_t body_len;
 } tfos__frame;
 
 /* Check a header. Returns 0, TFOS_EAGAIN when fewer than 12 bytes are given,
  * TFOS_EPROTO (bad magic, version, type or reserved bits), TFOS_ETOOBIG. `why`
  * (may be NULL) gets a static description of the problem. */
 int tfos__wire_header(const uint8_t *buf, size_t n, uint32_t max, tfos__frame *f, const char **why);
+
+/* Check a whole frame's payload for its type and fill f's id, meta and body:
+ * key=value lines for a control frame, id + meta + body for a data frame.
+ * 0 or TFOS_EPROTO (`why` says what is wrong). */
+int tfos__wire_payload(tfos__frame *f, const char **why);
 
 /* Check that a payload is well-formed key=value lines. 0 or TFOS_EPROTO. */
 int tfos__kv_validate(const char *p, size_t n, const char **why);
@@ -74,41 +115,18 @@ typedef struct tfos__msg {
 } tfos__msg;
 
 void tfos__msg_begin(tfos__msg *m, int type);
+/* Begin a data frame of `type` with `id`: tfos__msg_add then adds its meta
+ * lines, and tfos__msg_end_data finishes it for a body of body_len bytes,
+ * which the sender writes after m's bytes (tfos__link_send). */
+void tfos__msg_begin_data(tfos__msg *m, int type, uint64_t id);
 /* Append "key=value\n"; value is printf-formatted. Newlines and NULs in the
  * formatted value are replaced by spaces so a frame is always well-formed. */
 void tfos__msg_add(tfos__msg *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Finish the header. Returns 0 or the first error (TFOS_ENOMEM, TFOS_ETOOBIG). */
 int tfos__msg_end(tfos__msg *m);
+/* Finish a data frame's meta and header for a body of body_len bytes.
+ * TFOS_ETOOBIG when the meta passes 64 KiB or the payload 4 GiB. */
+int tfos__msg_end_data(tfos__msg *m, uint64_t body_len);
 void tfos__msg_fini(tfos__msg *m);
-
-/* A buffered non-blocking connection carrying frames. */
-typedef struct tfos__conn {
-    int fd;
-    uint32_t max_payload;
-    uint8_t *in;
-    size_t in_len, in_cap;
-    uint8_t *out;
-    size_t out_len, out_cap;
-    int have_frame; /* a frame was handed out and not yet consumed */
-} tfos__conn;
-
-void tfos__conn_init(tfos__conn *c, int fd, uint32_t max_payload);
-/* Close the fd and free buffers. */
-void tfos__conn_fini(tfos__conn *c);
-/* Read what is available. 0, TFOS_ECLOSED on EOF, TFOS_ESYS. */
-int tfos__conn_read(tfos__conn *c);
-/* Next complete frame from the input buffer: 0, TFOS_EAGAIN (incomplete),
- * TFOS_EPROTO / TFOS_ETOOBIG (the connection should be dropped; *why says
- * what was wrong). The frame stays valid until tfos__conn_consume. */
-int tfos__conn_frame(tfos__conn *c, tfos__frame *f, const char **why);
-void tfos__conn_consume(tfos__conn *c);
-/* Queue a finished message and write as much as the socket takes. */
-int tfos__conn_send(tfos__conn *c, const tfos__msg *m);
-/* Write queued bytes. 0 (maybe with bytes left), TFOS_ECLOSED, TFOS_ESYS. */
-int tfos__conn_flush(tfos__conn *c);
-/* Flush, waiting up to timeout_ms for the socket to take everything. */
-int tfos__conn_flush_wait(tfos__conn *c, int timeout_ms);
-/* Wait up to timeout_ms for one frame (blocking helper for simple clients). */
-int tfos__conn_wait_frame(tfos__conn *c, int timeout_ms, tfos__frame *f, const char **why);
 
 #endif

@@ -3,8 +3,8 @@
  * module.c owns the module (state, multi-phase init, module-level
  * functions, constants); each heap type lives in a file of its own and
  * hands module.c its spec: local.c (LocalCluster), coord.c (Coordinator),
- * ring.c (Ring) and buffer.c (FeedBuffer, the pooled records Ring.read
- * returns); logsink.c hands libtfos's log lines to Python's logging.
+ * ring.c (Ring), buffer.c (FeedBuffer, the pooled records Ring.read
+ * returns) and link.c (Link, tfos serve's link); logsink.c hands libtfos's log lines to Python's logging.
  * encode.{c,h} plan and write columnar batches. Types and exceptions live
  * in module state, never in statics (but for logsink.c's: libtfos's logger
  * is process-wide).
@@ -26,6 +26,7 @@ typedef struct {
     PyTypeObject *buffer_type;
     PyTypeObject *mapping_type;
     PyTypeObject *policy_type;
+    PyTypeObject *link_type;
     /* recycled FeedBuffer memory: large records land in memory that is
      * already faulted in instead of fresh pages the kernel must zero */
     void *pool_mem[POOL_SLOTS];
@@ -86,5 +87,8 @@ extern PyType_Spec tfos__py_ring_spec;   /* tfos._tfos.Ring (ring.c) */
 extern PyType_Spec tfos__py_mapping_spec; /* tfos._tfos.RingMapping (buffer.c) */
 extern PyType_Spec tfos__py_buffer_spec; /* tfos._tfos.FeedBuffer (buffer.c) */
 extern PyType_Spec tfos__py_policy_spec; /* tfos._tfos.RestartPolicy (policy.c) */
+extern PyType_Spec tfos__py_link_spec;   /* tfos._tfos.Link (link.c) */
+/* Link's class attributes: the frame types Python sends and receives. */
+int tfos__py_link_setup(PyTypeObject *t);
 
 #endif

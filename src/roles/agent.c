@@ -22,11 +22,11 @@
  * handle of the agent's own, without ever blocking the loop: a full ring or a
  * busy producer lock is retried on later ticks.
  *
- * The end of this file holds the two small clients of the coordinator
- * (tfos_report_abort, tfos_query_status); they share the agent's dialing.
+ * Its connection to the coordinator is a link (core/link.h) dialed with
+ * roles/client.h's tfos__coord_dial and run on the agent's loop.
  */
-#include "core/auth.h"
 #include "core/feedsock.h"
+#include "core/link.h"
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/ring.h"
@@ -37,6 +37,7 @@
 #include "platform/fs.h"
 #include "platform/net.h"
 #include "platform/proc.h"
+#include "roles/client.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -112,7 +113,7 @@ struct agent {
     uint64_t seen_consumed, seen_progress, seen_results;
     int64_t progress_at;
     int hung;
-    tfos__conn conn;
+    tfos__link *link;      /* to the coordinator; NULL once lost */
     int connected;
     char host[TFOS_HOST_MAX]; /* the address this node registered */
     int tb_port;              /* TensorBoard's (--tensorboard, --tensorboard-port); 0: none */
@@ -140,7 +141,6 @@ struct agent {
     /* feed: the rings this node owns and the socket producers get them from */
     tfos__ring *in_ring, *out_ring; /* observer handles (counters) */
     int in_fd, out_fd;
-    int feed_lfd;
     tfos__feed_server *feed_server; /* the producers' handshakes, on the loop */
     /* END_FEED: 0 not asked, 1 asked and pending, 2 done or given up */
     int end_feed;
@@ -254,10 +254,8 @@ static int send_msg(agent *a, tfos__msg *m)
 {
     int rc = tfos__msg_end(m);
     if (rc == 0 && a->connected)
-        rc = tfos__conn_send(&a->conn, m);
+        rc = tfos__link_send(a->link, m, NULL, 0);
     tfos__msg_fini(m);
-    if (a->connected)
-        tfos__loop_events(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0));
     return rc;
 }
 
@@ -345,9 +343,8 @@ static int open_feed(agent *a)
     if (rc == 0)
         rc = tfos__ring_create(&a->out_ring, &a->out_fd, out_cap, TFOS_RING_OBSERVER);
     if (rc == 0)
-        rc = tfos__feed_listen(o->cluster_id, o->executor_id, &a->feed_lfd);
-    if (rc == 0)
-        rc = tfos__feed_server_open(&a->feed_server, a->loop, a->feed_lfd, o->secret, a->label, a->in_fd, a->out_fd);
+        rc = tfos__feed_server_open(&a->feed_server, a->loop, o->cluster_id, o->executor_id, o->secret, a->label,
+                                    a->in_fd, a->out_fd);
     if (rc)
         TFOS_ERROR("agent %s: cannot set up the feed: %s (%s)", a->label, tfos_strerror(rc),
                    rc == TFOS_ESYS ? strerror(errno) : "");
@@ -361,7 +358,7 @@ static int open_feed(agent *a)
 #define FORWARD_BACKLOG (1 << 20)
 static void forward_line(agent *a, const char *line, size_t len)
 {
-    if (!a->connected || a->conn.out_len > FORWARD_BACKLOG) {
+    if (!a->connected || tfos__link_unsent(a->link) > FORWARD_BACKLOG) {
         a->forward_dropped++;
         return;
     }
@@ -421,7 +418,7 @@ static void report_exit(agent *a, int code, const char *kind, const char *desc)
     for (int i = 0; i < a->tail_count; i++)
         tfos__msg_add(&m, "tail", "%s", a->tail[(first + i) % TAIL_LINES]);
     if (send_msg(a, &m) == 0 && a->connected)
-        tfos__conn_flush_wait(&a->conn, 2000);
+        tfos__link_flush_wait(a->link, 2000);
 }
 
 /* The node's cgroup, where the machine has a writable cgroup v2 (else the
@@ -824,54 +821,11 @@ static int handle_frame(agent *a, const tfos__frame *f)
     }
 }
 
-/* Connect to the coordinator at addr and read its greeting: on success
- * *conn is connected and mac answers the greeting's nonce. `retry`: keep
- * trying a failed connect until the deadline (an agent may start before its
- * coordinator listens); a client fails at once. The greeting is waited for
- * until the deadline plus hello_extra_ms. On error, err gets one line and
- * errno is kept for TFOS_ESYS. */
-static int dial_coord(const char *addr, const char *secret, int64_t deadline, int retry, int hello_extra_ms,
-                      tfos__conn *conn, char mac[TFOS_MAC_HEX_LEN + 1], char *err, size_t errlen)
-{
-    char host[TFOS_HOST_MAX];
-    int port, fd = -1, rc;
-    tfos__conn_init(conn, -1, TFOS_WIRE_MAX_PAYLOAD);
-    if (!addr || tfos__parse_hostport(addr, host, sizeof host, &port))
-        return tfos__errf(err, errlen, TFOS_EINVAL, "bad coordinator address '%s' (want host:port)",
-                          addr ? addr : "");
-    for (;;) {
-        rc = tfos__tcp_connect(host, port, tfos__ms_left(deadline, retry ? 5000 : -1), &fd);
-        if (rc == 0)
-            break;
-        if (!retry || tfos__now_ms() >= deadline) {
-            int e = errno;
-            tfos__errf(err, errlen, rc, "cannot reach the coordinator at %s: %s", addr,
-                       rc == TFOS_ESYS ? strerror(e) : tfos_strerror(rc));
-            errno = e;
-            return rc;
-        }
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    tfos__conn_init(conn, fd, TFOS_WIRE_MAX_PAYLOAD);
-    tfos__frame f;
-    const char *why = NULL;
-    rc = tfos__conn_wait_frame(conn, tfos__ms_left(deadline, -1) + hello_extra_ms, &f, &why);
-    if (rc || f.type != TFOS_MSG_HELLO)
-        return tfos__errf(err, errlen, rc ? rc : TFOS_EPROTO, "no greeting from the coordinator at %s: %s", addr,
-                          rc ? (why ? why : tfos_strerror(rc)) : "unexpected message");
-    char nonce[80];
-    if (tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce) || tfos__auth_mac(secret, nonce, mac))
-        return tfos__errf(err, errlen, TFOS_EPROTO, "bad greeting from the coordinator at %s", addr);
-    tfos__conn_consume(conn);
-    return 0;
-}
-
 static int connect_and_register(agent *a)
 {
     const tfos_agent_opts *o = a->o;
     int64_t deadline = tfos__now_ms() + (int64_t)((o->connect_timeout > 0 ? o->connect_timeout : TFOS_DEFAULT_CONNECT_TIMEOUT) * 1000);
-    char mac[TFOS_MAC_HEX_LEN + 1], err[512];
+    char err[512];
     /* A coordinator under a flood of junk connections may drop us before it
      * greets us: try again, backing off, until the deadline. */
     int rc, tries = 0, backoff_ms = 100;
@@ -879,25 +833,23 @@ static int connect_and_register(agent *a)
         int64_t attempt_deadline = tfos__now_ms() + 5000;
         if (attempt_deadline > deadline)
             attempt_deadline = deadline;
-        rc = dial_coord(o->coord_addr, o->secret, attempt_deadline, 1, 1000, &a->conn, mac, err, sizeof err);
+        rc = tfos__coord_dial(&a->link, o->coord_addr, attempt_deadline, 1, 1000, err, sizeof err);
         tries++;
         if (rc == 0 || rc == TFOS_EINVAL || tfos__now_ms() + backoff_ms >= deadline)
             break;
-        tfos__conn_fini(&a->conn);
         TFOS_DEBUG("agent %d: %s; trying again in %d ms", o->executor_id, err, backoff_ms);
         struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
         if (backoff_ms < 2000)
             backoff_ms *= 2;
     }
-    a->connected = a->conn.fd >= 0;
+    a->connected = a->link != NULL;
     if (rc) {
         TFOS_ERROR("agent %d: %s (after %d tries)", o->executor_id, err, tries);
         return rc;
     }
     tfos__msg m;
-    tfos__msg_begin(&m, TFOS_MSG_REGISTER);
-    tfos__msg_add(&m, "mac", "%s", mac);
+    tfos__link_hello(a->link, &m, TFOS_MSG_REGISTER, o->secret);
     tfos__msg_add(&m, "executor_id", "%d", o->executor_id);
     char local[TFOS_HOST_MAX] = "127.0.0.1";
     if (o->host && strcmp(o->host, "auto"))
@@ -907,7 +859,7 @@ static int connect_and_register(agent *a)
          * the other nodes can reach it at too (YARN containers, tfos yarn) */
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        if (getsockname(a->conn.fd, (struct sockaddr *)&ss, &sl) ||
+        if (getsockname(tfos__link_fd(a->link), (struct sockaddr *)&ss, &sl) ||
             getnameinfo((struct sockaddr *)&ss, sl, local, sizeof local, NULL, 0, NI_NUMERICHOST))
             TFOS_WARN("agent %d: cannot tell this host's address (%s); registering 127.0.0.1", o->executor_id,
                       strerror(errno));
@@ -1023,9 +975,10 @@ static void on_owner(tfos__loop *l, int fd, int events, void *user)
         a->done = 1;
 }
 
+/* The link to the coordinator is gone (and freed when this returns). */
 static void lost_coordinator(agent *a)
 {
-    tfos__loop_unwatch(a->loop, a->conn.fd);
+    a->link = NULL;
     a->connected = 0;
     if (!a->child) {
         TFOS_ERROR("agent %d: lost the coordinator before the cluster formed", a->o->executor_id);
@@ -1037,41 +990,28 @@ static void lost_coordinator(agent *a)
     }
 }
 
-static void on_conn(tfos__loop *l, int fd, int events, void *user)
+/* A frame from the coordinator. */
+static void on_coord_frame(tfos__link *k, const tfos__frame *f, void *user)
 {
-    (void)l;
-    (void)fd;
+    (void)k;
     agent *a = user;
-    if (events & TFOS_EV_WRITE)
-        tfos__conn_flush(&a->conn);
-    int rc = (events & TFOS_EV_READ) ? tfos__conn_read(&a->conn) : 0;
-    for (;;) {
-        tfos__frame f;
-        const char *why = NULL;
-        int fr = tfos__conn_frame(&a->conn, &f, &why);
-        if (fr == TFOS_EAGAIN)
-            break;
-        if (fr) {
-            TFOS_ERROR("agent %d: bad frame from the coordinator: %s", a->o->executor_id,
-                       why ? why : tfos_strerror(fr));
-            rc = TFOS_EPROTO;
-            break;
-        }
-        int end = handle_frame(a, &f);
-        tfos__conn_consume(&a->conn);
-        if (end) {
-            if (!a->error_exit)
-                a->error_exit = 1;
-            a->done = 1;
-            return;
-        }
-    }
-    if (rc) {
-        lost_coordinator(a);
+    if (a->done) /* ending: what else comes is not read */
         return;
+    if (handle_frame(a, f)) {
+        if (!a->error_exit)
+            a->error_exit = 1;
+        a->done = 1;
     }
-    if (a->connected)
-        tfos__loop_events(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0));
+}
+
+/* The coordinator hung up, or sent something that is not a frame. */
+static void on_coord_close(tfos__link *k, int rc, const char *why, void *user)
+{
+    (void)k;
+    agent *a = user;
+    if (rc == TFOS_EPROTO || rc == TFOS_ETOOBIG)
+        TFOS_ERROR("agent %d: bad frame from the coordinator: %s", a->o->executor_id, why ? why : tfos_strerror(rc));
+    lost_coordinator(a);
 }
 
 /* The hang watchdog, every heartbeat: progress is the program reading its
@@ -1132,8 +1072,11 @@ static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
 static void agent_loop(agent *a)
 {
     tfos__loop_watch(a->loop, a->sfd, TFOS_EV_READ, on_signal, a);
-    if (a->connected)
-        tfos__loop_watch(a->loop, a->conn.fd, TFOS_EV_READ | (a->conn.out_len ? TFOS_EV_WRITE : 0), on_conn, a);
+    static const tfos__link_cb coord_cb = {on_coord_frame, on_coord_close};
+    if (a->connected && tfos__link_start(a->link, a->loop, &coord_cb, a)) {
+        tfos__link_close(a->link);
+        lost_coordinator(a);
+    }
     if (a->owner_fd >= 0) /* a pidfd is readable once its process has exited */
         tfos__loop_watch(a->loop, a->owner_fd, TFOS_EV_READ, on_owner, a);
     tfos__timer_arm(a->loop, &a->hb_timer, tfos__now_ms() + TFOS_HEARTBEAT_INTERVAL_MS, on_heartbeat, a);
@@ -1154,7 +1097,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     memset(&a, 0, sizeof a);
     a.o = o;
     a.sfd = a.resv_fd = a.logfd = -1;
-    a.in_fd = a.out_fd = a.feed_lfd = a.owner_fd = -1;
+    a.in_fd = a.out_fd = a.owner_fd = -1;
     a.lb[0].fd = a.lb[1].fd = -1;
     a.lb[0].a = a.lb[1].a = &a;
     a.cgroup_fd = -1;
@@ -1164,7 +1107,6 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     /* a hung Python program dumps every thread's stack on SIGABRT */
     if (o->hang_timeout > 0)
         setenv("PYTHONFAULTHANDLER", "1", 0);
-    a.conn.fd = -1;
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
     *exit_code = 1;
 
@@ -1247,8 +1189,7 @@ out:
     for (int i = 0; i < 2; i++)
         if (a.lb[i].fd >= 0)
             close(a.lb[i].fd);
-    if (a.connected || a.conn.fd >= 0)
-        tfos__conn_fini(&a.conn);
+    tfos__link_close(a.link);
     if (a.resv_fd >= 0)
         close(a.resv_fd);
     if (a.logfd >= 0)
@@ -1258,8 +1199,6 @@ out:
     tfos__feed_server_close(a.feed_server);
     if (a.cgroup_fd >= 0)
         close(a.cgroup_fd);
-    if (a.feed_lfd >= 0)
-        close(a.feed_lfd);
     if (a.in_fd >= 0)
         close(a.in_fd);
     if (a.out_fd >= 0)
@@ -1272,137 +1211,5 @@ out:
     free(a.nodes);
     tfos__loop_close(a.loop);
     sigprocmask(SIG_SETMASK, &old, NULL);
-    return rc;
-}
-
-/* ---- clients of the coordinator ------------------------------------------ */
-
-/* Send `m` (finished here) on a dialed connection and wait for the answer
- * until the deadline: a STATUS frame (left in *f, not consumed) or an ERROR
- * from the coordinator (TFOS_EAUTH when it refused the secret). */
-static int client_exchange(tfos__conn *conn, tfos__msg *m, int64_t deadline, const char *addr, tfos__frame *f,
-                           char *err, size_t errlen)
-{
-    int rc = tfos__msg_end(m);
-    if (rc == 0)
-        rc = tfos__conn_send(conn, m);
-    tfos__msg_fini(m);
-    if (rc == 0)
-        rc = tfos__conn_flush_wait(conn, tfos__ms_left(deadline, -1));
-    const char *why = NULL;
-    if (rc == 0)
-        rc = tfos__conn_wait_frame(conn, tfos__ms_left(deadline, -1), f, &why);
-    if (rc)
-        return tfos__errf(err, errlen, rc, "no answer from the coordinator at %s: %s", addr,
-                          why ? why : tfos_strerror(rc));
-    if (f->type == TFOS_MSG_ERROR) {
-        char text[512] = "(no message)";
-        tfos__kv_str(f->payload, f->len, "message", text, sizeof text);
-        long long code = TFOS_EPROTO; /* the kind of refusal travels as a code, never in the text */
-        if (tfos__kv_int(f->payload, f->len, "code", -100, 0, &code) || code >= 0)
-            code = TFOS_EPROTO;
-        return tfos__errf(err, errlen, (int)code, "the coordinator at %s refused: %s", addr, text);
-    }
-    if (f->type != TFOS_MSG_STATUS)
-        return tfos__errf(err, errlen, TFOS_EPROTO, "unexpected answer from the coordinator at %s", addr);
-    return 0;
-}
-
-int tfos_report_abort(const char *coord_addr, const char *secret, int executor_id, const char *message,
-                      int timeout_ms)
-{
-    if (!coord_addr || !secret || executor_id < 0 || timeout_ms < 0)
-        return TFOS_EINVAL;
-    if (!message)
-        message = "";
-    int64_t deadline = tfos__now_ms() + timeout_ms;
-    tfos__conn conn;
-    char mac[TFOS_MAC_HEX_LEN + 1], err[512] = "";
-    int rc = dial_coord(coord_addr, secret, deadline, 0, 0, &conn, mac, err, sizeof err);
-    if (rc == 0) {
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_ABORT);
-        tfos__msg_add(&m, "mac", "%s", mac);
-        tfos__msg_add(&m, "executor_id", "%d", executor_id);
-        /* one "message=" per line, cut to what a frame holds (with room for
-         * the line keys and the fields above) */
-        size_t room = TFOS_WIRE_MAX_PAYLOAD - 512;
-        const char *line = message;
-        do {
-            const char *nl = strchr(line, '\n');
-            size_t len = nl ? (size_t)(nl - line) : strlen(line);
-            size_t take = tfos__utf8_cut(line, len, room);
-            tfos__msg_add(&m, "message", "%.*s", (int)take, line);
-            room = room > take + 9 ? room - take - 9 : 0;
-            line = nl ? nl + 1 : NULL;
-        } while (line && room > 0);
-        tfos__frame f;
-        rc = client_exchange(&conn, &m, deadline, coord_addr, &f, err, sizeof err);
-    }
-    int e = errno;
-    if (rc)
-        TFOS_DEBUG("reporting that executor %d could not start: %s", executor_id, err);
-    tfos__conn_fini(&conn);
-    errno = e;
-    return rc;
-}
-
-int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out)
-{
-    return tfos_coord_command(coord_addr, secret, NULL, NULL, timeout_ms, json_out);
-}
-
-int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
-                       int timeout_ms, char **json_out)
-{
-    if (!json_out)
-        return TFOS_EINVAL;
-    *json_out = NULL;
-    if (!coord_addr || !secret || timeout_ms < 0)
-        return TFOS_EINVAL;
-    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
-        return TFOS_EINVAL;
-    char line[1024] = "";
-    if (reason) { /* one line: the frame's values end at a newline */
-        size_t n = tfos__utf8_cut(reason, strlen(reason), sizeof line - 1);
-        memcpy(line, reason, n);
-        line[n] = '\0';
-        for (char *q = line; *q; q++)
-            if (*q == '\n' || *q == '\r')
-                *q = ' ';
-    }
-    int64_t deadline = tfos__now_ms() + timeout_ms;
-    tfos__conn conn;
-    char mac[TFOS_MAC_HEX_LEN + 1], err[512] = "";
-    int rc = dial_coord(coord_addr, secret, deadline, 0, 0, &conn, mac, err, sizeof err);
-    if (rc == 0) {
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_QUERY);
-        tfos__msg_add(&m, "mac", "%s", mac);
-        if (command && *command)
-            tfos__msg_add(&m, "command", "%s", command);
-        if (line[0])
-            tfos__msg_add(&m, "reason", "%s", line);
-        tfos__frame f;
-        rc = client_exchange(&conn, &m, deadline, coord_addr, &f, err, sizeof err);
-        if (rc == 0) {
-            char *json = malloc((size_t)f.len + 1);
-            rc = json ? tfos__kv_str(f.payload, f.len, "json", json, (size_t)f.len + 1) : TFOS_ENOMEM;
-            if (rc == TFOS_ENOMEM)
-                tfos__errf(err, sizeof err, rc, "no memory for the status");
-            else if (rc == TFOS_EINVAL)
-                rc = tfos__errf(err, sizeof err, TFOS_EPROTO, "status from the coordinator at %s without json",
-                                coord_addr);
-            if (rc)
-                free(json);
-            else
-                *json_out = json;
-        }
-    }
-    int e = errno;
-    if (rc)
-        TFOS_DEBUG("querying the coordinator: %s", err);
-    tfos__conn_fini(&conn);
-    errno = e;
     return rc;
 }

@@ -4,8 +4,9 @@
  * It registers with an event loop (core/loop.h): its listening socket, one
  * watch per peer, and one timer armed for the earliest deadline it has (the
  * reservation, a heartbeat, an unauthenticated peer, the stop), so it sleeps
- * exactly until something can happen. Peers connect over TCP, are greeted
- * with a nonce, and must answer with a REGISTER (agents), QUERY (status
+ * exactly until something can happen. Peers connect over TCP links
+ * (core/link.h: the listener greets them and bounds those that have not
+ * authenticated) and must answer with a REGISTER (agents), QUERY (status
  * clients) or ABORT (a node task that could not start its node) carrying
  * HMAC(secret, nonce). Anything malformed, oversized or unauthenticated is
  * logged with the peer's address and dropped; it never stops the coordinator.
@@ -29,6 +30,7 @@
 
 #include "core/auth.h"
 #include "core/json.h"
+#include "core/link.h"
 #include "core/log.h"
 #include "core/report.h"
 #include "core/ring.h"
@@ -48,10 +50,10 @@
 #include <unistd.h>
 
 #define MAX_PEERS 1024
-/* Connections that have not authenticated yet: bounded on their own (a new
- * one evicts the oldest) so a flood of idle connections never takes the
- * slots registrations need, and each has TFOS_AUTH_TIMEOUT_MS to prove
- * itself. */
+/* Connections that have not authenticated yet: bounded on their own by the
+ * listener (a new one evicts the oldest) so a flood of idle connections
+ * never takes the slots registrations need, and each has
+ * TFOS_AUTH_TIMEOUT_MS to prove itself. */
 #define UNAUTH_MAX 64
 #define WARN_WINDOW_MS 10000
 #define WARN_PER_WINDOW 10
@@ -86,15 +88,15 @@ typedef struct cnode {
     int64_t report_at;                       /* when the program made it (coordinator's clock) */
 } cnode;
 
+/* A peer that has sent its first frame (those still to authenticate are
+ * the listener's). */
 struct peer {
-    tfos__conn conn;
+    tfos__link *link; /* NULL once dropped */
     char name[64];
-    char nonce[33];
     int node;        /* -1 until registered */
     int authed;
-    int closing;     /* drop once the output is flushed */
+    int closing;     /* its last frame is queued: the link ends once it is written */
     int gone;        /* dropped: in the graveyard, freed after the callback */
-    int64_t accepted;
     peer *next_dead;
 };
 
@@ -106,7 +108,7 @@ struct tfos_coord {
     tfos__loop *loop;
     int own_loop;
     tfos__timer timer;
-    int lfd;
+    tfos__listener *listener;
     int state;
     int n;
     int registered;
@@ -118,7 +120,6 @@ struct tfos_coord {
     int64_t stop_deadline;
     int64_t last_query;    /* the client's lease: when its last status query came */
     int released;          /* a client sent "release": it has read the outcome */
-    int unauthed;          /* peers that have not authenticated yet */
     tfos__warn_limit warn; /* peer-caused warnings: at most WARN_PER_WINDOW per window */
     int failed;
     int failure_code;
@@ -206,17 +207,24 @@ static peer *peer_of(const cnode *nd)
     return nd->peer;
 }
 
-static void peer_sync(tfos_coord *c, peer *p);
-
 static void send_msg(tfos_coord *c, peer *p, tfos__msg *m)
 {
+    (void)c;
     int rc = tfos__msg_end(m);
-    if (rc == 0)
-        rc = tfos__conn_send(&p->conn, m);
+    if (rc == 0 && p->link)
+        rc = tfos__link_send(p->link, m, NULL, 0);
     if (rc && rc != TFOS_ECLOSED)
         TFOS_WARN("coordinator: sending to %s failed: %s", p->name, tfos_strerror(rc));
     tfos__msg_fini(m);
-    peer_sync(c, p);
+}
+
+/* The peer's last frame is queued: its link ends (on_close) once that is
+ * written, maybe at once. */
+static void finish_peer(peer *p)
+{
+    p->closing = 1;
+    if (p->link)
+        tfos__link_finish(p->link);
 }
 
 /* An ERROR frame, then the peer is dropped once it is sent. `code` is the
@@ -227,8 +235,8 @@ static void send_error(tfos_coord *c, peer *p, int code, const char *text)
     tfos__msg_begin(&m, TFOS_MSG_ERROR);
     tfos__msg_add(&m, "code", "%d", code);
     tfos__msg_add(&m, "message", "%s", text);
-    p->closing = 1;
     send_msg(c, p, &m);
+    finish_peer(p);
 }
 
 static void enter_stopping(tfos_coord *c);
@@ -239,10 +247,12 @@ static void drop_peer(tfos_coord *c, peer *p, const char *why)
         return;
     if (why)
         tfos__warn_limited(&c->warn, "dropped peer %s: %s", p->name, why);
-    if (!p->authed)
-        c->unauthed--;
     p->gone = 1;
-    tfos__loop_unwatch(c->loop, p->conn.fd);
+    if (p->link) { /* dropped here, not ended by the link: close it (no on_close) */
+        tfos__link_set_data(p->link, NULL);
+        tfos__link_close(p->link);
+        p->link = NULL;
+    }
     for (int i = 0; i < c->npeers; i++)
         if (c->peers[i] == p) {
             c->peers[i] = c->peers[--c->npeers];
@@ -287,22 +297,8 @@ static void bury(tfos_coord *c)
     while (c->graveyard) {
         peer *p = c->graveyard;
         c->graveyard = p->next_dead;
-        tfos__conn_fini(&p->conn);
         free(p);
     }
-}
-
-/* Keep a peer's watch in line with its output, and drop it once a closing
- * peer's last frame is out. */
-static void peer_sync(tfos_coord *c, peer *p)
-{
-    if (p->gone)
-        return;
-    if (p->closing && p->conn.out_len == 0) {
-        drop_peer(c, p, NULL);
-        return;
-    }
-    tfos__loop_events(c->loop, p->conn.fd, TFOS_EV_READ | (p->conn.out_len ? TFOS_EV_WRITE : 0));
 }
 
 static void send_stop(tfos_coord *c, cnode *nd, const char *reason, double grace)
@@ -382,15 +378,13 @@ static int host_valid(const char *h)
  * (the peer is then dropped) and return 0. `what` names the request in the log. */
 static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char *what)
 {
-    char mac[TFOS_MAC_HEX_LEN + 2] = "";
-    tfos__kv_str(f->payload, f->len, "mac", mac, sizeof mac);
-    if (tfos__auth_check(c->secret, p->nonce, mac)) {
+    if (tfos__link_auth(p->link, f, c->secret, "cluster secret")) {
+        /* the link answers with an ERROR and ends once it is written */
         tfos__warn_limited(&c->warn, "rejected %s from %s: it does not know the cluster secret", what, p->name);
-        send_error(c, p, TFOS_EAUTH, "authentication failed: wrong cluster secret");
+        p->closing = 1;
         return 0;
     }
     p->authed = 1;
-    c->unauthed--;
     return 1;
 }
 
@@ -601,8 +595,8 @@ static void send_status(tfos_coord *c, peer *p)
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
     tfos__msg_add(&m, "json", "%s", json ? json : "{}");
     free(json);
-    p->closing = 1;
     send_msg(c, p, &m);
+    finish_peer(p);
 }
 
 /* A node task could not start its node: that node will never register (or
@@ -750,126 +744,51 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     }
 }
 
-static void on_peer(tfos__loop *l, int fd, int events, void *user);
-
-static void on_listen(tfos__loop *l, int lfd, int events, void *user)
+/* A frame from a peer: its first (the link is not yet authenticated: a
+ * REGISTER, QUERY or ABORT must authenticate it) or a later one. */
+static void on_peer_frame(tfos__link *k, const tfos__frame *f, void *user)
 {
-    (void)l;
-    (void)lfd;
-    (void)events;
     tfos_coord *c = user;
-    for (;;) {
-        int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-                TFOS_WARN("coordinator: accept failed: %s", strerror(errno));
-            break;
-        }
-        char name[64];
-        tfos__peer_name(fd, name, sizeof name);
-        if (c->unauthed >= UNAUTH_MAX) {
-            /* make room: the oldest connection still not authenticated goes */
-            peer *oldest = NULL;
-            for (int i = 0; i < c->npeers; i++)
-                if (!c->peers[i]->authed && !c->peers[i]->gone &&
-                    (!oldest || c->peers[i]->accepted < oldest->accepted))
-                    oldest = c->peers[i];
-            if (oldest)
-                drop_peer(c, oldest, "too many connections waiting to authenticate; dropped the oldest");
-        }
+    peer *p = tfos__link_data(k);
+    if (!p) {
         if (c->npeers >= MAX_PEERS) {
-            tfos__warn_limited(&c->warn, "refused %s: too many connections", name);
-            close(fd);
-            continue;
+            tfos__warn_limited(&c->warn, "refused %s: too many connections", tfos__link_name(k));
+            tfos__link_close(k);
+            return;
         }
-        peer *p = calloc(1, sizeof *p);
-        if (!p || tfos__random_hex(p->nonce, 16)) {
-            free(p);
-            close(fd);
-            continue;
+        if (!(p = calloc(1, sizeof *p))) {
+            tfos__link_close(k);
+            return;
         }
-        tfos__conn_init(&p->conn, fd, TFOS_WIRE_MAX_PAYLOAD);
-        snprintf(p->name, sizeof p->name, "%s", name);
+        p->link = k;
         p->node = -1;
-        p->accepted = tfos__now_ms();
-        if (tfos__loop_watch(c->loop, fd, TFOS_EV_READ, on_peer, c)) {
-            tfos__conn_fini(&p->conn);
-            free(p);
-            continue;
-        }
+        snprintf(p->name, sizeof p->name, "%s", tfos__link_name(k));
+        tfos__link_set_data(k, p);
         c->peers[c->npeers++] = p;
-        c->unauthed++;
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_HELLO);
-        tfos__msg_add(&m, "nonce", "%s", p->nonce);
-        tfos__msg_add(&m, "protocol", "%d", TFOS_PROTOCOL_VERSION);
-        send_msg(c, p, &m);
+    }
+    if (!p->closing) {
+        const char *drop = handle_frame(c, p, f);
+        if (drop)
+            drop_peer(c, p, drop);
     }
     bury(c);
     schedule(c);
 }
 
-static peer *find_peer(tfos_coord *c, int fd)
+/* A link ended on its own: a peer that never sent a frame (refused, late,
+ * evicted, broken), or one of ours (hung up, broke the protocol, or said
+ * its last word). An authenticated peer that hangs up is not worth a line. */
+static void on_peer_close(tfos__link *k, int rc, const char *why, void *user)
 {
-    for (int i = 0; i < c->npeers; i++)
-        if (c->peers[i]->conn.fd == fd)
-            return c->peers[i];
-    return NULL;
-}
-
-static void service_peer(tfos_coord *c, peer *p, int events)
-{
-    if (events & TFOS_EV_WRITE)
-        tfos__conn_flush(&p->conn);
-    if (!(events & TFOS_EV_READ)) {
-        peer_sync(c, p);
-        return;
-    }
-    int rc = tfos__conn_read(&p->conn);
-    int closed = rc == TFOS_ECLOSED;
-    if (rc && !closed) {
-        drop_peer(c, p, tfos_strerror(rc));
-        return;
-    }
-    while (!p->gone) {
-        tfos__frame f;
-        const char *why = NULL;
-        rc = tfos__conn_frame(&p->conn, &f, &why);
-        if (rc == TFOS_EAGAIN)
-            break;
-        if (rc) {
-            char reason[160];
-            snprintf(reason, sizeof reason, "%s: %s", rc == TFOS_ETOOBIG ? "oversized frame" : "malformed frame",
-                     why ? why : tfos_strerror(rc));
-            drop_peer(c, p, reason);
-            return;
-        }
-        const char *drop = p->closing ? NULL : handle_frame(c, p, &f);
-        tfos__conn_consume(&p->conn);
-        if (drop) {
-            drop_peer(c, p, drop);
-            return;
-        }
-    }
-    if (p->gone)
-        return;
-    if (closed) {
-        const char *why = NULL;
-        if (!p->authed)
-            why = p->conn.in_len ? "closed in the middle of a frame (truncated)" : "closed before authenticating";
-        drop_peer(c, p, why);
-        return;
-    }
-    peer_sync(c, p);
-}
-
-static void on_peer(tfos__loop *l, int fd, int events, void *user)
-{
-    (void)l;
     tfos_coord *c = user;
-    peer *p = find_peer(c, fd);
-    if (p)
-        service_peer(c, p, events);
+    peer *p = tfos__link_data(k);
+    if (!p) {
+        if (why)
+            tfos__warn_limited(&c->warn, "dropped peer %s: %s", tfos__link_name(k), why);
+    } else {
+        p->link = NULL;
+        drop_peer(c, p, p->authed && rc == TFOS_ECLOSED ? NULL : why);
+    }
     bury(c);
     schedule(c);
 }
@@ -891,12 +810,6 @@ static void check_timers(tfos_coord *c)
 {
     int64_t now = tfos__now_ms();
     tfos__warn_limit_flush(&c->warn, 0);
-    /* unauthenticated connections may not linger */
-    for (int i = c->npeers - 1; i >= 0; i--) {
-        peer *p = c->peers[i];
-        if (!p->authed && now - p->accepted >= TFOS_AUTH_TIMEOUT_MS)
-            drop_peer(c, p, "did not authenticate in time");
-    }
     if (c->state == TFOS_COORD_RESERVING && now >= c->reserve_deadline) {
         char missing[4096];
         size_t ml = 0;
@@ -980,9 +893,6 @@ static void schedule(tfos_coord *c)
         }
     }
     int64_t at = INT64_MAX;
-    for (int i = 0; i < c->npeers; i++)
-        if (!c->peers[i]->authed && c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS < at)
-            at = c->peers[i]->accepted + TFOS_AUTH_TIMEOUT_MS;
     if (c->state == TFOS_COORD_RESERVING && c->reserve_deadline < at)
         at = c->reserve_deadline;
     if (tfos__warn_limit_due(&c->warn) < at)
@@ -1032,7 +942,6 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
         c->opts.attempt = tfos_policy_attempt(c->opts.policy);
     if (c->opts.attempt <= 0)
         c->opts.attempt = 1;
-    c->lfd = -1;
     int rc = TFOS_ENOMEM;
     c->secret = strdup(opts->secret);
     c->checkpoint_dir = opts->checkpoint_dir ? strdup(opts->checkpoint_dir) : NULL;
@@ -1057,17 +966,18 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
             goto fail;
         c->own_loop = 1;
     }
-    int port;
-    rc = tfos__tcp_listen(c->opts.bind_host, opts->port, 1024, &c->lfd, &port);
-    if (rc)
+    char addr[TFOS_HOST_MAX + 16], err[300];
+    snprintf(addr, sizeof addr, strchr(c->opts.bind_host, ':') ? "[%s]:%d" : "%s:%d", c->opts.bind_host, opts->port);
+    tfos__listen_opts lo = {.addr = addr, .backlog = 1024, .max_pending = UNAUTH_MAX,
+                            .cb = {on_peer_frame, on_peer_close}, .user = c};
+    rc = tfos__listener_open(&c->listener, c->loop, &lo, err, sizeof err);
+    if (rc) {
+        int e = errno;
+        TFOS_DEBUG("coordinator: %s", err);
+        errno = e;
         goto fail;
-    rc = tfos__loop_watch(c->loop, c->lfd, TFOS_EV_READ, on_listen, c);
-    if (rc)
-        goto fail;
-    if (strchr(c->opts.bind_host, ':'))
-        snprintf(c->address, sizeof c->address, "[%s]:%d", c->opts.bind_host, port);
-    else
-        snprintf(c->address, sizeof c->address, "%s:%d", c->opts.bind_host, port);
+    }
+    snprintf(c->address, sizeof c->address, "%s", tfos__listener_address(c->listener));
     c->state = TFOS_COORD_RESERVING;
     c->reserve_deadline = tfos__now_ms() + (int64_t)(c->opts.reservation_timeout * 1000);
     c->last_query = tfos__now_ms();
@@ -1267,21 +1177,17 @@ void tfos_coord_close(tfos_coord *c)
     if (!c)
         return;
     tfos__warn_limit_flush(&c->warn, 1);
-    for (int i = 0; i < c->npeers; i++) {
-        tfos__loop_unwatch(c->loop, c->peers[i]->conn.fd);
-        tfos__conn_fini(&c->peers[i]->conn);
+    for (int i = 0; c->peers && i < c->npeers; i++) {
+        tfos__link_close(c->peers[i]->link);
         free(c->peers[i]);
     }
     bury(c);
+    tfos__listener_close(c->listener);
     if (c->loop) {
         tfos__timer_disarm(c->loop, &c->timer);
-        if (c->lfd >= 0)
-            tfos__loop_unwatch(c->loop, c->lfd);
         if (c->own_loop)
             tfos__loop_close(c->loop);
     }
-    if (c->lfd >= 0)
-        close(c->lfd);
     free(c->peers);
     free(c->nodes);
     free(c->secret);

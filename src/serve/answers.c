@@ -160,8 +160,8 @@ void tfos__serve_count_answer(model *m, req *r, const char *version)
     tfos__serve_free_req(r);
 }
 
-/* A local client's answer: its rows of every output, as a columnar batch
- * after the version. */
+/* A local client's answer: its rows of every output, as a columnar batch,
+ * and the version that ran them. */
 void tfos__serve_answer_client(tfos__serve *s, req *r, const char *version, const tfos__batch_view *v, const char *batch,
                           uint32_t row0)
 {
@@ -183,11 +183,7 @@ void tfos__serve_answer_client(tfos__serve *s, req *r, const char *version, cons
         memcpy(out + cols[c].data_off, batch + v->cols[c].data_off + (uint64_t)row0 * row_bytes,
                (size_t)r->rows * row_bytes);
     }
-    uint16_t vl = (uint16_t)strlen(version);
-    char head[2 + 32];
-    memcpy(head, &vl, 2);
-    memcpy(head + 2, version, vl);
-    if (tfos__serve_queue_frame(&s->servers[r->client], TFOS_SERVE_RESULT, r->http_id, head, 2u + vl, out, total) == 0)
-        tfos__serve_flush(s, r->client);
+    const char *kv[] = {"version", version, NULL};
+    tfos__serve_send(s, r->client, TFOS_MSG_SERVE_RESULT, r->http_id, kv, out, total);
     free(out);
 }

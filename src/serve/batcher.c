@@ -71,7 +71,7 @@ static int pick_server(tfos__serve *s, int mi, const char *version)
     int best = -1;
     for (int i = 0; i < MAX_SERVERS; i++) {
         server *sv = &s->servers[i];
-        if (sv->fd >= 0 && sv->ready && sv->inflight < INFLIGHT && sv->mv && sv->mv[mi].n &&
+        if (sv->link && sv->ready && sv->inflight < INFLIGHT && sv->mv && sv->mv[mi].n &&
             (!version[0] || tfos__serve_holds(sv, mi, version)) && (best < 0 || sv->inflight < s->servers[best].inflight))
             best = i;
     }
@@ -114,16 +114,11 @@ static int send_batch(tfos__serve *s, int mi, int ix)
                 break;
         }
     }
-    /* the prefix: model name and the version asked for ("": the server's latest) */
-    char prefix[4 + sizeof m->name + sizeof first->version];
-    uint16_t nl = (uint16_t)strlen(m->name), vl = (uint16_t)strlen(first->version);
-    memcpy(prefix, &nl, 2);
-    memcpy(prefix + 2, m->name, nl);
-    memcpy(prefix + 2 + nl, &vl, 2);
-    memcpy(prefix + 4 + nl, first->version, vl);
+    /* the model, and the version asked for ("": the server's latest) */
+    const char *kv[] = {"model", m->name, "version", first->version, NULL};
     flight *fl = calloc(1, sizeof *fl);
     server *sv = &s->servers[ix];
-    if (!fl || tfos__serve_queue_frame(sv, TFOS_SERVE_BATCH, s->next_batch, prefix, 4u + nl + vl, batch, total)) {
+    if (!fl || tfos__serve_send(s, ix, TFOS_MSG_SERVE_BATCH, s->next_batch, kv, batch, total)) {
         free(fl);
         free(batch);
         return -1;
@@ -143,7 +138,6 @@ static int send_batch(tfos__serve *s, int mi, int ix)
     fl->next = s->flights;
     s->flights = fl;
     sv->inflight++;
-    tfos__serve_flush(s, ix);
     return 0;
 }
 

@@ -11,14 +11,11 @@
 
 #include "core/auth.h"
 #include "core/log.h"
-#include "platform/net.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 /* /v2/models/NAME[/versions/V][/ready|/infer] */
@@ -134,60 +131,49 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
     if (s->o.timeout_s <= 0)
         s->o.timeout_s = TFOS_SERVE_DEFAULT_TIMEOUT;
     snprintf(s->secret, sizeof s->secret, "%s", secret);
-    for (int i = 0; i < MAX_SERVERS; i++)
-        s->servers[i].fd = -1;
+    s->warn = (tfos__warn_limit){.who = "tfos serve", .per_window = 5, .window_ms = 10000};
+    int rc = TFOS_ENOMEM;
     s->models = calloc((size_t)(o->nmodels > 0 ? o->nmodels : 1), sizeof *s->models);
     if (!s->models) {
-        free(s);
-        return tfos__errf(err, errlen, TFOS_ENOMEM, "out of memory");
+        tfos__errf(err, errlen, rc, "out of memory");
+        goto fail;
     }
     for (int i = 0; i < o->nmodels; i++)
         snprintf(s->models[i].name, sizeof s->models[i].name, "%s", o->models[i]);
     s->nmodels = o->nmodels;
-    /* an abstract socket: no path to clean up or outgrow; only servers
-     * that know the secret are taken (HELLO) */
-    char hex[17];
-    int rc = tfos__random_hex(hex, 8);
-    if (rc) {
-        free(s->models);
-        free(s);
-        return tfos__errf(err, errlen, rc, "no random bytes for the socket's name");
+    /* an abstract socket: no path to clean up or outgrow; only peers that
+     * authenticate (core/link.h) are taken */
+    char hex[17], addr[300];
+    if ((rc = tfos__random_hex(hex, 8))) {
+        tfos__errf(err, errlen, rc, "no random bytes for the socket's name");
+        goto fail;
     }
     snprintf(s->address, sizeof s->address, "@tfos-serve-%s", hex);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    size_t nl = strlen(s->address);
-    memcpy(a.sun_path + 1, s->address + 1, nl - 1); /* sun_path[0] = 0: abstract */
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + nl);
-    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, alen) || listen(s->lfd, 64) ||
-        tfos__loop_watch(loop, s->lfd, TFOS_EV_READ, tfos__serve_on_accept, s)) {
-        int e = errno;
-        if (s->lfd >= 0)
-            close(s->lfd);
-        free(s->models);
-        free(s);
-        return tfos__errf(err, errlen, TFOS_ESYS, "cannot listen for the model servers: %s", strerror(e));
+    tfos__listen_opts lo = {.addr = s->address, .backlog = 64, .max_pending = PENDING_MAX, .max_data = FRAME_MAX,
+                            .max_out = CLIENT_MAX_OUT, .nodelay = 1, .cb = tfos__serve_link_cb, .user = s};
+    char why[300];
+    if ((rc = tfos__listener_open(&s->local, loop, &lo, why, sizeof why))) {
+        tfos__errf(err, errlen, rc, "cannot listen for the model servers: %s", why);
+        goto fail;
     }
-    s->tfd = -1;
     snprintf(s->link, sizeof s->link, "%s", s->address);
     if (tcp_host) {
-        int port = 0;
-        if ((rc = tfos__tcp_listen(tcp_host, 0, 64, &s->tfd, &port)) ||
-            tfos__loop_watch(loop, s->tfd, TFOS_EV_READ, tfos__serve_on_accept, s)) {
-            int e = errno;
-            if (s->tfd >= 0)
-                close(s->tfd);
-            tfos__loop_unwatch(loop, s->lfd);
-            close(s->lfd);
-            free(s->models);
-            free(s);
-            return tfos__errf(err, errlen, rc ? rc : TFOS_ESYS, "cannot listen for the model servers on %s: %s",
-                              tcp_host, strerror(e));
+        /* model servers on other hosts (tfos yarn serve): the same link on TCP */
+        snprintf(addr, sizeof addr, strchr(tcp_host, ':') ? "[%s]:0" : "%s:0", tcp_host);
+        lo.addr = addr;
+        if ((rc = tfos__listener_open(&s->tcp, loop, &lo, why, sizeof why))) {
+            tfos__errf(err, errlen, rc, "cannot listen for the model servers on %s: %s", tcp_host, why);
+            goto fail;
         }
-        snprintf(s->link, sizeof s->link, strchr(tcp_host, ':') ? "[%s]:%d" : "%s:%d", tcp_host, port);
+        snprintf(s->link, sizeof s->link, "%s", tfos__listener_address(s->tcp));
     }
     *out = s;
     return 0;
+fail:
+    tfos__listener_close(s->local);
+    free(s->models);
+    free(s);
+    return rc;
 }
 
 const char *tfos__serve_address(const tfos__serve *s)
@@ -216,13 +202,11 @@ void tfos__serve_close(tfos__serve *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < MAX_SERVERS; i++)
-        if (s->servers[i].fd >= 0) {
-            tfos__loop_unwatch(s->loop, s->servers[i].fd);
-            close(s->servers[i].fd);
-            free(s->servers[i].in);
-            free(s->servers[i].out);
-            s->servers[i].fd = -1;
+    for (int i = 0; i < MAX_SLOTS; i++)
+        if (s->servers[i].link) {
+            tfos__link_close(s->servers[i].link);
+            free(s->servers[i].mv);
+            memset(&s->servers[i], 0, sizeof s->servers[i]);
         }
     for (flight *fl = s->flights, *nf; fl; fl = nf) {
         nf = fl->next;
@@ -238,12 +222,9 @@ void tfos__serve_close(tfos__serve *s)
             tfos__serve_fail_req(s, r, 503, "the model server is shutting down");
         }
     tfos__timer_disarm(s->loop, &s->timer);
-    tfos__loop_unwatch(s->loop, s->lfd);
-    close(s->lfd);
-    if (s->tfd >= 0) {
-        tfos__loop_unwatch(s->loop, s->tfd);
-        close(s->tfd);
-    }
+    tfos__warn_limit_flush(&s->warn, 1);
+    tfos__listener_close(s->local);
+    tfos__listener_close(s->tcp);
     free(s->models);
     free(s);
 }

@@ -183,15 +183,15 @@ int tfos__serve_infer(tfos__serve *s, model *m, const char *version, const tfos_
     return 1;
 }
 
-/* A local client's INFER frame: model name, version, a columnar batch of
- * the inputs. Checked as an HTTP request is; errors go back as
- * "STATUS {json}". */
-void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p, size_t len)
+/* A local client's SERVE_INFER frame: meta model and version, a columnar
+ * batch of the inputs. Checked as an HTTP request is; errors go back as
+ * SERVE_FAIL (status, JSON). */
+void tfos__serve_client_infer(tfos__serve *s, int ix, const tfos__frame *f)
 {
     req *r = calloc(1, sizeof *r);
     char err[1024] = "", name[128] = "";
     int status = 400;
-    uint16_t nl = 0, vl = 0;
+    uint64_t id = f->id;
     model *m = NULL;
     if (!r) {
         status = 503;
@@ -201,16 +201,12 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p
     r->client = ix;
     r->client_gen = s->servers[ix].gen;
     r->http_id = id;
-    if (len >= 2)
-        memcpy(&nl, p, 2);
-    if (len >= 4u + nl)
-        memcpy(&vl, p + 2 + nl, 2);
-    if (len < 4u + nl + vl || nl >= sizeof name || vl >= sizeof r->version) {
-        snprintf(err, sizeof err, "malformed infer frame");
+    if (tfos__kv_str(f->meta, f->meta_len, "model", name, sizeof name) ||
+        (tfos__kv_str(f->meta, f->meta_len, "version", r->version, sizeof r->version) == TFOS_ETOOBIG)) {
+        snprintf(err, sizeof err, "malformed infer frame: no model, or a version over %zu bytes",
+                 sizeof r->version - 1);
         goto fail;
     }
-    memcpy(name, p + 2, nl);
-    memcpy(r->version, p + 4 + nl, vl);
     if (!(m = tfos__serve_find_model(s, name))) {
         status = 404;
         snprintf(err, sizeof err, "no model %.127s here", name);
@@ -222,8 +218,8 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p
         snprintf(err, sizeof err, "model %.127s is loading: no model server is ready yet", name);
         goto fail;
     }
-    const char *b = p + 4 + nl + vl;
-    size_t blen = len - 4 - nl - vl;
+    const char *b = f->body;
+    size_t blen = f->body_len;
     tfos__col cols[MAX_IO];
     tfos__batch_view v;
     if (tfos__batch_ncols(b, blen) > MAX_IO || tfos__batch_open(b, blen, &v, cols, MAX_IO, err, sizeof err))

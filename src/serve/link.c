@@ -1,58 +1,54 @@
-/* link.c: the model servers' and local clients' connections to the
- * front end: frames in and out, the hello, results back to their requests
- * (see serve.h for the frames). */
+/* link.c: the model servers' and local clients' links to the front end
+ * (core/link.h; the frames are core/wire.h's SERVE_*, see serve.h): their
+ * first frames and the slots they take, frames in and out, results back to
+ * their requests.
+ *
+ * A peer that has not authenticated is its listener's (bounded, with a
+ * deadline) and takes no slot: idle connections can never keep a model
+ * server out. Model servers and local clients have slots of their own
+ * kind, so clients cannot either. */
 #include "serve/serve_int.h"
 
 #include "core/log.h"
 
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-/* Is the local client that sent r still connected? */
 int tfos__serve_client_current(const tfos__serve *s, const req *r)
 {
     const server *c = &s->servers[r->client];
-    return c->fd >= 0 && c->is_client && c->gen == r->client_gen;
+    return c->link && c->is_client && c->gen == r->client_gen;
 }
 
-/* An ERROR frame to local client ix: "STATUS {json error}". */
+int tfos__serve_send(tfos__serve *s, int ix, int type, uint64_t id, const char *const *kv, const void *body,
+                     size_t len)
+{
+    server *sv = &s->servers[ix];
+    if (!sv->link)
+        return TFOS_ECLOSED;
+    tfos__msg m;
+    tfos__msg_begin_data(&m, type, id);
+    for (; kv && kv[0]; kv += 2)
+        tfos__msg_add(&m, kv[0], "%s", kv[1]);
+    int rc = tfos__msg_end_data(&m, len);
+    if (rc == 0)
+        rc = tfos__link_send(sv->link, &m, body, len);
+    tfos__msg_fini(&m);
+    if (rc == TFOS_EFULL && sv->is_client) {
+        char why[96];
+        snprintf(why, sizeof why, "it does not read its answers (%zu bytes wait)", tfos__link_unsent(sv->link));
+        tfos__serve_drop(s, ix, why);
+    }
+    return rc;
+}
+
 void tfos__serve_send_error(tfos__serve *s, int ix, uint64_t id, int status, const char *body)
 {
-    char head[8];
-    int hl = snprintf(head, sizeof head, "%d ", status);
-    if (tfos__serve_queue_frame(&s->servers[ix], TFOS_SERVE_ERROR, id, head, (size_t)hl, body, strlen(body)) == 0)
-        tfos__serve_flush(s, ix);
-}
-
-int tfos__serve_queue_frame(struct server *sv, uint32_t type, uint64_t id, const void *a, size_t alen, const void *b,
-                       size_t blen)
-{
-    size_t need = sv->out_len + FRAME_HEAD + alen + blen;
-    if (need > sv->out_cap) {
-        size_t cap = sv->out_cap ? sv->out_cap : 65536;
-        while (cap < need)
-            cap *= 2;
-        char *o = realloc(sv->out, cap);
-        if (!o)
-            return -1;
-        sv->out = o;
-        sv->out_cap = cap;
-    }
-    char *p = sv->out + sv->out_len;
-    uint32_t len = (uint32_t)(alen + blen);
-    memcpy(p, &len, 4);
-    memcpy(p + 4, &type, 4);
-    memcpy(p + 8, &id, 8);
-    memcpy(p + FRAME_HEAD, a, alen);
-    if (blen)
-        memcpy(p + FRAME_HEAD + alen, b, blen);
-    sv->out_len = need;
-    return 0;
+    char st[16];
+    snprintf(st, sizeof st, "%d", status);
+    const char *kv[] = {"status", st, NULL};
+    tfos__serve_send(s, ix, TFOS_MSG_SERVE_FAIL, id, kv, body, strlen(body));
 }
 
 void tfos__serve_drop(tfos__serve *s, int ix, const char *why)
@@ -64,39 +60,20 @@ void tfos__serve_drop(tfos__serve *s, int ix, const char *why)
     else if (sv->is_client && strcmp(why, "its connection closed"))
         TFOS_WARN("a local client left: %s", why);
     uint32_t gen = sv->gen + 1;
-    tfos__loop_unwatch(s->loop, sv->fd);
-    close(sv->fd);
-    free(sv->in);
-    free(sv->out);
+    if (sv->link) { /* a no-op when the link is ending on its own (we are in its on_close) */
+        tfos__link_set_data(sv->link, NULL);
+        tfos__link_close(sv->link);
+    }
     free(sv->mv);
     memset(sv, 0, sizeof *sv);
-    sv->fd = -1;
     sv->gen = gen;
     tfos__serve_requeue_server(s, ix);
     tfos__serve_schedule(s);
 }
 
-void tfos__serve_flush(tfos__serve *s, int ix)
+static void on_result(tfos__serve *s, int ix, const tfos__frame *f)
 {
-    server *sv = &s->servers[ix];
-    while (sv->out_off < sv->out_len) {
-        ssize_t w = send(sv->fd, sv->out + sv->out_off, sv->out_len - sv->out_off, MSG_NOSIGNAL);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            break;
-        if (w <= 0) {
-            tfos__serve_drop(s, ix, strerror(errno));
-            return;
-        }
-        sv->out_off += (size_t)w;
-    }
-    if (sv->out_off == sv->out_len)
-        sv->out_off = sv->out_len = 0;
-    tfos__loop_events(s->loop, sv->fd, TFOS_EV_READ | (sv->out_len ? TFOS_EV_WRITE : 0));
-}
-
-static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const char *p, size_t len)
-{
-    flight *fl = tfos__serve_take_flight(s, id, ix);
+    flight *fl = tfos__serve_take_flight(s, f->id, ix);
     if (!fl) {
         tfos__serve_drop(s, ix, "it answered a batch it was not given");
         return;
@@ -106,19 +83,13 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
     tfos__col cols[MAX_IO];
     tfos__batch_view v;
     char err[256] = "", version[32] = "";
-    int bad = type == TFOS_SERVE_ERROR;
-    if (!bad) { /* the version that ran it, then the outputs */
-        uint16_t vl = 0;
-        if (len >= 2)
-            memcpy(&vl, p, 2);
-        if (len < 2u + vl || vl >= sizeof version) {
-            tfos__serve_drop(s, ix, "it sent a result without its version");
-            tfos__serve_requeue(s, fl);
-            return;
-        }
-        memcpy(version, p + 2, vl);
-        p += 2 + vl;
-        len -= 2u + vl;
+    const char *p = f->body;
+    size_t len = f->body_len;
+    int bad = f->type == TFOS_MSG_SERVE_FAIL;
+    if (!bad && tfos__kv_str(f->meta, f->meta_len, "version", version, sizeof version)) {
+        tfos__serve_drop(s, ix, "it sent a result without its version");
+        tfos__serve_requeue(s, fl);
+        return;
     }
     if (!bad && (tfos__batch_ncols(p, len) > MAX_IO || tfos__batch_open(p, len, &v, cols, MAX_IO, err, sizeof err)))
         bad = 1;
@@ -132,9 +103,9 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
     for (req *r = fl->reqs, *next; r; r = next) {
         next = r->next;
         if (bad) {
-            if (type == TFOS_SERVE_ERROR)
+            if (f->type == TFOS_MSG_SERVE_FAIL)
                 tfos__serve_fail_req(s, r, 500, "model %s failed on a batch of %u rows: %.*s", m->name, fl->rows,
-                         (int)(len > 900 ? 900 : len), p);
+                                     (int)(len > 900 ? 900 : len), p);
             else
                 tfos__serve_fail_req(s, r, 500, "model %s's server sent a bad result: %s", m->name, err);
             continue;
@@ -152,140 +123,134 @@ static void on_result(tfos__serve *s, int ix, uint32_t type, uint64_t id, const 
     tfos__serve_dispatch(s);
 }
 
-static void on_frame(tfos__serve *s, int ix, uint32_t type, uint64_t id, const char *p, size_t len)
+/* SERVE_MODELS: the models a server holds, first when it joins (then it is
+ * ready), again when its versions change. */
+static void on_models(tfos__serve *s, int ix, const tfos__frame *f)
 {
     server *sv = &s->servers[ix];
-    if (!sv->ready && type == TFOS_SERVE_CLIENT) {
-        /* a local client: the HTTP token, if there is one */
-        if (len != strlen(s->token) || memcmp(p, s->token, len)) {
-            tfos__serve_send_error(s, ix, id, 401, "{\"error\": \"this server needs its token\"}");
-            return;
-        }
-        sv->ready = sv->is_client = 1;
-        if (tfos__serve_queue_frame(sv, TFOS_SERVE_CLIENT, id, "ok", 2, NULL, 0) == 0)
-            tfos__serve_flush(s, ix);
+    if (!sv->mv && !(sv->mv = calloc((size_t)(s->nmodels > 0 ? s->nmodels : 1), sizeof *sv->mv))) {
+        tfos__serve_drop(s, ix, "out of memory");
         return;
     }
-    if (sv->is_client) {
-        if (type == TFOS_SERVE_INFER)
-            tfos__serve_client_infer(s, ix, id, p, len);
-        else
-            tfos__serve_drop(s, ix, "it sent a frame of an unknown type");
-        return;
-    }
+    if (tfos__serve_take_metadata(s, ix, f->body, f->body_len))
+        TFOS_WARN("model server worker:%d sent metadata tfos could not read whole (or for models it was not given)",
+                  sv->node);
     if (!sv->ready) {
-        if (type != TFOS_SERVE_HELLO || len < TFOS_HEX_SECRET_LEN + 1 ||
-            memcmp(p, s->secret, TFOS_HEX_SECRET_LEN) || p[TFOS_HEX_SECRET_LEN] != '\n') {
-            tfos__serve_drop(s, ix, "it does not know the cluster secret");
-            return;
-        }
-        if (!sv->mv && !(sv->mv = calloc((size_t)s->nmodels, sizeof *sv->mv))) {
-            tfos__serve_drop(s, ix, "out of memory");
-            return;
-        }
-        if (tfos__serve_take_metadata(s, ix, p + TFOS_HEX_SECRET_LEN + 1, len - TFOS_HEX_SECRET_LEN - 1))
-            TFOS_WARN("model server %d sent metadata tfos could not read whole (or for models it was not given)",
-                      ix);
         sv->ready = 1;
-        sv->node = (int)id;
         TFOS_INFO("model server worker:%d is ready (%d ready)", sv->node, tfos__serve_servers_ready(s));
-        tfos__serve_dispatch(s);
-        return;
-    }
-    if (type == TFOS_SERVE_RESULT || type == TFOS_SERVE_ERROR) {
-        on_result(s, ix, type, id, p, len);
-    } else if (type == TFOS_SERVE_MODELS) {
-        if (tfos__serve_take_metadata(s, ix, p, len))
-            TFOS_WARN("model server worker:%d sent metadata tfos could not read whole", sv->node);
+    } else {
         for (int mi = 0; mi < s->nmodels; mi++)
             if (sv->mv[mi].n)
                 TFOS_INFO("model server worker:%d: model %s, version %s (of %d held)", sv->node, s->models[mi].name,
                           sv->mv[mi].v[0], sv->mv[mi].n);
-        tfos__serve_dispatch(s);
-    } else
+    }
+    tfos__serve_dispatch(s);
+}
+
+/* A free slot of a model server (is_client 0) or a local client; -1. */
+static int free_slot(const tfos__serve *s, int is_client)
+{
+    int lo = is_client ? MAX_SERVERS : 0, hi = is_client ? MAX_SLOTS : MAX_SERVERS;
+    for (int i = lo; i < hi; i++)
+        if (!s->servers[i].link)
+            return i;
+    return -1;
+}
+
+/* An ERROR (code, message) and the link ends once it is written. */
+static void refuse(tfos__link *k, int code, const char *text)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_ERROR);
+    tfos__msg_add(&m, "code", "%d", code);
+    tfos__msg_add(&m, "message", "%s", text);
+    if (tfos__msg_end(&m) == 0)
+        tfos__link_send(k, &m, NULL, 0);
+    tfos__msg_fini(&m);
+    tfos__link_finish(k);
+}
+
+/* A peer's first frame: SERVE_JOIN (a model server: the cluster secret's
+ * mac) or SERVE_CLIENT (a local client: the HTTP token's mac; with no
+ * token, the Unix socket's peer uid). Then a slot of its kind and
+ * SERVE_OK. */
+static void on_first(tfos__serve *s, tfos__link *k, const tfos__frame *f)
+{
+    int is_client = f->type == TFOS_MSG_SERVE_CLIENT;
+    if (f->type != TFOS_MSG_SERVE_JOIN && !is_client) {
+        tfos__warn_limited(&s->warn, "refused %s: its first frame was neither SERVE_JOIN nor SERVE_CLIENT",
+                           tfos__link_name(k));
+        tfos__link_close(k);
+        return;
+    }
+    const char *key = is_client ? (s->token[0] ? s->token : NULL) : s->secret;
+    if (tfos__link_auth(k, f, key, is_client ? "token" : "cluster secret")) {
+        tfos__warn_limited(&s->warn, "refused %s %s: %s", is_client ? "a local client" : "a model server",
+                           tfos__link_name(k), !key ? "it runs as another user"
+                           : is_client ? "it does not know the token" : "it does not know the cluster secret");
+        return;
+    }
+    int ix = free_slot(s, is_client);
+    if (ix < 0) {
+        tfos__warn_limited(&s->warn, "refused %s %s: all %d places are taken", is_client ? "a local client"
+                           : "a model server", tfos__link_name(k), is_client ? MAX_CLIENTS : MAX_SERVERS);
+        refuse(k, TFOS_EFULL, is_client ? "too many local clients: use HTTP" : "too many model servers");
+        return;
+    }
+    server *sv = &s->servers[ix];
+    long long node = 0;
+    tfos__kv_int(f->meta, f->meta_len, "node", 0, 1 << 20, &node);
+    sv->link = k;
+    sv->is_client = is_client;
+    sv->ready = is_client; /* a model server is ready once it has said what it serves */
+    sv->node = (int)node;
+    tfos__link_set_data(k, sv);
+    /* a model server's batches are bounded by INFLIGHT, not by the link */
+    if (!is_client)
+        tfos__link_set_limits(k, FRAME_MAX, SIZE_MAX);
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_SERVE_OK);
+    if (tfos__msg_end(&m) == 0)
+        tfos__link_send(k, &m, NULL, 0);
+    tfos__msg_fini(&m);
+}
+
+static void on_frame(tfos__link *k, const tfos__frame *f, void *user)
+{
+    tfos__serve *s = user;
+    server *sv = tfos__link_data(k);
+    if (!sv) {
+        on_first(s, k, f);
+        return;
+    }
+    int ix = (int)(sv - s->servers);
+    if (sv->is_client) {
+        if (f->type == TFOS_MSG_SERVE_INFER)
+            tfos__serve_client_infer(s, ix, f);
+        else
+            tfos__serve_drop(s, ix, "it sent a frame of an unknown type");
+        return;
+    }
+    if (f->type == TFOS_MSG_SERVE_RESULT || f->type == TFOS_MSG_SERVE_FAIL)
+        on_result(s, ix, f);
+    else if (f->type == TFOS_MSG_SERVE_MODELS)
+        on_models(s, ix, f);
+    else
         tfos__serve_drop(s, ix, "it sent a frame of an unknown type");
 }
 
-static void on_server(tfos__loop *l, int fd, int events, void *user)
+static void on_close(tfos__link *k, int rc, const char *why, void *user)
 {
-    (void)l;
     tfos__serve *s = user;
-    int ix = -1;
-    for (int i = 0; i < MAX_SERVERS && ix < 0; i++)
-        if (s->servers[i].fd == fd)
-            ix = i;
-    if (ix < 0)
+    server *sv = tfos__link_data(k);
+    if (!sv) { /* never had a slot: refused, late, evicted, or gone before a word */
+        if (why)
+            tfos__warn_limited(&s->warn, "dropped %s: %s", tfos__link_name(k), why);
         return;
-    server *sv = &s->servers[ix];
-    if (events & TFOS_EV_WRITE) {
-        tfos__serve_flush(s, ix);
-        if (sv->fd != fd)
-            return;
     }
-    if (!(events & TFOS_EV_READ))
-        return;
-    for (;;) {
-        if (sv->in_cap - sv->in_len < 65536) {
-            size_t cap = sv->in_cap ? sv->in_cap * 2 : 1 << 20;
-            char *b = realloc(sv->in, cap);
-            if (!b) {
-                tfos__serve_drop(s, ix, "out of memory");
-                return;
-            }
-            sv->in = b;
-            sv->in_cap = cap;
-        }
-        ssize_t r = recv(fd, sv->in + sv->in_len, sv->in_cap - sv->in_len, 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            break;
-        if (r <= 0) {
-            tfos__serve_drop(s, ix, r == 0 ? "its connection closed" : strerror(errno));
-            return;
-        }
-        sv->in_len += (size_t)r;
-        size_t off = 0;
-        while (sv->in_len - off >= FRAME_HEAD) {
-            uint32_t len, type;
-            uint64_t id;
-            memcpy(&len, sv->in + off, 4);
-            memcpy(&type, sv->in + off + 4, 4);
-            memcpy(&id, sv->in + off + 8, 8);
-            if (len > FRAME_MAX) {
-                tfos__serve_drop(s, ix, "it sent a frame over the size limit");
-                return;
-            }
-            if (sv->in_len - off - FRAME_HEAD < len)
-                break;
-            on_frame(s, ix, type, id, sv->in + off + FRAME_HEAD, len);
-            if (sv->fd != fd)
-                return; /* dropped while handling it */
-            off += FRAME_HEAD + len;
-        }
-        memmove(sv->in, sv->in + off, sv->in_len - off);
-        sv->in_len -= off;
-    }
+    if (!why)
+        why = rc == TFOS_ECLOSED || rc == 0 ? "its connection closed" : tfos_strerror(rc);
+    tfos__serve_drop(s, (int)(sv - s->servers), why);
 }
 
-void tfos__serve_on_accept(tfos__loop *l, int lfd, int events, void *user)
-{
-    (void)events;
-    tfos__serve *s = user;
-    for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
-            return;
-        int ix = -1;
-        for (int i = 0; i < MAX_SERVERS && ix < 0; i++)
-            if (s->servers[i].fd < 0)
-                ix = i;
-        if (ix < 0 || tfos__loop_watch(l, fd, TFOS_EV_READ, on_server, s)) {
-            close(fd);
-            continue;
-        }
-        if (lfd == s->tfd) { /* a model server on another host: frames go out as they are made */
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        }
-        s->servers[ix].fd = fd;
-    }
-}
+const tfos__link_cb tfos__serve_link_cb = {on_frame, on_close};

@@ -135,7 +135,7 @@ int tfos__serve_servers_ready(const tfos__serve *s)
 {
     int n = 0;
     for (int i = 0; i < MAX_SERVERS; i++)
-        n += s->servers[i].fd >= 0 && s->servers[i].ready && !s->servers[i].is_client;
+        n += s->servers[i].link && s->servers[i].ready && !s->servers[i].is_client;
     return n;
 }
 
@@ -154,7 +154,7 @@ int tfos__serve_model_versions(const tfos__serve *s, int mi, char (*out)[32], in
     int n = 0;
     for (int i = 0; i < MAX_SERVERS; i++) {
         const server *sv = &s->servers[i];
-        if (sv->fd < 0 || !sv->ready || !sv->mv)
+        if (!sv->link || !sv->ready || !sv->mv)
             continue;
         for (int k = 0; k < sv->mv[mi].n; k++) {
             int seen = 0;

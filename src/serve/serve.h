@@ -13,21 +13,33 @@
  *                    <-- the outputs, as one columnar batch (core/batch.h)
  *                    split per request, answered as OIP JSON
  *
- * Frames on the Unix socket: u32 payload length, u32 type, u64 id, payload
- * (little-endian). HELLO (server -> front end, id: its node): the cluster
- * secret, a newline, the models' metadata as JSON. BATCH (id: the batch):
- * u16 model name length, name, u16 version length, version, a columnar
- * batch of the inputs in the model's order. RESULT (id: the batch): a
- * columnar batch of the outputs. ERROR (id: the batch): the model's error,
- * as text. MODELS (server -> front end): its metadata again, when its
- * versions change. A server that goes away has its batches sent again to
- * another (inference is idempotent).
- *
- * Local clients (tfos.serve.predict_udf on this host) use the same socket
- * instead of HTTP: CLIENT (the HTTP token, or empty; answered CLIENT "ok"),
- * then INFER (id: the client's; the BATCH payload) answered by RESULT
- * (u16 version length, version, a columnar batch of that request's rows of
- * every output) or ERROR ("STATUS {json error}"), in any order. */
+ * The link (core/link.h: the frames of core/wire.h, the same hello as the
+ * coordinator's): the front end listens on an abstract Unix socket, and
+ * under tfos yarn serve on TCP too. It greets every peer with HELLO nonce;
+ * the peer's first frame names its role and authenticates it:
+ *   SERVE_JOIN   a model server: mac = HMAC(cluster secret, nonce), node
+ *   SERVE_CLIENT a local client (tfos.serve.predict_udf on this host):
+ *                mac = HMAC(HTTP token, nonce); with no token, no mac, and
+ *                the Unix socket's peer must run as our uid (or root)
+ * answered SERVE_OK, or ERROR (code TFOS_EAUTH; TFOS_EFULL when every place
+ * of its kind is taken) and the link ends. The secret and the token never
+ * cross the wire. Then data frames (u64 id, key=value meta, binary body):
+ *   SERVE_MODELS (server -> front end; body: the models' metadata as JSON),
+ *     first once joined (the server is then ready), again when its
+ *     versions change;
+ *   SERVE_BATCH (front end -> server; id: the batch; meta model, version;
+ *     body: a columnar batch of the inputs in the model's order), answered
+ *     SERVE_RESULT (meta version: the one that ran it; body: a columnar
+ *     batch of the outputs) or SERVE_FAIL (body: the model's error, text);
+ *   SERVE_INFER (client -> front end; id: the client's; meta model,
+ *     version; body: the inputs), answered in any order SERVE_RESULT
+ *     (meta version; body: that request's rows of every output) or
+ *     SERVE_FAIL (meta status: the HTTP status; body: {"error": ...}).
+ * A server that goes away has its batches sent again to another (inference
+ * is idempotent). Peers that have not authenticated are the listener's
+ * (16 at most, the oldest evicted; 3 s; one frame of 64 KiB) and take no
+ * place; model servers (64) and local clients (256) have places of their
+ * own; a client whose unread answers pass 64 MiB is dropped. */
 #ifndef TFOS_RUN_SERVE_H
 #define TFOS_RUN_SERVE_H
 #include "core/loop.h"
@@ -37,17 +49,14 @@
 
 #include <stdio.h>
 
-enum { TFOS_SERVE_HELLO = 1, TFOS_SERVE_BATCH = 2, TFOS_SERVE_RESULT = 3, TFOS_SERVE_ERROR = 4, TFOS_SERVE_MODELS = 5,
-       TFOS_SERVE_CLIENT = 6, TFOS_SERVE_INFER = 7 };
-
 typedef struct tfos__serve tfos__serve;
 
 /* Listen for model servers that know `secret`, on an abstract Unix socket
  * (tfos__serve_address: "@NAME", what the servers get as TFOS_SERVE_ADDR),
  * and with `tcp_host` (model servers on other hosts: tfos yarn serve) on
  * TCP there too, any port; the servers' address is then "HOST:PORT". Local
- * clients (GET /v2/local) are always given the abstract socket. err says
- * why on failure. */
+ * clients (GET /v2/local) are always given the abstract socket. `loop` is
+ * borrowed (it must outlive the front end). err says why on failure. */
 int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts *o, const char *secret,
                      const char *tcp_host, char *err, size_t errlen);
 const char *tfos__serve_address(const tfos__serve *s);

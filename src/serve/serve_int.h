@@ -7,8 +7,9 @@
  *               from local clients; both checked against the model's signature
  *   batcher.c   per-model queues, batches to the least busy server, deadlines,
  *               requeueing the batches of a server that left
- *   link.c      the model servers' and local clients' connections: frames in
- *               and out, the hello, results back to their requests
+ *   link.c      the model servers' and local clients' links (core/link.h):
+ *               their first frames, their frames in and out, results back
+ *               to their requests
  *   models.c    what the servers said of their models: signatures, versions
  *   answers.c   answers: OIP JSON, a local client's batch, errors
  *   metrics.c   latency histograms and the /metrics lines
@@ -18,6 +19,8 @@
 #define TFOS_SERVE_SERVE_INT_H
 #include "core/auth.h"
 #include "core/batch.h"
+#include "core/link.h"
+#include "core/log.h"
 #include "serve/serve.h"
 
 #include <jansson.h>
@@ -25,10 +28,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define MAX_SERVERS 64
+#define MAX_SERVERS 64        /* model servers: slots [0, MAX_SERVERS) */
+#define MAX_CLIENTS 256       /* local clients: slots [MAX_SERVERS, MAX_SLOTS), apart so they never
+                               * take a model server's place */
+#define MAX_SLOTS (MAX_SERVERS + MAX_CLIENTS)
 #define MAX_IO 16             /* inputs or outputs of a model */
-#define FRAME_HEAD 16
-#define FRAME_MAX (1u << 30)  /* a batch frame's payload */
+#define FRAME_MAX (1u << 30)  /* a data frame's payload (a batch) */
+#define CLIENT_MAX_OUT (64u << 20) /* a local client's answers waiting unread: then it is dropped */
+#define PENDING_MAX 16        /* peers of a listener that have not authenticated yet */
 #define INFLIGHT 2            /* batches on one server at once */
 #define LAT_BUCKETS 14
 #define MAX_VERSIONS 8        /* versions of a model one server holds */
@@ -90,18 +97,15 @@ typedef struct server_versions {
     char v[MAX_VERSIONS][32]; /* the first: the one served when none is named */
 } server_versions;
 
+/* A model server or a local client that has authenticated. */
 typedef struct server {
-    int fd;                   /* -1: free */
+    tfos__link *link;         /* NULL: a free slot */
     int is_client;            /* a local client (predict_udf), not a model server */
     uint32_t gen;             /* bumped when the slot's connection goes */
     server_versions *mv;      /* per model: the versions this server holds */
-    int ready;                /* said HELLO with the secret */
+    int ready;                /* a model server: has sent its models; a client: authenticated */
     int node;
     int inflight;
-    char *in;                 /* frames being read */
-    size_t in_len, in_cap;
-    char *out;                /* frames being written */
-    size_t out_len, out_off, out_cap;
 } server;
 
 struct tfos__serve {
@@ -110,15 +114,17 @@ struct tfos__serve {
     char secret[TFOS_HEX_SECRET_LEN + 1];
     char address[40];         /* "@tfos-serve-<hex>" */
     char link[300];           /* what model servers connect to: address, or "HOST:PORT" (tcp_host) */
-    int lfd, tfd;             /* the abstract socket's and the TCP listener's (-1: none) */
+    tfos__listener *local;    /* the abstract socket's listener */
+    tfos__listener *tcp;      /* the TCP one (tfos yarn serve), or NULL */
     tfos__http *http;
     char token[80];           /* the HTTP token, which local clients give too; "": none */
     int nmodels;
     model *models;
-    server servers[MAX_SERVERS];
+    server servers[MAX_SLOTS];
     flight *flights;
     uint64_t next_batch;
     tfos__timer timer;
+    tfos__warn_limit warn;    /* refused peers: a few lines per 10 s, the rest summed up */
 };
 
 
@@ -167,17 +173,18 @@ int tfos__serve_model_versions(const tfos__serve *s, int mi, char (*out)[32], in
 
 /* Is the local client that sent r still connected? */
 int tfos__serve_client_current(const tfos__serve *s, const req *r);
-/* An ERROR frame to local client ix: "STATUS {json error}". */
+/* A SERVE_FAIL frame to local client ix: meta status, body the JSON error. */
 void tfos__serve_send_error(tfos__serve *s, int ix, uint64_t id, int status, const char *body);
-/* Append a frame (header, a, b) to server sv's output; -1: out of memory. */
-int tfos__serve_queue_frame(server *sv, uint32_t type, uint64_t id, const void *a, size_t alen, const void *b,
-                            size_t blen);
-/* Write what server ix's socket takes now. */
-void tfos__serve_flush(tfos__serve *s, int ix);
+/* A data frame of `type` with `id` to slot ix: meta lines from kv (key,
+ * value, ..., NULL), then body. 0, or the link's error: a local client
+ * that does not read its answers (its bound reached) is dropped; a broken
+ * link ends on its own (then its slot is dropped). */
+int tfos__serve_send(tfos__serve *s, int ix, int type, uint64_t id, const char *const *kv, const void *body,
+                     size_t len);
 /* Close server (or local client) ix: its batches go back to their queues. */
 void tfos__serve_drop(tfos__serve *s, int ix, const char *why);
-/* The listeners' callback (the abstract socket and the TCP one). */
-void tfos__serve_on_accept(tfos__loop *l, int lfd, int events, void *user);
+/* The listeners' callbacks (the abstract socket and the TCP one). */
+extern const tfos__link_cb tfos__serve_link_cb;
 
 /* ---- batcher.c ---- */
 
@@ -199,10 +206,10 @@ flight *tfos__serve_take_flight(tfos__serve *s, uint64_t id, int server_ix);
 /* POST /v2/models/NAME[/versions/V]/infer: 1 (answered later), or 0 with
  * an error in rs. */
 int tfos__serve_infer(tfos__serve *s, model *m, const char *version, const tfos__http_req *rq, tfos__http_resp *rs);
-/* A local client's INFER frame: model name, version, a columnar batch of
- * the inputs. Checked as an HTTP request is; errors go back as
- * "STATUS {json}". */
-void tfos__serve_client_infer(tfos__serve *s, int ix, uint64_t id, const char *p, size_t len);
+/* A local client's SERVE_INFER frame: meta model and version, a columnar
+ * batch of the inputs. Checked as an HTTP request is; errors go back as
+ * SERVE_FAIL (status, JSON). */
+void tfos__serve_client_infer(tfos__serve *s, int ix, const tfos__frame *f);
 
 /* ---- metrics.c ---- */
 

@@ -6,6 +6,7 @@
  * The coordinator runs in this thread; helpers step it while they wait. */
 #include "check.h"
 #include "core/auth.h"
+#include "core/link.h"
 #include "core/wire.h"
 #include "platform/clock.h"
 #include "platform/net.h"
@@ -41,32 +42,29 @@ static tfos_coord *open_coord(int workers, int ps, double reserve_s, double hb_s
     return c;
 }
 
-static void raw_connect(tfos_coord *c, tfos__conn *conn)
+/* A raw peer: a link over a plain TCP connection (no dialing helper: the
+ * coordinator runs in this thread and must be stepped while we wait). */
+static void raw_connect(tfos_coord *c, tfos__link **conn)
 {
     char host[64];
     int port, fd;
     CHECK_EQ(tfos__parse_hostport(tfos_coord_address(c), host, sizeof host, &port), 0);
     CHECK_EQ(tfos__tcp_connect(host, port, 2000, &fd), 0);
-    tfos__conn_init(conn, fd, TFOS_WIRE_MAX_PAYLOAD);
+    CHECK_EQ(tfos__link_wrap(conn, fd, &tfos__transport_tcp), 0);
 }
 
 /* Step the coordinator until `conn` has a frame (or closes). */
-static int wait_frame(tfos_coord *c, tfos__conn *conn, tfos__frame *f, int timeout_ms)
+static int wait_frame(tfos_coord *c, tfos__link *conn, tfos__frame *f, int timeout_ms)
 {
     int64_t deadline = tfos__now_ms() + timeout_ms;
     for (;;) {
         const char *why;
-        int rc = tfos__conn_frame(conn, f, &why);
-        if (rc != TFOS_EAGAIN)
+        int rc = tfos__link_wait_frame(conn, 0, f, &why);
+        if (rc != TFOS_ETIMEDOUT)
             return rc;
         if (tfos__now_ms() > deadline)
             return TFOS_ETIMEDOUT;
         tfos_coord_step(c, 5);
-        rc = tfos__conn_read(conn);
-        if (rc == TFOS_ECLOSED) {
-            rc = tfos__conn_frame(conn, f, &why);
-            return rc == TFOS_EAGAIN ? TFOS_ECLOSED : rc;
-        }
     }
 }
 
@@ -86,7 +84,7 @@ static int wait_state(tfos_coord *c, int state, int timeout_ms)
     return 0;
 }
 
-static void send_kv(tfos__conn *conn, int type, int nkv, ...)
+static void send_kv(tfos__link *conn, int type, int nkv, ...)
 {
     tfos__msg m;
     tfos__msg_begin(&m, type);
@@ -99,45 +97,45 @@ static void send_kv(tfos__conn *conn, int type, int nkv, ...)
     }
     va_end(ap);
     CHECK_EQ(tfos__msg_end(&m), 0);
-    CHECK_EQ(tfos__conn_send(conn, &m), 0);
+    CHECK_EQ(tfos__link_send(conn, &m, NULL, 0), 0);
     tfos__msg_fini(&m);
 }
 
 /* Connect and answer the greeting: mac gets HMAC(secret, nonce). */
-static void greet(tfos_coord *c, tfos__conn *conn, const char *secret, char mac[TFOS_MAC_HEX_LEN + 1])
+static void greet(tfos_coord *c, tfos__link **conn, const char *secret, char mac[TFOS_MAC_HEX_LEN + 1])
 {
     raw_connect(c, conn);
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, conn, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, *conn, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_HELLO);
     char nonce[64];
     CHECK_EQ(tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce), 0);
-    tfos__conn_consume(conn);
+    tfos__link_consume(*conn);
     CHECK_EQ(tfos__auth_mac(secret, nonce, mac), 0);
 }
 
 /* Connect, read the nonce, register as executor `id` with `secret` (and a
  * tb_port line when tb is not NULL). */
-static void do_register_tb(tfos_coord *c, tfos__conn *conn, int id, const char *secret, int port, const char *tb)
+static void do_register_tb(tfos_coord *c, tfos__link **conn, int id, const char *secret, int port, const char *tb)
 {
     char mac[TFOS_MAC_HEX_LEN + 1], idbuf[16], portbuf[16];
     greet(c, conn, secret, mac);
     snprintf(idbuf, sizeof idbuf, "%d", id);
     snprintf(portbuf, sizeof portbuf, "%d", port);
     if (tb)
-        send_kv(conn, TFOS_MSG_REGISTER, 6, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port", portbuf,
+        send_kv(*conn, TFOS_MSG_REGISTER, 6, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port", portbuf,
                 "pid", "4242", "tb_port", tb);
     else
-        send_kv(conn, TFOS_MSG_REGISTER, 5, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port",
+        send_kv(*conn, TFOS_MSG_REGISTER, 5, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port",
                 portbuf, "pid", "4242");
 }
 
-static void do_register(tfos_coord *c, tfos__conn *conn, int id, const char *secret, int port)
+static void do_register(tfos_coord *c, tfos__link **conn, int id, const char *secret, int port)
 {
     do_register_tb(c, conn, id, secret, port, NULL);
 }
 
-static void expect_error(tfos_coord *c, tfos__conn *conn, const char *needle)
+static void expect_error(tfos_coord *c, tfos__link *conn, const char *needle)
 {
     tfos__frame f;
     CHECK_EQ(wait_frame(c, conn, &f, 2000), 0);
@@ -148,36 +146,36 @@ static void expect_error(tfos_coord *c, tfos__conn *conn, const char *needle)
         fprintf(stderr, "error text '%s' lacks '%s'\n", text, needle);
         exit(1);
     }
-    tfos__conn_consume(conn);
+    tfos__link_consume(conn);
 }
 
 static void happy_path(void)
 {
     tfos_coord *c = open_coord(2, 1, 10, 30);
-    tfos__conn a[3];
+    tfos__link *a[3];
     for (int i = 0; i < 3; i++)
         do_register(c, &a[i], i, SECRET, 5000 + i);
     for (int i = 0; i < 3; i++) {
         tfos__frame f;
-        CHECK_EQ(wait_frame(c, &a[i], &f, 2000), 0);
+        CHECK_EQ(wait_frame(c, a[i], &f, 2000), 0);
         CHECK_EQ(f.type, TFOS_MSG_SPEC);
         long long self;
         CHECK_EQ(tfos__kv_int(f.payload, f.len, "self", 0, 10, &self), 0);
         CHECK_EQ(self, i);
-        tfos__conn_consume(&a[i]);
-        send_kv(&a[i], TFOS_MSG_STARTED, 1, "pid", "999");
+        tfos__link_consume(a[i]);
+        send_kv(a[i], TFOS_MSG_STARTED, 1, "pid", "999");
     }
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
-    send_kv(&a[1], TFOS_MSG_EXITED, 2, "code", "0", "desc", "exit code 0");
+    send_kv(a[1], TFOS_MSG_EXITED, 2, "code", "0", "desc", "exit code 0");
     steps(c, 50);
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING); /* worker:1 still runs */
-    send_kv(&a[2], TFOS_MSG_EXITED, 2, "code", "0", "desc", "exit code 0");
+    send_kv(a[2], TFOS_MSG_EXITED, 2, "code", "0", "desc", "exit code 0");
     /* workers done: the ps is told to stop */
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &a[0], &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, a[0], &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_STOP);
-    tfos__conn_consume(&a[0]);
-    send_kv(&a[0], TFOS_MSG_EXITED, 2, "code", "143", "desc", "signal 15 (Terminated)");
+    tfos__link_consume(a[0]);
+    send_kv(a[0], TFOS_MSG_EXITED, 2, "code", "143", "desc", "signal 15 (Terminated)");
     CHECK(wait_state(c, TFOS_COORD_DONE, 2000));
     CHECK_STR(tfos_coord_failure(c), "");
     char *js = tfos_coord_status_json(c);
@@ -185,26 +183,26 @@ static void happy_path(void)
     CHECK(strstr(js, "\"job\": \"ps\""));
     free(js);
     for (int i = 0; i < 3; i++)
-        tfos__conn_fini(&a[i]);
+        tfos__link_close(a[i]);
     tfos_coord_close(c);
 }
 
 static void wrong_secret(void)
 {
     tfos_coord *c = open_coord(1, 0, 10, 30);
-    tfos__conn bad;
+    tfos__link *bad;
     do_register(c, &bad, 0, "not-the-secret", 5000);
-    expect_error(c, &bad, "authentication failed");
+    expect_error(c, bad, "authentication failed");
     steps(c, 30);
     CHECK(strstr(logbuf, "does not know the cluster secret"));
-    tfos__conn_fini(&bad);
+    tfos__link_close(bad);
     /* the slot is still free for the real node */
-    tfos__conn good;
+    tfos__link *good;
     do_register(c, &good, 0, SECRET, 5000);
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &good, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, good, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_SPEC);
-    tfos__conn_fini(&good);
+    tfos__link_close(good);
     tfos_coord_close(c);
 }
 
@@ -217,21 +215,21 @@ static void hostile_bytes(void)
         const char *log;
     } cases[] = {
         {"GET / HTTP/1.1\r\n\r\n", 18, "bad magic"},
-        {"TFOS\x01\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
-        {"TFOS\x01\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
-        {"TFOS\x01\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
-        {"TFOS\x01\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
+        {"TFOS\x02\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
+        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
+        {"TFOS\x02\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
+        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
         {"TFOS\x09\x02\x00\x00\x00\x00\x00\x00", 12, "protocol version"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         loglen = 0;
         logbuf[0] = 0;
-        tfos__conn conn;
+        tfos__link *conn;
         raw_connect(c, &conn);
-        CHECK_EQ(write(conn.fd, cases[i].bytes, cases[i].len), (long long)cases[i].len);
+        CHECK_EQ(write(tfos__link_fd(conn), cases[i].bytes, cases[i].len), (long long)cases[i].len);
         if (strstr(cases[i].log, "truncated")) {
             steps(c, 30);
-            shutdown(conn.fd, SHUT_WR);
+            shutdown(tfos__link_fd(conn), SHUT_WR);
         }
         int64_t deadline = tfos__now_ms() + 2000;
         while (!strstr(logbuf, cases[i].log) && tfos__now_ms() < deadline)
@@ -241,41 +239,41 @@ static void hostile_bytes(void)
             exit(1);
         }
         CHECK(strstr(logbuf, "dropped peer 127.0.0.1:"));
-        tfos__conn_fini(&conn);
+        tfos__link_close(conn);
     }
     /* still serving */
-    tfos__conn good;
+    tfos__link *good;
     do_register(c, &good, 0, SECRET, 5000);
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &good, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, good, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_SPEC);
-    tfos__conn_fini(&good);
+    tfos__link_close(good);
     tfos_coord_close(c);
 }
 
 static void bad_registrations(void)
 {
     tfos_coord *c = open_coord(2, 0, 10, 30);
-    tfos__conn a, dup, range;
+    tfos__link *a, *dup, *range;
     do_register(c, &a, 0, SECRET, 5000);
     steps(c, 30);
     do_register(c, &dup, 0, SECRET, 5001);
-    expect_error(c, &dup, "already registered");
+    expect_error(c, dup, "already registered");
     do_register(c, &range, 7, SECRET, 5002);
-    expect_error(c, &range, "out of range");
+    expect_error(c, range, "out of range");
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RESERVING);
-    tfos__conn_fini(&dup);
-    tfos__conn_fini(&range);
-    tfos__conn_fini(&a);
+    tfos__link_close(dup);
+    tfos__link_close(range);
+    tfos__link_close(a);
     tfos_coord_close(c);
 }
 
 static void reservation_timeout(void)
 {
     tfos_coord *c = open_coord(3, 1, 0.5, 30);
-    tfos__conn a;
+    tfos__link *a;
     do_register(c, &a, 1, SECRET, 5000);
-    expect_error(c, &a, "reservation timed out");
+    expect_error(c, a, "reservation timed out");
     CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
     const char *fail = tfos_coord_failure(c);
     CHECK(strstr(fail, "1 of 4 nodes registered"));
@@ -284,21 +282,21 @@ static void reservation_timeout(void)
     CHECK(strstr(fail, "executor 3 (worker:2)"));
     CHECK(!strstr(fail, "executor 1 "));
     CHECK_EQ(tfos_coord_failure_code(c), TFOS_ETIMEDOUT);
-    tfos__conn_fini(&a);
+    tfos__link_close(a);
     tfos_coord_close(c);
 }
 
 static void node_failure(void)
 {
     tfos_coord *c = open_coord(2, 0, 10, 30);
-    tfos__conn a[2];
+    tfos__link *a[2];
     tfos__frame f;
     for (int i = 0; i < 2; i++)
         do_register(c, &a[i], i, SECRET, 5000 + i);
     for (int i = 0; i < 2; i++) {
-        CHECK_EQ(wait_frame(c, &a[i], &f, 2000), 0);
-        tfos__conn_consume(&a[i]);
-        send_kv(&a[i], TFOS_MSG_STARTED, 1, "pid", "77");
+        CHECK_EQ(wait_frame(c, a[i], &f, 2000), 0);
+        tfos__link_consume(a[i]);
+        send_kv(a[i], TFOS_MSG_STARTED, 1, "pid", "77");
     }
     steps(c, 20);
     tfos__msg m;
@@ -307,19 +305,19 @@ static void node_failure(void)
     tfos__msg_add(&m, "desc", "%s", "signal 9 (Killed)");
     tfos__msg_add(&m, "tail", "%s", "step 10 loss 0.5");
     CHECK_EQ(tfos__msg_end(&m), 0);
-    CHECK_EQ(tfos__conn_send(&a[1], &m), 0);
+    CHECK_EQ(tfos__link_send(a[1], &m, NULL, 0), 0);
     tfos__msg_fini(&m);
-    CHECK_EQ(wait_frame(c, &a[0], &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, a[0], &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_STOP);
-    tfos__conn_consume(&a[0]);
+    tfos__link_consume(a[0]);
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_STOPPING);
-    tfos__conn_fini(&a[0]); /* the stopped agent goes away */
+    tfos__link_close(a[0]); /* the stopped agent goes away */
     CHECK(wait_state(c, TFOS_COORD_FAILED, 2000));
     const char *fail = tfos_coord_failure(c);
     CHECK(strstr(fail, "worker:1 (executor 1, host 127.0.0.1, pid 77) failed: signal 9 (Killed)"));
     CHECK(strstr(fail, "step 10 loss 0.5"));
     CHECK_EQ(tfos_coord_failure_code(c), TFOS_EFAILED);
-    tfos__conn_fini(&a[1]);
+    tfos__link_close(a[1]);
     tfos_coord_close(c);
 }
 
@@ -327,11 +325,11 @@ static void lost_agent_and_heartbeat(void)
 {
     /* an agent whose connection drops while running fails the cluster */
     tfos_coord *c = open_coord(1, 0, 10, 30);
-    tfos__conn a;
+    tfos__link *a;
     tfos__frame f;
     do_register(c, &a, 0, SECRET, 5000);
-    CHECK_EQ(wait_frame(c, &a, &f, 2000), 0);
-    tfos__conn_fini(&a);
+    CHECK_EQ(wait_frame(c, a, &f, 2000), 0);
+    tfos__link_close(a);
     CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
     CHECK(strstr(tfos_coord_failure(c), "lost contact"));
     tfos_coord_close(c);
@@ -339,52 +337,52 @@ static void lost_agent_and_heartbeat(void)
     /* an agent that stops sending heartbeats is declared failed */
     c = open_coord(1, 0, 10, 0.3);
     do_register(c, &a, 0, SECRET, 5000);
-    CHECK_EQ(wait_frame(c, &a, &f, 2000), 0);
-    tfos__conn_consume(&a);
+    CHECK_EQ(wait_frame(c, a, &f, 2000), 0);
+    tfos__link_consume(a);
     int64_t t0 = tfos__now_ms();
-    CHECK_EQ(wait_frame(c, &a, &f, 5000), 0);
+    CHECK_EQ(wait_frame(c, a, &f, 5000), 0);
     CHECK_EQ(f.type, TFOS_MSG_STOP);
     CHECK(tfos__now_ms() - t0 >= 250);
     CHECK(strstr(tfos_coord_failure(c), "no heartbeat"));
-    tfos__conn_fini(&a);
+    tfos__link_close(a);
     tfos_coord_close(c);
 }
 
 static void status_query(void)
 {
     tfos_coord *c = open_coord(1, 0, 10, 30);
-    tfos__conn q;
+    tfos__link *q;
     raw_connect(c, &q);
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &q, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, q, &f, 2000), 0);
     char nonce[64], mac[TFOS_MAC_HEX_LEN + 1];
     CHECK_EQ(tfos__kv_str(f.payload, f.len, "nonce", nonce, sizeof nonce), 0);
-    tfos__conn_consume(&q);
+    tfos__link_consume(q);
     CHECK_EQ(tfos__auth_mac(SECRET, nonce, mac), 0);
-    send_kv(&q, TFOS_MSG_QUERY, 1, "mac", mac);
-    CHECK_EQ(wait_frame(c, &q, &f, 2000), 0);
+    send_kv(q, TFOS_MSG_QUERY, 1, "mac", mac);
+    CHECK_EQ(wait_frame(c, q, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_STATUS);
     char json[4096];
     CHECK_EQ(tfos__kv_str(f.payload, f.len, "json", json, sizeof json), 0);
     CHECK(strstr(json, "\"state\": \"reserving\""));
     CHECK(strstr(json, "\"state\": \"waiting\""));
-    tfos__conn_fini(&q);
+    tfos__link_close(q);
     tfos_coord_close(c);
 }
 
 /* Register every node of `c` on a[] and have them report STARTED (all when
  * nstarted < 0, else the first nstarted). */
-static void form_cluster(tfos_coord *c, tfos__conn *a, int n, int nstarted)
+static void form_cluster(tfos_coord *c, tfos__link **a, int n, int nstarted)
 {
     for (int i = 0; i < n; i++)
         do_register(c, &a[i], i, SECRET, 5000 + i);
     for (int i = 0; i < n; i++) {
         tfos__frame f;
-        CHECK_EQ(wait_frame(c, &a[i], &f, 2000), 0);
+        CHECK_EQ(wait_frame(c, a[i], &f, 2000), 0);
         CHECK_EQ(f.type, TFOS_MSG_SPEC);
-        tfos__conn_consume(&a[i]);
+        tfos__link_consume(a[i]);
         if (nstarted < 0 || i < nstarted)
-            send_kv(&a[i], TFOS_MSG_STARTED, 1, "pid", "999");
+            send_kv(a[i], TFOS_MSG_STARTED, 1, "pid", "999");
     }
     steps(c, 30);
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
@@ -394,43 +392,43 @@ static void end_feed(void)
 {
     /* ps:0, worker:0 (running), worker:1 (registered, not started yet) */
     tfos_coord *c = open_coord(2, 1, 10, 30);
-    tfos__conn a[3];
+    tfos__link *a[3];
     tfos__frame f;
     form_cluster(c, a, 3, 2);
     tfos_coord_end_feed(c);
-    CHECK_EQ(wait_frame(c, &a[1], &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, a[1], &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_END_FEED);
     CHECK_EQ(f.len, 0);
-    tfos__conn_consume(&a[1]);
-    CHECK_EQ(wait_frame(c, &a[0], &f, 200), TFOS_ETIMEDOUT); /* ps nodes have no feed */
-    CHECK_EQ(wait_frame(c, &a[2], &f, 50), TFOS_ETIMEDOUT);  /* its program has not started */
+    tfos__link_consume(a[1]);
+    CHECK_EQ(wait_frame(c, a[0], &f, 200), TFOS_ETIMEDOUT); /* ps nodes have no feed */
+    CHECK_EQ(wait_frame(c, a[2], &f, 50), TFOS_ETIMEDOUT);  /* its program has not started */
     /* once it runs, a second call reaches it too (agents ignore repeats) */
-    send_kv(&a[2], TFOS_MSG_STARTED, 1, "pid", "1000");
+    send_kv(a[2], TFOS_MSG_STARTED, 1, "pid", "1000");
     steps(c, 30);
     tfos_coord_end_feed(c);
-    CHECK_EQ(wait_frame(c, &a[2], &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, a[2], &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_END_FEED);
-    tfos__conn_consume(&a[2]);
-    CHECK_EQ(wait_frame(c, &a[1], &f, 2000), 0);
+    tfos__link_consume(a[2]);
+    CHECK_EQ(wait_frame(c, a[1], &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_END_FEED);
-    tfos__conn_consume(&a[1]);
+    tfos__link_consume(a[1]);
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
     for (int i = 0; i < 3; i++)
-        tfos__conn_fini(&a[i]);
+        tfos__link_close(a[i]);
     tfos_coord_close(c);
 }
 
 static void tensorboard_port(void)
 {
     tfos_coord *c = open_coord(2, 0, 10, 30);
-    tfos__conn a, b, bad;
+    tfos__link *a, *b, *bad;
     do_register_tb(c, &bad, 0, SECRET, 5000, "http");
-    expect_error(c, &bad, "tb_port");
-    tfos__conn_fini(&bad);
+    expect_error(c, bad, "tb_port");
+    tfos__link_close(bad);
     do_register_tb(c, &a, 0, SECRET, 5000, "6006");
     do_register(c, &b, 1, SECRET, 5001); /* an agent that does not know tb_port */
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &a, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, a, &f, 2000), 0);
     CHECK_EQ(f.type, TFOS_MSG_SPEC);
     tfos_node_info ni;
     CHECK_EQ(tfos_coord_node(c, 0, &ni), 0);
@@ -444,11 +442,11 @@ static void tensorboard_port(void)
     free(js);
     /* heartbeats carry the node's ring counters and its program's report;
      * a report that does not check is dropped, the last good one stays */
-    send_kv(&a, TFOS_MSG_HEARTBEAT, 9, "ring_cap", "4096", "ring_used", "1024", "rows_in", "500", "rows_out", "120",
+    send_kv(a, TFOS_MSG_HEARTBEAT, 9, "ring_cap", "4096", "ring_used", "1024", "rows_in", "500", "rows_out", "120",
             "wait_data_ns", "0", "wait_room_ns", "0", "feed_ended", "0", "report", "step=3 loss=0.5",
             "report_age_ms", "200");
     steps(c, 50);
-    send_kv(&a, TFOS_MSG_HEARTBEAT, 4, "rows_in", "600", "rows_out", "130", "report", "step=4 \"}],\"x\":{\"=1",
+    send_kv(a, TFOS_MSG_HEARTBEAT, 4, "rows_in", "600", "rows_out", "130", "report", "step=4 \"}],\"x\":{\"=1",
             "report_age_ms", "0");
     steps(c, 50);
     CHECK_EQ(tfos_coord_node(c, 0, &ni), 0);
@@ -459,33 +457,32 @@ static void tensorboard_port(void)
     CHECK(strstr(js, "\"report\": {\"step\": 3, \"loss\": 0.5}, \"report_age_s\": 0."));
     CHECK(!strstr(js, "\"x\""));
     free(js);
-    tfos__conn_fini(&a);
-    tfos__conn_fini(&b);
+    tfos__link_close(a);
+    tfos__link_close(b);
     tfos_coord_close(c);
 }
 
 /* An ABORT from a raw client; returns its answer's type (STATUS or ERROR). */
 static int send_abort(tfos_coord *c, const char *secret, const char *id, const char *msg1, const char *msg2)
 {
-    tfos__conn q;
+    tfos__link *q;
     char mac[TFOS_MAC_HEX_LEN + 1];
     greet(c, &q, secret, mac);
     if (msg2)
-        send_kv(&q, TFOS_MSG_ABORT, 4, "mac", mac, "executor_id", id, "message", msg1, "message", msg2);
+        send_kv(q, TFOS_MSG_ABORT, 4, "mac", mac, "executor_id", id, "message", msg1, "message", msg2);
     else
-        send_kv(&q, TFOS_MSG_ABORT, 3, "mac", mac, "executor_id", id, "message", msg1);
+        send_kv(q, TFOS_MSG_ABORT, 3, "mac", mac, "executor_id", id, "message", msg1);
     tfos__frame f;
-    CHECK_EQ(wait_frame(c, &q, &f, 2000), 0);
+    CHECK_EQ(wait_frame(c, q, &f, 2000), 0);
     int type = f.type;
     if (type == TFOS_MSG_STATUS) {
         static char json[8192];
         CHECK_EQ(tfos__kv_str(f.payload, f.len, "json", json, sizeof json), 0);
         CHECK(strstr(json, "\"failure\": "));
     }
-    tfos__conn_consume(&q);
-    tfos__conn tmp = q;
-    CHECK_EQ(wait_frame(c, &tmp, &f, 2000), TFOS_ECLOSED); /* then the coordinator hangs up */
-    tfos__conn_fini(&tmp);
+    tfos__link_consume(q);
+    CHECK_EQ(wait_frame(c, q, &f, 2000), TFOS_ECLOSED); /* then the coordinator hangs up */
+    tfos__link_close(q);
     return type;
 }
 
@@ -493,7 +490,7 @@ static void abort_report(void)
 {
     /* while reserving: the registered agents are told, the cluster fails */
     tfos_coord *c = open_coord(2, 0, 10, 30);
-    tfos__conn a;
+    tfos__link *a;
     do_register(c, &a, 0, SECRET, 5000);
     steps(c, 20);
     CHECK_EQ(send_abort(c, "not-the-secret", "1", "boom", NULL), TFOS_MSG_ERROR);
@@ -503,32 +500,32 @@ static void abort_report(void)
     CHECK_STR(tfos_coord_failure(c), "");
     CHECK_EQ(send_abort(c, SECRET, "1", "ImportError: no module named tensorflow", "  at line 3"),
              TFOS_MSG_STATUS);
-    expect_error(c, &a, "worker:1 (executor 1) could not start: ImportError");
+    expect_error(c, a, "worker:1 (executor 1) could not start: ImportError");
     CHECK_STR(tfos_coord_failure(c), "worker:1 (executor 1) could not start: ImportError: no module named "
               "tensorflow\n  at line 3");
     CHECK_EQ(tfos_coord_failure_code(c), TFOS_EFAILED);
     CHECK(strstr(logbuf, "could not start: ImportError: no module named tensorflow; stopping the cluster"));
-    tfos__conn_fini(&a);
+    tfos__link_close(a);
     CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
     tfos_coord_close(c);
 
     /* while running: every agent is asked to stop */
     c = open_coord(1, 1, 10, 30);
-    tfos__conn b[2];
+    tfos__link *b[2];
     form_cluster(c, b, 2, -1);
     CHECK_EQ(send_abort(c, SECRET, "1", "late", NULL), TFOS_MSG_STATUS);
     CHECK_EQ(tfos_coord_state(c), TFOS_COORD_STOPPING);
     for (int i = 0; i < 2; i++) {
         tfos__frame f;
-        CHECK_EQ(wait_frame(c, &b[i], &f, 2000), 0);
+        CHECK_EQ(wait_frame(c, b[i], &f, 2000), 0);
         CHECK_EQ(f.type, TFOS_MSG_STOP);
-        tfos__conn_consume(&b[i]);
-        send_kv(&b[i], TFOS_MSG_EXITED, 2, "code", "143", "desc", "signal 15 (Terminated)");
+        tfos__link_consume(b[i]);
+        send_kv(b[i], TFOS_MSG_EXITED, 2, "code", "143", "desc", "signal 15 (Terminated)");
     }
     CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
     CHECK_STR(tfos_coord_failure(c), "worker:0 (executor 1) could not start: late");
     for (int i = 0; i < 2; i++)
-        tfos__conn_fini(&b[i]);
+        tfos__link_close(b[i]);
     tfos_coord_close(c);
 }
 
@@ -646,11 +643,11 @@ static void clients(void)
     tfos_coord_close(c);
 
     c = open_coord(2, 0, 10, 30);
-    tfos__conn a;
+    tfos__link *a;
     do_register(c, &a, 1, SECRET, 5001);
     CHECK_EQ(in_child(c, tfos_coord_address(c), child_abort_long, out, sizeof out), 0);
-    expect_error(c, &a, "could not start");
-    tfos__conn_fini(&a);
+    expect_error(c, a, "could not start");
+    tfos__link_close(a);
     CHECK(wait_state(c, TFOS_COORD_FAILED, 7000));
     /* over, the coordinator still tells node tasks why */
     CHECK_EQ(in_child(c, tfos_coord_address(c), child_query, out, sizeof out), 0);

@@ -1,6 +1,8 @@
-/* wire_test.c: frame headers, key=value payloads, connections, and a
- * deterministic mutation fuzz of the parser (no input may crash it). */
+/* wire_test.c: frame headers, key=value payloads, data frames, links'
+ * buffering, and a deterministic mutation fuzz of the parsers (no input may
+ * crash them). */
 #include "check.h"
+#include "core/link.h"
 #include "core/wire.h"
 #include "tfos/tfos.h"
 
@@ -85,13 +87,13 @@ static void bad_payloads(void)
 }
 
 /* A frame arriving one byte at a time is assembled; two frames in one read
- * are both returned. */
+ * are both returned (core/link.h buffers them). */
 static void conn_partial(void)
 {
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    tfos__conn c;
-    tfos__conn_init(&c, sv[0], 1024);
+    tfos__link *c;
+    CHECK_EQ(tfos__link_wrap(&c, sv[0], &tfos__transport_unix), 0);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
     tfos__msg_add(&m, "seq", "%d", 1);
@@ -99,46 +101,39 @@ static void conn_partial(void)
     tfos__frame f;
     const char *why;
     for (size_t i = 0; i < m.len; i++) {
-        CHECK_EQ(tfos__conn_frame(&c, &f, &why), TFOS_EAGAIN);
+        CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), TFOS_ETIMEDOUT); /* not whole yet */
         CHECK_EQ(write(sv[1], m.buf + i, 1), 1);
-        CHECK_EQ(tfos__conn_read(&c), 0);
     }
-    CHECK_EQ(tfos__conn_frame(&c, &f, &why), 0);
+    CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), 0);
     CHECK_EQ(f.type, TFOS_MSG_HEARTBEAT);
-    tfos__conn_consume(&c);
+    tfos__link_consume(c);
     CHECK_EQ(write(sv[1], m.buf, m.len), (long long)m.len);
     CHECK_EQ(write(sv[1], m.buf, m.len), (long long)m.len);
-    CHECK_EQ(tfos__conn_read(&c), 0);
-    CHECK_EQ(tfos__conn_frame(&c, &f, &why), 0);
-    CHECK_EQ(tfos__conn_frame(&c, &f, &why), 0); /* auto-consumes the first */
-    CHECK_EQ(tfos__conn_frame(&c, &f, &why), TFOS_EAGAIN);
+    CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), 0);
+    CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), 0); /* auto-consumes the first */
+    CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), TFOS_ETIMEDOUT);
     close(sv[1]);
-    CHECK_EQ(tfos__conn_read(&c), TFOS_ECLOSED);
+    CHECK_EQ(tfos__link_wait_frame(c, 0, &f, &why), TFOS_ECLOSED);
     tfos__msg_fini(&m);
-    tfos__conn_fini(&c);
+    tfos__link_close(c);
 }
 
 static void conn_oversized(void)
 {
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    tfos__conn c;
-    tfos__conn_init(&c, sv[0], 64);
-    tfos__msg m;
-    tfos__msg_begin(&m, TFOS_MSG_EXITED);
-    char big[200];
-    memset(big, 'z', sizeof big - 1);
-    big[sizeof big - 1] = 0;
-    tfos__msg_add(&m, "tail", "%s", big);
-    CHECK_EQ(tfos__msg_end(&m), 0);
-    CHECK_EQ(write(sv[1], m.buf, 12), 12); /* the header alone is enough to refuse */
-    CHECK_EQ(tfos__conn_read(&c), 0);
+    tfos__link *c;
+    CHECK_EQ(tfos__link_wrap(&c, sv[0], &tfos__transport_unix), 0);
+    /* a control frame's header announcing more than a control frame holds */
+    uint32_t len = TFOS_WIRE_MAX_PAYLOAD + 1;
+    uint8_t h[12] = {'T', 'F', 'O', 'S', TFOS_PROTOCOL_VERSION, TFOS_MSG_EXITED, 0, 0,
+                     (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    CHECK_EQ(write(sv[1], h, 12), 12); /* the header alone is enough to refuse */
     tfos__frame f;
     const char *why = NULL;
-    CHECK_EQ(tfos__conn_frame(&c, &f, &why), TFOS_ETOOBIG);
+    CHECK_EQ(tfos__link_wait_frame(c, 1000, &f, &why), TFOS_ETOOBIG);
     CHECK(why != NULL);
-    tfos__msg_fini(&m);
-    tfos__conn_fini(&c);
+    tfos__link_close(c);
     close(sv[1]);
 }
 
@@ -191,9 +186,79 @@ static void fuzz_parser(void)
     tfos__msg_fini(&m);
 }
 
+/* A data frame: id, meta lines, binary body; every cut or bit flip of its
+ * payload is parsed without reading past it. */
+static void data_frames(void)
+{
+    static const char body[] = "\x00\x01binary\n\x00=";
+    tfos__msg m;
+    tfos__msg_begin_data(&m, TFOS_MSG_SERVE_BATCH, 0x0102030405060708ull);
+    tfos__msg_add(&m, "model", "%s", "digits");
+    tfos__msg_add(&m, "version", "%s", "");
+    CHECK_EQ(tfos__msg_end_data(&m, sizeof body), 0);
+    size_t n = m.len + sizeof body;
+    uint8_t *buf = malloc(n);
+    memcpy(buf, m.buf, m.len);
+    memcpy(buf + m.len, body, sizeof body);
+    CHECK(!memcmp(buf + TFOS_WIRE_HEADER, "\x01\x02\x03\x04\x05\x06\x07\x08", 8)); /* big-endian */
+    tfos__frame f;
+    const char *why;
+    CHECK_EQ(tfos__wire_header(buf, n, 1 << 20, &f, &why), 0);
+    CHECK_EQ(f.len, n - TFOS_WIRE_HEADER);
+    CHECK_EQ(tfos__wire_payload(&f, &why), 0);
+    CHECK_EQ(f.id, 0x0102030405060708ull);
+    char v[32] = "x";
+    CHECK_EQ(tfos__kv_str(f.meta, f.meta_len, "model", v, sizeof v), 0);
+    CHECK_STR(v, "digits");
+    CHECK_EQ(tfos__kv_str(f.meta, f.meta_len, "version", v, sizeof v), 0);
+    CHECK_STR(v, "");
+    CHECK_EQ(f.body_len, sizeof body);
+    CHECK(!memcmp(f.body, body, sizeof body));
+    /* a control frame: meta is the payload, no body */
+    tfos__msg c;
+    tfos__msg_begin(&c, TFOS_MSG_HEARTBEAT);
+    tfos__msg_add(&c, "a", "%d", 1);
+    CHECK_EQ(tfos__msg_end(&c), 0);
+    CHECK_EQ(tfos__wire_header((uint8_t *)c.buf, c.len, 100, &f, &why), 0);
+    CHECK_EQ(tfos__wire_payload(&f, &why), 0);
+    CHECK(f.meta == f.payload && f.meta_len == f.len && f.body_len == 0 && f.id == 0);
+    tfos__msg_fini(&c);
+    /* shorter than its id and meta length; meta longer than the payload */
+    f.type = TFOS_MSG_SERVE_RESULT;
+    f.payload = (const char *)buf + TFOS_WIRE_HEADER;
+    f.len = 9;
+    CHECK_EQ(tfos__wire_payload(&f, &why), TFOS_EPROTO);
+    uint8_t bad[10] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 5};
+    f.payload = (const char *)bad;
+    f.len = sizeof bad;
+    CHECK_EQ(tfos__wire_payload(&f, &why), TFOS_EPROTO);
+    /* mutations: a parse that succeeds stays inside the payload */
+    uint8_t *mut = malloc(n);
+    unsigned long long st = 0x1234567ull;
+    for (int iter = 0; iter < 100000; iter++) {
+        memcpy(mut, buf, n);
+        size_t len = n;
+        for (int j = 0; j < 3; j++) {
+            size_t at = check_rand(&st) % len;
+            if (check_rand(&st) % 3 == 0)
+                len = at + 1;
+            else
+                mut[at] ^= (uint8_t)(1u << (check_rand(&st) % 8));
+        }
+        if (tfos__wire_header(mut, len, 1 << 20, &f, &why) || TFOS_WIRE_HEADER + (size_t)f.len > len)
+            continue;
+        if (tfos__wire_payload(&f, &why) == 0 && tfos__wire_is_data(f.type))
+            CHECK(f.meta >= f.payload && f.body + f.body_len == f.payload + f.len);
+    }
+    free(mut);
+    free(buf);
+    tfos__msg_fini(&m);
+}
+
 int main(void)
 {
     RUN(build_and_parse);
+    RUN(data_frames);
     RUN(bad_headers);
     RUN(bad_payloads);
     RUN(conn_partial);

@@ -249,7 +249,9 @@ def test_wrong_secret_is_rejected(tmp_path, marker):
     assert coord.returncode == 124  # the impostor never took the slot
 
 
-def _frame(mtype, payload=b"", version=1, length=None):
+def _frame(mtype, payload=b"", version=None, length=None):
+    from tfos import _tfos
+    version = _tfos.PROTOCOL_VERSION if version is None else version
     n = len(payload) if length is None else length
     return b"TFOS" + bytes([version, mtype, 0, 0]) + n.to_bytes(4, "big") + payload
 

@@ -421,6 +421,99 @@ def test_a_killed_model_server_is_restarted_alone_and_no_request_fails(digits_mo
     assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
 
 
+RELAY_WRAPPER = """#!/bin/sh
+# --python for tfos serve: its model server runs behind a recording TCP relay
+if [ "$1" = "-m" ] && [ "$2" = "tfos.serve" ]; then shift 2; exec %(py)s %(relay)s %(capture)s "$@"; fi
+exec %(py)s "$@"
+"""
+
+RELAY = """
+import os, runpy, socket, sys, threading
+capture, target = sys.argv[1], os.environ["TFOS_SERVE_ADDR"]
+with open(capture + ".secret", "w") as f:
+    f.write(os.environ["TFOS_SECRET"])
+log, lock = open(capture, "ab", buffering=0), threading.Lock()
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(4)
+
+def pump(src, dst):
+    while True:
+        try:
+            data = src.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            return
+        with lock:
+            log.write(data)
+        dst.sendall(data)
+
+def accept():
+    while True:
+        c, _ = lsock.accept()
+        u = socket.socket(socket.AF_UNIX)
+        u.connect("\\0" + target[1:])
+        for a, b in ((c, u), (u, c)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+threading.Thread(target=accept, daemon=True).start()
+# the model server dials the relay over TCP, as under tfos yarn serve
+os.environ["TFOS_SERVE_ADDR"] = "127.0.0.1:%d" % lsock.getsockname()[1]
+sys.argv = ["tfos.serve"] + sys.argv[2:]
+runpy.run_module("tfos.serve", run_name="__main__", alter_sys=True)
+"""
+
+DOUBLER = """
+import tfos.serve
+
+def load(path):
+    return tfos.serve.Model(lambda pixels: pixels * 2, inputs={"pixels": ("FP32", [-1, 64])},
+                            outputs={"twice": ("FP32", [-1, 64])})
+"""
+
+
+def test_the_serve_link_never_carries_the_secret(tmp_path, marker):
+    """The model server's link to the front end over TCP (as under tfos yarn
+    serve), through a relay that records every byte both ways: the cluster
+    secret is in none of them (the hello carries an HMAC of a nonce), the
+    requests are answered through it, and a model server that does not know
+    the secret is refused."""
+    from tfos import _tfos
+    capture = tmp_path / "capture"
+    (tmp_path / "relay.py").write_text(RELAY)
+    (tmp_path / "doubler.py").write_text(DOUBLER)
+    wrapper = tmp_path / "py-behind-relay"
+    wrapper.write_text(RELAY_WRAPPER % {"py": PY, "relay": tmp_path / "relay.py", "capture": capture})
+    wrapper.chmod(0o755)
+    models = tmp_path / "doubler-model"
+    models.mkdir()
+    s = Server(models, tmp_path, marker, "--python", str(wrapper), "--loader",
+               "digits=%s:load" % (tmp_path / "doubler.py"))
+    try:
+        x = np.random.RandomState(3).rand(5, 64).astype(np.float32)
+        st, body = s.infer(x)
+        assert st == 200, body
+        np.testing.assert_allclose(outputs(body)[1], 2 * x)
+        secret = (tmp_path / "capture.secret").read_text()
+        assert len(secret) == 64, secret
+        data = capture.read_bytes()
+        assert secret.encode() not in data and bytes.fromhex(secret) not in data
+        assert data.count(b"TFOS") >= 4 and b"mac=" in data, data[:200]  # the link's frames went this way
+        # the front end's local socket, dialed as a model server with a wrong secret
+        addr = json.loads(s.get("/v2/local")[1])["address"]
+        with pytest.raises(PermissionError, match="wrong cluster secret"):
+            _tfos.Link(addr, "00" * 32, "model_server", timeout=10)
+        assert wait_for(lambda: "does not know the cluster secret" in s.text(), 10), s.text()[-2000:]
+        assert "tfos_serve_servers_ready 1" in s.get("/metrics")[1].decode()
+    finally:
+        s.stop()
+
+
 def test_a_token_is_required_when_given(digits_model, tmp_path, marker):
     token = "t0ken-" + marker
     # Server() polls readiness without the token: started by hand here

@@ -1,0 +1,159 @@
+/* client.c: the coordinator's small clients: a node task that could not
+ * start its node (tfos_report_abort), status queries and commands
+ * (tfos_query_status, tfos_coord_command), and the dialing they share with
+ * the agent (tfos__coord_dial). Each is one bounded exchange on a link:
+ * dial, first frame (QUERY or ABORT, with its mac), one answer (STATUS, or
+ * ERROR with the refusal's code), hang up. */
+#include "roles/client.h"
+
+#include "core/log.h"
+#include "core/spec.h"
+#include "platform/clock.h"
+#include "platform/net.h"
+#include "tfos/tfos.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tfos__coord_dial(tfos__link **out, const char *addr, int64_t deadline, int retry, int greet_extra_ms, char *err,
+                     size_t errlen)
+{
+    char host[TFOS_HOST_MAX], who[TFOS_HOST_MAX + 40];
+    int port;
+    *out = NULL;
+    if (!addr || tfos__parse_hostport(addr, host, sizeof host, &port))
+        return tfos__errf(err, errlen, TFOS_EINVAL, "bad coordinator address '%s' (want host:port)",
+                          addr ? addr : "");
+    snprintf(who, sizeof who, "the coordinator at %s", addr);
+    return tfos__link_dial(out, addr, who, deadline, retry, greet_extra_ms, err, errlen);
+}
+
+/* Send `m` (finished here) on a dialed link and wait for the answer until
+ * the deadline: a STATUS frame (left in *f, not consumed) or an ERROR from
+ * the coordinator (TFOS_EAUTH when it refused the secret). */
+static int client_exchange(tfos__link *k, tfos__msg *m, int64_t deadline, const char *addr, tfos__frame *f,
+                           char *err, size_t errlen)
+{
+    int rc = tfos__msg_end(m);
+    if (rc == 0)
+        rc = tfos__link_send(k, m, NULL, 0);
+    tfos__msg_fini(m);
+    if (rc == 0)
+        rc = tfos__link_flush_wait(k, tfos__ms_left(deadline, -1));
+    const char *why = NULL;
+    if (rc == 0)
+        rc = tfos__link_wait_frame(k, tfos__ms_left(deadline, -1), f, &why);
+    if (rc)
+        return tfos__errf(err, errlen, rc, "no answer from the coordinator at %s: %s", addr,
+                          why ? why : tfos_strerror(rc));
+    if (f->type == TFOS_MSG_ERROR) {
+        char text[512] = "(no message)";
+        tfos__kv_str(f->meta, f->meta_len, "message", text, sizeof text);
+        long long code = TFOS_EPROTO; /* the kind of refusal travels as a code, never in the text */
+        if (tfos__kv_int(f->meta, f->meta_len, "code", -100, 0, &code) || code >= 0)
+            code = TFOS_EPROTO;
+        return tfos__errf(err, errlen, (int)code, "the coordinator at %s refused: %s", addr, text);
+    }
+    if (f->type != TFOS_MSG_STATUS)
+        return tfos__errf(err, errlen, TFOS_EPROTO, "unexpected answer from the coordinator at %s", addr);
+    return 0;
+}
+
+int tfos_report_abort(const char *coord_addr, const char *secret, int executor_id, const char *message,
+                      int timeout_ms)
+{
+    if (!coord_addr || !secret || executor_id < 0 || timeout_ms < 0)
+        return TFOS_EINVAL;
+    if (!message)
+        message = "";
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    tfos__link *k = NULL;
+    char err[512] = "";
+    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    if (rc == 0) {
+        tfos__msg m;
+        tfos__link_hello(k, &m, TFOS_MSG_ABORT, secret);
+        tfos__msg_add(&m, "executor_id", "%d", executor_id);
+        /* one "message=" per line, cut to what a frame holds (with room for
+         * the line keys and the fields above) */
+        size_t room = TFOS_WIRE_MAX_PAYLOAD - 512;
+        const char *line = message;
+        do {
+            const char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line) : strlen(line);
+            size_t take = tfos__utf8_cut(line, len, room);
+            tfos__msg_add(&m, "message", "%.*s", (int)take, line);
+            room = room > take + 9 ? room - take - 9 : 0;
+            line = nl ? nl + 1 : NULL;
+        } while (line && room > 0);
+        tfos__frame f;
+        rc = client_exchange(k, &m, deadline, coord_addr, &f, err, sizeof err);
+    }
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("reporting that executor %d could not start: %s", executor_id, err);
+    tfos__link_close(k);
+    errno = e;
+    return rc;
+}
+
+int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out)
+{
+    return tfos_coord_command(coord_addr, secret, NULL, NULL, timeout_ms, json_out);
+}
+
+int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
+                       int timeout_ms, char **json_out)
+{
+    if (!json_out)
+        return TFOS_EINVAL;
+    *json_out = NULL;
+    if (!coord_addr || !secret || timeout_ms < 0)
+        return TFOS_EINVAL;
+    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
+        return TFOS_EINVAL;
+    char line[1024] = "";
+    if (reason) { /* one line: the frame's values end at a newline */
+        size_t n = tfos__utf8_cut(reason, strlen(reason), sizeof line - 1);
+        memcpy(line, reason, n);
+        line[n] = '\0';
+        for (char *q = line; *q; q++)
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+    }
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    tfos__link *k = NULL;
+    char err[512] = "";
+    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    if (rc == 0) {
+        tfos__msg m;
+        tfos__link_hello(k, &m, TFOS_MSG_QUERY, secret);
+        if (command && *command)
+            tfos__msg_add(&m, "command", "%s", command);
+        if (line[0])
+            tfos__msg_add(&m, "reason", "%s", line);
+        tfos__frame f;
+        rc = client_exchange(k, &m, deadline, coord_addr, &f, err, sizeof err);
+        if (rc == 0) {
+            char *json = malloc((size_t)f.len + 1);
+            rc = json ? tfos__kv_str(f.meta, f.meta_len, "json", json, (size_t)f.len + 1) : TFOS_ENOMEM;
+            if (rc == TFOS_ENOMEM)
+                tfos__errf(err, sizeof err, rc, "no memory for the status");
+            else if (rc == TFOS_EINVAL)
+                rc = tfos__errf(err, sizeof err, TFOS_EPROTO, "status from the coordinator at %s without json",
+                                coord_addr);
+            if (rc)
+                free(json);
+            else
+                *json_out = json;
+        }
+    }
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("querying the coordinator: %s", err);
+    tfos__link_close(k);
+    errno = e;
+    return rc;
+}
