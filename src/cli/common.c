@@ -133,6 +133,31 @@ int tfos__args_flag(tfos__args *it)
     return 0;
 }
 
+int tfos__args_parse(int argc, char **argv, tfos__opt_fn fn, void *user, char ***program)
+{
+    *program = NULL;
+    tfos__args it;
+    tfos__args_init(&it, argc, argv);
+    for (char *a; (a = tfos__args_next(&it));) {
+        if (!strcmp(a, "--")) {
+            *program = argv + it.i + 1;
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) {
+            *program = tfos__args_rest(&it);
+            return 0;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return TFOS__HELP;
+        int taken = fn(user, &it, a);
+        if (!taken)
+            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
+        if (taken == 2)
+            return 2;
+    }
+    return 0;
+}
+
 int tfos__parse_int(const char *s, int lo, int hi, int *out)
 {
     char *end;

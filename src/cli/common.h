@@ -59,6 +59,16 @@ const char *tfos__args_whole(tfos__args *it);
  * ("%s takes no value"); else 0. */
 int tfos__args_flag(tfos__args *it);
 
+/* An option handler: 1 took the current option (and its value), 0 it is
+ * not this handler's, 2 a usage error (reported). */
+typedef int (*tfos__opt_fn)(void *user, tfos__args *it, const char *opt);
+/* The parse loop of every command that runs a program: options until "--"
+ * or the first argument that is not one, which starts the program (*program
+ * then points into argv; NULL when there is none); -h/--help gives
+ * TFOS__HELP; every option is offered to fn, and one it does not take is a
+ * usage error ("unknown option"). 0, 2 (reported) or TFOS__HELP. */
+int tfos__args_parse(int argc, char **argv, tfos__opt_fn fn, void *user, char ***program);
+
 /* Numbers: 0 with *out set, or 2 with the error reported ("--workers needs
  * an integer between 0 and 1000, got 'two'"). s: the value, NULL when the
  * option had none. */

@@ -61,37 +61,26 @@ static int coordinator_option(coordinator_cli *c, tfos__args *it, const char *a)
     return 0;
 }
 
+/* tfos__opt_fn over everything the coordinator takes. */
+static int coordinator_any(void *user, tfos__args *it, const char *a)
+{
+    coordinator_cli *c = user;
+    if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
+        return tfos__usage_error("%s is an option of tfos yarn", "--am-socket/--bind/--resources");
+    int taken = tfos__yarn_option_elsewhere(a);
+    if (!taken)
+        taken = tfos__cluster_option(&c->cluster, it, a);
+    if (!taken)
+        taken = coordinator_option(c, it, a);
+    return taken;
+}
+
 /* 0, 2 (a usage error, reported) or TFOS__HELP. */
 static int coordinator_parse(coordinator_cli *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
     tfos__cluster_init(&c->cluster);
-    tfos__args it;
-    tfos__args_init(&it, argc, argv);
-    for (char *a; (a = tfos__args_next(&it));) {
-        if (!strcmp(a, "--")) {
-            c->argv = argv + it.i + 1;
-            return 0;
-        }
-        if (a[0] != '-' || !a[1]) {
-            c->argv = tfos__args_rest(&it);
-            return 0;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return TFOS__HELP;
-        if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
-            return tfos__usage_error("%s is an option of tfos yarn", "--am-socket/--bind/--resources");
-        int taken = tfos__yarn_option_elsewhere(a);
-        if (!taken)
-            taken = tfos__cluster_option(&c->cluster, &it, a);
-        if (!taken)
-            taken = coordinator_option(c, &it, a);
-        if (!taken)
-            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
-        if (taken == 2)
-            return 2;
-    }
-    return 0;
+    return tfos__args_parse(argc, argv, coordinator_any, c, &c->argv);
 }
 
 /* Write "HOST:PORT\n" to path, whole. */

@@ -115,35 +115,21 @@ static int node_option(node_cli *n, tfos__args *it, const char *a)
     return 1;
 }
 
+/* tfos__opt_fn over everything the agent takes. */
+static int node_any(void *user, tfos__args *it, const char *a)
+{
+    if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
+        return tfos__usage_error("%s is an option of tfos yarn", "--am-socket/--bind/--resources");
+    int taken = tfos__yarn_option_elsewhere(a);
+    return taken ? taken : node_option(user, it, a);
+}
+
 /* 0, 2 (a usage error, reported) or TFOS__HELP. */
 static int node_parse(node_cli *n, int argc, char **argv)
 {
     memset(n, 0, sizeof *n);
     n->executor_id = -1;
-    tfos__args it;
-    tfos__args_init(&it, argc, argv);
-    for (char *a; (a = tfos__args_next(&it));) {
-        if (!strcmp(a, "--")) {
-            n->argv = argv + it.i + 1;
-            return 0;
-        }
-        if (a[0] != '-' || !a[1]) {
-            n->argv = tfos__args_rest(&it);
-            return 0;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return TFOS__HELP;
-        if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
-            return tfos__usage_error("%s is an option of tfos yarn", "--am-socket/--bind/--resources");
-        int taken = tfos__yarn_option_elsewhere(a);
-        if (!taken)
-            taken = node_option(n, &it, a);
-        if (!taken)
-            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
-        if (taken == 2)
-            return 2;
-    }
-    return 0;
+    return tfos__args_parse(argc, argv, node_any, n, &n->argv);
 }
 
 int tfos__cmd_node(int argc, char **argv)

@@ -151,36 +151,32 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
     return 1;
 }
 
+/* tfos__opt_fn over tfos run's options and the caller's extra ones (first). */
+struct run_any {
+    tfos__run_cli *r;
+    tfos__run_extra_fn extra;
+    void *user;
+};
+
+static int run_any(void *user, tfos__args *it, const char *a)
+{
+    struct run_any *ra = user;
+    int taken = ra->extra ? ra->extra(ra->user, it, a) : 0;
+    if (!taken)
+        taken = tfos__cluster_option(&ra->r->cluster, it, a);
+    if (!taken)
+        taken = run_option(ra->r, it, a);
+    return taken;
+}
+
 int tfos__run_parse(tfos__run_cli *r, int argc, char **argv, tfos__run_extra_fn extra, void *user)
 {
     memset(r, 0, sizeof *r);
     tfos__cluster_init(&r->cluster);
     r->csv_header = -1;
     r->max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
-    tfos__args it;
-    tfos__args_init(&it, argc, argv);
-    for (char *a; (a = tfos__args_next(&it));) {
-        if (!strcmp(a, "--")) {
-            r->argv = argv + it.i + 1;
-            return 0;
-        }
-        if (a[0] != '-' || !a[1]) {
-            r->argv = tfos__args_rest(&it);
-            return 0;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return TFOS__HELP;
-        int taken = extra ? extra(user, &it, a) : 0;
-        if (!taken)
-            taken = tfos__cluster_option(&r->cluster, &it, a);
-        if (!taken)
-            taken = run_option(r, &it, a);
-        if (!taken)
-            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
-        if (taken == 2)
-            return 2;
-    }
-    return 0;
+    struct run_any ra = {r, extra, user};
+    return tfos__args_parse(argc, argv, run_any, &ra, &r->argv);
 }
 
 int tfos__run_check(const tfos__run_cli *r)
