@@ -74,6 +74,15 @@
  * (tfos.spark.Cluster(lease_timeout=)). */
 #define TFOS_DEFAULT_LEASE_TIMEOUT 60.0
 
+/* ---- tfos yarn (docs/YARN.md) ---- */
+/* Memory of a node's container (MB) when its role's is not given. */
+#define TFOS_YARN_DEFAULT_CONTAINER_MB 1024
+/* Memory of the ApplicationMaster's container (MB). */
+#define TFOS_YARN_DEFAULT_AM_MB 512
+/* Seconds YARN may take to start the application, without a reservation
+ * timeout to go by. */
+#define TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT 120.0
+
 /* ---- tfos serve (docs/SERVING.md) ---- */
 /* The HTTP port (TensorFlow Serving's REST port); a client's default URL. */
 #define TFOS_SERVE_DEFAULT_PORT 8500

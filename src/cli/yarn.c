@@ -43,9 +43,6 @@
 
 extern char **environ;
 
-#define DEFAULT_MEMORY_MB 1024
-#define DEFAULT_AM_MEMORY_MB 512
-#define DEFAULT_ACCEPT_TIMEOUT 120.0
 
 /* The Java client's machine-readable lines on its stderr start so
  * (yarn/.../Client.java, EVENT). */
@@ -76,19 +73,21 @@ const char tfos__yarn_help[] =
     "yarn options:\n"
     "  --queue Q                the YARN queue (default: default)\n"
     "  --name N                 the application's name (default tfos)\n"
-    "  --worker-memory M        memory of each worker container (MB, or 512m, 2g; default 1g)\n"
+    "  --worker-memory M        memory of each worker container (MB, or 512m, 2g; default "
+    TFOS__STR(TFOS_YARN_DEFAULT_CONTAINER_MB) "m)\n"
     "  --worker-vcores N        vcores of each worker container (default 1)\n"
     "  --worker-gpus N          GPUs (yarn.io/gpu) of each worker container (default 0)\n"
     "  --ps-memory, --ps-vcores, --ps-gpus, --chief-memory, --chief-vcores, --chief-gpus,\n"
     "  --evaluator-memory, --evaluator-vcores, --evaluator-gpus: the same for the other roles\n"
     "                           (chief and evaluator default to the worker's)\n"
-    "  --am-memory M            the ApplicationMaster's container (default 512m)\n"
+    "  --am-memory M            the ApplicationMaster's container (default " TFOS__STR(TFOS_YARN_DEFAULT_AM_MB) "m)\n"
     "  --archive A[#NAME]       an archive (tar.gz, zip: a venv-pack/conda-pack environment) unpacked\n"
     "                           as NAME in every container; repeatable\n"
     "  --file F[#NAME]          a file shipped to every container; repeatable\n"
     "  --env NAME=VALUE         set in every node's environment; repeatable\n"
     "  --accept-timeout S       kill the application if YARN has not started it within S\n"
-    "                           seconds (default: the reservation timeout)\n"
+    "                           seconds (default: the reservation timeout, else "
+    TFOS__STR(TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT) ")\n"
     "  --hadoop-classpath CP    Hadoop's client jars\n";
 
 static const char yarn_serve_help[] =
@@ -416,7 +415,7 @@ static int submit_head(const tfos__yarn_cli *c, double reservation_timeout, cons
     size_t off = 0;
     for (int r = 0; r < YARN_ROLES; r++) {
         int base = r == YARN_ROLE_PS ? YARN_ROLE_PS : YARN_ROLE_WORKER;
-        int mb = c->res_mb[r] ? c->res_mb[r] : c->res_mb[base] ? c->res_mb[base] : DEFAULT_MEMORY_MB;
+        int mb = c->res_mb[r] ? c->res_mb[r] : c->res_mb[base] ? c->res_mb[base] : TFOS_YARN_DEFAULT_CONTAINER_MB;
         int vc = c->res_vcores[r] ? c->res_vcores[r] : c->res_vcores[base] ? c->res_vcores[base] : 1;
         int gpus = c->res_gpus[r] ? c->res_gpus[r] : r == YARN_ROLE_PS ? 0 : c->res_gpus[base];
         off += (size_t)snprintf(resources + off, rlen - off, "%s%s=%d:%d:%d", r ? "," : "",
@@ -435,11 +434,11 @@ static int submit_head(const tfos__yarn_cli *c, double reservation_timeout, cons
     int bad = strv_add(args, "submit") || strv_add(args, "--tfos") || strv_add(args, self) ||
               strv_add(args, "--name") || strv_add(args, c->app_name ? c->app_name : default_name) ||
               strv_add(args, "--queue") || strv_add(args, c->queue ? c->queue : "default");
-    snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : DEFAULT_AM_MEMORY_MB);
+    snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : TFOS_YARN_DEFAULT_AM_MB);
     bad = bad || strv_add(args, "--am-memory") || strv_add(args, num);
     double accept = c->accept_timeout > 0 ? c->accept_timeout
                     : reservation_timeout > 0 ? reservation_timeout
-                                                 : DEFAULT_ACCEPT_TIMEOUT;
+                                                 : TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT;
     snprintf(num, sizeof num, "%g", accept);
     bad = bad || strv_add(args, "--accept-timeout") || strv_add(args, num);
     for (int i = 0; i < c->narchives && !bad; i++)
