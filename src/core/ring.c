@@ -49,14 +49,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1177,107 +1175,3 @@ void tfos__ring_release(tfos__ring *r)
     release_to(r, r->held_end);
 }
 
-/* ---- passing the fd ------------------------------------------------------ */
-
-int tfos__ring_send_fd(int sock, int fd)
-{
-    char byte = 'R';
-    struct iovec iov = {&byte, 1};
-    union {
-        struct cmsghdr hdr;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof ctl.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    ssize_t n;
-    do
-        n = sendmsg(sock, &m, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return errno == EPIPE || errno == ECONNRESET ? TFOS_ECLOSED : TFOS_ESYS;
-    return 0;
-}
-
-int tfos__ring_recv_fd(int sock, int *fd_out, int timeout_ms)
-{
-    if (!fd_out)
-        return TFOS_EINVAL;
-    *fd_out = -1;
-    struct ucred cred;
-    socklen_t clen = sizeof cred;
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0)
-        return TFOS_ESYS;
-    if (cred.uid != geteuid())
-        return TFOS_EAUTH;
-
-    deadline dl = dl_make(timeout_ms);
-    for (;;) {
-        int wait_ms = -1;
-        if (!dl.forever) {
-            uint64_t t = now_ns();
-            wait_ms = dl.end_ns > t ? (int)((dl.end_ns - t + 999999u) / 1000000u) : 0;
-        }
-        struct pollfd pfd = {sock, POLLIN, 0};
-        int pr = poll(&pfd, 1, wait_ms);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr < 0)
-            return TFOS_ESYS;
-        if (pr == 0)
-            return dl_fail(&dl, TFOS_EAGAIN);
-        break;
-    }
-
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-        struct cmsghdr hdr;
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof ctl.buf;
-    ssize_t n;
-    do
-        n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return errno == ECONNRESET ? TFOS_ECLOSED : TFOS_ESYS;
-    if (n == 0)
-        return TFOS_ECLOSED;
-    int got = -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < nfd; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (got < 0)
-                got = fd;
-            else
-                close(fd); /* one fd per message; drop extras */
-        }
-    }
-    if (got < 0 || (m.msg_flags & MSG_CTRUNC)) {
-        if (got >= 0)
-            close(got);
-        return TFOS_EPROTO;
-    }
-    *fd_out = got;
-    return 0;
-}

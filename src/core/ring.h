@@ -4,8 +4,9 @@
  * (Spark feed tasks, the CLI reader, Python code) and one consumer at a time
  * (the user's training program; for the output ring, the Spark tasks that
  * collect results, one after the other: see tfos__ring_detach). The node agent creates a ring and hands its fd to
- * the producers and to the consumer (fork/exec inheritance, or SCM_RIGHTS with
- * tfos__ring_send_fd/tfos__ring_recv_fd); each of them attaches its own handle.
+ * the producers and to the consumer (fork/exec inheritance, or with a frame
+ * of the feed socket's link: core/feedsock.h); each of them attaches its own
+ * handle.
  *
  * Layout: one 4096-byte header page (magic, version, capacity, head and tail,
  * futex words, pids, flags, counters) followed by `capacity` bytes of data
@@ -279,18 +280,5 @@ int tfos__ring_report(tfos__ring *r, const char *text, size_t len);
  * reported yet; TFOS_EAGAIN: a writer kept it busy (try at the next beat).
  * The text is the application's: check it before use. */
 int tfos__ring_report_get(const tfos__ring *r, char *out, size_t outlen, int64_t *age_ms);
-
-/* ---- passing the fd ---------------------------------------------------- */
-
-/* Send `fd` over the connected AF_UNIX socket `sock` (SCM_RIGHTS, one byte
- * of data). The caller keeps `fd`. TFOS_ESYS on failure. */
-int tfos__ring_send_fd(int sock, int fd);
-
-/* Receive one fd sent by tfos__ring_send_fd, waiting up to timeout_ms. The
- * peer must run as our effective uid (SO_PEERCRED), else TFOS_EAUTH. The
- * caller owns *fd_out (close-on-exec). TFOS_ECLOSED when the peer hung up,
- * TFOS_EPROTO when a message came without an fd, TFOS_EAGAIN (timeout 0) or
- * TFOS_ETIMEDOUT when none came, TFOS_ESYS. */
-int tfos__ring_recv_fd(int sock, int *fd_out, int timeout_ms);
 
 #endif
