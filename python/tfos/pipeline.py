@@ -266,6 +266,7 @@ def _predict_batches(batches, args, input_cols, input_tensors, output_tensors, o
     import numpy as np
     import pyarrow as pa
     import tensorflow as tf
+    from .feed.codec import _is_list, arrow_to_numpy
     pred_fn = _signature(args["export_dir"], args["tag_set"], args["signature_def_key"])
     specs = pred_fn.structured_input_signature[1]
     for batch in batches:
@@ -274,10 +275,9 @@ def _predict_batches(batches, args, input_cols, input_tensors, output_tensors, o
         for col, name in zip(input_cols, input_tensors):
             spec = specs[name]
             arr = batch.column(batch.schema.get_field_index(col))
-            if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-                values = np.asarray(arr.flatten().to_numpy(zero_copy_only=False)).reshape(n, -1)
-            else:
-                values = np.asarray(arr.to_numpy(zero_copy_only=False))
+            # the feed's one Arrow conversion; arrays must make a matrix
+            # (a ragged or null one is refused naming the column and row)
+            values = np.asarray(arrow_to_numpy(arr, col, strict=_is_list(arr.type)))
             tensor = tf.constant(values, dtype=spec.dtype)
             shape = [n] + [d if d is not None else -1 for d in spec.shape.as_list()[1:]]
             if tensor.shape.as_list() != shape:

@@ -144,34 +144,15 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
 
 
 def _arrow_to_numpy(col, i):
-    """A Spark Arrow column as a numpy array with the rows on axis 0: a
-    number column as it is, a column of equal-length arrays as a matrix made
-    from the list's values buffer (no per-row objects)."""
-    import pyarrow as pa
-    np = _np()
-    if col.null_count:
-        raise ServeError("predict_udf: column %d has %d null rows; the model takes numbers" % (i, col.null_count))
-    t = col.type
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        n = len(col)
-        if pa.types.is_fixed_size_list(t):
-            flat, k = col.flatten(), t.list_size
-        else:
-            offsets = col.offsets.to_numpy()
-            lens = np.diff(offsets)
-            k = int(lens[0]) if n else 0
-            if n and (lens != k).any():
-                bad = int(np.argmax(lens != k))
-                raise ServeError("predict_udf: column %d: rows hold arrays of different lengths (%d in the "
-                                 "batch's first row, %d in its row %d)" % (i, k, int(lens[bad]), bad))
-            flat = col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-        if flat.null_count:
-            raise ServeError("predict_udf: column %d: arrays hold null values; the model takes numbers" % i)
-        if pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) or pa.types.is_fixed_size_list(flat.type):
-            inner = _arrow_to_numpy(flat, i)  # arrays of arrays: one more axis
-            return inner.reshape((n, k) + inner.shape[1:])
-        return flat.to_numpy(zero_copy_only=False).reshape(n, k)
-    return col.to_numpy(zero_copy_only=False)
+    """A Spark Arrow column as a numpy array with the rows on axis 0: the
+    feed's one Arrow conversion (tfos.feed.arrow_to_numpy), strict: a model
+    takes numbers, so a null, a ragged row or arrays of text are refused,
+    naming the column, the row and the fix."""
+    from ..feed import ColumnError, arrow_to_numpy
+    try:
+        return arrow_to_numpy(col, i, strict=True)
+    except ColumnError as exc:
+        raise ServeError("predict_udf: %s" % exc) from exc
 
 
 def _arrow_type(spark_type):
