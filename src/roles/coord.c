@@ -1144,9 +1144,28 @@ char *tfos_coord_status_json(const tfos_coord *c)
     fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"failure\": ", c->opts.attempt,
             c->registered, c->n);
     tfos__json_str(f, tfos_coord_failure(c));
-    fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"nodes\": [",
+    fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"failure_record\": ",
             tfos_cause_name(c->failed ? c->info.cause : TFOS_CAUSE_NONE),
             !c->failed ? "" : c->decision == TFOS_RESTART ? "restart" : "raise");
+    /* the failure as the restart policy takes it (tfos_failure), for a
+     * client that asks the policy itself (tfos.spark.Cluster) */
+    if (c->failed) {
+        fprintf(f, "{\"node\": ");
+        tfos__json_str(f, c->info.node);
+        fprintf(f, ", \"job\": ");
+        tfos__json_str(f, c->info.job);
+        fprintf(f, ", \"executor_id\": %d, \"exit_code\": %d, \"signal\": %d, \"exception\": ", c->info.executor_id,
+                c->info.exit_code, c->info.signo);
+        tfos__json_str(f, c->info.exc_type);
+        fprintf(f, ", \"where\": ");
+        tfos__json_str(f, c->info.exc_where);
+        fprintf(f, ", \"summary\": ");
+        tfos__json_str(f, c->info.summary);
+        fputs("}", f);
+    } else {
+        fputs("null", f);
+    }
+    fprintf(f, ", \"nodes\": [");
     for (int i = 0; i < c->n; i++) {
         const cnode *nd = &c->nodes[i];
         fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",

@@ -180,6 +180,7 @@ static void happy_path(void)
     CHECK_STR(tfos_coord_failure(c), "");
     char *js = tfos_coord_status_json(c);
     CHECK(strstr(js, "\"state\": \"done\""));
+    CHECK(strstr(js, "\"failure_record\": null"));
     CHECK(strstr(js, "\"job\": \"ps\""));
     free(js);
     for (int i = 0; i < 3; i++)
@@ -317,6 +318,11 @@ static void node_failure(void)
     CHECK(strstr(fail, "worker:1 (executor 1, host 127.0.0.1, pid 77) failed: signal 9 (Killed)"));
     CHECK(strstr(fail, "step 10 loss 0.5"));
     CHECK_EQ(tfos_coord_failure_code(c), TFOS_EFAILED);
+    /* the record a client's own restart policy takes (tfos.spark.Cluster) */
+    char *js = tfos_coord_status_json(c);
+    CHECK(strstr(js, "\"cause\": \"signal\", \"decision\": \"raise\", \"failure_record\": {\"node\": \"worker:1\", "
+                     "\"job\": \"worker\", \"executor_id\": 1, \"exit_code\": -1, \"signal\": 9, \"exception\": \"\""));
+    free(js);
     tfos__link_close(a[1]);
     tfos_coord_close(c);
 }

@@ -62,6 +62,14 @@ def failing_fun(args, ctx):
     raise ValueError("no model for %s" % args)
 
 
+def fail_after_a_batch(args, ctx):
+    """Reads a batch, then raises: the same ValueError at the same place on
+    every attempt (a bug in the program, not a lost node)."""
+    from tfos import TFNode
+    TFNode.DataFeed(ctx.mgr).next_batch(10)
+    raise ValueError("bad batch on %s" % ctx.job_name)
+
+
 def predict_then_fail(args, ctx):
     """Answers the first batch, then dies: the other rows never get results."""
     from tfos import TFNode
@@ -107,6 +115,25 @@ def test_exception_in_main_fun_comes_back(session):
     assert "failed: exit code 1" in text and "worker:" in text, text
     assert "Traceback (most recent call last)" in text, text
     assert "ValueError: no model for digits-v7" in text, text
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_the_same_exception_again_is_not_retried(session):
+    """The coordinator's status carries the failure record (node, exception,
+    where): the client's restart policy sees the same ValueError at the same
+    place on attempts 1 and 2 and stops there, not after the whole budget
+    (issue 35: before, over Connect, every attempt ran)."""
+    connect_covers_it(session)
+    from tfos.spark import Cluster, ClusterError
+    _, spark, _ = session
+    df = spark.range(0, 1000, 1, 2)
+    with pytest.raises(ClusterError) as err:
+        with Cluster(spark, fail_after_a_batch, None, 2, max_restarts=3) as cluster:
+            cluster.train(df)
+    text = str(err.value)
+    assert "ValueError: bad batch on worker" in text, text
+    assert "the failure is deterministic" in text, text
+    assert "attempts (1 restarts)" in text, text
     assert wait_no_tfos_processes(30) == []
 
 

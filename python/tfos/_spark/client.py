@@ -98,9 +98,15 @@ class SessionEngine(Engine):
         st = self.query()
         failure = st.get("failure") or ""
         state = STATES.get(st.get("state"), _tfos.STATE_RUNNING)
+        rec = st.get("failure_record") or {}
+        # what the restart policy compares: the same exception at the same
+        # place from any node is the same failure (RestartPolicy.decide)
+        record = {k: rec[k] for k in ("node", "job", "exception", "where") if rec.get(k)}
+        if failure and rec.get("exit_code", -1) >= 0:
+            record["exit_code"] = int(rec["exit_code"])
         return Snapshot(state, failure, cause_code(st.get("cause")) if failure else 0, 0,
                         failure.splitlines()[0] if failure else "",
-                        state in (_tfos.STATE_DONE, _tfos.STATE_FAILED))
+                        state in (_tfos.STATE_DONE, _tfos.STATE_FAILED), record)
 
     def end_feed(self):
         self.query("end_feed")
