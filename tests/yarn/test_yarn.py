@@ -56,7 +56,7 @@ def node_infos(cluster, app):
 
 def test_workers_and_ps_get_the_cluster_spec_in_containers(yarn_cluster):
     r = tfos_yarn(yarn_cluster, ["--workers", "2", "--ps", "1", "--ps-runs-program", "--name", "nodeinfo",
-                                 "--env", "NODEINFO_USER=hello"] + SMALL +
+                                 "--env", "NODEINFO_USER=hello", "--env", "NODEINFO_WAIT_PS=1"] + SMALL +
                   ["--file", NODEINFO, "--", sys.executable, "nodeinfo.py"])
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
