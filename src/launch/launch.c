@@ -160,7 +160,7 @@ static void agent_ended(void *user, int id, int status)
         tfos_layout_role(&l->opts.layout, id, &job, &idx);
         snprintf(reason, sizeof reason, "the agent of executor %d (%s:%d) ended before the cluster formed (%s)", id,
                  job, idx, desc);
-        tfos_coord_fail(l->coord, TFOS_CAUSE_START, reason);
+        tfos_coord_fail(l->coord, TFOS_CAUSE_SETUP, reason); /* not the program's doing: retried */
     }
 }
 
