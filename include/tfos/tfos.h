@@ -111,13 +111,17 @@ enum {
     TFOS_CAUSE_HEARTBEAT = 3,     /* an agent went silent (hung, or its host is unreachable) */
     TFOS_CAUSE_AGENT_LOST = 4,    /* an agent's connection dropped (it died) */
     TFOS_CAUSE_EXECUTOR_LOST = 5, /* the process owning an agent (a Spark executor) is gone */
-    TFOS_CAUSE_START = 6,         /* a node or its program could not start */
+    TFOS_CAUSE_START = 6,         /* the program cannot start: exec failed, it exited 126 or 127 (the
+                                   * shells' "cannot execute" and "not found"), its script is not there,
+                                   * or its interpreter lacks what tfos's own program needs */
     TFOS_CAUSE_PS_EXITED = 7,     /* a ps node ended while the trainers ran */
     TFOS_CAUSE_RESERVATION = 8,   /* not every node registered in time */
     TFOS_CAUSE_FEED = 9,          /* the input feed failed (bad data, a feeder error) */
     TFOS_CAUSE_STOPPED = 10,      /* stopped on purpose (a signal, shutdown) */
     TFOS_CAUSE_HANG = 11,         /* a program made no progress for --hang-timeout */
-    TFOS_CAUSE_MAX_ = 11,
+    TFOS_CAUSE_SETUP = 12,        /* a node could not be set up: its agent ended before it registered,
+                                   * a node task could not start it (Spark), its log, feed or fork failed */
+    TFOS_CAUSE_MAX_ = 12,
 };
 /* "exit", "signal", "heartbeat", ... (static storage; "unknown" out of range). */
 const char *tfos_cause_name(int cause);
@@ -149,14 +153,17 @@ void tfos_failure_parse_traceback(tfos_failure *f, const char *const *lines, int
 /* The restart policy: the one place that decides, for every launcher,
  * whether a failed attempt is restarted (the whole cluster re-formed, as
  * torchrun restarts all workers) or the run fails. Rules, in order:
- *   1. causes that retrying cannot fix fail the run: RESERVATION, FEED,
- *      STOPPED;
- *   2. a deterministic failure fails the run: the same job (chief, worker,
- *      ...) failed again with the same exception type at the same place, and
- *      the checkpoint dir did not change in between (a bug in the program
+ *   1. causes that retrying cannot fix fail the run: START (a program that
+ *      cannot start: the same command fails the same way every time),
+ *      RESERVATION, FEED, STOPPED;
+ *   2. a deterministic failure fails the run: a node (any node: chief:0 and
+ *      worker:0 run the same code) failed with the same exception type at
+ *      the same place as the attempt before, and the checkpoint dir's
+ *      content did not grow or change in between (a bug in the program
  *      costs one restart, not the whole budget);
  *   3. with restarts left, restart; else fail (the budget is spent).
- * Every decision leaves one history record. */
+ * Every decision leaves one history record. Decisions are made on causes,
+ * exit codes and the exception's type and place, never on message text. */
 enum { TFOS_RESTART = 1, TFOS_RAISE = 2 };
 enum {
     TFOS_WHY_RESTART = 0,       /* restarts left and worth one */
@@ -204,12 +211,25 @@ char *tfos_policy_json(const tfos_policy *p);
  * restart or there is none. Owned by p. */
 const char *tfos_policy_verdict(const tfos_policy *p);
 
-/* A fingerprint of a checkpoint dir on this machine (files, bytes and the
- * newest modification time under it), for rule 2: two equal fingerprints
- * mean no checkpoint was written in between. "" (and 0) for a dir that is
- * not local (a URL such as hdfs://...) or not there yet. TFOS_EINVAL for a
- * NULL dir or a buffer under 64 bytes. */
+/* A fingerprint of the content of a checkpoint dir on this machine, for
+ * rule 2: the files under it that hold data (size > 0), their bytes and the
+ * newest modification time among them. Two equal fingerprints mean no
+ * checkpoint data was written in between: an empty file created (a save
+ * that died on a full disk) or a directory made is no progress. "" (and 0)
+ * for a dir that is not local (a URL such as hdfs://...) or not there yet.
+ * TFOS_EINVAL for a NULL dir or a buffer under 64 bytes. */
 int tfos_checkpoint_progress(const char *dir, char *buf, size_t len);
+
+/* Whether argv can start on this machine, checked without running anything
+ * (a few stat calls), for failures no restart can fix: argv[0] names an
+ * executable file (a name without '/' is looked up on $PATH as execvp does,
+ * /bin:/usr/bin without one), and a Python interpreter (argv[0] named
+ * python*) given a script file finds it (from the current directory, as the
+ * program will). 0 when nothing is wrong; else TFOS_ESYS with errno ENOENT
+ * (not there) or EACCES (not executable or not readable), and one line for
+ * people in why[len] ("could not start 'python9': No such file or directory
+ * (not on PATH: /usr/bin:/bin)"). */
+int tfos_program_check(char *const *argv, char *why, size_t len);
 
 /* ---- coordinator --------------------------------------------------------- */
 

@@ -39,6 +39,7 @@ CAUSE_RESERVATION: Final[int]
 CAUSE_FEED: Final[int]
 CAUSE_STOPPED: Final[int]
 CAUSE_HANG: Final[int]
+CAUSE_SETUP: Final[int]
 FEED_POSITION_DIR: Final[str]
 # Ring roles
 ROLE_OBSERVER: Final[int]

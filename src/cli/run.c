@@ -7,6 +7,7 @@
 #include "cli/yarn_opts.h"
 #include "core/spec.h"
 #include "feed/input.h"
+#include "launch/launch.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -240,6 +241,14 @@ int tfos__cmd_run(int argc, char **argv)
             fprintf(stderr, "tfos: --input %s: %s\n", r.inputs[i], strerror(errno));
             return 2;
         }
+    /* a program that cannot start fails here, once, before any node runs:
+     * not once per node and attempt (the restart policy would not retry it
+     * either; exit 1 as for a failed run) */
+    char why[1024];
+    if (tfos__launch_check(&o, why, sizeof why)) {
+        fprintf(stderr, "tfos: %s\ntfos: no node was started: a program that cannot start is not retried\n", why);
+        return 1;
+    }
     tfos__catch_stop_signals();
     int code = 1;
     rc = tfos_run_local(&o, tfos__stop_flag(), &code);

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/log.h"
+#include "core/spec.h"
 #include "launch/launch.h"
 #include "serve/serve.h"
 #include "tfos/tfos.h"
@@ -361,6 +362,22 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
                        .quiet = true};
     tfos__launch_opts lo = {.http_token = v.token, .respawn = (int)v.restarts, .http_max_conns = 256,
                             .http_purpose = "the models", .resident = true};
+    /* here (not on YARN, whose containers have their own files): model
+     * servers that cannot start fail now, once, not once per server and
+     * restart (python -m tfos.serve without tfos exits 1, as any failure) */
+    char why[1024];
+    int cannot = !am && tfos__launch_check(&o, why, sizeof why);
+    if (!am && !cannot && tfos__python_finds(python, "tfos", NULL, 10000) == 0) {
+        snprintf(why, sizeof why, "the model servers run python -m tfos.serve, but %.700s cannot import tfos (No "
+                 "module named 'tfos'): pass --python PY with an interpreter where tfos is installed", python);
+        cannot = 1;
+    }
+    if (cannot) {
+        fprintf(stderr, "tfos: %s\ntfos: no model server was started: a program that cannot start is not "
+                "retried\n", why);
+        free(prog);
+        return 1;
+    }
     /* in the ApplicationMaster's container: each model server in a container
      * of its own, through a stand-in (as tfos yarn-am's nodes) */
     tfos__yarn_cfg ycfg;

@@ -15,9 +15,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-static const char *const cause_names[] = {"none",  "exit",      "signal",      "heartbeat", "agent_lost", "executor_lost",
-                                          "start", "ps_exited", "reservation", "feed",      "stopped",    "hang"};
+static const char *const cause_names[] = {"none",      "exit",  "signal",  "heartbeat", "agent_lost",
+                                          "executor_lost", "start", "ps_exited", "reservation", "feed",
+                                          "stopped",   "hang",  "setup"};
 
 const char *tfos_cause_name(int cause)
 {
@@ -117,9 +119,15 @@ void tfos_policy_close(tfos_policy *p)
     free(p);
 }
 
+/* Rule 1. START is a program that cannot start (exec failed, exit 126/127,
+ * a missing script, an interpreter without what tfos's own program needs):
+ * the next attempt runs the same command on the same files. A node that
+ * could not be set up (SETUP: an agent lost before it registered, a fork
+ * that failed) may well start the next time. */
 static int retryable(int cause)
 {
-    return cause != TFOS_CAUSE_RESERVATION && cause != TFOS_CAUSE_FEED && cause != TFOS_CAUSE_STOPPED;
+    return cause != TFOS_CAUSE_START && cause != TFOS_CAUSE_RESERVATION && cause != TFOS_CAUSE_FEED &&
+           cause != TFOS_CAUSE_STOPPED;
 }
 
 /* "dir/train.py:52" -> "train.py:52": the same program file sits in another
@@ -130,14 +138,16 @@ static const char *file_and_line(const char *where)
     return slash ? slash + 1 : where;
 }
 
-/* Rule 2: the same job failed with the same exception at the same place as
- * the attempt before, and no checkpoint was written in between. */
+/* Rule 2: a node failed with the same exception at the same place as the
+ * attempt before, and no checkpoint data was written in between. Any node:
+ * chief:0 and worker:0 run the same program, and which of them reaches the
+ * bug first is a matter of timing, not a new failure. */
 static int deterministic(const tfos_attempt_record *prev, const tfos_failure *f, const char *progress)
 {
     const tfos_failure *g = &prev->failure;
     return f->cause == TFOS_CAUSE_EXIT && g->cause == TFOS_CAUSE_EXIT && f->exc_type[0] && f->exc_where[0] &&
-           !strcmp(f->job, g->job) && !strcmp(f->exc_type, g->exc_type) &&
-           !strcmp(file_and_line(f->exc_where), file_and_line(g->exc_where)) && !strcmp(progress, prev->progress);
+           !strcmp(f->exc_type, g->exc_type) && !strcmp(file_and_line(f->exc_where), file_and_line(g->exc_where)) &&
+           !strcmp(progress, prev->progress);
 }
 
 int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progress, int *why_out)
@@ -173,17 +183,31 @@ int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progre
     rec->decision = why == TFOS_WHY_RESTART ? TFOS_RESTART : TFOS_RAISE;
     p->n++;
     p->verdict[0] = '\0';
-    if (why == TFOS_WHY_DETERMINISTIC)
+    char unused[48] = "";
+    if (p->max_restarts > 0)
+        snprintf(unused, sizeof unused, " (%d of %d restarts unused)", p->max_restarts - p->attempt + 1,
+                 p->max_restarts);
+    if (why == TFOS_WHY_DETERMINISTIC) {
+        /* "(worker)" when one job failed twice, else the two nodes */
+        const tfos_failure *g = &prev->failure;
+        char who[112];
+        if (!strcmp(f->job, g->job))
+            snprintf(who, sizeof who, "%s", f->job);
+        else
+            snprintf(who, sizeof who, "%s, then %s", g->node, f->node);
         snprintf(p->verdict, sizeof p->verdict,
                  "the same %s at %s ended attempts %d and %d (%s) with no checkpoint progress in between: the "
-                 "failure is deterministic, so tfos stops retrying (%d of %d restarts unused)",
-                 f->exc_type, f->exc_where, p->attempt - 1, p->attempt, f->job, p->max_restarts - p->attempt + 1,
-                 p->max_restarts);
-    else if (why == TFOS_WHY_EXHAUSTED && p->max_restarts > 0)
+                 "failure is deterministic, so tfos stops retrying%s",
+                 f->exc_type, f->exc_where, p->attempt - 1, p->attempt, who, unused);
+    } else if (why == TFOS_WHY_EXHAUSTED && p->max_restarts > 0) {
         snprintf(p->verdict, sizeof p->verdict, "every restart is used (max_restarts %d)", p->max_restarts);
-    else if (why == TFOS_WHY_NOT_RETRYABLE && f->cause != TFOS_CAUSE_STOPPED)
+    } else if (why == TFOS_WHY_NOT_RETRYABLE && f->cause == TFOS_CAUSE_START) {
+        snprintf(p->verdict, sizeof p->verdict,
+                 "a program that cannot start is not retried: the same command would fail the same way%s", unused);
+    } else if (why == TFOS_WHY_NOT_RETRYABLE && f->cause != TFOS_CAUSE_STOPPED) {
         snprintf(p->verdict, sizeof p->verdict, "a %s failure is not restarted: retrying cannot fix it",
                  tfos_cause_name(f->cause));
+    }
     if (rec->decision == TFOS_RESTART)
         p->attempt++;
     if (why_out)
@@ -286,6 +310,8 @@ typedef struct walk {
     long long newest_ns;
 } walk;
 
+/* Only files that hold data count: a save that died on a full disk leaves
+ * an empty file (and its directory's mtime moves), which is no progress. */
 static void walk_dir(const char *path, walk *w, int depth)
 {
     DIR *d = opendir(path);
@@ -301,12 +327,12 @@ static void walk_dir(const char *path, walk *w, int depth)
         struct stat st;
         if (lstat(sub, &st) < 0)
             continue;
-        long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-        if (ns > w->newest_ns)
-            w->newest_ns = ns;
-        if (S_ISDIR(st.st_mode) && depth < 8)
+        if (S_ISDIR(st.st_mode) && depth < 8) {
             walk_dir(sub, w, depth + 1);
-        else if (S_ISREG(st.st_mode)) {
+        } else if (S_ISREG(st.st_mode) && st.st_size > 0) {
+            long long ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+            if (ns > w->newest_ns)
+                w->newest_ns = ns;
             w->files++;
             w->bytes += (unsigned long long)st.st_size;
         }
@@ -327,5 +353,116 @@ int tfos_checkpoint_progress(const char *dir, char *buf, size_t len)
     walk w = {0, 0, 0};
     walk_dir(dir, &w, 0);
     snprintf(buf, len, "%llu files, %llu bytes, newest %lld", w.files, w.bytes, w.newest_ns);
+    return 0;
+}
+
+/* ---- can the program start at all --------------------------------------- */
+
+/* Is path an executable regular file? 0, or -1 with errno (ENOENT, EACCES). */
+static int executable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    if (S_ISDIR(st.st_mode) || access(path, X_OK) < 0) {
+        errno = EACCES;
+        return -1;
+    }
+    return 0;
+}
+
+/* The script a python command line runs, or NULL when it runs none (-c,
+ * -m, stdin, or an option this parser does not know: then the interpreter
+ * says what is wrong itself). Options that take a value: -W, -X and
+ * --check-hash-based-pycs; others are single letters, which may be grouped
+ * (-uB). */
+static const char *python_script(char *const *argv)
+{
+    for (int i = 1; argv[i]; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-')
+            return a;
+        if (!strcmp(a, "-"))
+            return NULL; /* stdin */
+        if (!strcmp(a, "--"))
+            return argv[i + 1];
+        if (!strcmp(a, "--check-hash-based-pycs")) {
+            if (!argv[++i])
+                return NULL;
+            continue;
+        }
+        if (a[1] == '-')
+            return NULL; /* --help, --version, ...: nothing runs */
+        for (const char *c = a + 1; *c; c++) {
+            if (*c == 'c' || *c == 'm')
+                return NULL;
+            if (*c == 'W' || *c == 'X') {
+                if (!c[1] && !argv[++i])
+                    return NULL;
+                break; /* the rest of this argument, or the next one, is the value */
+            }
+            if (!strchr("bBdEhiIOPqsSuvVxR", *c))
+                return NULL;
+        }
+    }
+    return NULL;
+}
+
+int tfos_program_check(char *const *argv, char *why, size_t len)
+{
+    if (!argv || !argv[0] || !argv[0][0] || !why || !len)
+        return TFOS_EINVAL;
+    why[0] = '\0';
+    const char *prog = argv[0];
+    if (strchr(prog, '/')) {
+        if (executable(prog) < 0) {
+            int e = errno;
+            snprintf(why, len, "could not start '%s': %s%s", prog, strerror(e),
+                     e == EACCES ? " (not an executable file: chmod +x it, or run it with its interpreter)" : "");
+            errno = e;
+            return TFOS_ESYS;
+        }
+    } else {
+        /* execvp's search: the first executable file on $PATH; a file found
+         * there that is not executable is EACCES when nothing later is */
+        const char *path = getenv("PATH");
+        if (!path)
+            path = "/bin:/usr/bin";
+        int e = ENOENT;
+        int found = 0;
+        for (const char *p = path; !found;) {
+            size_t n = strcspn(p, ":");
+            char full[4096];
+            if (snprintf(full, sizeof full, "%.*s/%s", (int)n, n ? p : ".", prog) < (int)sizeof full) {
+                if (executable(full) == 0)
+                    found = 1;
+                else if (errno == EACCES)
+                    e = EACCES;
+            }
+            if (!p[n])
+                break;
+            p += n + 1;
+        }
+        if (!found) {
+            snprintf(why, len, "could not start '%s': %s (%s on PATH: %s)", prog, strerror(e),
+                     e == EACCES ? "no executable file of that name" : "not", path);
+            errno = e;
+            return TFOS_ESYS;
+        }
+    }
+    const char *base = strrchr(prog, '/');
+    base = base ? base + 1 : prog;
+    const char *script = strncmp(base, "python", 6) ? NULL : python_script(argv);
+    if (script && access(script, R_OK) < 0) {
+        int e = errno;
+        char cwd[1024];
+        if (script[0] == '/' || !getcwd(cwd, sizeof cwd))
+            snprintf(why, len, "could not start '%s %s': its script %s: %s", prog, script, script, strerror(e));
+        else
+            snprintf(why, len, "could not start '%s %s': its script %s (in %s): %s", prog, script, script, cwd,
+                     strerror(e));
+        errno = e == ENOENT ? ENOENT : EACCES;
+        return TFOS_ESYS;
+    }
     return 0;
 }

@@ -438,12 +438,14 @@ static int needs_probe(const char *mode, char *const *env)
     return !strcmp(mode, "legacy") || (!strcmp(mode, "auto") && !user_chose_keras(env));
 }
 
-/* Start a Python that tells whether `python` finds the tf_keras package
- * (without importing it or TensorFlow: a few tens of ms) by its exit code. */
-static pid_t spawn_probe(const char *python, char *const *env)
+/* Start a Python that tells whether `python` finds the top-level package
+ * `module` (without importing it: a few tens of ms) by its exit code: 0
+ * yes, 3 no. */
+static pid_t spawn_probe(const char *python, const char *module, char *const *env)
 {
     char *argv[] = {(char *)python, "-c",
-                    "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('tf_keras') else 3)", NULL};
+                    "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)",
+                    (char *)module, NULL};
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
     tfos__spawn_opts so = {.argv = argv, .envp = env, .stdin_fd = -1, .stdout_fd = devnull, .stderr_fd = devnull,
                            .pdeathsig = SIGKILL};
@@ -457,7 +459,7 @@ static pid_t spawn_probe(const char *python, char *const *env)
 void tfos__keras_probe_start(tfos__keras_probe *p, const char *mode, const char *python, char *const *env)
 {
     memset(p, 0, sizeof *p);
-    if (needs_probe(mode, env) && (p->pid = spawn_probe(python, env)) < 0)
+    if (needs_probe(mode, env) && (p->pid = spawn_probe(python, "tf_keras", env)) < 0)
         p->pid = 0; /* tfos__keras_resolve tries again */
 }
 
@@ -482,7 +484,7 @@ static int has_tf_keras(const char *python, char *const *env, tfos__keras_probe 
     if (!p || p->pid <= 0) {
         p = &now;
         memset(p, 0, sizeof *p);
-        if ((p->pid = spawn_probe(python, env)) < 0)
+        if ((p->pid = spawn_probe(python, "tf_keras", env)) < 0)
             return -1;
     }
     if (!p->done) {
@@ -502,6 +504,22 @@ static int has_tf_keras(const char *python, char *const *env, tfos__keras_probe 
     if (WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0)
         return 1;
     return WIFEXITED(p->status) && WEXITSTATUS(p->status) == 3 ? 0 : -1;
+}
+
+int tfos__python_finds(const char *python, const char *module, char *const *env, int timeout_ms)
+{
+    pid_t pid = spawn_probe(python, module, env);
+    if (pid < 0)
+        return -1;
+    int status = 0;
+    if (tfos__wait_pid(pid, timeout_ms, &status)) {
+        kill(pid, SIGKILL);
+        tfos__wait_pid(pid, 5000, &status);
+        return -1;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 3 ? 0 : -1;
 }
 
 int tfos__keras_resolve(const char *mode, const char *python, char *const *env, tfos__keras_probe *probe,

@@ -105,4 +105,13 @@ int tfos__keras_probe_reaped(tfos__keras_probe *p, pid_t pid, int status);
 int tfos__keras_resolve(const char *mode, const char *python, char *const *env, tfos__keras_probe *probe,
                         const char **value, char *err, size_t errlen);
 
+/* Whether `python` (with the environment `env`, NULL: ours) finds the
+ * top-level package `module`, asked without importing it (importlib's
+ * find_spec: one interpreter start, tens of ms, where importing TensorFlow
+ * takes seconds): 1 yes, 0 no, -1 could not tell (the interpreter did not
+ * start or answer within timeout_ms). Launchers check their own programs'
+ * interpreters with it before a cluster forms (the built-in ps server's
+ * tensorflow, the model servers' tfos). */
+int tfos__python_finds(const char *python, const char *module, char *const *env, int timeout_ms);
+
 #endif

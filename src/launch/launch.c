@@ -143,6 +143,34 @@ static char **child_env(tfos_local *l)
     return env;
 }
 
+/* ---- before the cluster forms ------------------------------------------------ */
+
+int tfos__launch_check(const tfos_run_opts *o, char *why, size_t len)
+{
+    int rc = tfos_program_check(o->argv, why, len);
+    if (rc || o->layout.num_ps <= 0 || o->ps_runs_program)
+        return rc;
+    const char *python = guess_python(o);
+    char *ps_argv[] = {(char *)python, NULL};
+    if ((rc = tfos_program_check(ps_argv, why, len))) {
+        int e = errno;
+        size_t n = strlen(why);
+        snprintf(why + n, len - n, ": the interpreter of the built-in parameter server (pass --python PY, or "
+                 "--ps-runs-program to run your program on the ps nodes)");
+        errno = e;
+        return rc;
+    }
+    if (tfos__python_finds(python, "tensorflow", NULL, 10000) == 0) {
+        /* the words of the built-in server's own message (agent.c) */
+        snprintf(why, len, "the built-in parameter server needs TensorFlow, but %s cannot import it (No module "
+                 "named 'tensorflow'): pass --python PY with an interpreter that has tensorflow, or "
+                 "--ps-runs-program to run your program on the ps nodes", python);
+        errno = ENOENT;
+        return TFOS_ESYS;
+    }
+    return 0;
+}
+
 /* ---- agents ---------------------------------------------------------------- */
 
 /* The backend saw node id's agent end (tfos__node_ended_fn). */
@@ -160,7 +188,7 @@ static void agent_ended(void *user, int id, int status)
         tfos_layout_role(&l->opts.layout, id, &job, &idx);
         snprintf(reason, sizeof reason, "the agent of executor %d (%s:%d) ended before the cluster formed (%s)", id,
                  job, idx, desc);
-        tfos_coord_fail(l->coord, TFOS_CAUSE_START, reason);
+        tfos_coord_fail(l->coord, TFOS_CAUSE_SETUP, reason); /* not the program's doing: retried */
     }
 }
 

@@ -48,6 +48,19 @@ typedef struct tfos__launch_opts {
  * zero). The caller owns *out (tfos_local_close). Errors are logged. */
 int tfos__launch_open(tfos_local **out, const tfos_run_opts *o, const tfos__launch_opts *lo);
 
+/* Before any node starts, for nodes on this machine (`tfos run`, `tfos
+ * serve`; not tfos yarn, whose programs run in containers): what no restart
+ * can fix, said once instead of once per node and attempt. The program can
+ * start (tfos_program_check: it is on PATH, a python's script is there)
+ * and, with ps nodes on the built-in server, its interpreter
+ * (o->python, else the program's) finds tensorflow, asked without
+ * importing it (tfos__python_finds: one interpreter start, where importing
+ * TensorFlow takes seconds; only with ps nodes). 0, or TFOS_ESYS with errno
+ * ENOENT or EACCES and one line for people in why[len]. An interpreter that
+ * cannot tell within 10 s passes: the ps node then says what is wrong (exit
+ * 127, reported as a start failure). */
+int tfos__launch_check(const tfos_run_opts *o, char *why, size_t len);
+
 /* The launcher's event loop: components that attach register with it. */
 tfos__loop *tfos__launch_loop(tfos_local *l);
 /* Its HTTP server (routes may be added until the run ends), or NULL with

@@ -649,6 +649,7 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "CAUSE_FEED", TFOS_CAUSE_FEED) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_STOPPED", TFOS_CAUSE_STOPPED) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_HANG", TFOS_CAUSE_HANG) < 0 ||
+        PyModule_AddIntConstant(m, "CAUSE_SETUP", TFOS_CAUSE_SETUP) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_OBSERVER", TFOS_RING_OBSERVER) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_PRODUCER", TFOS_RING_PRODUCER) < 0 ||
         PyModule_AddIntConstant(m, "ROLE_CONSUMER", TFOS_RING_CONSUMER) < 0 ||

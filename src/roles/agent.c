@@ -65,11 +65,21 @@ extern char **environ;
 #define LINE_MAX_ 8192
 #define END_FEED_RETRY_MS 50 /* a full or busy input ring: try again this soon */
 #define OWNER_GRACE_MS 2000  /* SIGTERM -> SIGKILL when the owner is gone */
+/* A program that exits 126 or 127 did not start: the exit codes of shells
+ * (and env, nohup, timeout, the TensorBoard wrapper's exec) for a command
+ * found but not executable, and not found. The agent reports it as kind
+ * "start", which the restart policy never retries. */
+#define START_EXIT_CANNOT_RUN 126
+#define START_EXIT_NOT_FOUND 127
+enum { START_PROGRAM = 1, START_SETUP = 2 };
 
 /* Program run on ps nodes when the user program does not serve them itself:
  * a TensorFlow gRPC server for this task that runs until stopped. Without
- * TensorFlow in the chosen interpreter it exits 2 with one line naming that
- * interpreter and the two ways out (--python, --ps-runs-program). */
+ * TensorFlow in the chosen interpreter it exits 127 (START_EXIT_NOT_FOUND:
+ * reported as a program that cannot start, never retried) with one line
+ * naming that interpreter and the two ways out (--python, --ps-runs-program).
+ * `tfos run` looks for tensorflow in that interpreter before any node starts
+ * (tfos__launch_check); this is for launchers that cannot (tfos yarn). */
 static const char builtin_ps_server[] =
     "import json, os, sys\n"
     "try:\n"
@@ -78,7 +88,7 @@ static const char builtin_ps_server[] =
     "    sys.stderr.write('tfos: the built-in parameter server needs TensorFlow, but %s cannot import it (%s): '"
     " 'pass --python PY with an interpreter that has tensorflow, or --ps-runs-program to run your program on the'"
     " ' ps nodes\\n' % (sys.executable or sys.argv[0], e))\n"
-    "    sys.exit(2)\n"
+    "    sys.exit(127)\n"
     "c = json.loads(os.environ['TF_CONFIG'])\n"
     "print('tfos: serving ps task %d at %s' % (c['task']['index'], c['cluster']['ps'][c['task']['index']]),"
     " flush=True)\n"
@@ -101,7 +111,14 @@ struct agent {
     tfos__loop *loop;
     int done;              /* leave the loop */
     tfos__timer hb_timer, kill_timer, end_feed_timer;
-    int start_failed;      /* the program (or what it needs) could not be started */
+    /* the program could not be started: 0, or the kind the coordinator
+     * decides on: START_PROGRAM (it cannot start: exec failed, no script, no
+     * tf_keras for --keras legacy; retrying cannot help) or START_SETUP (the
+     * node could not be set up: its log, feed rings, TensorBoard or a fork) */
+    int start_failed;
+    char start_why[400];   /* why, one line: the node's exit description */
+    int stop_asked;        /* the program was running when a stop was asked (begin_stop) */
+    int builtin_ps;        /* the program is the built-in ps server (builtin_ps_server) */
     char log_error[300];   /* the node's log file could not be written: why ("" fine) */
     unsigned long long forward_dropped; /* --forward-logs: lines not sent since the last one sent */
     /* every process of the node: its cgroup ("" where there is none) and the
@@ -278,7 +295,17 @@ static void begin_stop(agent *a, int grace_ms, const char *why)
     if (a->kill_deadline)
         return;
     a->kill_deadline = tfos__now_ms() + grace_ms;
+    /* a program that has ended already (its SIGCHLD not yet read) ended by
+     * itself, not because of this stop: reap it here, so its report says so */
+    int st;
+    if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
+        a->child_done = 1;
+        a->child_status = st;
+        a->done = 1;
+        return;
+    }
     if (a->child > 0 && !a->child_done) {
+        a->stop_asked = 1;
         TFOS_DEBUG("agent %s: stopping program (pid %d, grace %d ms): %s", a->label, (int)a->child, grace_ms, why);
         if (grace_ms <= 0) {
             kill(-a->child, SIGKILL);
@@ -414,6 +441,9 @@ static void report_exit(agent *a, int code, const char *kind, const char *desc)
     tfos__msg_add(&m, "code", "%d", code);
     tfos__msg_add(&m, "kind", "%s", kind);
     tfos__msg_add(&m, "desc", "%s", desc);
+    /* whether it ended because it was asked to stop: a node that fails by
+     * itself fails the run even while the others are being stopped */
+    tfos__msg_add(&m, "stopped", "%d", a->stop_asked ? 1 : 0);
     int first = a->tail_count < TAIL_LINES ? 0 : a->tail_next;
     for (int i = 0; i < a->tail_count; i++)
         tfos__msg_add(&m, "tail", "%s", a->tail[(first + i) % TAIL_LINES]);
@@ -461,14 +491,32 @@ static void start_guard(agent *a)
 
 static void try_end_feed(agent *a);
 
-/* The program cannot be started: `desc` is its last line and the node ends
- * with exit code 1 (cause "start"). */
-static void start_fails(agent *a, const char *desc)
+/* The program cannot be started: `desc` says why (the node's exit
+ * description, which the coordinator reports once), `kind` is START_PROGRAM
+ * (exit code 127) or START_SETUP (exit code 1). The coordinator reports it,
+ * so the agent only logs it at debug level: N nodes would say it N times. */
+static void start_fails(agent *a, int kind, int code, const char *desc)
 {
-    tail_push(a, desc, strlen(desc));
-    a->start_failed = 1;
+    TFOS_DEBUG("agent %s: %s", a->label, desc);
+    snprintf(a->start_why, sizeof a->start_why, "%s", desc);
+    a->start_failed = kind;
     a->child_done = 1;
-    a->child_status = 1 << 8;
+    a->child_status = code << 8;
+}
+
+/* Did the program exit as a command that could not start (126, 127)? */
+static int did_not_start(int st)
+{
+    return WIFEXITED(st) && (WEXITSTATUS(st) == START_EXIT_CANNOT_RUN || WEXITSTATUS(st) == START_EXIT_NOT_FOUND);
+}
+
+/* Did spawning fail because of the program (it is not there, or not an
+ * executable: the same every time), rather than the machine (a fork out of
+ * memory or processes)? */
+static int exec_errno(int e)
+{
+    return e == ENOENT || e == EACCES || e == ENOEXEC || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG ||
+           e == EISDIR || e == EPERM;
 }
 
 /* --tensorboard: the program's argv behind a shell that first starts
@@ -533,7 +581,7 @@ static void start_program(agent *a)
     snprintf(a->label, sizeof a->label, "%s:%d", me->job, me->index);
     snprintf(a->prefix, sizeof a->prefix, "[%s] ", a->label);
     if (a->logfd < 0 && open_log(a)) { /* once: a respawned program appends to the same log */
-        start_fails(a, "could not open the node's log file");
+        start_fails(a, START_SETUP, 1, "could not open the node's log file");
         return;
     }
     char *const *argv = a->o->argv;
@@ -546,9 +594,19 @@ static void start_program(agent *a)
             ps_argv[2] = (char *)builtin_ps_server;
             ps_argv[3] = NULL;
             argv = ps_argv;
+            a->builtin_ps = 1;
         } else {
             argv = a->o->ps_argv;
         }
+    }
+    /* what no restart can fix, found before anything runs: the program is
+     * not there, or a python's script is not (Python would say "can't open
+     * file" and exit 2, the code of its usage errors too, so that exit says
+     * nothing the policy may decide on) */
+    char cannot[400];
+    if (tfos_program_check(argv, cannot, sizeof cannot)) {
+        start_fails(a, START_PROGRAM, errno == ENOENT ? START_EXIT_NOT_FOUND : START_EXIT_CANNOT_RUN, cannot);
+        return;
     }
     /* the checkpoint dir, where it is a path on this machine, exists when
      * the program starts (on Spark nobody else made it) */
@@ -557,7 +615,7 @@ static void start_program(agent *a)
         TFOS_WARN("agent %s: cannot create the checkpoint dir %s: %s", a->label, a->o->checkpoint_dir,
                   strerror(errno));
     if (a->o->cluster_id && strcmp(me->job, "ps") && a->in_fd < 0 && open_feed(a)) {
-        start_fails(a, "could not create the node's feed rings");
+        start_fails(a, START_SETUP, 1, "could not create the node's feed rings");
         return;
     }
     /* TFOS_FEED_EMPTY=1 (`tfos run` without --input): no feeder will ever
@@ -569,8 +627,7 @@ static void start_program(agent *a)
         char why[400];
         if (tfos__keras_resolve(a->o->keras, tfos__program_python(NULL, argv), environ, &a->keras_probe,
                                 &a->legacy_keras, why, sizeof why)) {
-            TFOS_ERROR("agent %s: %s", a->label, why);
-            start_fails(a, why);
+            start_fails(a, START_PROGRAM, START_EXIT_NOT_FOUND, why);
             return;
         }
         a->keras_resolved = 1;
@@ -578,7 +635,7 @@ static void start_program(agent *a)
     char **tb_argv = NULL;
     if (a->o->tensorboard && strcmp(me->job, "ps")) {
         if (!(tb_argv = with_tensorboard(a, argv))) {
-            start_fails(a, "could not set up TensorBoard");
+            start_fails(a, START_SETUP, 1, "could not set up TensorBoard");
             return;
         }
         argv = tb_argv;
@@ -649,7 +706,6 @@ fail:;
         snprintf(desc, sizeof desc, "could not start '%s': %s", argv[0], strerror(e));
     else
         snprintf(desc, sizeof desc, "could not start '%s': %s", argv[0], tfos_strerror(rc));
-    TFOS_ERROR("agent %s: %s", a->label, desc);
     for (int i = 0; i < 2; i++) {
         if (outp[i] >= 0)
             close(outp[i]);
@@ -658,10 +714,10 @@ fail:;
     }
     tfos__env_free(env);
     free_tensorboard(tb_argv);
-    tail_push(a, desc, strlen(desc));
-    a->start_failed = 1;
-    a->child_done = 1;
-    a->child_status = 127 << 8;
+    if (rc == TFOS_ESYS && exec_errno(e))
+        start_fails(a, START_PROGRAM, e == ENOENT ? START_EXIT_NOT_FOUND : START_EXIT_CANNOT_RUN, desc);
+    else /* a fork or pipe the machine could not give now */
+        start_fails(a, START_SETUP, 1, desc);
 }
 
 /* Try once to end the input feed (never waits): the ring may be full, or a
@@ -912,7 +968,7 @@ static int respawn(agent *a, int st)
 {
     int64_t ran = tfos__now_ms() - a->child_started_ms;
     if (a->respawns >= a->o->respawn || a->kill_deadline || a->owner_stop || a->hung || !a->connected ||
-        (WIFEXITED(st) && WEXITSTATUS(st) == 0) || ran < TFOS_RESPAWN_MIN_UPTIME_MS)
+        (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || did_not_start(st))) || ran < TFOS_RESPAWN_MIN_UPTIME_MS)
         return 0;
     a->respawns++;
     end_leftovers(a);
@@ -1159,15 +1215,23 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
         end_leftovers(&a);
     }
     if (a.child_done) {
-        char desc[96];
+        char desc[sizeof a.start_why];
         *exit_code = tfos__exit_code(a.child_status);
-        const char *kind = a.start_failed               ? "start"
+        const char *kind = a.start_failed == START_SETUP ? "setup"
+                           : a.start_failed || did_not_start(a.child_status) ? "start"
                            : a.owner_stop                 ? "owner"
                            : a.hung                       ? "hang"
                            : WIFSIGNALED(a.child_status) ? "signal"
                                                           : "exit";
         if (a.start_failed)
-            snprintf(desc, sizeof desc, "could not start the program (exit code %d)", *exit_code);
+            snprintf(desc, sizeof desc, "%s", a.start_why);
+        else if (did_not_start(a.child_status) && a.builtin_ps)
+            snprintf(desc, sizeof desc, "exit code %d: the built-in parameter server could not start", *exit_code);
+        else if (did_not_start(a.child_status))
+            snprintf(desc, sizeof desc, "exit code %d: %s", *exit_code,
+                     WEXITSTATUS(a.child_status) == START_EXIT_NOT_FOUND
+                         ? "a command it runs was not found (the shells' code), so it could not start"
+                         : "a command it runs could not be executed (the shells' code), so it could not start");
         else if (a.hung)
             snprintf(desc, sizeof desc, "hung: no progress for %g s (its stacks are in its last lines)",
                      o->hang_timeout);

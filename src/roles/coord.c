@@ -72,7 +72,7 @@ typedef struct cnode {
     int prog_pid;
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
-    char exit_desc[96];
+    char exit_desc[400]; /* the agent's one line: "exit code 1", or why the program could not start */
     char log_error[300]; /* the agent could not write the node's log ("" fine) */
     char tail[TAIL_MAX];
     int64_t last_heartbeat;
@@ -179,7 +179,7 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
         snprintf(f->job, sizeof f->job, "%s", nd->addr.job);
         f->executor_id = nd->addr.executor_id;
         snprintf(f->host, sizeof f->host, "%s", nd->addr.host);
-        if (cause == TFOS_CAUSE_EXIT)
+        if (cause == TFOS_CAUSE_EXIT || cause == TFOS_CAUSE_START)
             f->exit_code = nd->exit_code;
         if (cause == TFOS_CAUSE_SIGNAL)
             f->signo = nd->exit_code > 128 ? nd->exit_code - 128 : 0;
@@ -467,6 +467,8 @@ static int exit_cause(const tfos__frame *f, long long code)
         return TFOS_CAUSE_SIGNAL;
     if (!strcmp(kind, "start"))
         return TFOS_CAUSE_START;
+    if (!strcmp(kind, "setup"))
+        return TFOS_CAUSE_SETUP;
     if (!strcmp(kind, "owner"))
         return TFOS_CAUSE_EXECUTOR_LOST;
     if (!strcmp(kind, "hang"))
@@ -567,14 +569,33 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     node_label(nd, label, sizeof label);
     if (!was_running || c->state >= TFOS_COORD_DONE) /* over: a late agent only updates its node */
         return;
-    if (c->state == TFOS_COORD_RUNNING && (code != 0 || !is_tracked(nd))) {
+    /* A node that failed by itself (its agent had not been asked to stop
+     * it) is a failure whatever the timing: also while the others are being
+     * stopped because the trainers finished (a ps that cannot start, seen
+     * just after a quick worker ended, fails the run as it would a moment
+     * earlier). One stopped on request ends as it may, and so does one
+     * whose agent does not say (an agent before "stopped" was sent). */
+    long long stopped = 1;
+    tfos__kv_int(f->payload, f->len, "stopped", 0, 1, &stopped);
+    int failed_itself = code != 0 && !stopped && !c->failed;
+    if ((c->state == TFOS_COORD_RUNNING && (code != 0 || !is_tracked(nd))) ||
+        (c->state == TFOS_COORD_STOPPING && failed_itself)) {
         if (code != 0) {
+            int cause = exit_cause(f, code);
             char pid[32] = "";
             if (nd->prog_pid > 0) /* 0: the program never started */
                 snprintf(pid, sizeof pid, ", pid %d", nd->prog_pid);
-            set_failure(c, exit_cause(f, code), nd, lines, nlines, "%s (executor %d, host %s%s) failed: %s\nlast "
-                        "lines of %s:\n%s", label, nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
-                        nd->tail[0] ? nd->tail : "  | (no output)\n");
+            /* a program that never started has no lines of its own: its
+             * agent's reason is the description, said once */
+            if (cause == TFOS_CAUSE_START && !nd->tail[0])
+                set_failure(c, cause, nd, NULL, 0, "%s (executor %d, host %s) failed: %s", label,
+                            nd->addr.executor_id, nd->addr.host, nd->exit_desc);
+            else
+                set_failure(c, cause, nd, lines, nlines, "%s (executor %d, host %s%s) failed: %s\nlast lines of "
+                            "%s:\n%s", label, nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
+                            nd->tail[0] ? nd->tail : "  | (no output)\n");
+            if (c->state == TFOS_COORD_STOPPING)
+                return; /* the stop under way ends the cluster, now FAILED */
         } else {
             set_failure(c, TFOS_CAUSE_PS_EXITED, nd, NULL, 0, "%s (executor %d, host %s) exited before training "
                         "finished (%s); ps nodes must run until the workers are done",
@@ -583,7 +604,11 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
         enter_stopping(c);
         return;
     }
-    TFOS_INFO("coordinator: %s %s: %s", label, c->state == TFOS_COORD_STOPPING ? "stopped" : "finished", nd->exit_desc);
+    if (c->failed && c->info.cause == TFOS_CAUSE_START && code != 0 && exit_cause(f, code) == TFOS_CAUSE_START)
+        TFOS_INFO("coordinator: %s could not start either", label); /* the reason is said once */
+    else
+        TFOS_INFO("coordinator: %s %s: %s", label, c->state == TFOS_COORD_STOPPING ? "stopped" : "finished",
+                  nd->exit_desc);
     check_done(c);
 }
 
@@ -634,7 +659,7 @@ static void handle_abort(tfos_coord *c, peer *p, const tfos__frame *f)
     char label[48];
     node_label(nd, label, sizeof label);
     if (c->state == TFOS_COORD_RESERVING || c->state == TFOS_COORD_RUNNING) {
-        set_failure(c, TFOS_CAUSE_START, nd, NULL, 0, "%s (executor %lld) could not start: %s", label, id, text);
+        set_failure(c, TFOS_CAUSE_SETUP, nd, NULL, 0, "%s (executor %lld) could not start: %s", label, id, text);
         stop_cluster(c, TFOS_EFAILED, c->failure);
     } else {
         const char *nl = strchr(text, '\n');
@@ -733,7 +758,7 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
         char label[48];
         node_label(nd, label, sizeof label);
         if (c->state == TFOS_COORD_RUNNING || c->state == TFOS_COORD_RESERVING) {
-            set_failure(c, TFOS_CAUSE_START, nd, NULL, 0, "%s (executor %d, host %s): %s", label,
+            set_failure(c, TFOS_CAUSE_SETUP, nd, NULL, 0, "%s (executor %d, host %s): %s", label,
                         nd->addr.executor_id, nd->addr.host, text);
             enter_stopping(c);
         }

@@ -1,7 +1,8 @@
 /* coord_test.c: the coordinator against raw peers on 127.0.0.1: the happy
  * path, wrong secrets, malformed/truncated/oversized frames, duplicate and
  * out-of-range executors, reservation timeout, node failure, heartbeats,
- * END_FEED, TensorBoard ports, ABORT reports, and the C clients
+ * END_FEED, TensorBoard ports, ABORT reports, a node failing while the rest
+ * stops, the start kinds agents report, and the C clients
  * (tfos_report_abort, tfos_query_status) run in a forked child.
  * The coordinator runs in this thread; helpers step it while they wait. */
 #include "check.h"
@@ -530,9 +531,104 @@ static void abort_report(void)
     }
     CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
     CHECK_STR(tfos_coord_failure(c), "worker:0 (executor 1) could not start: late");
+    tfos_failure fi;
+    CHECK_EQ(tfos_coord_failure_info(c, &fi), 0);
+    CHECK_EQ(fi.cause, TFOS_CAUSE_SETUP); /* a node task's abort: the node, not its program */
     for (int i = 0; i < 2; i++)
         tfos__link_close(b[i]);
     tfos_coord_close(c);
+}
+
+/* A node that fails by itself is a failure whatever the timing (issue 35:
+ * with a ps that could not start, `tfos run` ended 0 or 1 as the workers
+ * finished before or after it): also once the trainers finished and the
+ * rest is being stopped. One that ends because it was stopped is not. */
+static void failure_while_stopping(void)
+{
+    for (int stopped = 0; stopped <= 1; stopped++) {
+        tfos_policy *pol;
+        CHECK_EQ(tfos_policy_open(&pol, 3), 0);
+        tfos_coord_opts o = {.layout = {.num_ps = 1, .num_workers = 1}, .secret = SECRET, .reservation_timeout = 10,
+                             .stop_grace = 1, .heartbeat_timeout = 30, .policy = pol};
+        tfos_coord *c;
+        CHECK_EQ(tfos_coord_open(&c, &o), 0);
+        tfos__link *a[2];
+        form_cluster(c, a, 2, -1);
+        send_kv(a[1], TFOS_MSG_EXITED, 4, "code", "0", "kind", "exit", "desc", "exit code 0", "stopped", "0");
+        tfos__frame f;
+        CHECK_EQ(wait_frame(c, a[0], &f, 2000), 0);
+        CHECK_EQ(f.type, TFOS_MSG_STOP); /* the worker finished: the ps is told to stop */
+        tfos__link_consume(a[0]);
+        CHECK_EQ(tfos_coord_state(c), TFOS_COORD_STOPPING);
+        /* ... and its report comes: it could not start (exit 127, no output
+         * of its own), or it was stopped */
+        send_kv(a[0], TFOS_MSG_EXITED, 4, "code", stopped ? "143" : "127", "kind", stopped ? "signal" : "start",
+                "desc", stopped ? "signal 15 (Terminated)" : "could not start 'python9': No such file or directory",
+                "stopped", stopped ? "1" : "0");
+        int end = 0;
+        int64_t deadline = tfos__now_ms() + 3000;
+        while (end < TFOS_COORD_DONE && tfos__now_ms() < deadline)
+            end = tfos_coord_step(c, 5);
+        if (stopped) {
+            CHECK_EQ(end, TFOS_COORD_DONE);
+            CHECK_STR(tfos_coord_failure(c), "");
+            CHECK_EQ(tfos_policy_count(pol), 0);
+        } else {
+            CHECK_EQ(end, TFOS_COORD_FAILED);
+            /* said once, without a "last lines" block it does not have */
+            CHECK_STR(tfos_coord_failure(c), "ps:0 (executor 0, host 127.0.0.1) failed: could not start 'python9': "
+                                             "No such file or directory");
+            tfos_failure fi;
+            CHECK_EQ(tfos_coord_failure_info(c, &fi), 0);
+            CHECK_EQ(fi.cause, TFOS_CAUSE_START);
+            CHECK_EQ(fi.exit_code, 127);
+            CHECK_EQ(tfos_coord_decision(c), TFOS_RAISE); /* never retried */
+            CHECK(strstr(tfos_policy_verdict(pol), "a program that cannot start is not retried"));
+        }
+        for (int i = 0; i < 2; i++)
+            tfos__link_close(a[i]);
+        tfos_coord_close(c);
+        tfos_policy_close(pol);
+    }
+}
+
+/* The kinds an agent reports map to the causes the policy decides on: a
+ * program that cannot start (never retried) apart from a node that could
+ * not be set up (an abort from a Spark node task, a failed fork: retried). */
+static void start_kinds(void)
+{
+    static const struct {
+        const char *kind, *code;
+        int cause, decision;
+    } cases[] = {
+        {"start", "127", TFOS_CAUSE_START, TFOS_RAISE},
+        {"setup", "1", TFOS_CAUSE_SETUP, TFOS_RESTART},
+        {"exit", "2", TFOS_CAUSE_EXIT, TFOS_RESTART},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tfos_policy *pol;
+        CHECK_EQ(tfos_policy_open(&pol, 3), 0);
+        tfos_coord_opts o = {.layout = {.num_workers = 1}, .secret = SECRET, .reservation_timeout = 10,
+                             .stop_grace = 1, .heartbeat_timeout = 30, .policy = pol};
+        tfos_coord *c;
+        CHECK_EQ(tfos_coord_open(&c, &o), 0);
+        tfos__link *a;
+        form_cluster(c, &a, 1, -1);
+        send_kv(a, TFOS_MSG_EXITED, 4, "code", cases[i].code, "kind", cases[i].kind, "desc", "why", "stopped", "0");
+        CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
+        tfos_failure fi;
+        CHECK_EQ(tfos_coord_failure_info(c, &fi), 0);
+        CHECK_EQ(fi.cause, cases[i].cause);
+        CHECK_EQ(tfos_coord_decision(c), cases[i].decision);
+        char *js = tfos_coord_status_json(c);
+        char want[64];
+        snprintf(want, sizeof want, "\"cause\": \"%s\"", tfos_cause_name(cases[i].cause));
+        CHECK(strstr(js, want));
+        free(js);
+        tfos__link_close(a);
+        tfos_coord_close(c);
+        tfos_policy_close(pol);
+    }
 }
 
 /* Run fn(addr) in a child while this process steps the coordinator (when c
@@ -688,6 +784,8 @@ int main(void)
     RUN(end_feed);
     RUN(tensorboard_port);
     RUN(abort_report);
+    RUN(failure_while_stopping);
+    RUN(start_kinds);
     RUN(clients);
     return 0;
 }

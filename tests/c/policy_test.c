@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct step {
@@ -38,12 +41,19 @@ static const scenario scenarios[] = {
      {{TFOS_CAUSE_RESERVATION, "", "", "", "", X, TFOS_WHY_NOT_RETRYABLE}}, 1},
     {"a bad feed", 3, {{TFOS_CAUSE_FEED, "", "", "", "", X, TFOS_WHY_NOT_RETRYABLE}}, 1},
     {"a stop on purpose", 3, {{TFOS_CAUSE_STOPPED, "", "", "", "", X, TFOS_WHY_NOT_RETRYABLE}}, 1},
-    {"every node cause is retryable", 6,
+    {"every node cause but a program that cannot start is retryable", 6,
      {{TFOS_CAUSE_HEARTBEAT, "worker", "", "", "", R, TFOS_WHY_RESTART},
       {TFOS_CAUSE_AGENT_LOST, "worker", "", "", "", R, TFOS_WHY_RESTART},
       {TFOS_CAUSE_EXECUTOR_LOST, "worker", "", "", "", R, TFOS_WHY_RESTART},
-      {TFOS_CAUSE_START, "worker", "", "", "", R, TFOS_WHY_RESTART},
+      {TFOS_CAUSE_SETUP, "worker", "", "", "", R, TFOS_WHY_RESTART},
       {TFOS_CAUSE_PS_EXITED, "ps", "", "", "", R, TFOS_WHY_RESTART}}, 5},
+    /* exec failed, exit 126/127, no script, the built-in ps without
+     * tensorflow: the same command fails the same way every time */
+    {"a program that cannot start is never retried", 3,
+     {{TFOS_CAUSE_START, "worker", "", "", "", X, TFOS_WHY_NOT_RETRYABLE}}, 1},
+    {"nor after a restart for something else", 3,
+     {{TFOS_CAUSE_SIGNAL, "worker", "", "", "", R, TFOS_WHY_RESTART},
+      {TFOS_CAUSE_START, "ps", "", "", "", X, TFOS_WHY_NOT_RETRYABLE}}, 2},
     {"the same exception twice without progress is deterministic", 3,
      {{EXC("worker", "train.py:10"), "3 files", R, TFOS_WHY_RESTART},
       {EXC("worker", "train.py:10"), "3 files", X, TFOS_WHY_DETERMINISTIC}}, 2},
@@ -57,9 +67,14 @@ static const scenario scenarios[] = {
     {"another place is not the same failure", 3,
      {{EXC("worker", "train.py:10"), "", R, TFOS_WHY_RESTART},
       {EXC("worker", "train.py:11"), "", R, TFOS_WHY_RESTART}}, 2},
-    {"another job is not the same failure", 3,
-     {{EXC("worker", "train.py:10"), "", R, TFOS_WHY_RESTART},
-      {EXC("chief", "train.py:10"), "", R, TFOS_WHY_RESTART}}, 2},
+    /* chief:0 and worker:0 run the same program: which of them reaches the
+     * bug first is timing (issue 35: they alternated, and all 4 attempts ran) */
+    {"the same exception at the same place from another node is the same failure", 3,
+     {{EXC("chief", "train.py:10"), "", R, TFOS_WHY_RESTART},
+      {EXC("worker", "train.py:10"), "", X, TFOS_WHY_DETERMINISTIC}}, 2},
+    {"another exception type at the same place is not", 3,
+     {{EXC("chief", "train.py:10"), "", R, TFOS_WHY_RESTART},
+      {TFOS_CAUSE_EXIT, "worker", "KeyError", "train.py:10", "", R, TFOS_WHY_RESTART}}, 2},
     {"a signal in between breaks the repetition", 4,
      {{EXC("worker", "train.py:10"), "", R, TFOS_WHY_RESTART},
       {TFOS_CAUSE_SIGNAL, "worker", "", "", "", R, TFOS_WHY_RESTART},
@@ -126,7 +141,38 @@ static void verdicts_and_errors(void)
     CHECK_EQ(tfos_policy_decide(p, &f, "", NULL), TFOS_RAISE);
     CHECK(strstr(tfos_policy_verdict(p), "KeyError at /x/m.py:7") && strstr(tfos_policy_verdict(p), "deterministic"));
     CHECK_STR(tfos_cause_name(TFOS_CAUSE_SIGNAL), "signal");
+    CHECK_STR(tfos_cause_name(TFOS_CAUSE_START), "start");
+    CHECK_STR(tfos_cause_name(TFOS_CAUSE_SETUP), "setup");
+    CHECK_STR(tfos_cause_name(TFOS_CAUSE_MAX_ + 1), "unknown");
     CHECK_STR(tfos_cause_name(99), "unknown");
+    tfos_policy_close(p);
+
+    /* two nodes, one failure: the verdict names both */
+    CHECK_EQ(tfos_policy_open(&p, 3), 0);
+    snprintf(f.node, sizeof f.node, "chief:0");
+    snprintf(f.job, sizeof f.job, "chief");
+    CHECK_EQ(tfos_policy_decide(p, &f, "", NULL), TFOS_RESTART);
+    snprintf(f.node, sizeof f.node, "worker:0");
+    snprintf(f.job, sizeof f.job, "worker");
+    CHECK_EQ(tfos_policy_decide(p, &f, "", NULL), TFOS_RAISE);
+    CHECK(strstr(tfos_policy_verdict(p), "ended attempts 1 and 2 (chief:0, then worker:0)"));
+    CHECK(strstr(tfos_policy_verdict(p), "(2 of 3 restarts unused)"));
+    tfos_policy_close(p);
+
+    /* a program that cannot start: said once, with the budget it leaves */
+    CHECK_EQ(tfos_policy_open(&p, 3), 0);
+    memset(&f, 0, sizeof f);
+    f.cause = TFOS_CAUSE_START;
+    f.exit_code = 127;
+    snprintf(f.summary, sizeof f.summary, "worker:0 failed: could not start 'python9'");
+    int why = -1;
+    CHECK_EQ(tfos_policy_decide(p, &f, "", &why), TFOS_RAISE);
+    CHECK_EQ(why, TFOS_WHY_NOT_RETRYABLE);
+    CHECK_STR(tfos_policy_verdict(p), "a program that cannot start is not retried: the same command would fail the "
+                                      "same way (3 of 3 restarts unused)");
+    char line[1200];
+    tfos_policy_line(tfos_policy_record(p, 0), line, sizeof line);
+    CHECK(strstr(line, "could not start 'python9' -> not restarted"));
     tfos_policy_close(p);
 }
 
@@ -186,7 +232,122 @@ static void fingerprint(void)
     fclose(f);
     CHECK_EQ(tfos_checkpoint_progress(dir, buf, sizeof buf), 0);
     CHECK(strcmp(buf, before) != 0);
+    /* a save that died on a full disk: an empty file, a new directory.
+     * Neither is progress (issue 35: the fingerprint moved, so every
+     * attempt of a deterministic failure ran) */
+    CHECK_EQ(tfos_checkpoint_progress(dir, before, sizeof before), 0);
+    char empty[256], sub[256];
+    snprintf(empty, sizeof empty, "%s/ckpt-2.index", dir);
+    snprintf(sub, sizeof sub, "%s/ckpt-2", dir);
+    f = fopen(empty, "w");
+    CHECK(f);
+    fclose(f);
+    CHECK_EQ(mkdir(sub, 0700), 0);
+    CHECK_EQ(tfos_checkpoint_progress(dir, buf, sizeof buf), 0);
+    CHECK_STR(buf, before);
+    /* the same file given data is, and so is rewriting data (a newer mtime) */
+    f = fopen(empty, "w");
+    CHECK(f);
+    fputs("step 2", f);
+    fclose(f);
+    CHECK_EQ(tfos_checkpoint_progress(dir, buf, sizeof buf), 0);
+    CHECK(strcmp(buf, before) != 0);
+    strcpy(before, buf);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 5, 0}};
+    CHECK_EQ(utimensat(AT_FDCWD, path, later, 0), 0);
+    CHECK_EQ(tfos_checkpoint_progress(dir, buf, sizeof buf), 0);
+    CHECK(strcmp(buf, before) != 0);
+    unlink(empty);
     unlink(path);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+static void expect_cannot(char *const *argv, int want_errno, const char *want)
+{
+    char why[512] = "unset";
+    errno = 0;
+    int rc = tfos_program_check(argv, why, sizeof why);
+    if (rc != TFOS_ESYS || errno != want_errno || !strstr(why, want)) {
+        fprintf(stderr, "program_check(%s ...): rc %d errno %d why '%s'; want errno %d and '%s'\n", argv[0], rc,
+                errno, why, want_errno, want);
+        exit(1);
+    }
+}
+
+static void expect_can(char *const *argv)
+{
+    char why[512] = "";
+    int rc = tfos_program_check(argv, why, sizeof why);
+    if (rc) {
+        fprintf(stderr, "program_check(%s %s ...): rc %d: %s\n", argv[0], argv[1] ? argv[1] : "", rc, why);
+        exit(1);
+    }
+}
+
+/* What no restart can fix, found without running anything. */
+static void program_check(void)
+{
+    char dir[] = "/tmp/tfos-progcheck-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char python[256], script[256], plain[256];
+    snprintf(python, sizeof python, "%s/python3.11", dir);
+    snprintf(script, sizeof script, "%s/train.py", dir);
+    snprintf(plain, sizeof plain, "%s/data.txt", dir);
+    CHECK_EQ(symlink("/bin/true", python), 0);
+    FILE *f = fopen(script, "w");
+    CHECK(f);
+    fclose(f);
+    f = fopen(plain, "w");
+    CHECK(f);
+    fclose(f);
+    CHECK_EQ(chmod(plain, 0644), 0);
+    char why[64];
+    CHECK_EQ(tfos_program_check(NULL, why, sizeof why), TFOS_EINVAL);
+
+    /* the program itself: a path, or a name on PATH */
+    expect_cannot((char *[]){"/nonexistent/program", NULL}, ENOENT, "could not start '/nonexistent/program': No such");
+    expect_cannot((char *[]){plain, NULL}, EACCES, "Permission denied (not an executable file");
+    expect_cannot((char *[]){dir, NULL}, EACCES, "Permission denied");
+    expect_can((char *[]){"sh", "-c", "true", NULL});
+    expect_can((char *[]){"/bin/sh", NULL});
+    char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+    setenv("PATH", "/nonexistent:/bin:/usr/bin", 1);
+    expect_cannot((char *[]){"python9-tfos", "x.py", NULL}, ENOENT,
+                  "could not start 'python9-tfos': No such file or directory "
+                  "(not on PATH: /nonexistent:/bin:/usr/bin)");
+    setenv("PATH", dir, 1);
+    expect_cannot((char *[]){"data.txt", NULL}, EACCES, "no executable file of that name on PATH");
+    /* the script is looked for from the current directory, as the program will */
+    expect_cannot((char *[]){"python3.11", "train.py", NULL}, ENOENT, "its script train.py (in ");
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd));
+    CHECK_EQ(chdir(dir), 0);
+    expect_can((char *[]){"python3.11", "train.py", NULL});
+    CHECK_EQ(chdir(cwd), 0);
+    if (path) {
+        setenv("PATH", path, 1);
+        free(path);
+    }
+
+    /* a python's script: Python would say "can't open file" and exit 2 */
+    expect_cannot((char *[]){python, "nope.py", NULL}, ENOENT, "its script nope.py (in ");
+    expect_cannot((char *[]){python, "-u", "-W", "ignore", "-X", "dev", "/nonexistent/nope.py", "--lr", "1", NULL},
+                  ENOENT, "its script /nonexistent/nope.py: No such file or directory");
+    expect_cannot((char *[]){python, "-uBWignore", "-Xdev", "--", "nope.py", NULL}, ENOENT, "nope.py");
+    expect_cannot((char *[]){python, "--check-hash-based-pycs", "never", "nope.py", NULL}, ENOENT, "nope.py");
+    expect_can((char *[]){python, "-u", script, "--epochs", "3", NULL});
+    expect_can((char *[]){python, "-c", "import nope", "nope.py", NULL}); /* -c: no script */
+    expect_can((char *[]){python, "-uc", "pass", NULL});
+    expect_can((char *[]){python, "-m", "nope", NULL}); /* -m: its own error, exit 1 */
+    expect_can((char *[]){python, "-", NULL});          /* stdin */
+    expect_can((char *[]){python, NULL});
+    expect_can((char *[]){python, "--version", NULL});
+    expect_can((char *[]){python, "-J", "nope.py", NULL}); /* an option not known here: Python says */
+    expect_can((char *[]){"/bin/sh", "nope.py", NULL});    /* not a python: its arguments are its own */
+    unlink(python);
+    unlink(script);
+    unlink(plain);
     rmdir(dir);
 }
 
@@ -211,6 +372,7 @@ int main(void)
     verdicts_and_errors();
     tracebacks();
     fingerprint();
+    program_check();
     printf("policy: ok\n");
     return 0;
 }

@@ -96,3 +96,52 @@ def test_datafeed_without_input_ends_at_once_with_a_warning(tmp_path, marker):
     out = r.stdout + r.stderr
     assert out.count("tfos: no --input given, so this node's feed is empty") == 1, out[-3000:]
     assert took < 60
+
+
+def _python_bare(tmp_path):
+    bare = tmp_path / "python-bare"
+    bare.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % PY)  # no site-packages: no tensorflow, no tfos
+    bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
+    return str(bare)
+
+
+def test_builtin_ps_without_tensorflow_fails_before_any_node_starts(tmp_path, marker):
+    """The built-in ps's interpreter is checked before the cluster forms:
+    the same command ends 1 every time, saying so once (it ended 0 or 1 as
+    the workers finished before the ps failed or not, and was retried 4
+    times when it failed)."""
+    bare = _python_bare(tmp_path)
+    for _ in range(3):
+        r = run_tfos(["run", "--workers", "1", "--ps", "1", "--python", bare, "--log-dir", str(tmp_path / "logs"),
+                      "--", PY, "-c", "pass", marker], timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr == (
+            "tfos: the built-in parameter server needs TensorFlow, but %s cannot import it (No module named "
+            "'tensorflow'): pass --python PY with an interpreter that has tensorflow, or --ps-runs-program to run "
+            "your program on the ps nodes\ntfos: no node was started: a program that cannot start is not retried\n"
+            % bare), r.stderr
+    # with --ps-runs-program the ps runs the program, which needs no TensorFlow
+    r = run_tfos(["run", "--workers", "1", "--ps", "1", "--ps-runs-program", "--python", bare, "--log-dir",
+                  str(tmp_path / "logs2"), "--", PY, "-c", "pass", marker], timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_serve_with_an_interpreter_without_tfos_fails_before_any_server_starts(tmp_path, marker):
+    """tfos serve whose --python lacks tfos: one line naming that
+    interpreter and what to do, no model server started (11 attempts in
+    3 s, the cause in the last lines)."""
+    (tmp_path / "model" / "1").mkdir(parents=True)
+    bare = _python_bare(tmp_path)
+    t0 = time.monotonic()
+    r = run_tfos(["serve", "--model", "m=%s" % (tmp_path / "model"), "--python", bare, "--port", "0", "--log-dir",
+                  str(tmp_path / "logs"), "--token", marker], timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == (
+        "tfos: the model servers run python -m tfos.serve, but %s cannot import tfos (No module named 'tfos'): "
+        "pass --python PY with an interpreter where tfos is installed\n"
+        "tfos: no model server was started: a program that cannot start is not retried\n" % bare), r.stderr
+    assert time.monotonic() - t0 < 60
+    r = run_tfos(["serve", "--model", "m=%s" % (tmp_path / "model"), "--python", "/nonexistent/python3", "--port",
+                  "0", "--log-dir", str(tmp_path / "logs")], timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.startswith("tfos: could not start '/nonexistent/python3': No such file or directory\n"), r.stderr

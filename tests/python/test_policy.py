@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import PY, pids_with, run_tfos, wait_for
+from conftest import PY, pids_with, run_tfos, tfos_cli, wait_for
 
 t = pytest.importorskip("tfos._tfos")
 
@@ -183,3 +183,146 @@ def test_restart_policy_decide_takes_every_field_of_a_failure():
     assert p.decide(t.CAUSE_EXIT, exit_code=1, **kw) == t.RAISE
     with pytest.raises(TypeError):
         p.decide(t.CAUSE_EXIT, exit_code="1", **kw)
+
+
+# ---- issue 35, item 9: restarts that cannot succeed -------------------------------
+
+ALTERNATING = textwrap.dedent('''
+    import os, sys, time
+    attempt = int(os.environ["TFOS_ATTEMPT"])
+    job = os.environ["TFOS_JOB_NAME"]
+    print("%s attempt %d" % (job, attempt), flush=True)
+
+    def check_config(lr):
+        raise ValueError("learning rate %r is not a number" % lr)
+
+    # one bug, reached first by chief:0 on odd attempts and by worker:0 on even ones
+    if (job == "chief") == (attempt % 2 == 1):
+        check_config("x")
+    time.sleep(600)
+''')
+
+
+def test_the_same_exception_from_another_node_is_the_same_failure(tmp_path, marker):
+    """chief:0 and worker:0 raising the same ValueError at the same place,
+    alternately: one failure, stopped after one restart (it ran all 4
+    attempts: another node counted as a new failure)."""
+    path = tmp_path / "alternating.py"
+    path.write_text(ALTERNATING)
+    r = run_tfos(["run", "--chief", "--workers", "1", "--max-restarts", "3", "--grace", "1", "--log-dir",
+                  str(tmp_path / "logs"), "--", PY, str(path), marker], timeout=240)
+    assert r.returncode == 1, r.stderr[-3000:]
+    attempts = sorted(set(int(a) for a in re.findall(r"\[\w+:0\] \w+ attempt (\d+)", r.stdout)))
+    assert attempts == [1, 2], r.stdout[-2000:] + r.stderr[-3000:]
+    line = ALTERNATING.splitlines().index("    raise ValueError(\"learning rate %r is not a number\" % lr)") + 1
+    assert "not restarted: the same ValueError at %s:%d ended attempts 1 and 2 (chief:0, then worker:0)" % (
+        path, line) in r.stderr, r.stderr[-3000:]
+    assert "(2 of 3 restarts unused)" in r.stderr
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+FULL_DISK = textwrap.dedent('''
+    import errno, os, sys, time
+    attempt = int(os.environ["TFOS_ATTEMPT"])
+    print("worker attempt %d" % attempt, flush=True)
+    ckpt = os.path.join(os.environ["TFOS_CHECKPOINT_DIR"], "ckpt-%d" % attempt)
+    os.makedirs(ckpt)
+
+    def save(path):
+        with open(os.path.join(path, "model.data"), "wb") as f:  # created, 0 bytes ...
+            raise OSError(errno.ENOSPC, "No space left on device")  # ... and the disk is full
+
+    save(ckpt)
+''')
+
+
+def test_an_empty_checkpoint_file_is_not_progress(tmp_path, marker):
+    """A program that dies on a full disk after creating a 0-byte
+    checkpoint (and its directory) each attempt: no checkpoint progress,
+    so the same OSError twice is deterministic (all 4 attempts ran: the
+    fingerprint counted files and mtimes, not data)."""
+    path = tmp_path / "full_disk.py"
+    path.write_text(FULL_DISK)
+    ckpt = tmp_path / "ckpt"
+    r = run_tfos(["run", "--workers", "1", "--max-restarts", "3", "--checkpoint-dir", str(ckpt), "--log-dir",
+                  str(tmp_path / "logs"), "--", PY, str(path), marker], timeout=240)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert sorted(int(a) for a in re.findall(r"\[worker:0\] worker attempt (\d+)", r.stdout)) == [1, 2], \
+        r.stdout[-2000:] + r.stderr[-3000:]
+    assert sorted(os.listdir(ckpt)) == ["ckpt-1", "ckpt-2"]  # each attempt made its empty checkpoint
+    assert "not restarted: the same OSError at %s:" % path in r.stderr, r.stderr[-3000:]
+    assert "failure is deterministic" in r.stderr
+
+
+def _python_bare(tmp_path):
+    """An interpreter without site-packages: no tensorflow, no tfos."""
+    bare = tmp_path / "python-bare"
+    bare.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % PY)
+    bare.chmod(0o755)
+    return str(bare)
+
+
+@pytest.mark.parametrize("program, said", [
+    ([PY, "nope.py"], "could not start '%s nope.py': its script nope.py (in {cwd}): No such file or directory" % PY),
+    (["python9-tfos-nope", "train.py"], "could not start 'python9-tfos-nope': No such file or directory (not on "
+                                        "PATH: "),
+    (["/nonexistent/python3", "train.py"], "could not start '/nonexistent/python3': No such file or directory"),
+])
+def test_a_program_that_cannot_start_is_refused_before_the_cluster_forms(tmp_path, marker, program, said):
+    """A script path typo (python's "can't open file", exit 2) and an
+    interpreter that does not exist: said once, before any node starts (4
+    attempts ran, the cause in the last lines of each)."""
+    r = run_tfos(["run", "--workers", "2", "--max-restarts", "3", "--log-dir", str(tmp_path / "logs"), "--"] + program
+                 + [marker], timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("tfos: " + said.format(cwd=tmp_path)), r.stderr
+    assert r.stderr.count("could not start") == 1, r.stderr
+    assert "tfos: no node was started: a program that cannot start is not retried" in r.stderr
+    assert "cluster of 2 nodes starting" not in r.stderr and "attempt" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def _local_cluster(argv, tmp_path, **kw):
+    """The launcher without the CLI's checks (the library's tfos_local, as
+    on hosts the CLI cannot look at): what the agents and the policy do."""
+    lc = t.LocalCluster(argv, tfos_cli(), log_dir=str(tmp_path / "logs"), grace=1.0, **kw)
+    try:
+        deadline = time.monotonic() + 120
+        while not lc.step(200):
+            assert time.monotonic() < deadline, "the cluster did not end"
+        return lc.exit_code, lc.attempt, lc.failure
+    finally:
+        lc.close()
+
+
+def test_agents_report_a_program_that_cannot_start_and_it_is_not_retried(tmp_path, marker, monkeypatch):
+    """The agents' own checks, where no launcher looked first: a python
+    whose script is not there, a program that is not there, a program that
+    exits 127 (a shell's "not found"). One attempt each, the cause once."""
+    monkeypatch.chdir(tmp_path)  # the agents' (and their programs') working directory
+    cases = [([PY, "nope.py", marker], "could not start '%s nope.py': its script nope.py (in %s): No such file or "
+                                       "directory" % (PY, tmp_path)),
+             (["/nonexistent/python3", "x.py", marker], "could not start '/nonexistent/python3': No such file"),
+             (["sh", "-c", "nope-tfos-cmd", marker], "exit code 127: a command it runs was not found")]
+    for argv, said in cases:
+        code, attempt, failure = _local_cluster(argv, tmp_path, workers=2, max_restarts=3)
+        assert code == 1 and attempt == 1, failure
+        first = failure.splitlines()[0]
+        assert said in first, failure
+        assert "not restarted: a program that cannot start is not retried: the same command would fail the same " \
+               "way (3 of 3 restarts unused)" in failure
+        assert failure.count(said) == 1, failure
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_a_builtin_ps_that_cannot_start_is_not_retried(tmp_path, marker):
+    """The built-in ps server without TensorFlow, seen by its agent (the
+    workers still run): exit 127, one attempt (4 ran)."""
+    code, attempt, failure = _local_cluster([PY, "-c", "import time; time.sleep(60)", marker], tmp_path, workers=1,
+                                            ps=1, python=_python_bare(tmp_path), max_restarts=3)
+    assert code == 1 and attempt == 1, failure
+    assert failure.startswith("ps:0 (executor 0, host 127.0.0.1, pid "), failure
+    assert "failed: exit code 127: the built-in parameter server could not start" in failure
+    assert "needs TensorFlow, but" in failure and "cannot import it" in failure
+    assert "not restarted: a program that cannot start is not retried" in failure
+    assert wait_for(lambda: not pids_with(marker), 10)

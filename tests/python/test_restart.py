@@ -88,3 +88,21 @@ def test_hung_agent_is_detected_by_missed_heartbeats(tmp_path, marker):
     assert proc.returncode == 1
     assert "worker:1 (executor 1, host 127.0.0.1) sent no heartbeat for 2 s" in err
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_a_program_that_exits_127_is_not_restarted(tmp_path, marker):
+    """A command line that passes tfos run's checks but whose program cannot
+    start (a shell's "not found", exit 127): one attempt, the cause first
+    and once, the verdict saying why it was not restarted (4 attempts ran,
+    "restarting every node" each time)."""
+    r = run_tfos(["run", "--workers", "2", "--max-restarts", "3", "--grace", "1", "--log-dir",
+                  str(tmp_path / "logs"), "--", "sh", "-c", "exec nope-tfos-trainer \"$0\"", marker], timeout=120)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "restarting every node" not in r.stderr and "attempt 2" not in r.stderr, r.stderr[-3000:]
+    final = r.stderr.split("the cluster failed:\n", 1)[1]
+    assert re.match(r"worker:\d \(executor \d, host 127\.0\.0\.1, pid \d+\) failed: exit code 127: a command it "
+                    r"runs was not found \(the shells' code\), so it could not start\nlast lines of worker:\d:\n"
+                    r"  \| .*nope-tfos-trainer: not found\n\n", final), final
+    assert "\nnot restarted: a program that cannot start is not retried: the same command would fail the same way " \
+           "(3 of 3 restarts unused)\n" in final, final
+    assert wait_for(lambda: not pids_with(marker), 10)
