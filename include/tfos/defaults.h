@@ -37,6 +37,9 @@
 /* A connection to the coordinator must authenticate within this time (a
  * real agent or client answers its greeting in milliseconds). */
 #define TFOS_AUTH_TIMEOUT_MS 3000
+/* ... and is not evicted for a newcomer before this, however full the
+ * listener (core/link.h) */
+#define TFOS_AUTH_GRACE_MS 1000
 /* Feed rings per node, MiB (powers of two). */
 #define TFOS_DEFAULT_FEED_MB 64
 #define TFOS_DEFAULT_RESULT_MB 16

@@ -316,6 +316,8 @@ struct tfos__listener {
     tfos__listen_opts o;
     tfos__link *head, *tail; /* waiting to authenticate, oldest first (= earliest deadline) */
     int npending;
+    int paused;               /* not accepting: every place is held by a peer still in its grace */
+    int closing;
     tfos__timer timer;
 };
 
@@ -847,6 +849,8 @@ static void unlist(tfos__link *k)
     ls->npending--;
 }
 
+static void on_accept(tfos__loop *l, int lfd, int events, void *user);
+
 static void on_deadline(tfos__loop *l, tfos__timer *t, void *user)
 {
     (void)l;
@@ -858,13 +862,27 @@ static void on_deadline(tfos__loop *l, tfos__timer *t, void *user)
     ls_schedule(ls);
 }
 
-/* One timer per listener: its oldest peer's deadline is the earliest. */
+/* One timer per listener: its oldest peer's deadline is the earliest, and
+ * while accepting is paused, the end of that peer's grace (it may then be
+ * evicted to make room). Accepting resumes once a place is free or can be
+ * made. */
 static void ls_schedule(tfos__listener *ls)
 {
-    if (ls->head)
-        tfos__timer_arm(ls->loop, &ls->timer, ls->head->since + ls->o.auth_ms, on_deadline, ls);
-    else
+    if (ls->closing)
+        return;
+    int64_t now = tfos__now_ms();
+    if (ls->paused && (ls->npending < ls->o.max_pending || !ls->head || now - ls->head->since >= ls->o.grace_ms)) {
+        if (tfos__loop_watch(ls->loop, ls->fd, TFOS_EV_READ, on_accept, ls) == 0)
+            ls->paused = 0;
+    }
+    if (!ls->head) {
         tfos__timer_disarm(ls->loop, &ls->timer);
+        return;
+    }
+    int64_t at = ls->head->since + ls->o.auth_ms;
+    if (ls->paused && ls->head->since + ls->o.grace_ms < at)
+        at = ls->head->since + ls->o.grace_ms;
+    tfos__timer_arm(ls->loop, &ls->timer, at, on_deadline, ls);
 }
 
 static int greet(tfos__link *k)
@@ -888,6 +906,20 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
     (void)events;
     tfos__listener *ls = user;
     for (int n = 0; n < 256; n++) { /* then the loop's other work; it calls again */
+        /* Every place taken: the oldest makes room once its grace is over (a
+         * flood of silent connections delays a real peer by a grace per
+         * max_pending of them at most); while all are younger, they may be
+         * peers in the middle of their handshake (a cluster of hundreds
+         * dialing at once), so the next wait in the kernel's backlog and
+         * accepting pauses until a place is free or the oldest's grace ends. */
+        if (ls->npending >= ls->o.max_pending) {
+            if (tfos__now_ms() - ls->head->since < ls->o.grace_ms) {
+                tfos__loop_unwatch(l, lfd);
+                ls->paused = 1;
+                break;
+            }
+            end(ls->head, TFOS_EFULL, "too many connections waiting to authenticate; dropped the oldest");
+        }
         int fd, uid;
         char name[64];
         if (ls->tr->accept(lfd, &fd, name, sizeof name, &uid))
@@ -913,10 +945,6 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
-        /* a free place, or the oldest waiting makes room: a flood of silent
-         * connections delays a real peer by one hello at most */
-        if (ls->npending >= ls->o.max_pending)
-            end(ls->head, TFOS_EFULL, "too many connections waiting to authenticate; dropped the oldest");
         k->ls = ls;
         k->since = tfos__now_ms();
         k->prev = ls->tail;
@@ -946,6 +974,10 @@ int tfos__listener_open(tfos__listener **out, tfos__loop *loop, const tfos__list
         ls->o.max_pending = 64;
     if (ls->o.auth_ms <= 0)
         ls->o.auth_ms = TFOS_AUTH_TIMEOUT_MS;
+    if (ls->o.grace_ms < 0)
+        ls->o.grace_ms = 0;
+    if (ls->o.grace_ms > ls->o.auth_ms)
+        ls->o.grace_ms = ls->o.auth_ms;
     if (!ls->o.max_out)
         ls->o.max_out = TFOS_LINK_MAX_OUT;
     ls->tr = tfos__transport_of(o->addr);
@@ -975,6 +1007,7 @@ void tfos__listener_close(tfos__listener *ls)
 {
     if (!ls)
         return;
+    ls->closing = 1;
     while (ls->head)
         tfos__link_close(ls->head);
     tfos__timer_disarm(ls->loop, &ls->timer);

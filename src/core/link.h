@@ -26,8 +26,13 @@
  * its payload is read; a data frame, silence past the deadline, or a first
  * frame the owner does not authenticate is dropped. A peer that has not
  * authenticated costs one buffer of at most TFOS_LINK_PREAUTH_MAX + 12 bytes,
- * one of a bounded number of slots (a new one evicts the oldest) and a few
- * seconds. The secret never crosses the wire; the dialing side does not
+ * one of a bounded number of slots and a few seconds. When every slot is
+ * taken a newcomer evicts the oldest; a listener with a grace (the
+ * coordinator's, TFOS_AUTH_GRACE_MS) evicts only once that one has had its
+ * grace to answer: a peer in the middle of its handshake is never dropped
+ * for another, so a cluster of any size forms (the rest wait in the
+ * kernel's backlog), and a flood of silent connections delays a real peer
+ * by one grace per slot-full of them. The secret never crosses the wire; the dialing side does not
  * authenticate the accepting one (it only ever sends a MAC).
  *
  * Transports sit behind an ops table (Redis's ConnectionType, nng's
@@ -180,8 +185,11 @@ typedef struct tfos__listener tfos__listener;
 typedef struct tfos__listen_opts {
     const char *addr;     /* "host:port" (port 0: any), "@name" */
     int backlog;          /* 0: 128 */
-    int max_pending;      /* links not yet authenticated at once; a new one evicts the oldest (0: 64) */
+    int max_pending;      /* links not yet authenticated at once; when all are taken, the oldest is
+                           * evicted once its grace is over, and until then accepting pauses (0: 64) */
     int auth_ms;          /* each has this long to authenticate (0: TFOS_AUTH_TIMEOUT_MS) */
+    int grace_ms;         /* nor is it evicted for a newcomer before this (0: at once, for listeners
+                           * whose peers come one by one; the coordinator's: TFOS_AUTH_GRACE_MS) */
     int same_user;        /* Unix: refuse, at once, a peer of another uid than ours (root is let in) */
     uint32_t max_data;    /* the largest data frame an authenticated link takes (0: control frames only) */
     size_t max_out;       /* bound on a link's unsent output (0: TFOS_LINK_MAX_OUT) */

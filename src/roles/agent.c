@@ -65,6 +65,7 @@ extern char **environ;
 #define LINE_MAX_ 8192
 #define END_FEED_RETRY_MS 50 /* a full or busy input ring: try again this soon */
 #define OWNER_GRACE_MS 2000  /* SIGTERM -> SIGKILL when the owner is gone */
+#define AGENT_REDIALS 4        /* registrations tried again after a silent hang-up: 200..1600 ms apart */
 /* A program that exits 126 or 127 did not start: the exit codes of shells
  * (and env, nohup, timeout, the TensorBoard wrapper's exec) for a command
  * found but not executable, and not found. The agent reports it as kind
@@ -132,6 +133,9 @@ struct agent {
     int hung;
     tfos__link *link;      /* to the coordinator; NULL once lost */
     int connected;
+    int heard;             /* a frame came from the coordinator since this node registered */
+    int redials;           /* registrations tried again after a silent hang-up */
+    tfos__timer redial_timer;
     char host[TFOS_HOST_MAX]; /* the address this node registered */
     int tb_port;              /* TensorBoard's (--tensorboard, --tensorboard-port); 0: none */
     int sfd;
@@ -1031,11 +1035,48 @@ static void on_owner(tfos__loop *l, int fd, int events, void *user)
         a->done = 1;
 }
 
+static void on_coord_frame(tfos__link *k, const tfos__frame *f, void *user);
+static void on_coord_close(tfos__link *k, int rc, const char *why, void *user);
+static const tfos__link_cb coord_cb = {on_coord_frame, on_coord_close};
+
+/* Register again after the coordinator hung up without a word (see
+ * lost_coordinator); connect_and_register has its own deadline. */
+static void on_redial(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)t;
+    agent *a = user;
+    if (a->done)
+        return;
+    if (connect_and_register(a) == 0 && tfos__link_start(a->link, l, &coord_cb, a) == 0)
+        return;
+    if (a->link)
+        tfos__link_close(a->link);
+    a->link = NULL;
+    a->connected = 0;
+    TFOS_ERROR("agent %d: lost the coordinator before the cluster formed, and could not register again",
+               a->o->executor_id);
+    a->error_exit = 1;
+    a->done = 1;
+}
+
 /* The link to the coordinator is gone (and freed when this returns). */
 static void lost_coordinator(agent *a)
 {
     a->link = NULL;
     a->connected = 0;
+    if (!a->child && !a->heard && a->redials < AGENT_REDIALS) {
+        /* Hung up on before a single answer: a coordinator whose every
+         * place for unauthenticated peers is taken drops the oldest
+         * (core/link.h), which may be us if we answered its greeting
+         * late (a machine starting hundreds of nodes). A refusal comes
+         * with an ERROR first, so this is never a wrong secret. Register
+         * again, backing off. */
+        int backoff = 200 << a->redials++;
+        TFOS_DEBUG("agent %d: the coordinator hung up before answering; registering again in %d ms",
+                   a->o->executor_id, backoff);
+        tfos__timer_arm(a->loop, &a->redial_timer, tfos__now_ms() + backoff, on_redial, a);
+        return;
+    }
     if (!a->child) {
         TFOS_ERROR("agent %d: lost the coordinator before the cluster formed", a->o->executor_id);
         a->error_exit = 1;
@@ -1053,6 +1094,7 @@ static void on_coord_frame(tfos__link *k, const tfos__frame *f, void *user)
     agent *a = user;
     if (a->done) /* ending: what else comes is not read */
         return;
+    a->heard = 1;
     if (handle_frame(a, f)) {
         if (!a->error_exit)
             a->error_exit = 1;
@@ -1128,7 +1170,6 @@ static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
 static void agent_loop(agent *a)
 {
     tfos__loop_watch(a->loop, a->sfd, TFOS_EV_READ, on_signal, a);
-    static const tfos__link_cb coord_cb = {on_coord_frame, on_coord_close};
     if (a->connected && tfos__link_start(a->link, a->loop, &coord_cb, a)) {
         tfos__link_close(a->link);
         lost_coordinator(a);

@@ -51,10 +51,13 @@
 
 #define MAX_PEERS 1024
 /* Connections that have not authenticated yet: bounded on their own by the
- * listener (a new one evicts the oldest) so a flood of idle connections
- * never takes the slots registrations need, and each has
- * TFOS_AUTH_TIMEOUT_MS to prove itself. */
-#define UNAUTH_MAX 64
+ * listener (core/link.h: the oldest is evicted for a newcomer once its
+ * grace is over) so a flood of idle connections never takes the slots
+ * registrations need, and each has TFOS_AUTH_TIMEOUT_MS to prove itself.
+ * 256 of them cost at most 17 MB; the rest of a large cluster dialing at
+ * once waits in the kernel's backlog (BACKLOG, as far as somaxconn lets). */
+#define UNAUTH_MAX 256
+#define BACKLOG 4096
 #define WARN_WINDOW_MS 10000
 #define WARN_PER_WINDOW 10
 #define TAIL_MAX 4096
@@ -993,7 +996,8 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     }
     char addr[TFOS_HOST_MAX + 16], err[300];
     snprintf(addr, sizeof addr, strchr(c->opts.bind_host, ':') ? "[%s]:%d" : "%s:%d", c->opts.bind_host, opts->port);
-    tfos__listen_opts lo = {.addr = addr, .backlog = 1024, .max_pending = UNAUTH_MAX,
+    tfos__listen_opts lo = {.addr = addr, .backlog = BACKLOG, .max_pending = UNAUTH_MAX,
+                            .grace_ms = TFOS_AUTH_GRACE_MS,
                             .cb = {on_peer_frame, on_peer_close}, .user = c};
     rc = tfos__listener_open(&c->listener, c->loop, &lo, err, sizeof err);
     if (rc) {

@@ -12,6 +12,7 @@
 #include "platform/net.h"
 #include "tfos/tfos.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -69,13 +70,17 @@ static void srv_close(tfos__link *k, int rc, const char *why, void *user)
     s->close_buffer = tfos__link_buffer_size(k);
 }
 
+static int next_grace_ms; /* the next srv_open's listener's grace (0: its default) */
+
 static void srv_open(server *s, const char *addr, int auth_ms, int max_pending, int same_user)
 {
     memset(s, 0, sizeof *s);
     s->key = KEY;
     CHECK_EQ(tfos__loop_open(&s->loop), 0);
     tfos__listen_opts o = {.addr = addr, .auth_ms = auth_ms, .max_pending = max_pending, .same_user = same_user,
-                           .max_data = 1 << 20, .cb = {srv_frame, srv_close}, .user = s};
+                           .grace_ms = next_grace_ms, .max_data = 1 << 20, .cb = {srv_frame, srv_close},
+                           .user = s};
+    next_grace_ms = 0;
     char err[256];
     int rc = tfos__listener_open(&s->ls, s->loop, &o, err, sizeof err);
     if (rc)
@@ -294,15 +299,38 @@ static void deadline_and_pending_bound(void)
     CHECK_STR(s.close_why, "did not authenticate in time");
     CHECK(took >= 200 && took < 2000);
     close(fd);
-    /* ten silent peers, four places: the oldest six make room */
-    s.closes = 0;
+    srv_close_all(&s);
+
+    /* ten silent peers, four places, a grace of 200 ms: the first four are
+     * greeted; the other six wait in the backlog, not greeted, and nobody
+     * is evicted while the four are in their grace (they could be real
+     * peers mid-handshake) */
+    next_grace_ms = 200;
+    srv_open(&s, "127.0.0.1:0", 5000, 4, 0);
+    char host[64];
+    int port;
+    CHECK_EQ(tfos__parse_hostport(tfos__listener_address(s.ls), host, sizeof host, &port), 0);
     int silent[10];
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 4; i++)
         silent[i] = raw_peer(&s);
+    for (int i = 4; i < 10; i++)
+        CHECK_EQ(tfos__tcp_connect(host, port, 2000, &silent[i]), 0);
+    run_for(&s, 50);
+    CHECK_EQ(s.closes, 0);
+    struct pollfd pf = {.fd = silent[4], .events = POLLIN};
+    CHECK_EQ(poll(&pf, 1, 0), 0); /* not greeted yet */
+    /* past the grace the oldest make room, a place-full per grace: six of
+     * them, well before anyone's 5 s deadline */
+    t0 = tfos__now_ms();
+    while (s.closes < 6 && tfos__now_ms() - t0 < 3000)
+        tfos__loop_run(s.loop, 10);
     CHECK_EQ(s.closes, 6);
     CHECK_EQ(s.close_rc, TFOS_EFULL);
     CHECK(strstr(s.close_why, "dropped the oldest"));
-    /* and a real peer still gets in among them */
+    run_for(&s, 50);
+    pf.fd = silent[9];
+    CHECK_EQ(poll(&pf, 1, 0), 1); /* and the last to wait was greeted */
+    /* a real peer still gets in among them, a grace later at most */
     client c;
     exchange(&s, &c, tfos__listener_address(s.ls), KEY);
     CHECK_EQ(c.answer, TFOS_MSG_STATUS);

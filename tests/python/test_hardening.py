@@ -42,6 +42,17 @@ def test_idle_connection_flood_does_not_stop_the_cluster_forming(tmp_path, marke
     assert wait_for(lambda: not pids_with(marker), 10)
 
 
+def test_a_cluster_larger_than_the_unauthenticated_places_forms(marker):
+    # 300 agents dial at once, more than the coordinator's 256 places for
+    # peers still in their handshake: none may be evicted for another (issue
+    # 37: at 65 nodes every run failed)
+    r = run_tfos(["run", "--workers", "300", "--max-restarts", "0", "--", "sh", "-c", "exit 0", marker], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "cluster of 300 nodes" in r.stderr
+    assert "dropped peer" not in r.stderr and "lost the coordinator" not in r.stderr, r.stderr[-3000:]
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
 SILENT_FEED = textwrap.dedent('''
     import os, sys, time
     from tfos import TFNode
