@@ -953,6 +953,15 @@ static void end_leftovers(agent *a)
     kill(-a->child, SIGKILL);
     if (a->cgroup[0] && tfos__cgroup_destroy(a->cgroup, 2000))
         TFOS_WARN("agent %s: the node's cgroup %s did not empty in time", a->label, a->cgroup);
+    if (a->guard_pid > 0) {
+        /* its watch is over; ended first, an agent whose program left
+         * nothing behind has no child left, and tfos__kill_orphans skips
+         * its scan of every process (quadratic with a thousand agents) */
+        kill(a->guard_pid, SIGKILL);
+        while (waitpid(a->guard_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        a->guard_pid = 0;
+    }
     tfos__kill_orphans(0);
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
