@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -166,6 +166,10 @@ bench-feed: install
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos
+
+# Cluster formation up to the CLI's 1,000 nodes against N bare processes.
+bench-scale: install
+	$(VPY) bench/formation.py --tfos $(BUILD)/tfos
 
 # A feed-bound model on an NVIDIA GPU (never in tests or CI): device-resident
 # data, a DataLoader over the file, tfos run --input, and local Spark through

@@ -1,0 +1,91 @@
+"""Cluster formation at scale: `tfos run --workers N -- true` against N bare
+`/bin/true` processes started at once by one shell, for N up to the CLI's limit.
+
+Each N runs the two interleaved, --rounds times (fewer for N >= 256), and
+the medians count. Before the timed rounds one checked round runs a program
+that prints its task index and port: every node must have run, with a
+distinct index and a distinct port, and no process of the run may be left
+afterwards (the run's marker in argv, looked for in /proc).
+
+Prints a table: N, tfos s, bare s, ratio, overhead per node (ms).
+Usage: bench/formation.py --tfos build/tfos [--sizes 2,8,64,256,1000] [--rounds 5]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+
+def timed(cmd):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        sys.exit("benchmark command failed (%d): %s" % (r.returncode, " ".join(cmd[:6])))
+    return dt
+
+
+def left_running(marker):
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+def check(tfos, n):
+    marker = "formation-" + uuid.uuid4().hex
+    prog = 'echo "NODE $TFOS_TASK_INDEX $TFOS_PORT" # %s' % marker
+    r = subprocess.run([tfos, "run", "--workers", str(n), "--max-restarts", "0", "--", "sh", "-c", prog],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit("tfos run --workers %d failed:\n%s" % (n, r.stderr[-3000:]))
+    nodes = re.findall(r"NODE (\d+) (\d+)", r.stdout)
+    indexes = {int(i) for i, _ in nodes}
+    ports = {int(p) for _, p in nodes}
+    if len(nodes) != n or indexes != set(range(n)) or len(ports) != n:
+        sys.exit("N=%d: %d nodes printed, %d distinct indexes, %d distinct ports" %
+                 (n, len(nodes), len(indexes), len(ports)))
+    deadline = time.monotonic() + 10
+    while left_running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left_running(marker):
+        sys.exit("N=%d: processes left running: %s" % (n, left_running(marker)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tfos", required=True)
+    ap.add_argument("--sizes", default="2,8,64,256,1000")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    rows = []
+    for n in [int(s) for s in a.sizes.split(",")]:
+        check(a.tfos, n)
+        rounds = a.rounds if n < 256 else max(1, min(a.rounds, 3))
+        tf, bare = [], []
+        for _ in range(rounds):
+            tf.append(timed([a.tfos, "run", "--workers", str(n), "--max-restarts", "0", "--", "true"]))
+            bare.append(timed(["sh", "-c", "i=0; while [ $i -lt %d ]; do /bin/true & i=$((i+1)); done; wait" % n]))
+        t, b = statistics.median(tf), statistics.median(bare)
+        rows.append((n, t, b))
+        print("N=%d tfos %.3f s bare %.3f s (%d rounds; checked: distinct indexes and ports, nothing left)"
+              % (n, t, b, rounds), flush=True)
+    print()
+    print("| nodes | tfos run (s) | N bare processes (s) | ratio | overhead per node (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    for n, t, b in rows:
+        print("| %d | %.2f | %.2f | %.1f | %.1f |" % (n, t, b, t / b, (t - b) / n * 1000))
+
+
+if __name__ == "__main__":
+    main()
