@@ -102,6 +102,22 @@ static void write_value(FILE *f, int dt, const char *p)
     }
 }
 
+/* n bytes at s (a column's name: not NUL-terminated) as a JSON string: a
+ * name is the model's to choose, '"' and all. */
+static void json_strn(FILE *f, const char *s, size_t n)
+{
+    char small[256], *buf = n < sizeof small ? small : malloc(n + 1);
+    if (!buf) {
+        fputs("\"\"", f);
+        return;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    tfos__json_str(f, buf);
+    if (buf != small)
+        free(buf);
+}
+
 /* One request's answer: rows [row0, row0 + r->rows) of every output. */
 char *tfos__serve_answer_json(const model *m, const char *version, const req *r, const tfos__batch_view *v,
                          const char *batch, uint32_t row0)
@@ -127,8 +143,9 @@ char *tfos__serve_answer_json(const model *m, const char *version, const req *r,
             continue;
         size_t es = tfos__dtype_size(col->dtype);
         uint64_t per_row = tfos__col_row_elems(col);
-        fprintf(f, "%s{\"name\": \"%.*s\", \"datatype\": \"%s\", \"shape\": [%u", first ? "" : ", ",
-                (int)col->name_len, col->name, tfos__dtype_oip(col->dtype), r->rows);
+        fputs(first ? "{\"name\": " : ", {\"name\": ", f);
+        json_strn(f, col->name, col->name_len);
+        fprintf(f, ", \"datatype\": \"%s\", \"shape\": [%u", tfos__dtype_oip(col->dtype), r->rows);
         for (int d = 0; d < col->ndim; d++)
             fprintf(f, ", %u", col->shape[d]);
         fputs("], \"data\": [", f);

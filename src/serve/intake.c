@@ -8,6 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a value of dtype is, for an error that names one that is not. */
+static const char *value_hint(int dtype)
+{
+    switch (dtype) {
+    case TFOS_DT_BOOL: return "true or false";
+    case TFOS_DT_I8: return "a whole number from -128 to 127";
+    case TFOS_DT_I16: return "a whole number from -32768 to 32767";
+    case TFOS_DT_I32: return "a whole number from -2147483648 to 2147483647";
+    case TFOS_DT_I64: return "a whole number from -2^63 to 2^63 - 1";
+    case TFOS_DT_U8: return "a whole number from 0 to 255";
+    case TFOS_DT_U16: return "a whole number from 0 to 65535";
+    case TFOS_DT_U32: return "a whole number from 0 to 4294967295";
+    case TFOS_DT_U64: return "a whole number from 0 to 2^64 - 1";
+    case TFOS_DT_F32: return "a number within +-3.4028235e38";
+    case TFOS_DT_F64: return "a number within +-1.7976931348623157e308";
+    }
+    return "a number";
+}
+
 /* Parse and check an infer request for model m into r. 0, or the status
  * with err. */
 static int parse_infer(model *m, const char *body, size_t len, req *r, char *err, size_t errlen)
@@ -19,8 +38,9 @@ static int parse_infer(model *m, const char *body, size_t len, req *r, char *err
         snprintf(err, errlen, "out of memory");
         return 503;
     }
-    if (tfos__oip_parse(body, len, rq, why, sizeof why)) {
-        snprintf(err, errlen, "the request body is not JSON: %s", why);
+    int prc = tfos__oip_parse(body, len, rq, why, sizeof why);
+    if (prc) {
+        snprintf(err, errlen, "%s: %s", prc == -2 ? "the request is refused" : "the request body is not JSON", why);
         goto out;
     }
     snprintf(r->id, sizeof r->id, "%s", rq->id);
@@ -114,11 +134,12 @@ static int parse_infer(model *m, const char *body, size_t len, req *r, char *err
         size_t at = 0;
         int rc = tfos__oip_numbers(t->data, t->data_len, sp->dtype, r->data[k], n, &at);
         if (rc == -2) {
-            snprintf(err, errlen, "input %s: data[%zu] is not a %s value", name, at, tfos__dtype_oip(sp->dtype));
+            snprintf(err, errlen, "input %s: data[%zu] is not a %s value (%s)", name, at, tfos__dtype_oip(sp->dtype),
+                     value_hint(sp->dtype));
             goto out;
         }
         if (rc == -3) {
-            snprintf(err, errlen, "input %s: data has more elements than its shape tfos__serve_holds (%zu)", name, n);
+            snprintf(err, errlen, "input %s: data has more elements than its shape holds (%zu)", name, n);
             goto out;
         }
         if (rc) {

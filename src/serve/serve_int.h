@@ -21,6 +21,7 @@
 #include "core/batch.h"
 #include "core/link.h"
 #include "core/log.h"
+#include "serve/oip.h"
 #include "serve/serve.h"
 
 #include <jansson.h>
@@ -74,7 +75,7 @@ typedef struct req {
     int model;
     uint32_t rows;
     int64_t t0, deadline;
-    char id[160];             /* the request's "id", echoed */
+    char id[TFOS_OIP_MAX_ID + 1]; /* the request's "id", echoed */
     char version[32];         /* the version asked for; "": the server's latest */
     uint64_t want;            /* outputs asked for (bit per output); 0: all */
     uint32_t inner[MAX_IO][TFOS_BATCH_MAX_DIMS]; /* per-row shape of each input */
