@@ -52,12 +52,10 @@ void tfos__serve_free_req(req *r)
     free(r);
 }
 
-void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+/* Answer r with an error, and count it. */
+static void answer_error(tfos__serve *s, req *r, int status, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
     char *body = tfos__serve_error_json(fmt, ap);
-    va_end(ap);
     model *m = &s->models[r->model];
     m->failed++;
     tfos__serve_observe(m, r->t0);
@@ -68,7 +66,28 @@ void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, .
             tfos__serve_send_error(s, r->client, r->http_id, status, body ? body : "{}");
         free(body);
     }
+}
+
+void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    answer_error(s, r, status, fmt, ap);
+    va_end(ap);
     tfos__serve_free_req(r);
+}
+
+void tfos__serve_fail_in_flight(tfos__serve *s, req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    answer_error(s, r, status, fmt, ap);
+    va_end(ap);
+    r->done = 1;
+    for (int i = 0; i < MAX_IO; i++) { /* its inputs went out with the batch */
+        free(r->data[i]);
+        r->data[i] = NULL;
+    }
 }
 
 static void write_value(FILE *f, int dt, const char *p)

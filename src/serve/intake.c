@@ -204,6 +204,25 @@ int tfos__serve_infer(tfos__serve *s, model *m, const char *version, const tfos_
     return 1;
 }
 
+/* Bytes of local client ix's requests waiting: in its model's queue or in
+ * a batch on a server (not yet answered). */
+static size_t client_held(const tfos__serve *s, int ix)
+{
+    uint32_t gen = s->servers[ix].gen;
+    size_t n = 0;
+    for (int mi = 0; mi < s->nmodels; mi++)
+        for (const req *r = s->models[mi].head; r; r = r->next)
+            if (r->client == ix && r->client_gen == gen)
+                for (int k = 0; k < MAX_IO; k++)
+                    n += r->nbytes[k];
+    for (const flight *fl = s->flights; fl; fl = fl->next)
+        for (const req *r = fl->reqs; r; r = r->next)
+            if (!r->done && r->client == ix && r->client_gen == gen)
+                for (int k = 0; k < MAX_IO; k++)
+                    n += r->nbytes[k];
+    return n;
+}
+
 /* A local client's SERVE_INFER frame: meta model and version, a columnar
  * batch of the inputs. Checked as an HTTP request is; errors go back as
  * SERVE_FAIL (status, JSON). */
@@ -237,6 +256,22 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, const tfos__frame *f)
     if (!m->known) {
         status = 503;
         snprintf(err, sizeof err, "model %.127s is loading: no model server is ready yet", name);
+        goto fail;
+    }
+    /* as HTTP: a version no server holds is 404 now, never a wait in the
+     * queue (in front of the requests behind it) */
+    if (r->version[0] && !tfos__serve_version_ready(s, r->model, r->version, err, sizeof err)) {
+        status = 404;
+        goto fail;
+    }
+    /* one client's requests waiting are bounded (as its answers unread
+     * are, by its link): one that sends and never reads costs at most both
+     * bounds, then is dropped when its answers reach theirs */
+    size_t held = client_held(s, ix);
+    if (held && held + f->body_len > CLIENT_MAX_HELD) {
+        status = 429;
+        snprintf(err, sizeof err, "this local client has %zu bytes of requests waiting (at most %u): read its "
+                 "answers before sending more", held, CLIENT_MAX_HELD);
         goto fail;
     }
     const char *b = f->body;

@@ -345,11 +345,42 @@ class _Served(object):
                 "inputs": [s for _, s in m.inputs], "outputs": [s for _, s in m.outputs]}
 
 
+def _dial(address, secret, node, timeout=60.0):
+    """The link to the front end. A refusal of the secret (PermissionError)
+    is final; anything else is tried again with backoff until ``timeout``
+    seconds have passed: a front end whose waiting places are taken by idle
+    connections drops the oldest for a new one, so a dial can lose its place
+    before its hello is read (BrokenPipeError, ConnectionError)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            return _Link(address, secret, "model_server", timeout=max(1.0, deadline - time.monotonic()),
+                         fields={"node": str(node)})
+        except PermissionError:
+            raise
+        except (OSError, TimeoutError) as exc:
+            if time.monotonic() + delay >= deadline:
+                raise ServeError("tfos.serve: cannot join the front end at %s within %.0f s: %s: %s"
+                                 % (address, timeout, type(exc).__name__, exc)) from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+
+
 def serve(models, address, secret, node, poll_s=_DEFAULTS["serve_poll"]):
     """Dial the front end and run its batches until it goes away; every
     ``poll_s`` seconds look for new versions. PermissionError when the front
-    end refuses the secret."""
-    link = _Link(address, secret, "model_server", timeout=60, fields={"node": str(node)})
+    end refuses the secret; 1 when it dropped this server (its agent starts
+    it again).
+
+    Each batch runs under a watchdog (faulthandler's, a C thread that needs
+    no GIL): a batch still running ``timeout_ms`` (the front end's
+    --timeout) after it arrived dumps every thread's stack to the log and
+    ends this process, so that its agent starts it again; the front end has
+    answered its requests 504 by then, and ends a server that holds a batch
+    longer (a stopped one) itself where it can."""
+    import faulthandler
+    link = _dial(address, secret, node)
     by_name = {m.name: m for m in models}
 
     def meta():
@@ -366,18 +397,33 @@ def serve(models, address, secret, node, poll_s=_DEFAULTS["serve_poll"]):
                 frame = link.recv(max(0.0, next_poll - time.monotonic()) if poll_s > 0 else None)
             except TimeoutError:
                 continue
+            except ConnectionError as exc:  # an ERROR frame: the front end dropped this server
+                sys.stderr.write("tfos.serve: %s\n" % exc)
+                return 1
             if frame is None:
                 return 0  # the front end has gone: tfos serve is stopping
             ftype, fid, fmeta, body = frame
             if ftype != _Link.SERVE_BATCH:
                 raise ServeError("the front end sent a frame of type %d" % ftype)
+            budget = int(fmeta.get("timeout_ms") or 0) / 1000.0
+            if budget > 0:
+                sys.stderr.flush()
+                faulthandler.dump_traceback_later(budget, exit=True)
             try:
                 model = by_name[fmeta.get("model", "")].get(fmeta.get("version", ""))
                 outs = model.run(_decode(body))
-                link.send(_Link.SERVE_RESULT, _tfos.encode_columns(outs), fid, {"version": model.version})
+                reply = (_Link.SERVE_RESULT, _tfos.encode_columns(outs), fid, {"version": model.version})
             except Exception as exc:  # the model's error goes to the requests that asked
                 msg = "%s: %s" % (type(exc).__name__, exc)
-                link.send(_Link.SERVE_FAIL, msg.encode("utf-8", "replace")[:4000], fid)
+                reply = (_Link.SERVE_FAIL, msg.encode("utf-8", "replace")[:4000], fid)
+            finally:
+                if budget > 0:
+                    faulthandler.cancel_dump_traceback_later()
+            try:
+                link.send(*reply)
+            except ConnectionError as exc:
+                sys.stderr.write("tfos.serve: the front end is gone or dropped this model server: %s\n" % exc)
+                return 1
     finally:
         link.close()
 
