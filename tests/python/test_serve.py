@@ -978,6 +978,39 @@ def test_numbers_names_and_keys_at_the_edges_of_the_protocol(tmp_path, marker):
         s.stop()
 
 
+def test_a_version_written_in_place_is_loaded_once_whole(tmp_path, marker):
+    """Issue 35, item 10: a version dir written in place fails to load while
+    it is incomplete; each model server tries it again (bounded, and says
+    so), so both replicas end up on it."""
+    versions = tmp_path / "versions"
+    (versions / "1").mkdir(parents=True)
+    s = behave_server(tmp_path, marker, "--replicas", "2", "--poll", "0.3", versions=versions)
+    try:
+        st, doc = post(s, "m", xbody([1.0]))
+        assert st == 200 and doc["model_version"] == "1" and doc["outputs"][0]["data"] == [2.0], doc
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 60), s.text()[-3000:]
+        (versions / "2").mkdir()
+        (versions / "2" / "factor").write_text("")  # being written
+        for w in (0, 1):
+            assert wait_for(lambda: re.search(r"\[worker:%d\].*model m version 2 not loaded \(attempt 1 of 5; "
+                                              r"trying again in 1 s" % w, s.text()), 30), s.text()[-3000:]
+        # a model server that starts meanwhile serves the version before
+        # (it failed to start before: the newest would not load)
+        pids = wait_uptime(s)
+        os.kill(pids["worker:0"], signal.SIGKILL)
+        assert wait_for(lambda: "version 2 not loaded (attempt 1 of 5; trying again in 1 s; serving 1 meanwhile)"
+                        in s.text(), 60), s.text()[-3000:]
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 60), s.text()[-3000:]
+        (versions / "2" / "factor").write_text("3")
+        for w in (0, 1):
+            assert wait_for(lambda: re.search(r"\[worker:%d\].*model m version 2 loaded at attempt" % w, s.text()),
+                            30), s.text()[-3000:]
+        st, doc = post(s, "m", xbody([1.0]))
+        assert st == 200 and doc["model_version"] == "2" and doc["outputs"][0]["data"] == [3.0], doc
+    finally:
+        s.stop()
+
+
 @pytest.fixture(scope="module")
 def torch_model(tmp_path_factory):
     """examples/torch/serve_digits.py's PyTorch classifier (version 1, and a

@@ -276,11 +276,15 @@ class _Served(object):
     none; the one before stays for requests that name it."""
 
     KEEP = 2
+    # a new version that fails to load may be a dir still being written in
+    # place: tried this many times, 1, 2, 4, 8 s apart, so that replicas end
+    # up on the same version; then left (the current one goes on serving)
+    LOAD_TRIES = 5
 
     def __init__(self, name, path, pinned=None, loader=None, cache=None):
         self.name, self.dir, self.pinned, self.loader = name, path, pinned, loader
         self.held = {}     # version -> _SavedModel or _LoadedModel, oldest first
-        self.failed = None  # a newer version that would not load (not tried again)
+        self.failed = None  # [version, tries, when the next try is due] of a newer version that would not load
         self.src = _Versions(path, loader is None, os.path.join(cache or ".", name))
         if pinned is not None:
             vdir = self.src.join(pinned)
@@ -289,7 +293,34 @@ class _Served(object):
                                  % (name, pinned, vdir, "model" if loader else "SavedModel"))
             self._load(pinned, vdir)
         else:
-            self._load(*self.src.latest())
+            self._load_newest()
+
+    def _load_newest(self):
+        """At start: the newest version, or, when it does not load (a dir
+        still being written in place), the newest before it that does; the
+        one that failed is tried again as a new version is (poll)."""
+        version, url = self.src.latest()
+        try:
+            self._load(version, url)
+            return
+        except Exception as exc:
+            first = exc
+        try:
+            older = [v for v in self.src.listing() if v < int(version)]
+        except (OSError, ValueError):
+            older = []
+        for v in reversed(older):
+            try:
+                self._load(str(v), self.src.join(str(v)))
+            except Exception:
+                continue
+            self.src.forget(version)
+            self.failed = [int(version), 1, time.monotonic() + 1]
+            sys.stderr.write("tfos.serve: model %s version %s not loaded (attempt 1 of %d; trying again in 1 s; "
+                             "serving %s meanwhile): %s\n" % (self.name, version, self.LOAD_TRIES, v, first))
+            sys.stderr.flush()
+            return
+        raise first
 
     def _load(self, version, url):
         t0 = time.monotonic()
@@ -318,16 +349,33 @@ class _Served(object):
         except OSError as exc:  # a remote dir out of reach a while: look again later
             sys.stderr.write("tfos.serve: model %s: cannot list %s: %s\n" % (self.name, self.dir, exc))
             return False
-        if not versions or versions[-1] <= int(self.current.version) or versions[-1] == self.failed:
+        if not versions or versions[-1] <= int(self.current.version):
+            return False
+        newest = versions[-1]
+        if self.failed is not None and self.failed[0] != newest:
+            self.failed = None  # a newer one still: its own tries
+        if self.failed is not None and (self.failed[1] >= self.LOAD_TRIES or time.monotonic() < self.failed[2]):
             return False
         try:
-            self._load(str(versions[-1]), self.src.join(str(versions[-1])))
+            self._load(str(newest), self.src.join(str(newest)))
         except Exception as exc:  # a bad new version: the current one goes on serving
-            sys.stderr.write("tfos.serve: model %s version %s not loaded (still serving %s): %s: %s\n"
-                             % (self.name, versions[-1], self.current.version, type(exc).__name__, exc))
+            self.src.forget(str(newest))  # a remote one is copied again at the next try
+            tries = (self.failed[1] if self.failed else 0) + 1
+            wait = 2 ** (tries - 1)
+            self.failed = [newest, tries, time.monotonic() + wait]
+            if tries < self.LOAD_TRIES:
+                what = "trying again in %d s (a version dir still being written fails so)" % wait
+            else:
+                what = "not tried again; still serving %s" % self.current.version
+            sys.stderr.write("tfos.serve: model %s version %s not loaded (attempt %d of %d; %s): %s: %s\n"
+                             % (self.name, newest, tries, self.LOAD_TRIES, what, type(exc).__name__, exc))
             sys.stderr.flush()
-            self.failed = versions[-1]
             return False
+        if self.failed is not None:
+            sys.stderr.write("tfos.serve: model %s version %s loaded at attempt %d\n"
+                             % (self.name, newest, self.failed[1] + 1))
+            sys.stderr.flush()
+            self.failed = None
         return True
 
     def get(self, version):
