@@ -799,7 +799,13 @@ static void *deaf_run(void *arg)
     uint64_t len;
     char *b = make_batch("x", 512 * 1024, 1, &len); /* 4 MiB */
     tfos__link_set_limits(k, 0, 16 * len);
-    for (int i = 0; i < 200; i++) {
+    /* its requests waiting are bounded too (64 MiB: then 429s, small), so
+     * it sends until its answers unread reach theirs, however slowly the
+     * model answers (under ASan, 200 requests were not enough) */
+    int64_t end = tfos__now_ms() + 45000;
+    for (int i = 0; tfos__now_ms() < end; i++) {
+        if (i >= 32)
+            usleep(10000);
         tfos__msg_begin_data(&m, TFOS_MSG_SERVE_INFER, (uint64_t)i);
         tfos__msg_add(&m, "model", "%s", "m");
         tfos__msg_add(&m, "version", "%s", "");
