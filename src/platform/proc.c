@@ -12,6 +12,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -192,6 +193,41 @@ int tfos__pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec by definition */
 #else
     (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+int tfos__peer_pidfd(int sockfd, pid_t *pid)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.pid <= 0)
+        return -1;
+    *pid = cred.pid;
+    /* the kernel's pidfd of the peer pins the process that connected; else
+     * one opened now (the peer could have gone and its pid been reused in
+     * between: it is still connected, so that is as good as it gets) */
+    int fd = -1;
+    socklen_t fl = sizeof fd;
+    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERPIDFD, &fd, &fl) == 0 && fd >= 0) {
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return fd;
+    }
+    return tfos__pidfd_open(cred.pid);
+}
+
+int tfos__pidfd_signal(int pidfd, int sig)
+{
+#ifdef SYS_pidfd_send_signal
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+#else
+    (void)pidfd;
+    (void)sig;
     errno = ENOSYS;
     return -1;
 #endif

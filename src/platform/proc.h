@@ -48,6 +48,14 @@ int tfos__proc_stat(pid_t pid, char *state, pid_t *ppid);
 /* A pidfd for pid (readable once it has exited; close-on-exec), or -1 with
  * errno (ENOSYS on kernels before 5.3, ESRCH). */
 int tfos__pidfd_open(pid_t pid);
+/* A pidfd of the process at the other end of a connected Unix socket (the
+ * one that connected: the kernel's SO_PEERPIDFD where it has it, Linux 6.5,
+ * else pidfd_open of SO_PEERCRED's pid; close-on-exec), its pid in *pid;
+ * -1 with errno. */
+int tfos__peer_pidfd(int sockfd, pid_t *pid);
+/* Send sig to the process of pidfd (never another that took its pid since):
+ * 0, or -1 with errno (ESRCH: it has gone; ENOSYS before Linux 5.1). */
+int tfos__pidfd_signal(int pidfd, int sig);
 
 /* Describe a waitpid status: "exit code 3", "signal 9 (Killed)". */
 void tfos__describe_status(int status, char *buf, size_t len);

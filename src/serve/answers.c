@@ -52,12 +52,10 @@ void tfos__serve_free_req(req *r)
     free(r);
 }
 
-void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+/* Answer r with an error, and count it. */
+static void answer_error(tfos__serve *s, req *r, int status, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
     char *body = tfos__serve_error_json(fmt, ap);
-    va_end(ap);
     model *m = &s->models[r->model];
     m->failed++;
     tfos__serve_observe(m, r->t0);
@@ -68,7 +66,28 @@ void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, .
             tfos__serve_send_error(s, r->client, r->http_id, status, body ? body : "{}");
         free(body);
     }
+}
+
+void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    answer_error(s, r, status, fmt, ap);
+    va_end(ap);
     tfos__serve_free_req(r);
+}
+
+void tfos__serve_fail_in_flight(tfos__serve *s, req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    answer_error(s, r, status, fmt, ap);
+    va_end(ap);
+    r->done = 1;
+    for (int i = 0; i < MAX_IO; i++) { /* its inputs went out with the batch */
+        free(r->data[i]);
+        r->data[i] = NULL;
+    }
 }
 
 static void write_value(FILE *f, int dt, const char *p)
@@ -102,6 +121,22 @@ static void write_value(FILE *f, int dt, const char *p)
     }
 }
 
+/* n bytes at s (a column's name: not NUL-terminated) as a JSON string: a
+ * name is the model's to choose, '"' and all. */
+static void json_strn(FILE *f, const char *s, size_t n)
+{
+    char small[256], *buf = n < sizeof small ? small : malloc(n + 1);
+    if (!buf) {
+        fputs("\"\"", f);
+        return;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    tfos__json_str(f, buf);
+    if (buf != small)
+        free(buf);
+}
+
 /* One request's answer: rows [row0, row0 + r->rows) of every output. */
 char *tfos__serve_answer_json(const model *m, const char *version, const req *r, const tfos__batch_view *v,
                          const char *batch, uint32_t row0)
@@ -127,8 +162,9 @@ char *tfos__serve_answer_json(const model *m, const char *version, const req *r,
             continue;
         size_t es = tfos__dtype_size(col->dtype);
         uint64_t per_row = tfos__col_row_elems(col);
-        fprintf(f, "%s{\"name\": \"%.*s\", \"datatype\": \"%s\", \"shape\": [%u", first ? "" : ", ",
-                (int)col->name_len, col->name, tfos__dtype_oip(col->dtype), r->rows);
+        fputs(first ? "{\"name\": " : ", {\"name\": ", f);
+        json_strn(f, col->name, col->name_len);
+        fprintf(f, ", \"datatype\": \"%s\", \"shape\": [%u", tfos__dtype_oip(col->dtype), r->rows);
         for (int d = 0; d < col->ndim; d++)
             fprintf(f, ", %u", col->shape[d]);
         fputs("], \"data\": [", f);

@@ -43,17 +43,9 @@ static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp
     model *m = tfos__serve_find_model(s, name);
     if (!m)
         return tfos__serve_fail_now(rs, 404, "no model %s here", name);
-    if (version[0] && m->known) {
-        char vs[MAX_SERVERS * MAX_VERSIONS][32], list[300] = "";
-        int nv = tfos__serve_model_versions(s, (int)(m - s->models), vs, MAX_SERVERS * MAX_VERSIONS), found = 0;
-        for (int k = 0; k < nv; k++) {
-            found |= !strcmp(vs[k], version);
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.31s", k ? ", " : "", vs[k]);
-        }
-        if (!found)
-            return tfos__serve_fail_now(rs, 404, "model %s has no version %s loaded (versions: %s)", name, version,
-                            nv ? list : "none ready");
-    }
+    char why[512];
+    if (version[0] && m->known && !tfos__serve_version_ready(s, (int)(m - s->models), version, why, sizeof why))
+        return tfos__serve_fail_now(rs, 404, "%s", why);
     if (!strcmp(rest, "infer")) {
         if (strcmp(rq->method, "POST"))
             return tfos__serve_fail_now(rs, 405, "infer takes POST");
@@ -103,7 +95,8 @@ static int serve_route(const tfos__http_req *rq, tfos__http_resp *rs, void *user
         /* where a client on this host (predict_udf) skips HTTP: the
          * abstract socket, reachable only from this host's network
          * namespace; it asks for the token too */
-        if (asprintf(&rs->body, "{\"address\": \"%s\"}", s->address) < 0)
+        if (asprintf(&rs->body, "{\"address\": \"%s\", \"max_request_bytes\": %u}", s->address,
+                     s->client_max_frame) < 0)
             rs->body = NULL;
         rs->ctype = "application/json";
         return 0;
@@ -130,6 +123,10 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
         s->o.max_queue_rows = (long long)TFOS_SERVE_DEFAULT_QUEUE_BATCHES * s->o.max_batch;
     if (s->o.timeout_s <= 0)
         s->o.timeout_s = TFOS_SERVE_DEFAULT_TIMEOUT;
+    long long body = s->o.max_body > 0 ? s->o.max_body : TFOS_SERVE_DEFAULT_MAX_BODY;
+    s->client_max_frame = body < (long long)FRAME_MAX ? (uint32_t)body : FRAME_MAX;
+    for (int i = 0; i < MAX_SLOTS; i++)
+        s->servers[i].pidfd = -1;
     snprintf(s->secret, sizeof s->secret, "%s", secret);
     s->warn = (tfos__warn_limit){.who = "tfos serve", .per_window = 5, .window_ms = 10000};
     int rc = TFOS_ENOMEM;
@@ -141,16 +138,19 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
     for (int i = 0; i < o->nmodels; i++)
         snprintf(s->models[i].name, sizeof s->models[i].name, "%s", o->models[i]);
     s->nmodels = o->nmodels;
-    /* an abstract socket: no path to clean up or outgrow; only peers that
-     * authenticate (core/link.h) are taken */
+    /* an abstract socket: no path to clean up or outgrow, but any local
+     * user can connect to it (its name is in /proc/net/unix): peers of
+     * another uid (root aside) are refused at accept, before a greeting,
+     * and the rest are taken only once they authenticate (core/link.h) */
     char hex[17], addr[300];
     if ((rc = tfos__random_hex(hex, 8))) {
         tfos__errf(err, errlen, rc, "no random bytes for the socket's name");
         goto fail;
     }
     snprintf(s->address, sizeof s->address, "@tfos-serve-%s", hex);
-    tfos__listen_opts lo = {.addr = s->address, .backlog = 64, .max_pending = PENDING_MAX, .max_data = FRAME_MAX,
-                            .max_out = CLIENT_MAX_OUT, .nodelay = 1, .cb = tfos__serve_link_cb, .user = s};
+    tfos__listen_opts lo = {.addr = s->address, .backlog = 64, .max_pending = PENDING_MAX, .same_user = 1,
+                            .max_data = FRAME_MAX, .max_out = CLIENT_MAX_OUT, .nodelay = 1,
+                            .cb = tfos__serve_link_cb, .user = s};
     char why[300];
     if ((rc = tfos__listener_open(&s->local, loop, &lo, why, sizeof why))) {
         tfos__errf(err, errlen, rc, "cannot listen for the model servers: %s", why);
@@ -161,6 +161,7 @@ int tfos__serve_open(tfos__serve **out, tfos__loop *loop, const tfos_serve_opts 
         /* model servers on other hosts (tfos yarn serve): the same link on TCP */
         snprintf(addr, sizeof addr, strchr(tcp_host, ':') ? "[%s]:0" : "%s:0", tcp_host);
         lo.addr = addr;
+        lo.same_user = 0; /* TCP tells no uid: the HMAC alone */
         if ((rc = tfos__listener_open(&s->tcp, loop, &lo, why, sizeof why))) {
             tfos__errf(err, errlen, rc, "cannot listen for the model servers on %s: %s", tcp_host, why);
             goto fail;
@@ -205,6 +206,8 @@ void tfos__serve_close(tfos__serve *s)
     for (int i = 0; i < MAX_SLOTS; i++)
         if (s->servers[i].link) {
             tfos__link_close(s->servers[i].link);
+            if (s->servers[i].pidfd >= 0)
+                close(s->servers[i].pidfd);
             free(s->servers[i].mv);
             memset(&s->servers[i], 0, sizeof s->servers[i]);
         }
@@ -212,7 +215,10 @@ void tfos__serve_close(tfos__serve *s)
         nf = fl->next;
         for (req *r = fl->reqs, *nr; r; r = nr) {
             nr = r->next;
-            tfos__serve_fail_req(s, r, 503, "the model server is shutting down");
+            if (r->done) /* answered already */
+                tfos__serve_free_req(r);
+            else
+                tfos__serve_fail_req(s, r, 503, "the model server is shutting down");
         }
         free(fl);
     }

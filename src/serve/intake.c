@@ -8,6 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a value of dtype is, for an error that names one that is not. */
+static const char *value_hint(int dtype)
+{
+    switch (dtype) {
+    case TFOS_DT_BOOL: return "true or false";
+    case TFOS_DT_I8: return "a whole number from -128 to 127";
+    case TFOS_DT_I16: return "a whole number from -32768 to 32767";
+    case TFOS_DT_I32: return "a whole number from -2147483648 to 2147483647";
+    case TFOS_DT_I64: return "a whole number from -2^63 to 2^63 - 1";
+    case TFOS_DT_U8: return "a whole number from 0 to 255";
+    case TFOS_DT_U16: return "a whole number from 0 to 65535";
+    case TFOS_DT_U32: return "a whole number from 0 to 4294967295";
+    case TFOS_DT_U64: return "a whole number from 0 to 2^64 - 1";
+    case TFOS_DT_F32: return "a number within +-3.4028235e38";
+    case TFOS_DT_F64: return "a number within +-1.7976931348623157e308";
+    }
+    return "a number";
+}
+
 /* Parse and check an infer request for model m into r. 0, or the status
  * with err. */
 static int parse_infer(model *m, const char *body, size_t len, req *r, char *err, size_t errlen)
@@ -19,8 +38,9 @@ static int parse_infer(model *m, const char *body, size_t len, req *r, char *err
         snprintf(err, errlen, "out of memory");
         return 503;
     }
-    if (tfos__oip_parse(body, len, rq, why, sizeof why)) {
-        snprintf(err, errlen, "the request body is not JSON: %s", why);
+    int prc = tfos__oip_parse(body, len, rq, why, sizeof why);
+    if (prc) {
+        snprintf(err, errlen, "%s: %s", prc == -2 ? "the request is refused" : "the request body is not JSON", why);
         goto out;
     }
     snprintf(r->id, sizeof r->id, "%s", rq->id);
@@ -114,11 +134,12 @@ static int parse_infer(model *m, const char *body, size_t len, req *r, char *err
         size_t at = 0;
         int rc = tfos__oip_numbers(t->data, t->data_len, sp->dtype, r->data[k], n, &at);
         if (rc == -2) {
-            snprintf(err, errlen, "input %s: data[%zu] is not a %s value", name, at, tfos__dtype_oip(sp->dtype));
+            snprintf(err, errlen, "input %s: data[%zu] is not a %s value (%s)", name, at, tfos__dtype_oip(sp->dtype),
+                     value_hint(sp->dtype));
             goto out;
         }
         if (rc == -3) {
-            snprintf(err, errlen, "input %s: data has more elements than its shape tfos__serve_holds (%zu)", name, n);
+            snprintf(err, errlen, "input %s: data has more elements than its shape holds (%zu)", name, n);
             goto out;
         }
         if (rc) {
@@ -183,6 +204,25 @@ int tfos__serve_infer(tfos__serve *s, model *m, const char *version, const tfos_
     return 1;
 }
 
+/* Bytes of local client ix's requests waiting: in its model's queue or in
+ * a batch on a server (not yet answered). */
+static size_t client_held(const tfos__serve *s, int ix)
+{
+    uint32_t gen = s->servers[ix].gen;
+    size_t n = 0;
+    for (int mi = 0; mi < s->nmodels; mi++)
+        for (const req *r = s->models[mi].head; r; r = r->next)
+            if (r->client == ix && r->client_gen == gen)
+                for (int k = 0; k < MAX_IO; k++)
+                    n += r->nbytes[k];
+    for (const flight *fl = s->flights; fl; fl = fl->next)
+        for (const req *r = fl->reqs; r; r = r->next)
+            if (!r->done && r->client == ix && r->client_gen == gen)
+                for (int k = 0; k < MAX_IO; k++)
+                    n += r->nbytes[k];
+    return n;
+}
+
 /* A local client's SERVE_INFER frame: meta model and version, a columnar
  * batch of the inputs. Checked as an HTTP request is; errors go back as
  * SERVE_FAIL (status, JSON). */
@@ -216,6 +256,22 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, const tfos__frame *f)
     if (!m->known) {
         status = 503;
         snprintf(err, sizeof err, "model %.127s is loading: no model server is ready yet", name);
+        goto fail;
+    }
+    /* as HTTP: a version no server holds is 404 now, never a wait in the
+     * queue (in front of the requests behind it) */
+    if (r->version[0] && !tfos__serve_version_ready(s, r->model, r->version, err, sizeof err)) {
+        status = 404;
+        goto fail;
+    }
+    /* one client's requests waiting are bounded (as its answers unread
+     * are, by its link): one that sends and never reads costs at most both
+     * bounds, then is dropped when its answers reach theirs */
+    size_t held = client_held(s, ix);
+    if (held && held + f->body_len > CLIENT_MAX_HELD) {
+        status = 429;
+        snprintf(err, sizeof err, "this local client has %zu bytes of requests waiting (at most %u): read its "
+                 "answers before sending more", held, CLIENT_MAX_HELD);
         goto fail;
     }
     const char *b = f->body;

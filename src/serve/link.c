@@ -10,10 +10,14 @@
 #include "serve/serve_int.h"
 
 #include "core/log.h"
+#include "platform/clock.h"
+#include "platform/proc.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int tfos__serve_client_current(const tfos__serve *s, const req *r)
 {
@@ -51,6 +55,19 @@ void tfos__serve_send_error(tfos__serve *s, int ix, uint64_t id, int status, con
     tfos__serve_send(s, ix, TFOS_MSG_SERVE_FAIL, id, kv, body, strlen(body));
 }
 
+/* An ERROR (code, message) and the link ends once it is written. */
+static void refuse(tfos__link *k, int code, const char *text)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_ERROR);
+    tfos__msg_add(&m, "code", "%d", code);
+    tfos__msg_add(&m, "message", "%s", text);
+    if (tfos__msg_end(&m) == 0)
+        tfos__link_send(k, &m, NULL, 0);
+    tfos__msg_fini(&m);
+    tfos__link_finish(k);
+}
+
 void tfos__serve_drop(tfos__serve *s, int ix, const char *why)
 {
     server *sv = &s->servers[ix];
@@ -62,13 +79,42 @@ void tfos__serve_drop(tfos__serve *s, int ix, const char *why)
     uint32_t gen = sv->gen + 1;
     if (sv->link) { /* a no-op when the link is ending on its own (we are in its on_close) */
         tfos__link_set_data(sv->link, NULL);
-        tfos__link_close(sv->link);
+        /* a model server is told why (it exits, and its agent starts it
+         * again) unless its link is backed up (a stopped peer: then it is
+         * only closed, never kept waiting on) */
+        if (!sv->is_client && tfos__link_unsent(sv->link) == 0) {
+            char text[400];
+            snprintf(text, sizeof text, "the front end dropped this model server: %s", why);
+            refuse(sv->link, TFOS_EPROTO, text);
+        } else {
+            tfos__link_close(sv->link);
+        }
     }
+    if (sv->pidfd >= 0)
+        close(sv->pidfd);
     free(sv->mv);
     memset(sv, 0, sizeof *sv);
     sv->gen = gen;
+    sv->pidfd = -1;
     tfos__serve_requeue_server(s, ix);
     tfos__serve_schedule(s);
+}
+
+void tfos__serve_end_hung(tfos__serve *s, int ix, const flight *late)
+{
+    server *sv = &s->servers[ix];
+    char why[400];
+    int n = snprintf(why, sizeof why, "it has held a batch of %u rows for %.1f s, past --timeout (%g s): it is hung",
+                     late->rows, (double)(tfos__now_ms() - late->sent) / 1000, s->o.timeout_s);
+    /* the Unix socket told who it is (pinned by a pidfd: never another
+     * process that took its pid); SIGKILL ends a stopped process too. Over
+     * TCP the server is on another host: its own watchdog ends it (at
+     * --timeout from the batch's arrival), or it waits stopped, cut off */
+    if (sv->pidfd >= 0 && sv->pid != (int)getpid() && tfos__pidfd_signal(sv->pidfd, SIGKILL) == 0)
+        snprintf(why + n, sizeof why - (size_t)n, "; ended it (pid %d): its agent starts it again", sv->pid);
+    else
+        snprintf(why + n, sizeof why - (size_t)n, "; no longer used");
+    tfos__serve_drop(s, ix, why);
 }
 
 static void on_result(tfos__serve *s, int ix, const tfos__frame *f)
@@ -79,19 +125,24 @@ static void on_result(tfos__serve *s, int ix, const tfos__frame *f)
         return;
     }
     s->servers[ix].inflight--;
+    if (f->type == TFOS_MSG_SERVE_FAIL) {
+        tfos__serve_batch_failed(s, fl, f->body, f->body_len);
+        tfos__serve_dispatch(s);
+        return;
+    }
     model *m = &s->models[fl->model];
     tfos__col cols[MAX_IO];
     tfos__batch_view v;
     char err[256] = "", version[32] = "";
     const char *p = f->body;
     size_t len = f->body_len;
-    int bad = f->type == TFOS_MSG_SERVE_FAIL;
-    if (!bad && tfos__kv_str(f->meta, f->meta_len, "version", version, sizeof version)) {
+    if (tfos__kv_str(f->meta, f->meta_len, "version", version, sizeof version)) {
         tfos__serve_drop(s, ix, "it sent a result without its version");
         tfos__serve_requeue(s, fl);
         return;
     }
-    if (!bad && (tfos__batch_ncols(p, len) > MAX_IO || tfos__batch_open(p, len, &v, cols, MAX_IO, err, sizeof err)))
+    int bad = 0;
+    if (tfos__batch_ncols(p, len) > MAX_IO || tfos__batch_open(p, len, &v, cols, MAX_IO, err, sizeof err))
         bad = 1;
     if (!bad && v.nrows != fl->rows)
         snprintf(err, sizeof err, "the model gave %u rows for a batch of %u", v.nrows, fl->rows), bad = 1;
@@ -102,12 +153,13 @@ static void on_result(tfos__serve *s, int ix, const tfos__frame *f)
     uint32_t row0 = 0;
     for (req *r = fl->reqs, *next; r; r = next) {
         next = r->next;
+        if (r->done) { /* answered 504 at its deadline while the batch ran */
+            row0 += r->rows;
+            tfos__serve_free_req(r);
+            continue;
+        }
         if (bad) {
-            if (f->type == TFOS_MSG_SERVE_FAIL)
-                tfos__serve_fail_req(s, r, 500, "model %s failed on a batch of %u rows: %.*s", m->name, fl->rows,
-                                     (int)(len > 900 ? 900 : len), p);
-            else
-                tfos__serve_fail_req(s, r, 500, "model %s's server sent a bad result: %s", m->name, err);
+            tfos__serve_fail_req(s, r, 500, "model %s's server sent a bad result: %s", m->name, err);
             continue;
         }
         if (r->client < 0) {
@@ -157,19 +209,6 @@ static int free_slot(const tfos__serve *s, int is_client)
     return -1;
 }
 
-/* An ERROR (code, message) and the link ends once it is written. */
-static void refuse(tfos__link *k, int code, const char *text)
-{
-    tfos__msg m;
-    tfos__msg_begin(&m, TFOS_MSG_ERROR);
-    tfos__msg_add(&m, "code", "%d", code);
-    tfos__msg_add(&m, "message", "%s", text);
-    if (tfos__msg_end(&m) == 0)
-        tfos__link_send(k, &m, NULL, 0);
-    tfos__msg_fini(&m);
-    tfos__link_finish(k);
-}
-
 /* A peer's first frame: SERVE_JOIN (a model server: the cluster secret's
  * mac) or SERVE_CLIENT (a local client: the HTTP token's mac; with no
  * token, the Unix socket's peer uid). Then a slot of its kind and
@@ -204,10 +243,20 @@ static void on_first(tfos__serve *s, tfos__link *k, const tfos__frame *f)
     sv->is_client = is_client;
     sv->ready = is_client; /* a model server is ready once it has said what it serves */
     sv->node = (int)node;
+    sv->pidfd = -1;
     tfos__link_set_data(k, sv);
-    /* a model server's batches are bounded by INFLIGHT, not by the link */
-    if (!is_client)
+    if (!is_client) {
+        /* a model server's batches are bounded by INFLIGHT, not by the link */
         tfos__link_set_limits(k, FRAME_MAX, SIZE_MAX);
+        /* on the Unix socket (a peer uid known), its process: a server that
+         * hangs is ended by it */
+        pid_t pid = 0;
+        if (tfos__link_peer_uid(k) >= 0 && (sv->pidfd = tfos__peer_pidfd(tfos__link_fd(k), &pid)) >= 0)
+            sv->pid = (int)pid;
+    } else {
+        /* a local request is at most what HTTP takes (--max-body) */
+        tfos__link_set_limits(k, s->client_max_frame, CLIENT_MAX_OUT);
+    }
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_SERVE_OK);
     if (tfos__msg_end(&m) == 0)

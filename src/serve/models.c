@@ -174,3 +174,20 @@ int tfos__serve_model_versions(const tfos__serve *s, int mi, char (*out)[32], in
         }
     return n;
 }
+
+int tfos__serve_version_ready(const tfos__serve *s, int mi, const char *version, char *err, size_t errlen)
+{
+    char vs[MAX_SERVERS * MAX_VERSIONS][32], list[300] = "";
+    int nv = tfos__serve_model_versions(s, mi, vs, MAX_SERVERS * MAX_VERSIONS);
+    if (!version[0])
+        return nv > 0;
+    for (int k = 0; k < nv; k++) {
+        if (!strcmp(vs[k], version))
+            return 1;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.31s", k ? ", " : "", vs[k]);
+    }
+    if (err)
+        snprintf(err, errlen, "model %s has no version %s loaded (versions: %s)", s->models[mi].name, version,
+                 nv ? list : "none ready");
+    return 0;
+}

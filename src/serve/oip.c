@@ -5,7 +5,10 @@
  * stack; every read is bounded by the body's length. Numbers: JSON's
  * grammar; a float with at most 15 significant digits and a power of ten
  * up to 22 is exact as m * 10^e (Clinger's fast path), others go through
- * strtod; FP32 values are the double rounded to float. */
+ * strtod, however many digits they have; FP32 values are the double rounded
+ * to float. A literal beyond the dtype's range (1e400; 1e39 as FP32; an
+ * integer past its type's bounds, 2^64 - 1 the highest) is refused, never
+ * taken as infinity or wrapped. */
 #include "serve/oip.h"
 
 #include "core/batch.h"
@@ -24,6 +27,7 @@ typedef struct cur {
     char *err;
     size_t errlen;
     int failed;
+    int refused;   /* the failure is valid JSON this reader refuses, not bad JSON */
 } cur;
 
 static int fail(cur *c, const char *what)
@@ -286,15 +290,68 @@ static int value(cur *c, int depth)
 
 /* ---- the request ---------------------------------------------------------------- */
 
+/* A key the reader keeps given twice in one object: refused, as JSONL input
+ * refuses it (which of the two would count is anybody's guess: jansson and
+ * Python take the last, others the first). `seen` holds a bit per key. */
+static int once(cur *c, unsigned *seen, unsigned bit, const char *key)
+{
+    if (*seen & bit) {
+        char what[96];
+        snprintf(what, sizeof what, "the key \"%s\" is given twice in one object", key);
+        c->refused = !c->failed;
+        return fail(c, what);
+    }
+    *seen |= bit;
+    return 0;
+}
+
+/* A string kept in out[outlen]: one longer is refused, naming the limit,
+ * rather than cut (a cut name would match another, a cut id be echoed
+ * wrong). */
+static int bounded_string(cur *c, char *out, size_t outlen, const char *what)
+{
+    int trunc;
+    const char *at = c->p;
+    if (string(c, out, outlen, &trunc))
+        return -1;
+    if (trunc) {
+        char msg[128];
+        c->p = at;
+        snprintf(msg, sizeof msg, "%s is longer than %zu bytes, the most tfos serve takes", what, outlen - 1);
+        c->refused = !c->failed;
+        return fail(c, msg);
+    }
+    return 0;
+}
+
+/* The index of key in keys (NULL-terminated), or -1. */
+static int key_index(const char *key, const char *const *keys)
+{
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(key, keys[i]))
+            return i;
+    return -1;
+}
+
+static int is_string(cur *c)
+{
+    return c->p < c->end && *c->p == '"';
+}
+
 static int tensor_member(cur *c, const char *key, void *user, int depth)
 {
+    static const char *const keys[] = {"name", "datatype", "shape", "data", NULL};
     tfos__oip_tensor *t = user;
-    int trunc;
+    int k = key_index(key, keys);
     ws(c);
-    if (!strcmp(key, "name") && c->p < c->end && *c->p == '"')
-        return string(c, t->name, sizeof t->name, &trunc) ? -1 : 0;
-    if (!strcmp(key, "datatype") && c->p < c->end && *c->p == '"')
-        return string(c, t->datatype, sizeof t->datatype, &trunc) ? -1 : 0;
+    if (k < 0)
+        return 1;
+    if (once(c, &t->seen, 1u << k, key))
+        return -1;
+    if (k == 0 && is_string(c))
+        return bounded_string(c, t->name, sizeof t->name, "an input's \"name\"");
+    if (k == 1 && is_string(c))
+        return bounded_string(c, t->datatype, sizeof t->datatype, "a \"datatype\"");
     if (!strcmp(key, "data")) {
         t->data = c->p;
         if (value(c, depth + 1))
@@ -331,10 +388,9 @@ static int tensor_member(cur *c, const char *key, void *user, int depth)
 static int output_member(cur *c, const char *key, void *user, int depth)
 {
     (void)depth;
-    int trunc;
     ws(c);
-    if (!strcmp(key, "name") && c->p < c->end && *c->p == '"')
-        return string(c, (char *)user, 128, &trunc) ? -1 : 0;
+    if (!strcmp(key, "name") && is_string(c))
+        return bounded_string(c, (char *)user, 128, "an output's \"name\"");
     return 1;
 }
 
@@ -368,15 +424,20 @@ static int object_list(cur *c, int depth, member_fn fn, void *base, size_t strid
 
 static int request_member(cur *c, const char *key, void *user, int depth)
 {
+    static const char *const keys[] = {"id", "inputs", "outputs", "parameters", NULL};
     tfos__oip_request *rq = user;
-    int trunc;
+    int k = key_index(key, keys);
     ws(c);
-    if (!strcmp(key, "id") && c->p < c->end && *c->p == '"')
-        return string(c, rq->id, sizeof rq->id, &trunc) ? -1 : 0;
-    if (!strcmp(key, "inputs"))
+    if (k < 0)
+        return 1;
+    if (once(c, &rq->seen, 1u << k, key))
+        return -1;
+    if (k == 0 && is_string(c))
+        return bounded_string(c, rq->id, sizeof rq->id, "the request's \"id\"");
+    if (k == 1)
         return object_list(c, depth + 1, tensor_member, rq->inputs, sizeof rq->inputs[0], TFOS_OIP_MAX_TENSORS,
                            &rq->ninputs, &rq->inputs_is_list);
-    if (!strcmp(key, "outputs")) {
+    if (k == 2) {
         rq->has_outputs = 1;
         return object_list(c, depth + 1, output_member, rq->outputs, sizeof rq->outputs[0], TFOS_OIP_MAX_TENSORS,
                            &rq->noutputs, &rq->outputs_is_list);
@@ -396,7 +457,7 @@ int tfos__oip_parse(const char *body, size_t len, tfos__oip_request *rq, char *e
         return -1;
     }
     if (object(&c, 0, request_member, rq))
-        return -1;
+        return c.refused ? -2 : -1;
     ws(&c);
     if (c.p != c.end)
         return fail(&c, "there is more after the JSON object");
@@ -408,7 +469,8 @@ int tfos__oip_parse(const char *body, size_t len, tfos__oip_request *rq, char *e
 static const double pow10_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A JSON number's text as a double. */
+/* A JSON number's text as a double: 0, or -1 when it is beyond a
+ * double's range (1e400: strtod's infinity, which JSON cannot mean). */
 static int to_double(const char *p, size_t n, double *out)
 {
     const char *q = p, *end = p + n;
@@ -454,13 +516,18 @@ static int to_double(const char *p, size_t n, double *out)
         *out = neg ? -d : d;
         return 0;
     }
-    char buf[512];
-    if (n >= sizeof buf)
+    /* strtod needs the text NUL-terminated: a copy, on the heap for a long
+     * literal (valid JSON has no bound on its digits: 521 of them are
+     * still a double) */
+    char small[64], *buf = n < sizeof small ? small : malloc(n + 1);
+    if (!buf)
         return -1;
     memcpy(buf, p, n);
     buf[n] = '\0';
-    *out = strtod(buf, NULL); /* overflow: +-HUGE_VAL, as the grammar allows */
-    return 0;
+    *out = strtod(buf, NULL);
+    if (buf != small)
+        free(buf);
+    return isinf(*out) ? -1 : 0; /* beyond a double's range: refused, not taken as infinity */
 }
 
 static int put(const char *p, size_t n, int dt, char *out)
@@ -482,6 +549,8 @@ static int put(const char *p, size_t n, int dt, char *out)
             return -1;
         if (dt == TFOS_DT_F32) {
             float f = (float)d;
+            if (isinf(f))
+                return -1; /* beyond a float's range (1e39) */
             memcpy(out, &f, 4);
         } else {
             memcpy(out, &d, 8);
@@ -493,9 +562,10 @@ static int put(const char *p, size_t n, int dt, char *out)
     int neg = *p == '-';
     uint64_t v = 0;
     for (size_t i = (size_t)neg; i < n; i++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(p[i] - '0');
+        unsigned dig = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - dig) / 10)
+            return -1; /* past 2^64 - 1 */
+        v = v * 10 + dig;
     }
     if (neg && v > (uint64_t)INT64_MAX + 1)
         return -1;

@@ -27,8 +27,9 @@
  *   SERVE_MODELS (server -> front end; body: the models' metadata as JSON),
  *     first once joined (the server is then ready), again when its
  *     versions change;
- *   SERVE_BATCH (front end -> server; id: the batch; meta model, version;
- *     body: a columnar batch of the inputs in the model's order), answered
+ *   SERVE_BATCH (front end -> server; id: the batch; meta model, version,
+ *     timeout_ms: how long it may run before the server must end itself as
+ *     hung; body: a columnar batch of the inputs in the model's order), answered
  *     SERVE_RESULT (meta version: the one that ran it; body: a columnar
  *     batch of the outputs) or SERVE_FAIL (body: the model's error, text);
  *   SERVE_INFER (client -> front end; id: the client's; meta model,
@@ -39,7 +40,9 @@
  * is idempotent). Peers that have not authenticated are the listener's
  * (16 at most, the oldest evicted; 3 s; one frame of 64 KiB) and take no
  * place; model servers (64) and local clients (256) have places of their
- * own; a client whose unread answers pass 64 MiB is dropped. */
+ * own; a client's requests waiting pass 64 MiB: 429; its unread answers:
+ * it is dropped. A model server dropped is told why (ERROR) when its link
+ * is not backed up: it exits, and its agent starts it again. */
 #ifndef TFOS_RUN_SERVE_H
 #define TFOS_RUN_SERVE_H
 #include "core/loop.h"

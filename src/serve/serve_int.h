@@ -21,6 +21,7 @@
 #include "core/batch.h"
 #include "core/link.h"
 #include "core/log.h"
+#include "serve/oip.h"
 #include "serve/serve.h"
 
 #include <jansson.h>
@@ -35,8 +36,11 @@
 #define MAX_IO 16             /* inputs or outputs of a model */
 #define FRAME_MAX (1u << 30)  /* a data frame's payload (a batch) */
 #define CLIENT_MAX_OUT (64u << 20) /* a local client's answers waiting unread: then it is dropped */
+#define CLIENT_MAX_HELD (64u << 20) /* a local client's requests waiting (queued or in a batch): more is 429 */
 #define PENDING_MAX 16        /* peers of a listener that have not authenticated yet */
 #define INFLIGHT 2            /* batches on one server at once */
+#define HUNG_GRACE_MS 2000    /* a server holding a batch --timeout + this long is hung: the model server's
+                               * own watchdog (at --timeout from the batch's arrival) had its chance */
 #define LAT_BUCKETS 14
 #define MAX_VERSIONS 8        /* versions of a model one server holds */
 #define MAX_VSTATS 16         /* versions counted apart in /metrics */
@@ -74,9 +78,12 @@ typedef struct req {
     int model;
     uint32_t rows;
     int64_t t0, deadline;
-    char id[160];             /* the request's "id", echoed */
+    char id[TFOS_OIP_MAX_ID + 1]; /* the request's "id", echoed */
     char version[32];         /* the version asked for; "": the server's latest */
     uint64_t want;            /* outputs asked for (bit per output); 0: all */
+    uint32_t group;           /* 0; else a half of a batch that failed: only its group shares a batch with it */
+    int done;                 /* answered already (504 at its deadline) while its batch ran: its rows still
+                               * count in the batch's result, then it is freed */
     uint32_t inner[MAX_IO][TFOS_BATCH_MAX_DIMS]; /* per-row shape of each input */
     int inner_ndim[MAX_IO];
     void *data[MAX_IO];       /* each input's rows, the model's dtype */
@@ -90,6 +97,7 @@ typedef struct flight {
     int model;
     req *reqs;                /* in batch order */
     uint32_t rows;
+    int64_t sent;             /* when it went out (tfos__now_ms) */
 } flight;
 
 typedef struct server_versions {
@@ -106,6 +114,8 @@ typedef struct server {
     int ready;                /* a model server: has sent its models; a client: authenticated */
     int node;
     int inflight;
+    int pidfd;                /* a model server on the Unix socket: its process, to end it when it hangs; -1 */
+    int pid;
 } server;
 
 struct tfos__serve {
@@ -118,11 +128,13 @@ struct tfos__serve {
     tfos__listener *tcp;      /* the TCP one (tfos yarn serve), or NULL */
     tfos__http *http;
     char token[80];           /* the HTTP token, which local clients give too; "": none */
+    uint32_t client_max_frame; /* a local client's request: at most what HTTP takes (--max-body) */
     int nmodels;
     model *models;
     server servers[MAX_SLOTS];
     flight *flights;
     uint64_t next_batch;
+    uint32_t next_group;      /* for the halves of failed batches */
     tfos__timer timer;
     tfos__warn_limit warn;    /* refused peers: a few lines per 10 s, the rest summed up */
 };
@@ -139,6 +151,10 @@ void tfos__serve_free_req(req *r);
 /* Answer a waiting request with an error (HTTP or its local client), count
  * it, and free it. */
 void tfos__serve_fail_req(tfos__serve *s, req *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same, but r stays (its batch is on a server: marked done, freed when
+ * the batch comes back or its server goes). */
+void tfos__serve_fail_in_flight(tfos__serve *s, req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* One request's OIP answer: rows [row0, row0 + r->rows) of every output
  * (malloc'd JSON; NULL: out of memory). */
@@ -165,6 +181,10 @@ char *tfos__serve_model_json(const tfos__serve *s, const model *m);
 int tfos__serve_servers_ready(const tfos__serve *s);
 /* Does server sv hold model mi's `version`? */
 int tfos__serve_holds(const server *sv, int mi, const char *version);
+/* Does a ready server hold model mi's `version` ("": any does)? 1; or 0
+ * with err saying which versions there are (a 404's text, the same for
+ * HTTP and local clients). */
+int tfos__serve_version_ready(const tfos__serve *s, int mi, const char *version, char *err, size_t errlen);
 /* Every version of model mi that a ready server holds, newest first; n of
  * them into out (up to max). */
 int tfos__serve_model_versions(const tfos__serve *s, int mi, char (*out)[32], int max);
@@ -183,6 +203,10 @@ int tfos__serve_send(tfos__serve *s, int ix, int type, uint64_t id, const char *
                      size_t len);
 /* Close server (or local client) ix: its batches go back to their queues. */
 void tfos__serve_drop(tfos__serve *s, int ix, const char *why);
+/* Model server ix holds a batch past --timeout: it is hung. Its process is
+ * ended where the front end knows it (the Unix socket: its agent starts it
+ * again), its link dropped, its batches sent elsewhere. */
+void tfos__serve_end_hung(tfos__serve *s, int ix, const flight *late);
 /* The listeners' callbacks (the abstract socket and the TCP one). */
 extern const tfos__link_cb tfos__serve_link_cb;
 
@@ -190,16 +214,24 @@ extern const tfos__link_cb tfos__serve_link_cb;
 
 /* Queue a checked request (0), or refuse it: 429 with err. */
 int tfos__serve_enqueue(tfos__serve *s, req *r, char *err, size_t errlen);
-/* Answer what has waited past its deadline; send what is due. */
+/* Answer what has waited past its deadline (queued, or in a batch on a
+ * server), end the servers that hold a batch past --timeout, send what is
+ * due. */
 void tfos__serve_dispatch(tfos__serve *s);
 /* Wake for the next delay or deadline. */
 void tfos__serve_schedule(tfos__serve *s);
-/* Put one batch's requests back at the front of its model's queue (frees fl). */
+/* Put one batch's requests back at the front of its model's queue, in
+ * order (those answered already are freed); frees fl. */
 void tfos__serve_requeue(tfos__serve *s, flight *fl);
 /* Put a server's batches back at the front of their queues, in order. */
 void tfos__serve_requeue_server(tfos__serve *s, int server_ix);
 /* The batch `id` in flight on server_ix, taken off the list; NULL: none. */
 flight *tfos__serve_take_flight(tfos__serve *s, uint64_t id, int server_ix);
+/* A batch the model failed on (SERVE_FAIL, `error` its text): one request
+ * gets a 500 naming the error; several go back to the queue as two halves,
+ * each batched alone, so the request that fails is found and the others
+ * are answered (frees fl). */
+void tfos__serve_batch_failed(tfos__serve *s, flight *fl, const char *error, size_t len);
 
 /* ---- intake.c ---- */
 

@@ -96,6 +96,78 @@ static void test_numbers_by_dtype(void)
           d[2] == strtod("2.2250738585072014e-308", NULL));
 }
 
+/* Issue 35, item 10: the whole range of each dtype is taken, nothing
+ * beyond it: UINT64 up to 2^64 - 1, a long but valid FP64 literal, and no
+ * infinity from a literal out of range. */
+static void test_numbers_at_the_edges(void)
+{
+    size_t at;
+    uint64_t u[2];
+    const char *top = "[18446744073709551615, 18446744073709551609]";
+    CHECK_EQ(tfos__oip_numbers(top, strlen(top), TFOS_DT_U64, u, 2, &at), 0);
+    CHECK(u[0] == UINT64_MAX && u[1] == UINT64_MAX - 6);
+    CHECK_EQ(tfos__oip_numbers("[18446744073709551616]", 22, TFOS_DT_U64, u, 1, &at), -2);
+    CHECK_EQ(tfos__oip_numbers("[99999999999999999999]", 22, TFOS_DT_U64, u, 1, &at), -2);
+    /* 521 digits: a double still, as strtod reads it */
+    char lit[600] = "[1.";
+    for (int i = 0; i < 520; i++)
+        lit[3 + i] = (char)('0' + (i * 7) % 10);
+    strcpy(lit + 523, "]");
+    double d[2];
+    CHECK_EQ(tfos__oip_numbers(lit, strlen(lit), TFOS_DT_F64, d, 1, &at), 0);
+    CHECK(d[0] == strtod(lit + 1, NULL));
+    float f[2];
+    CHECK_EQ(tfos__oip_numbers(lit, strlen(lit), TFOS_DT_F32, f, 1, &at), 0);
+    /* beyond the range: refused, naming the element, never infinity */
+    CHECK_EQ(tfos__oip_numbers("[1, 1e400]", 10, TFOS_DT_F64, d, 2, &at), -2);
+    CHECK_EQ(at, 1);
+    CHECK_EQ(tfos__oip_numbers("[-1e400]", 8, TFOS_DT_F64, d, 1, &at), -2);
+    CHECK_EQ(tfos__oip_numbers("[0, 1e39]", 9, TFOS_DT_F32, f, 2, &at), -2);
+    CHECK_EQ(at, 1);
+    CHECK_EQ(tfos__oip_numbers("[3.4028235e38, 1e-400]", 22, TFOS_DT_F32, f, 2, &at), 0);
+    CHECK(f[0] == 3.4028235e38f && f[1] == 0);
+    CHECK_EQ(tfos__oip_numbers("[1.7976931348623157e308]", 24, TFOS_DT_F64, d, 1, &at), 0);
+}
+
+/* Issue 35, item 10: a key given twice is refused (JSONL input refuses it
+ * too), and an "id" or a name longer than its field is refused naming the
+ * limit, not cut: -2, valid JSON refused. */
+static void test_duplicates_and_long_strings_are_refused(void)
+{
+    tfos__oip_request rq;
+    char err[300] = "";
+    const char *dup = "{\"inputs\": [{\"name\": \"a\", \"shape\": [1], \"datatype\": \"FP32\", \"data\": [1]}],\n"
+                      " \"inputs\": [{\"name\": \"b\", \"shape\": [1], \"datatype\": \"FP32\", \"data\": [2]}]}";
+    CHECK_EQ(parse(dup, &rq, err), -2);
+    CHECK(strstr(err, "the key \"inputs\" is given twice in one object (line 2, column"));
+    CHECK_EQ(parse("{\"inputs\": [{\"name\": \"a\", \"name\": \"b\"}]}", &rq, err), -2);
+    CHECK(strstr(err, "the key \"name\" is given twice"));
+    CHECK_EQ(parse("{\"inputs\": [{\"data\": [1], \"data\": [2]}]}", &rq, err), -2);
+    CHECK_EQ(parse("{\"id\": \"a\", \"id\": \"b\"}", &rq, err), -2);
+    /* keys it does not read may repeat (it keeps none of them) */
+    CHECK_EQ(parse("{\"x\": 1, \"x\": 2, \"inputs\": []}", &rq, err), 0);
+    char body[1200];
+    char id[300];
+    memset(id, 'i', 255);
+    id[255] = 0;
+    snprintf(body, sizeof body, "{\"id\": \"%s\", \"inputs\": []}", id);
+    CHECK_EQ(parse(body, &rq, err), 0);
+    CHECK_EQ(strlen(rq.id), 255);
+    id[255] = 'i';
+    id[256] = 0;
+    snprintf(body, sizeof body, "{\"id\": \"%s\", \"inputs\": []}", id);
+    CHECK_EQ(parse(body, &rq, err), -2);
+    CHECK(strstr(err, "the request's \"id\" is longer than 255 bytes, the most tfos serve takes (line 1, column 8)"));
+    char name[200];
+    memset(name, 'n', 128);
+    name[128] = 0;
+    snprintf(body, sizeof body, "{\"inputs\": [{\"name\": \"%s\"}]}", name);
+    CHECK_EQ(parse(body, &rq, err), -2);
+    CHECK(strstr(err, "an input's \"name\" is longer than 127 bytes"));
+    snprintf(body, sizeof body, "{\"inputs\": [], \"outputs\": [{\"name\": \"%s\"}]}", name);
+    CHECK_EQ(parse(body, &rq, err), -2);
+}
+
 /* Every float the writer prints reads back as itself, and the text is
  * what %.9g would print, in value. */
 static void test_floats_round_trip(void)
@@ -170,6 +242,8 @@ int main(void)
     test_a_request_is_read();
     test_bad_json_is_named_with_its_place();
     test_numbers_by_dtype();
+    test_numbers_at_the_edges();
+    test_duplicates_and_long_strings_are_refused();
     test_floats_round_trip();
     test_mutations_never_crash();
     printf("oip_test: ok\n");

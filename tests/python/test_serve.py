@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -31,21 +32,21 @@ def digits_model(tmp_path_factory):
 class Server(object):
     """`tfos serve` as a process, on a free port."""
 
-    def __init__(self, model_dir, tmp_path, marker, *args):
+    def __init__(self, model_dir, tmp_path, marker, *args, name="digits"):
         # the marker rides on the model servers' command lines through the
         # model's path (a link), and on the agents' through the log dir
-        link = tmp_path / ("%s-digits" % marker)
+        link = tmp_path / ("%s-%s" % (marker, name))
         if not link.exists():
             link.symlink_to(model_dir)
         env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
-        self.proc = subprocess.Popen([tfos_cli(), "serve", "--model", "digits=%s" % link, "--port", "0",
+        self.proc = subprocess.Popen([tfos_cli(), "serve", "--model", "%s=%s" % (name, link), "--port", "0",
                                       "--python", PY, "--log-dir", str(tmp_path / ("logs-" + marker))] + list(args),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.err = []
         self.port = None
         first = self.proc.stderr.readline()
         self.err.append(first)
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/v2/models/digits/infer", first)
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v2/models/%s/infer" % name, first)
         assert m, first + self.proc.stderr.read()
         self.port = int(m.group(1))
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -610,6 +611,404 @@ def test_a_pinned_version_is_the_only_one_served(digits_model, tmp_path, marker)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+# ---- issue 35: serving under abuse ----------------------------------------------
+
+BEHAVE = '''"""A model for the abuse tests (loaded by tfos serve's --loader): y = factor
+* x, factor the version dir's file "factor" (else 2). A row x = -1 makes
+predict raise, -2 sleep 25 s, -3 never return, -4 sleep 1 s."""
+import os
+import time
+
+import numpy as np
+import tfos.serve
+
+
+def load(path):
+    factor = 2.0
+    if os.path.exists(os.path.join(path, "factor")):
+        with open(os.path.join(path, "factor")) as f:
+            factor = float(f.read())  # a file still being written: ValueError
+
+    def predict(x):
+        v = x[:, 0]
+        if (v == -1).any():
+            raise ValueError("row %d is bad" % int(np.argmax(v == -1)))
+        if (v == -2).any():
+            time.sleep(25)
+        while (v == -3).any():
+            time.sleep(1)
+        if (v == -4).any():
+            time.sleep(1)
+        return x * factor
+    return tfos.serve.Model(predict, inputs={"x": ("FP32", [-1, 1])}, outputs={'y"q': ("FP32", [-1, 1])})
+
+
+def load_types(path):
+    return tfos.serve.Model(lambda a, b, c: {"a2": a, "b2": b, "c2": c},
+                            inputs={"a": ("UINT64", [-1, 1]), "b": ("FP64", [-1, 1]), "c": ("FP32", [-1, 1])},
+                            outputs={"a2": ("UINT64", [-1, 1]), "b2": ("FP64", [-1, 1]), "c2": ("FP32", [-1, 1])})
+'''
+
+
+def behave_server(tmp_path, marker, *args, versions=None):
+    """tfos serve of BEHAVE's model as "m", from `versions` (else an empty
+    dir: version 1)."""
+    (tmp_path / "behave.py").write_text(BEHAVE)
+    d = versions or tmp_path / "behave-model"
+    d.mkdir(exist_ok=True)
+    return Server(d, tmp_path, marker, "--loader", "m=%s:load" % (tmp_path / "behave.py"), *args, name="m")
+
+
+def post(s, model, body, conn=None, version=None):
+    """POST an infer request: (status, the answer's JSON)."""
+    path = "/v2/models/%s%s/infer" % (model, "/versions/%s" % version if version else "")
+    st, payload = s.request("POST", path, body, conn=conn)
+    return st, json.loads(payload)
+
+
+def xbody(values, **extra):
+    return dict({"inputs": [{"name": "x", "shape": [len(values), 1], "datatype": "FP32", "data": list(values)}]},
+                **extra)
+
+
+def wait_uptime(s, seconds=5.5):
+    """Until both model servers have run `seconds` (one that fails sooner
+    fails its node, and the whole set restarts); their pids."""
+    def ran():
+        pids = server_pids(s)
+        try:
+            return len(pids) == 2 and None not in pids.values() and min(uptime_s(p) for p in pids.values()) > seconds
+        except OSError:
+            return False
+    assert wait_for(ran, 60), s.text()[-3000:]
+    return server_pids(s)
+
+
+def under_asan(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
+PEER_PROBE = """
+import socket, sys
+c = socket.socket(socket.AF_UNIX)
+c.connect(sys.argv[1].replace("@", "\\0", 1))
+c.settimeout(5)
+try:
+    print("hello" if c.recv(64)[:4] == b"TFOS" else "closed")
+except OSError as e:
+    print("closed" if isinstance(e, ConnectionError) else "silent: %r" % e)
+"""
+
+
+def test_the_local_socket_under_abuse(tmp_path, marker):
+    """Issue 35, item 1: the front end's abstract socket (its name is in
+    /proc/net/unix). Another user's process is refused before a greeting; a
+    1 GiB frame announced before authenticating is refused from its header
+    (the launcher's memory does not grow); same-uid peers that hold every
+    waiting place idle cannot keep a model server out: one killed comes back
+    and the other serves on, tfos serve does not exit; a local client that
+    never reads its answers is dropped at its bound."""
+    s = behave_server(tmp_path, marker, "--replicas", "2", "--max-batch", "65536", "--max-queue-rows", "100000000")
+    launcher = s.proc.pid
+    try:
+        addr = json.loads(s.get("/v2/local")[1])["address"]
+        if os.geteuid() == 0:
+            r = subprocess.run(["/usr/bin/python3", "-c", PEER_PROBE, addr], user=65534, group=65534,
+                               capture_output=True, text=True, timeout=30)
+            assert r.stdout.strip() == "closed", (r.stdout, r.stderr)
+            assert wait_for(lambda: "it runs as another user" in s.text(), 10), s.text()[-2000:]
+        # 1 GiB announced, 512 MiB sent, before authenticating
+        before = rss_kb(launcher)
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(addr.replace("@", "\0", 1))
+        c.settimeout(10)
+        assert c.recv(256)[:4] == b"TFOS"
+        sent, chunk = 0, bytes(1 << 20)
+        try:
+            c.sendall(b"TFOS" + bytes([2, 17, 0, 0]) + (1 << 30).to_bytes(4, "big"))  # SERVE_JOIN, protocol 2
+            while sent < 512 << 20:
+                sent += c.send(chunk)
+        except OSError:
+            pass
+        c.close()
+        grown = rss_kb(launcher) - before
+        print("1 GiB frame announced: %d bytes of it taken, launcher RSS grew %d kB" % (sent, grown))
+        assert sent < 64 << 20 and grown < 16 * 1024, (sent, grown)
+        assert wait_for(lambda: "at most 65536 before authenticating" in s.text(), 10), s.text()[-2000:]
+        # idle same-uid peers hold every waiting place, over and over, while
+        # a model server is killed and comes back
+        pids = wait_uptime(s)
+        stop, held = threading.Event(), []
+
+        def hold():
+            while not stop.is_set():
+                fresh = []
+                for _ in range(300):
+                    h = socket.socket(socket.AF_UNIX)
+                    try:
+                        h.connect(addr.replace("@", "\0", 1))
+                    except OSError:
+                        h.close()
+                        continue
+                    fresh.append(h)
+                for h in held:
+                    h.close()
+                held[:] = fresh
+                stop.wait(0.5)
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        x = np.arange(64, dtype=np.float32).reshape(-1, 1)
+        s.infer = lambda rows, conn=None: s.request("POST", "/v2/models/m/infer", xbody(rows.ravel().tolist()),
+                                                    conn=conn)
+        load = Load(s, x, {"1": 2 * x}, 2)
+        try:
+            assert wait_for(lambda: len(load.seen) > 20, 60), load.bad[:3]
+            os.kill(pids["worker:0"], signal.SIGKILL)
+            assert wait_for(lambda: server_pids(s).get("worker:0") not in (pids["worker:0"], None), 60), s.text()
+            assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 120), \
+                s.text()[-3000:]
+            before = len(load.seen)
+            assert wait_for(lambda: len(load.seen) > before + 20, 60)
+        finally:
+            load.finish()
+            stop.set()
+            holder.join(10)
+            for h in held:
+                h.close()
+        assert not load.bad, load.bad[:3]
+        assert s.proc.poll() is None and "starting it again here, alone (1 of 10)" in s.text(), s.text()[-3000:]
+        # a local client that sends and never reads
+        from tfos import _tfos
+        link = _tfos.Link(addr, None, "serve_client", timeout=10)
+        cols = _tfos.encode_columns([("x", np.ones((65536, 1), np.float32))])  # 256 KiB a request and an answer
+        before = rss_kb(launcher)
+        n = 0
+        # its requests waiting are bounded (64 MiB: then 429s), and its
+        # answers unread (64 MiB: then it is dropped, its sends fail)
+        deadline = time.monotonic() + 120
+        with pytest.raises(OSError):
+            while time.monotonic() < deadline:
+                n += 1
+                link.send(_tfos.Link.SERVE_INFER, cols, n, {"model": "m", "version": ""}, timeout=30)
+                if n > 300:
+                    time.sleep(0.01)
+        link.close()
+        grown = rss_kb(launcher) - before
+        print("a client that never reads: dropped after %d requests of 256 KiB; launcher RSS grew %d kB" % (n, grown))
+        assert wait_for(lambda: "a local client left: it does not read its answers" in s.text(), 10), \
+            s.text()[-2000:]
+        assert under_asan(launcher) or grown < 160 * 1024, grown  # its bound is 64 MiB of answers
+        assert post(s, "m", xbody([1.0]))[0] == 200
+    finally:
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+def test_timeout_bounds_every_request_and_ends_a_hung_server(tmp_path, marker):
+    """Issue 35, item 5, with --timeout 4: requests batched with a predict
+    that sleeps 25 s, in a batch on a SIGSTOPped model server, or with a
+    predict that never returns, get 504 at their deadline, not when (if
+    ever) the model answers. The hung server is ended (its own watchdog
+    dumps its stacks and exits; a stopped one is killed by the front end)
+    and started again alone by its agent; the other serves on."""
+    s = behave_server(tmp_path, marker, "--replicas", "2", "--timeout", "4", "--max-delay-ms", "300")
+    done = {}
+
+    def ask(key, values):
+        t0 = time.monotonic()
+        st, doc = post(s, "m", xbody(values))
+        done[key] = (st, doc, time.monotonic() - t0)
+
+    def together(requests):
+        threads = [threading.Thread(target=ask, args=kv) for kv in requests]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    try:
+        # a predict that sleeps 25 s and three requests batched with it
+        wait_uptime(s)
+        together([("sleep", [-2.0])] + [("n%d" % i, [float(i)]) for i in range(3)])
+        assert len(done) == 4, done
+        for key, (st, doc, took) in done.items():
+            assert st == 504 and "has not answered the batch holding this request" in doc["error"], (key, doc)
+            assert took < 15, (key, took)  # at the 4 s deadline, not after the model's 25 s
+        assert wait_for(lambda: "Timeout (0:00:04)!" in s.text(), 30), s.text()[-3000:]
+        assert wait_for(lambda: s.text().count("starting it again here, alone") >= 1, 30), s.text()[-3000:]
+        assert post(s, "m", xbody([1.0]))[0] == 200  # the other serves meanwhile
+        # a stopped model server: its requests 504 at the deadline, then it
+        # is killed and started again
+        pids = wait_uptime(s)
+        stopped = max(pids.values(), key=uptime_s)
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            done.clear()
+            for k in range(3):
+                # a batch that runs 1 s on one server, then two requests:
+                # they go to the other, so one of the batches is on the
+                # stopped server, whichever it is
+                slow = threading.Thread(target=ask, args=("slow%d" % k, [-4.0]))
+                slow.start()
+                time.sleep(0.6)
+                together([("s%d-%d" % (k, i), [float(i)]) for i in range(2)])
+                slow.join(60)
+            for key, (st, doc, took) in done.items():
+                assert st == 200 or (st == 504 and took < 15), (key, st, doc, took)
+            assert any(st == 504 for st, _, _ in done.values()), done  # it had taken batches
+            assert wait_for(lambda: "it is hung; ended it (pid %d): its agent starts it again" % stopped in s.text(),
+                            30), s.text()[-3000:]
+            assert wait_for(lambda: s.text().count("starting it again here, alone") >= 2, 30), s.text()[-3000:]
+        finally:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        # a predict that never returns
+        wait_uptime(s)
+        done.clear()
+        together([("forever", [-3.0])])
+        st, doc, took = done["forever"]
+        assert st == 504 and took < 15, done
+        assert wait_for(lambda: s.text().count("Timeout (0:00:04)!") >= 2, 30), s.text()[-3000:]
+        assert wait_for(lambda: s.text().count("starting it again here, alone") >= 3, 30), s.text()[-3000:]
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 60)
+        assert post(s, "m", xbody([1.0, 2.0]))[0] == 200
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
+
+
+def test_a_row_that_makes_predict_raise_fails_only_its_request(tmp_path, marker):
+    """Issue 35, item 6: one client sends a row that makes predict raise
+    every 50 ms while four others send good rows, batched together: only the
+    bad requests get 500 (naming the model's error), every other is
+    answered."""
+    s = behave_server(tmp_path, marker, "--max-delay-ms", "20")
+    stop, ok, wrong, bad = threading.Event(), [], [], []
+
+    def good(k):
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        while not stop.is_set():
+            st, doc = post(s, "m", xbody([k + 1.0, k + 2.0]), conn=conn)
+            if st == 200 and doc["outputs"][0]["data"] == [2 * (k + 1.0), 2 * (k + 2.0)]:
+                ok.append(k)
+            else:
+                wrong.append((st, doc))
+        conn.close()
+
+    def poison():
+        while not stop.is_set():
+            bad.append(post(s, "m", xbody([5.0, -1.0])))
+            time.sleep(0.05)
+    threads = [threading.Thread(target=good, args=(k,)) for k in range(4)] + [threading.Thread(target=poison)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(4)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        text = s.get("/metrics")[1].decode()
+        batches = int(re.search(r'tfos_serve_batches_total\{[^}]*\} (\d+)', text).group(1))
+        print("%d good answers, %d bad requests, %d batches" % (len(ok), len(bad), batches))
+        assert not wrong, wrong[:3]
+        assert len(ok) > 50 and len(bad) > 10, (len(ok), len(bad))
+        for st, doc in bad:
+            assert st == 500 and "model m failed on this request" in doc["error"] and \
+                "ValueError: row 1 is bad" in doc["error"], doc
+    finally:
+        stop.set()
+        s.stop()
+
+
+def test_numbers_names_and_keys_at_the_edges_of_the_protocol(tmp_path, marker):
+    """Issue 35, items 10 and 4: UINT64 up to 2^64 - 1 and a 521-digit FP64
+    literal are taken; 1e39 as FP32 and 1e400 are refused naming the input
+    and element (never answered as null); a duplicate "inputs" key and an
+    "id" over the limit are refused; an output named with a quote is valid
+    JSON; a local request for a version no server holds is 404 at once."""
+    import tfos.serve
+    s = behave_server(tmp_path, marker, "--timeout", "20", "--model", "types=%s" % (tmp_path / "behave-model"),
+                      "--loader", "types=%s:load_types" % (tmp_path / "behave.py"))
+    try:
+        def types(a, b, c):
+            return ('{"inputs": [{"name": "a", "shape": [1, 1], "datatype": "UINT64", "data": [%s]}, '
+                    '{"name": "b", "shape": [1, 1], "datatype": "FP64", "data": [%s]}, '
+                    '{"name": "c", "shape": [1, 1], "datatype": "FP32", "data": [%s]}]}' % (a, b, c)).encode()
+        assert wait_for(lambda: s.get("/v2/models/types/ready")[0] == 200, 60)
+        digits521 = "1." + "".join(str(i * 7 % 10) for i in range(520))
+        st, doc = post(s, "types", types(2 ** 64 - 1, digits521, "3.4028235e38"))
+        assert st == 200, doc
+        out = {o["name"]: o["data"] for o in doc["outputs"]}
+        assert out["a2"] == [2 ** 64 - 1] and out["b2"] == [float(digits521)], out
+        assert np.float32(out["c2"][0]) == np.finfo(np.float32).max, out
+        for b, c, text in (("1e400", "0", "input b: data[0] is not a FP64 value"),
+                           ("-1e400", "0", "input b: data[0] is not a FP64 value"),
+                           ("0", "1e39", "input c: data[0] is not a FP32 value (a number within +-3.4028235e38)")):
+            st, doc = post(s, "types", types(1, b, c))
+            assert st == 400 and text in doc["error"], (b, c, doc)
+        st, doc = post(s, "types", types(2 ** 64, 0, 0))
+        assert st == 400 and "input a: data[0] is not a UINT64 value" in doc["error"], doc
+        body = json.dumps(xbody([1.0]))
+        st, doc = post(s, "m", (body[:-1] + ', "inputs": []}').encode())
+        assert st == 400 and 'the key "inputs" is given twice in one object' in doc["error"], doc
+        st, doc = post(s, "m", xbody([1.0], id="i" * (1 << 20)))
+        assert st == 400 and "\"id\" is longer than 255 bytes" in doc["error"], doc["error"][:300]
+        st, doc = post(s, "m", xbody([1.0, 2.5], id="i" * 255))
+        assert st == 200 and doc["id"] == "i" * 255, doc
+        assert doc["outputs"][0]["name"] == 'y"q' and doc["outputs"][0]["data"] == [2.0, 5.0], doc
+        # a local client: a version no server holds is 404 at once, not a
+        # wait in the queue until --timeout
+        c = tfos.serve.Client("http://127.0.0.1:%d" % s.port)
+        try:
+            assert c.is_local
+            t0 = time.monotonic()
+            with pytest.raises(tfos.serve.ServeError, match="model m has no version 7 loaded") as e:
+                c.infer("m", {"x": np.ones((2, 1), np.float32)}, version="7")
+            assert e.value.status == 404 and time.monotonic() - t0 < 10
+            version, out = c.infer("m", {"x": np.ones((2, 1), np.float32)}, version="1")
+            assert version == "1" and out['y"q'].tolist() == [[2.0], [2.0]]
+        finally:
+            c.close()
+    finally:
+        s.stop()
+
+
+def test_a_version_written_in_place_is_loaded_once_whole(tmp_path, marker):
+    """Issue 35, item 10: a version dir written in place fails to load while
+    it is incomplete; each model server tries it again (bounded, and says
+    so), so both replicas end up on it."""
+    versions = tmp_path / "versions"
+    (versions / "1").mkdir(parents=True)
+    s = behave_server(tmp_path, marker, "--replicas", "2", "--poll", "0.3", versions=versions)
+    try:
+        st, doc = post(s, "m", xbody([1.0]))
+        assert st == 200 and doc["model_version"] == "1" and doc["outputs"][0]["data"] == [2.0], doc
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 60), s.text()[-3000:]
+        (versions / "2").mkdir()
+        (versions / "2" / "factor").write_text("")  # being written
+        for w in (0, 1):
+            assert wait_for(lambda: re.search(r"\[worker:%d\].*model m version 2 not loaded \(attempt 1 of 5; "
+                                              r"trying again in 1 s" % w, s.text()), 30), s.text()[-3000:]
+        # a model server that starts meanwhile serves the version before
+        # (it failed to start before: the newest would not load)
+        pids = wait_uptime(s)
+        os.kill(pids["worker:0"], signal.SIGKILL)
+        assert wait_for(lambda: "version 2 not loaded (attempt 1 of 5; trying again in 1 s; serving 1 meanwhile)"
+                        in s.text(), 60), s.text()[-3000:]
+        assert wait_for(lambda: "tfos_serve_servers_ready 2" in s.get("/metrics")[1].decode(), 60), s.text()[-3000:]
+        (versions / "2" / "factor").write_text("3")
+        for w in (0, 1):
+            assert wait_for(lambda: re.search(r"\[worker:%d\].*model m version 2 loaded at attempt" % w, s.text()),
+                            30), s.text()[-3000:]
+        st, doc = post(s, "m", xbody([1.0]))
+        assert st == 200 and doc["model_version"] == "2" and doc["outputs"][0]["data"] == [3.0], doc
+    finally:
+        s.stop()
 
 
 @pytest.fixture(scope="module")

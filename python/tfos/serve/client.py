@@ -34,6 +34,7 @@ class Client(object):
         self.timeout = float(timeout)
         self._http = None
         self._link = None
+        self._max_local = 0
         self._next = 1
         if local:
             self._link = self._local()
@@ -83,8 +84,11 @@ class Client(object):
         none to have (another host, another user without a token, no place
         left): then HTTP."""
         try:
-            address = self._json("GET", "/v2/local")["address"]
-        except (ServeError, OSError, KeyError, TypeError):
+            doc = self._json("GET", "/v2/local")
+            address = doc["address"]
+            # a request over the local socket is bounded as HTTP's body is
+            self._max_local = int(doc.get("max_request_bytes") or 0)
+        except (ServeError, OSError, KeyError, TypeError, ValueError):
             return None
         try:
             # the token's HMAC answers the front end's nonce (None: no token:
@@ -97,10 +101,17 @@ class Client(object):
         except OSError:
             return None  # off the server's host (its network namespace), or no place left
 
-    def _send_infer(self, model, version, inputs):
+    def _encode(self, inputs):
+        cols = _tfos.encode_columns([(k, v) for k, v in inputs.items()])
+        if self._max_local and len(cols) > self._max_local:
+            raise ServeError("tfos serve at %s: a request of %d bytes is over the server's --max-body (%d bytes): "
+                             "send fewer rows a request (predict_udf's batch_rows)" % (self.url, len(cols),
+                                                                                       self._max_local), 413)
+        return cols
+
+    def _send_infer(self, model, version, cols):
         rid = self._next
         self._next += 1
-        cols = _tfos.encode_columns([(k, v) for k, v in inputs.items()])
         self._link.send(_Link.SERVE_INFER, cols, rid, {"model": model, "version": version or ""})
         return rid
 
@@ -135,8 +146,9 @@ class Client(object):
         batches = [{k: np.ascontiguousarray(v) for k, v in b.items()} for b in batches]
         if self._link is not None:
             ids, got = [], {}
-            for b in batches:
-                ids.append(self._send_infer(model, version, b))
+            encoded = [self._encode(b) for b in batches]  # all checked before any is sent
+            for cols in encoded:
+                ids.append(self._send_infer(model, version, cols))
                 while True:  # answers already here are read now: they never pile up at the front end
                     try:
                         rid, ans = self._recv_answer(0)

@@ -276,11 +276,15 @@ class _Served(object):
     none; the one before stays for requests that name it."""
 
     KEEP = 2
+    # a new version that fails to load may be a dir still being written in
+    # place: tried this many times, 1, 2, 4, 8 s apart, so that replicas end
+    # up on the same version; then left (the current one goes on serving)
+    LOAD_TRIES = 5
 
     def __init__(self, name, path, pinned=None, loader=None, cache=None):
         self.name, self.dir, self.pinned, self.loader = name, path, pinned, loader
         self.held = {}     # version -> _SavedModel or _LoadedModel, oldest first
-        self.failed = None  # a newer version that would not load (not tried again)
+        self.failed = None  # [version, tries, when the next try is due] of a newer version that would not load
         self.src = _Versions(path, loader is None, os.path.join(cache or ".", name))
         if pinned is not None:
             vdir = self.src.join(pinned)
@@ -289,7 +293,34 @@ class _Served(object):
                                  % (name, pinned, vdir, "model" if loader else "SavedModel"))
             self._load(pinned, vdir)
         else:
-            self._load(*self.src.latest())
+            self._load_newest()
+
+    def _load_newest(self):
+        """At start: the newest version, or, when it does not load (a dir
+        still being written in place), the newest before it that does; the
+        one that failed is tried again as a new version is (poll)."""
+        version, url = self.src.latest()
+        try:
+            self._load(version, url)
+            return
+        except Exception as exc:
+            first = exc
+        try:
+            older = [v for v in self.src.listing() if v < int(version)]
+        except (OSError, ValueError):
+            older = []
+        for v in reversed(older):
+            try:
+                self._load(str(v), self.src.join(str(v)))
+            except Exception:
+                continue
+            self.src.forget(version)
+            self.failed = [int(version), 1, time.monotonic() + 1]
+            sys.stderr.write("tfos.serve: model %s version %s not loaded (attempt 1 of %d; trying again in 1 s; "
+                             "serving %s meanwhile): %s\n" % (self.name, version, self.LOAD_TRIES, v, first))
+            sys.stderr.flush()
+            return
+        raise first
 
     def _load(self, version, url):
         t0 = time.monotonic()
@@ -318,16 +349,33 @@ class _Served(object):
         except OSError as exc:  # a remote dir out of reach a while: look again later
             sys.stderr.write("tfos.serve: model %s: cannot list %s: %s\n" % (self.name, self.dir, exc))
             return False
-        if not versions or versions[-1] <= int(self.current.version) or versions[-1] == self.failed:
+        if not versions or versions[-1] <= int(self.current.version):
+            return False
+        newest = versions[-1]
+        if self.failed is not None and self.failed[0] != newest:
+            self.failed = None  # a newer one still: its own tries
+        if self.failed is not None and (self.failed[1] >= self.LOAD_TRIES or time.monotonic() < self.failed[2]):
             return False
         try:
-            self._load(str(versions[-1]), self.src.join(str(versions[-1])))
+            self._load(str(newest), self.src.join(str(newest)))
         except Exception as exc:  # a bad new version: the current one goes on serving
-            sys.stderr.write("tfos.serve: model %s version %s not loaded (still serving %s): %s: %s\n"
-                             % (self.name, versions[-1], self.current.version, type(exc).__name__, exc))
+            self.src.forget(str(newest))  # a remote one is copied again at the next try
+            tries = (self.failed[1] if self.failed else 0) + 1
+            wait = 2 ** (tries - 1)
+            self.failed = [newest, tries, time.monotonic() + wait]
+            if tries < self.LOAD_TRIES:
+                what = "trying again in %d s (a version dir still being written fails so)" % wait
+            else:
+                what = "not tried again; still serving %s" % self.current.version
+            sys.stderr.write("tfos.serve: model %s version %s not loaded (attempt %d of %d; %s): %s: %s\n"
+                             % (self.name, newest, tries, self.LOAD_TRIES, what, type(exc).__name__, exc))
             sys.stderr.flush()
-            self.failed = versions[-1]
             return False
+        if self.failed is not None:
+            sys.stderr.write("tfos.serve: model %s version %s loaded at attempt %d\n"
+                             % (self.name, newest, self.failed[1] + 1))
+            sys.stderr.flush()
+            self.failed = None
         return True
 
     def get(self, version):
@@ -345,11 +393,42 @@ class _Served(object):
                 "inputs": [s for _, s in m.inputs], "outputs": [s for _, s in m.outputs]}
 
 
+def _dial(address, secret, node, timeout=60.0):
+    """The link to the front end. A refusal of the secret (PermissionError)
+    is final; anything else is tried again with backoff until ``timeout``
+    seconds have passed: a front end whose waiting places are taken by idle
+    connections drops the oldest for a new one, so a dial can lose its place
+    before its hello is read (BrokenPipeError, ConnectionError)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            return _Link(address, secret, "model_server", timeout=max(1.0, deadline - time.monotonic()),
+                         fields={"node": str(node)})
+        except PermissionError:
+            raise
+        except (OSError, TimeoutError) as exc:
+            if time.monotonic() + delay >= deadline:
+                raise ServeError("tfos.serve: cannot join the front end at %s within %.0f s: %s: %s"
+                                 % (address, timeout, type(exc).__name__, exc)) from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+
+
 def serve(models, address, secret, node, poll_s=_DEFAULTS["serve_poll"]):
     """Dial the front end and run its batches until it goes away; every
     ``poll_s`` seconds look for new versions. PermissionError when the front
-    end refuses the secret."""
-    link = _Link(address, secret, "model_server", timeout=60, fields={"node": str(node)})
+    end refuses the secret; 1 when it dropped this server (its agent starts
+    it again).
+
+    Each batch runs under a watchdog (faulthandler's, a C thread that needs
+    no GIL): a batch still running ``timeout_ms`` (the front end's
+    --timeout) after it arrived dumps every thread's stack to the log and
+    ends this process, so that its agent starts it again; the front end has
+    answered its requests 504 by then, and ends a server that holds a batch
+    longer (a stopped one) itself where it can."""
+    import faulthandler
+    link = _dial(address, secret, node)
     by_name = {m.name: m for m in models}
 
     def meta():
@@ -366,18 +445,33 @@ def serve(models, address, secret, node, poll_s=_DEFAULTS["serve_poll"]):
                 frame = link.recv(max(0.0, next_poll - time.monotonic()) if poll_s > 0 else None)
             except TimeoutError:
                 continue
+            except ConnectionError as exc:  # an ERROR frame: the front end dropped this server
+                sys.stderr.write("tfos.serve: %s\n" % exc)
+                return 1
             if frame is None:
                 return 0  # the front end has gone: tfos serve is stopping
             ftype, fid, fmeta, body = frame
             if ftype != _Link.SERVE_BATCH:
                 raise ServeError("the front end sent a frame of type %d" % ftype)
+            budget = int(fmeta.get("timeout_ms") or 0) / 1000.0
+            if budget > 0:
+                sys.stderr.flush()
+                faulthandler.dump_traceback_later(budget, exit=True)
             try:
                 model = by_name[fmeta.get("model", "")].get(fmeta.get("version", ""))
                 outs = model.run(_decode(body))
-                link.send(_Link.SERVE_RESULT, _tfos.encode_columns(outs), fid, {"version": model.version})
+                reply = (_Link.SERVE_RESULT, _tfos.encode_columns(outs), fid, {"version": model.version})
             except Exception as exc:  # the model's error goes to the requests that asked
                 msg = "%s: %s" % (type(exc).__name__, exc)
-                link.send(_Link.SERVE_FAIL, msg.encode("utf-8", "replace")[:4000], fid)
+                reply = (_Link.SERVE_FAIL, msg.encode("utf-8", "replace")[:4000], fid)
+            finally:
+                if budget > 0:
+                    faulthandler.cancel_dump_traceback_later()
+            try:
+                link.send(*reply)
+            except ConnectionError as exc:
+                sys.stderr.write("tfos.serve: the front end is gone or dropped this model server: %s\n" % exc)
+                return 1
     finally:
         link.close()
 
