@@ -5,7 +5,6 @@ context in its environment: TF_CONFIG plus the TFOS_* variables the node agent
 sets. :func:`get_context` turns them into an object with the fields a
 TensorFlowOnSpark ``map_fun`` receives as ``ctx``.
 """
-import getpass
 import json
 import logging
 import os
@@ -182,6 +181,11 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _log = logging.getLogger(__name__)
 
 
+def _hadoop_user():
+    from .fs import hadoop_user  # HADOOP_USER_NAME, else the uid's name: never $USER
+    return hadoop_user()
+
+
 def hdfs_path(ctx, path):
     """A fully qualified URI for ``path``, exactly as TensorFlowOnSpark 2.2.5
     resolves it from ``ctx.defaultFS`` and ``ctx.working_dir``.
@@ -195,7 +199,7 @@ def hdfs_path(ctx, path):
       ``viewfs://``) ``hdfs:///data/x``; ``file:///data/x``.
     - A relative path on ``hdfs://``/``viewfs://`` goes under the user's home
       (``<defaultFS>/user/<user>/path``, so ``hdfs:///user/<user>/path`` for a
-      bare scheme); on ``file://`` under the working directory
+      bare scheme; ``<user>`` is Hadoop's, ``tfos.fs.hadoop_user()``); on ``file://`` under the working directory
       (``file:///<working_dir>/path``); under any other scheme
       ``<defaultFS>/path``.
 
@@ -211,7 +215,7 @@ def hdfs_path(ctx, path):
     if path.startswith("/"):
         return default_fs + path
     if default_fs.startswith(("hdfs://", "viewfs://")):
-        return "{0}/user/{1}/{2}".format(default_fs, getpass.getuser(), path)
+        return "{0}/user/{1}/{2}".format(default_fs, _hadoop_user(), path)
     if default_fs.startswith("file://"):
         working = ctx.working_dir if ctx.working_dir is not None else os.getcwd()
         return "{0}/{1}/{2}".format(default_fs, working[1:], path)

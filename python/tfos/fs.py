@@ -21,15 +21,19 @@ Where the NameNode's web address comes from, first found:
 2. ``dfs.namenode.http-address`` in ``$HADOOP_CONF_DIR/hdfs-site.xml``
    (``https-address`` when ``dfs.http.policy`` is ``HTTPS_ONLY``).
 
-The user is ``HADOOP_USER_NAME``, else the login name (simple
-authentication). ``webhdfs://host:port/path`` URLs work as they are, and
+The user is Hadoop's (simple authentication), as ``hdfs dfs`` and
+``tfos yarn`` have it: ``HADOOP_USER_NAME``, else the name of the process's
+uid (:func:`hadoop_user`), never ``$USER``, which a container, cron or
+``sudo`` may leave unset or set to someone else. Home directories are
+``/user/<that name>``; a path whose user is empty (``hdfs:///user//x``, what
+``hdfs:///user/$USER/x`` becomes without ``$USER``) is refused.
+``webhdfs://host:port/path`` URLs work as they are, and
 other schemes fsspec knows (``s3://`` with s3fs installed, ...) go to
 fsspec. A path with no scheme, or ``file://``, is local.
 
 Needs ``pip install tfos[hdfs]`` (fsspec and requests).
 """
 import builtins
-import getpass
 import os
 import posixpath
 import shutil
@@ -39,7 +43,8 @@ import xml.etree.ElementTree as ElementTree
 
 from . import _extras
 
-__all__ = ["FileSystemError", "is_remote", "filesystem", "webhdfs_address", "put", "get", "exists", "open", "Mirror"]
+__all__ = ["FileSystemError", "is_remote", "filesystem", "webhdfs_address", "hadoop_user", "put", "get", "exists",
+           "open", "Mirror"]
 
 
 class FileSystemError(RuntimeError):
@@ -100,10 +105,26 @@ def webhdfs_address(default_host=None, conf=None) -> str:
     return "%s://%s:%s" % ("https" if https else "http", host, port)
 
 
+def hadoop_user() -> str:
+    """The user Hadoop's client acts as with simple authentication:
+    ``HADOOP_USER_NAME``, else the name of this process's uid (as Hadoop's
+    UnixLoginModule finds it, whatever ``$USER`` says). HDFS home paths are
+    ``/user/<it>``."""
+    name = os.environ.get("HADOOP_USER_NAME")
+    if name:
+        return name
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        raise FileSystemError("uid %d has no user name (no entry in the password database), so Hadoop's user is "
+                              "unknown: set HADOOP_USER_NAME" % os.getuid()) from None
+
+
 def _webhdfs(base):
     from fsspec.implementations.webhdfs import WebHDFS
     u = urllib.parse.urlsplit(base)
-    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    user = hadoop_user()
     return WebHDFS(host=u.hostname, port=u.port or (9871 if u.scheme == "https" else 9870), user=user,
                    use_https=u.scheme in ("https", "swebhdfs"))
 
@@ -116,6 +137,11 @@ def filesystem(url):
         return fsspec.filesystem("file"), os.path.abspath(_local(url))
     u = urllib.parse.urlsplit(str(url))
     path = u.path or "/"
+    if u.scheme in ("hdfs", "webhdfs", "swebhdfs") and (path + "/").startswith("/user//"):
+        raise FileSystemError(
+            "%s: the user in /user/<user>/ is empty (a path written as /user/$USER/... where $USER is not set?); "
+            "your HDFS home is /user/%s (HADOOP_USER_NAME, else the uid's name; in a shell: "
+            "/user/${HADOOP_USER_NAME:-$(id -un)})" % (url, hadoop_user()))
     if u.scheme == "hdfs":
         return _webhdfs(webhdfs_address(default_host=u.hostname)), path
     if u.scheme in ("webhdfs", "swebhdfs"):

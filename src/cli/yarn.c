@@ -61,9 +61,12 @@ const char tfos__yarn_help[] =
     "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
     "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
     "relative to the container's working directory, where --archive and --file are unpacked.\n"
-    "Follows the application to its end and exits as tfos run does; Ctrl-C kills it.\n"
+    "Follows the application to its end and exits as tfos run does: 0; 1 a node failed; 124 a\n"
+    "reservation or accept timeout; 128+N stopped by signal N (Ctrl-C kills the application: 130);\n"
+    "143 the application was killed (tfos yarn kill, or by YARN), as tfos run stopped by SIGTERM.\n"
     "Needs java, and Hadoop's client jars and configuration: --hadoop-classpath, else\n"
-    "$TFOS_HADOOP_CLASSPATH, else `hadoop classpath`; $HADOOP_CONF_DIR (docs/YARN.md).\n"
+    "$TFOS_HADOOP_CLASSPATH, else `hadoop classpath`; $HADOOP_CONF_DIR (or $YARN_CONF_DIR) with the\n"
+    "cluster's yarn-site.xml (docs/YARN.md).\n"
     "\n"
     "options:\n"
     "  -h, --help               show this help and exit\n"
@@ -167,6 +170,51 @@ static char *hadoop_classpath(const char *given)
     return NULL;
 }
 
+/* Does dir hold a yarn-site.xml? */
+static int has_yarn_site(const char *dir, size_t len)
+{
+    char path[PATH_MAX];
+    if (len == 0 || len > sizeof path - 16)
+        return 0;
+    snprintf(path, sizeof path, "%.*s/yarn-site.xml", (int)len, dir);
+    return !access(path, R_OK);
+}
+
+/* The cluster's client configuration: $HADOOP_CONF_DIR or $YARN_CONF_DIR,
+ * else a directory on Hadoop's classpath (`hadoop classpath` starts with its
+ * etc/hadoop), holding yarn-site.xml. Without one, Hadoop's client tries the
+ * default ResourceManager address, 0.0.0.0:8032, for 15 minutes, silently:
+ * say so at once instead. 0, or -1 reported. */
+static int check_conf(const char *hcp)
+{
+    static const char *const vars[] = {"HADOOP_CONF_DIR", "YARN_CONF_DIR"};
+    const char *given = NULL;
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v && has_yarn_site(v, strlen(v)))
+            return 0;
+        if (v && *v && !given)
+            given = vars[i];
+    }
+    for (const char *p = hcp; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && p[n - 1] != '*' && !(n > 4 && !strncmp(p + n - 4, ".jar", 4)) && has_yarn_site(p, n))
+            return 0;
+        p += n + (p[n] == ':');
+    }
+    if (given)
+        fprintf(stderr,
+                "tfos yarn: %s=%s holds no yarn-site.xml: point HADOOP_CONF_DIR at the directory of the cluster's "
+                "client configuration (yarn-site.xml, core-site.xml; often /etc/hadoop/conf)\n",
+                given, getenv(given));
+    else
+        fprintf(stderr, "tfos yarn: HADOOP_CONF_DIR is not set (nor YARN_CONF_DIR), and no directory on Hadoop's "
+                        "classpath holds a yarn-site.xml: set HADOOP_CONF_DIR to the directory of the cluster's "
+                        "client configuration (yarn-site.xml, core-site.xml; often /etc/hadoop/conf), as for "
+                        "`yarn` and `spark-submit --master yarn`\n");
+    return -1;
+}
+
 typedef struct strv {
     char **v;
     size_t n, cap;
@@ -202,6 +250,16 @@ typedef struct follower {
     int64_t last_ms;
 } follower;
 
+/* One line of the page's stream: a node's ("[job:index] ...") to stdout; the
+ * launcher's ("[tfos] ...", yarn_am.c) to stderr, as tfos run prints its own. */
+static void stream_line(const char *line, size_t len)
+{
+    if (len >= 7 && !strncmp(line, "[tfos] ", 7))
+        fprintf(stderr, "tfos: %.*s\n", (int)(len - 7), line + 7);
+    else
+        fprintf(stdout, "%.*s\n", (int)len, line);
+}
+
 /* Print the lines the page has from f->next on; 1 when it answered. */
 static int follow_once(follower *f)
 {
@@ -220,7 +278,11 @@ static int follow_once(follower *f)
                     (int)strcspn(lines + 8, "\n"), lines + 8);
             lines = nl ? nl + 1 : lines + strlen(lines);
         }
-        fputs(lines, stdout);
+        for (char *p = lines; *p;) {
+            size_t n = strcspn(p, "\n");
+            stream_line(p, n);
+            p += n + (p[n] == '\n');
+        }
         fflush(stdout);
         f->next = next;
     }
@@ -273,6 +335,10 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
     char *hcp = hadoop_classpath(hadoop_cp_opt);
     if (!hcp)
         return 1;
+    if (check_conf(hcp)) {
+        free(hcp);
+        return 1;
+    }
     const char *conf = getenv("HADOOP_CONF_DIR");
     const char *yconf = getenv("YARN_CONF_DIR");
     size_t len = strlen(jar) + strlen(hcp) + (conf ? strlen(conf) : 0) + (yconf ? strlen(yconf) : 0) + 8;
@@ -283,16 +349,26 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
     }
     snprintf(cp, len, "%s%s%s%s%s:%s", conf ? conf : "", conf ? ":" : "", yconf ? yconf : "", yconf ? ":" : "",
              jar, hcp);
+    /* the Hadoop jars, as given (wildcards unexpanded), for the
+     * ApplicationMaster's classpath (Client.java, amClasspath) */
+    char *hcp_prop = NULL;
+    if (asprintf(&hcp_prop, "-Dtfos.hadoop.classpath=%s", hcp) < 0)
+        hcp_prop = NULL;
     free(hcp);
+    if (!hcp_prop) {
+        free(cp);
+        return 1;
+    }
     char java[PATH_MAX] = "java";
     const char *jh = getenv("JAVA_HOME");
     if (jh && *jh)
         snprintf(java, sizeof java, "%s/bin/java", jh);
 
     strv argv = {0};
-    int bad = strv_add(&argv, java) || strv_add(&argv, "-Xmx256m") || strv_add(&argv, "-cp") ||
-              strv_add(&argv, cp) || strv_add(&argv, "io.tfos.yarn.Client");
+    int bad = strv_add(&argv, java) || strv_add(&argv, "-Xmx256m") || strv_add(&argv, hcp_prop) ||
+              strv_add(&argv, "-cp") || strv_add(&argv, cp) || strv_add(&argv, "io.tfos.yarn.Client");
     free(cp);
+    free(hcp_prop);
     for (size_t i = 0; i < args->n && !bad; i++)
         bad = strv_add(&argv, args->v[i]);
     /* the environment: ours, with the cluster's secret (never on a command line) */

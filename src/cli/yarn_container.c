@@ -127,11 +127,9 @@ int tfos__cmd_yarn_container(int argc, char **argv)
         if (!strncmp(line, "ALLOCATED ", 10)) {
             fprintf(stderr, "tfos: %s: container %s\n", role, line + 10);
         } else if (!strncmp(line, "EXITED ", 7)) {
+            /* a non-zero status was told to the user by the ApplicationMaster
+             * already, with YARN's diagnostics, where the launcher's lines go */
             int status = atoi(line + 7);
-            const char *diag = strchr(line + 7, ' ');
-            if (status != 0)
-                fprintf(stderr, "tfos: %s: container exited with status %d%s%s\n", role, status,
-                        diag && diag[1] ? ": " : "", diag && diag[1] ? diag + 1 : "");
             /* YARN's own codes are negative (lost node, preempted, killed) */
             return status >= 0 && status < 256 ? status : 1;
         } else if (!strncmp(line, "FAILED ", 7)) {

@@ -39,6 +39,30 @@ def test_webhdfs_address_from_the_environment_then_hdfs_site(tmp_path, monkeypat
         tfos.fs.webhdfs_address()
 
 
+def test_hadoop_user_is_hadoop_users_not_dollar_user(monkeypatch):
+    """HDFS home paths use the user Hadoop's client acts as (HADOOP_USER_NAME,
+    else the uid's name), not $USER, which a container or sudo leaves unset
+    or set to someone else; /user/$USER/ written without $USER is refused."""
+    import pwd
+    from tfos import TFNode
+    me = pwd.getpwuid(os.getuid()).pw_name
+    monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
+    monkeypatch.setenv("USER", "someone-else")
+    monkeypatch.setenv("LOGNAME", "someone-else")
+    assert tfos.fs.hadoop_user() == me
+    ctx = TFNode.NodeContext("worker", 0, 0, {}, 1, defaultFS="hdfs://nn:8020", working_dir="/w")
+    assert TFNode.hdfs_path(ctx, "m") == "hdfs://nn:8020/user/%s/m" % me
+    monkeypatch.delenv("USER")
+    monkeypatch.delenv("LOGNAME")
+    assert tfos.fs.hadoop_user() == me
+    monkeypatch.setenv("HADOOP_USER_NAME", "hdfsuser")
+    assert tfos.fs.hadoop_user() == "hdfsuser"
+    assert TFNode.hdfs_path(ctx, "m") == "hdfs://nn:8020/user/hdfsuser/m"
+    monkeypatch.setenv("TFOS_WEBHDFS", "http://127.0.0.1:1")
+    with pytest.raises(tfos.fs.FileSystemError, match=r"the user in /user/<user>/ is empty .*/user/hdfsuser"):
+        tfos.fs.exists("hdfs:///user//digits-model")
+
+
 def test_put_get_and_a_local_mirror(tmp_path):
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

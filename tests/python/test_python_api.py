@@ -49,7 +49,7 @@ def test_get_context_outside_tfos(monkeypatch):
 
 def test_hdfs_path_resolution():
     ctx = TFNode.NodeContext("worker", 0, 0, {}, 1, defaultFS="hdfs://nn:8020", working_dir="/home/u/job")
-    user = os.environ.get("USER") or __import__("getpass").getuser()
+    user = __import__("tfos.fs").fs.hadoop_user()  # HADOOP_USER_NAME, else the uid's name
     assert TFNode.hdfs_path(ctx, "hdfs://other/x") == "hdfs://other/x"
     assert TFNode.hdfs_path(ctx, "viewfs://cluster/x") == "viewfs://cluster/x"
     assert TFNode.hdfs_path(ctx, "file:///tmp/x") == "file:///tmp/x"

@@ -1,7 +1,6 @@
 """TFNode as TensorFlowOnSpark 2.2.5 has it: hdfs_path for every scheme and
 form, and the module-level functions (next_batch, batch_results, terminate,
 release_port, export_saved_model, start_cluster_server)."""
-import getpass
 import multiprocessing
 import pickle
 import socket
@@ -9,12 +8,13 @@ import socket
 import pytest
 
 import tfos._tfos as t
+import tfos.fs
 from tfos import TFNode, feed
 
 from conftest import join_child, produce, start_child
 
 CTX = multiprocessing.get_context("fork")
-USER = getpass.getuser()
+USER = tfos.fs.hadoop_user()  # Hadoop's user: HADOOP_USER_NAME, else the uid's name
 
 # (defaultFS, working_dir, path, what TFoS 2.2.5's hdfs_path returns); worked
 # out from its source: scheme paths as they are, "/x" -> defaultFS + "/x",

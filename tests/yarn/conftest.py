@@ -5,6 +5,10 @@ Run with the project venv after ``make yarn yarn-minicluster``:
 
   yarn_cluster  session scope: the minicluster (yarncluster.py), started once
                 (~13 s) and stopped at the end of the session.
+  plain_cluster module scope: the minicluster configured as a cluster set up
+                from Hadoop's documentation is (no yarn.application.classpath,
+                no log aggregation), for test_setup.py, which runs first, so
+                that the two never run at once.
   no_leftovers  autouse: no test may leave a tfos process (client,
                 ApplicationMaster, launcher, stand-in, agent, program) behind.
 
@@ -22,6 +26,16 @@ from tfoshelpers import check_no_leftovers
 @pytest.fixture(scope="session")
 def yarn_cluster():
     cluster = YarnCluster()
+    cluster.start(timeout=float(os.environ.get("TFOS_YARN_START_TIMEOUT", "180")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_cluster():
+    cluster = YarnCluster(plain=True)
     cluster.start(timeout=float(os.environ.get("TFOS_YARN_START_TIMEOUT", "180")))
     try:
         yield cluster

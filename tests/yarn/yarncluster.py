@@ -10,6 +10,10 @@ JVM stops itself.
 
 ``make yarn-minicluster`` builds the jar and its classpath file, which this
 module reads.
+
+``YarnCluster(plain=True)`` starts it configured as a cluster set up from
+Hadoop's documentation is (MiniCluster.java's --plain): no
+``yarn.application.classpath`` and no log aggregation.
 """
 
 import os
@@ -22,7 +26,7 @@ import time
 
 # the process-tree helpers the Spark tests use
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
-from tfoshelpers import live_processes, processes_under  # noqa: E402
+from tfoshelpers import _read, live_processes, processes_under  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "minicluster", "target")
@@ -36,7 +40,8 @@ def classpath() -> str:
 
 
 class YarnCluster:
-    def __init__(self):
+    def __init__(self, plain: bool = False):
+        self.plain = plain
         self.tmp_dir = tempfile.mkdtemp(prefix="tfos-yarn-")
         self.conf_dir = os.path.join(self.tmp_dir, "conf")
         self.log_path = os.path.join(self.tmp_dir, "minicluster.log")
@@ -52,7 +57,7 @@ class YarnCluster:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [java, "-Xmx1g", "-cp", classpath(), "tfos.test.MiniCluster",
-             os.path.join(self.tmp_dir, "base"), self.conf_dir],
+             os.path.join(self.tmp_dir, "base"), self.conf_dir] + (["--plain"] if self.plain else []),
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = t0 + timeout
@@ -121,13 +126,17 @@ class YarnCluster:
 def tfos_yarn_processes():
     """Live processes of tfos on YARN on this host, as (pid, command line):
     the Java client and ApplicationMaster, tfos yarn / yarn-am /
-    yarn-container / node, and every descendant of those (the programs)."""
+    yarn-container / node, and every descendant of those (the programs).
+    A node agent counts only in a YARN container (CONTAINER_ID in its
+    environment): the agents of tfos run elsewhere on the host are not ours."""
     procs = live_processes()
     roots = set()
     for pid, (_, argv) in procs.items():
         if any(a.startswith(b"io.tfos.yarn.") for a in argv):
             roots.add(pid)
-        elif len(argv) > 1 and argv[0].endswith(b"tfos") and argv[1] in (
-                b"yarn", b"yarn-am", b"yarn-container", b"node"):
+        elif len(argv) > 1 and argv[0].endswith(b"tfos") and argv[1] in (b"yarn", b"yarn-am", b"yarn-container"):
+            roots.add(pid)
+        elif len(argv) > 1 and argv[0].endswith(b"tfos") and argv[1] == b"node" and \
+                b"\0CONTAINER_ID=" in b"\0" + (_read(pid, "environ") or b""):
             roots.add(pid)
     return processes_under(procs, roots)

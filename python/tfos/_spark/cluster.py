@@ -441,8 +441,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         if default_fs == "file://":
             checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", cluster_id))
         else:
-            import getpass
-            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), getpass.getuser(),
+            from ..fs import hadoop_user  # the home Hadoop's client has, not $USER's
+            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), hadoop_user(),
                                                                 cluster_id)
     spec = NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
                                 _payload.dumps((map_fun, tf_args)), local, float(reservation_timeout),

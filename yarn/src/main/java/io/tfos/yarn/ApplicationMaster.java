@@ -21,6 +21,8 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -71,7 +73,13 @@ import org.apache.hadoop.yarn.util.Apps;
  */
 public final class ApplicationMaster {
     static final String EXIT_MARK = "tfos exit code ";
+    /** Between the ApplicationMaster's own notes and the launcher's last lines in the diagnostics. */
+    static final String TAIL_MARK = "\n-- the launcher's last lines:\n";
+    /** The queue the client submitted to, for the notes. */
+    static final String QUEUE_ENV = "TFOS_YARN_QUEUE";
     private static final int TAIL = 40;
+    /** How often a note says that YARN has not allocated every container asked for. */
+    private static final long WAIT_NOTE_NS = 5_000_000_000L;
 
     private final Configuration conf = new YarnConfiguration();
     private final Map<String, LocalResource> shipped = Shipped.decode(System.getenv(Shipped.ENV));
@@ -87,6 +95,11 @@ public final class ApplicationMaster {
     private double reservationTimeout = 60;
     private volatile Process launcher;
     private volatile String fatal;
+    /** Notes for the user, to the launcher's stdin (see note()). */
+    private final BlockingQueue<String> notes = new ArrayBlockingQueue<>(256);
+    private volatile boolean notesRead = true;
+    private long waitNoted;
+    private boolean waitSaid;
 
     /** One node's container, from request to exit. */
     private final class Node {
@@ -97,6 +110,7 @@ public final class ApplicationMaster {
         Container container;
         final Map<String, String> env = new HashMap<>();
         final List<String> args = new ArrayList<>();
+        String role;
         String asked;
         long askedAt;
         boolean over;
@@ -183,6 +197,9 @@ public final class ApplicationMaster {
         Thread stderr = new Thread(this::relayStderr, "tfos-launcher-stderr");
         stderr.setDaemon(true);
         stderr.start();
+        Thread noter = new Thread(this::writeNotes, "tfos-am-notes");
+        noter.setDaemon(true);
+        noter.start();
 
         // the launcher writes "coordinator\nstatus-url\n" once both listen
         String[] address = waitAddress(addressFile, 60);
@@ -205,6 +222,9 @@ public final class ApplicationMaster {
         Thread acceptor = new Thread(() -> accept(server), "tfos-am-accept");
         acceptor.setDaemon(true);
         acceptor.start();
+        Thread waits = new Thread(this::noteWaits, "tfos-am-waits");
+        waits.setDaemon(true);
+        waits.start();
 
         int code = launcher.waitFor();
         if (fatal != null && code > 128) {
@@ -229,8 +249,9 @@ public final class ApplicationMaster {
             }
         }
         synchronized (tail) {
+            diag.append(TAIL_MARK);
             for (String line : tail) {
-                diag.append("\n").append(line);
+                diag.append(line).append("\n");
             }
         }
         FinalApplicationStatus fin = code == 0 ? FinalApplicationStatus.SUCCEEDED : FinalApplicationStatus.FAILED;
@@ -238,6 +259,87 @@ public final class ApplicationMaster {
         amrm.stop();
         nm.stop();
         return code == 0 ? 0 : 1;
+    }
+
+    /**
+     * A line for the user's terminal: written to the launcher's stdin ("NOTE text"), which tfos yarn-am
+     * logs as its own line, so that it goes where the launcher's lines go: this container's stderr, and
+     * the status page's stream that tfos yarn prints (src/cli/yarn_am.c). A launcher that does not read
+     * notes (tfos yarn serve's) has its stdin on /dev/null; the notes then go to this stderr alone. Never
+     * blocks the caller: a full queue drops the note.
+     */
+    private void note(String text) {
+        if (!notesRead || !notes.offer(text.replace('\n', ' '))) {
+            System.err.println("tfos-am: " + text);
+        }
+    }
+
+    private void writeNotes() {
+        Writer w = new java.io.OutputStreamWriter(launcher.getOutputStream(), StandardCharsets.UTF_8);
+        try {
+            while (true) {
+                String text = notes.take();
+                try {
+                    w.write("NOTE " + text + "\n");
+                    w.flush();
+                } catch (IOException e) {
+                    notesRead = false; // nobody reads them: this stderr from now on
+                    System.err.println("tfos-am: " + text);
+                }
+            }
+        } catch (InterruptedException e) {
+            // the end
+        }
+    }
+
+    /**
+     * Every 5 s while YARN has not allocated every container asked for (for 5 s or more): how many, which,
+     * in which queue, for how long, and what YARN says this application may still have. Once it has
+     * allocated them all after such a note, says so.
+     */
+    private void noteWaits() {
+        String queue = System.getenv(QUEUE_ENV);
+        while (true) {
+            try {
+                Thread.sleep(1000);
+            } catch (InterruptedException e) {
+                return;
+            }
+            long now = System.nanoTime();
+            Map<String, Integer> pending = new java.util.TreeMap<>();
+            long oldest = now;
+            int waiting = 0;
+            for (Node n : byRequest.values()) {
+                synchronized (n) {
+                    if (n.over || n.container != null || n.request == null) {
+                        continue;
+                    }
+                }
+                waiting++;
+                pending.merge(n.asked, 1, Integer::sum);
+                oldest = Math.min(oldest, n.askedAt);
+            }
+            int live = waiting + byContainer.size();
+            if (waiting == 0) {
+                if (waitSaid) {
+                    note("YARN has allocated every container asked for (" + live + ")");
+                    waitSaid = false;
+                }
+                continue;
+            }
+            if (now - oldest < WAIT_NOTE_NS || now - waitNoted < WAIT_NOTE_NS) {
+                continue;
+            }
+            waitNoted = now;
+            waitSaid = true;
+            List<String> what = new ArrayList<>();
+            pending.forEach((k, v) -> what.add(v > 1 ? v + " x " + k : k));
+            Resource room = amrm == null ? null : amrm.getAvailableResources();
+            note("waiting for YARN to allocate " + waiting + " of " + live + " containers (queue "
+                    + (queue == null ? "?" : queue) + ", " + (now - oldest) / 1_000_000_000L + " s): "
+                    + String.join("; ", what) + (room == null ? "" : "; YARN says this application may have "
+                    + room + " more now"));
+        }
     }
 
     private String[] waitAddress(Path file, int seconds) throws InterruptedException, IOException {
@@ -331,6 +433,7 @@ public final class ApplicationMaster {
             }
             node.request = ContainerRequest.newBuilder().capability(res).priority(Priority.newInstance(1))
                     .allocationRequestId(node.id).relaxLocality(true).build();
+            node.role = launch[1];
             node.asked = "a " + launch[1] + " container of " + launch[2] + " MB, " + launch[3] + " vcores"
                     + (gpus > 0 ? ", " + gpus + " GPUs" : "");
             node.askedAt = System.nanoTime();
@@ -445,6 +548,19 @@ public final class ApplicationMaster {
             for (ContainerStatus s : statuses) {
                 Node node = byContainer.remove(s.getContainerId());
                 if (node != null) {
+                    boolean stopped;
+                    synchronized (node) {
+                        stopped = node.over;
+                    }
+                    if (!stopped && s.getExitStatus() != 0) {
+                        // YARN's account of a container that ended on its own (the node's program failed,
+                        // the node was lost or preempted): the cause of the restart that follows, for the
+                        // user, before the stand-in is told and the launcher sees the node's exit
+                        String d = s.getDiagnostics().strip().replaceAll("\\s+", " ");
+                        note(node.role + ": container exited with status " + s.getExitStatus() + " ("
+                                + s.getContainerId() + " on " + node.container.getNodeId().getHost() + ")"
+                                + (d.isEmpty() ? "" : ": " + (d.length() > 400 ? d.substring(0, 400) + "..." : d)));
+                    }
                     node.say("EXITED " + s.getExitStatus() + " " + s.getDiagnostics().strip());
                     release(node);
                 }

@@ -1,15 +1,25 @@
 package io.tfos.yarn;
 
 import java.io.File;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
 import java.io.IOException;
+import java.io.InputStream;
+import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.regex.Pattern;
+import java.util.zip.ZipEntry;
+import java.util.zip.ZipOutputStream;
 
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -26,6 +36,7 @@ import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.LocalResource;
 import org.apache.hadoop.yarn.api.records.LocalResourceType;
+import org.apache.hadoop.yarn.api.records.LogAggregationStatus;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.YarnApplicationState;
 import org.apache.hadoop.yarn.client.api.YarnClient;
@@ -73,6 +84,7 @@ public final class Client {
         yarn.start();
         int code;
         try {
+            connect(yarn, conf);
             switch (args[0]) {
                 case "submit":
                     code = submit(yarn, conf, List.of(args).subList(1, args.length));
@@ -96,6 +108,106 @@ public final class Client {
             yarn.stop();
         }
         System.exit(code);
+    }
+
+    /** How long the client tries a service that does not answer, unless the configuration says. */
+    static final long CONNECT_TIMEOUT_MS = 30000;
+
+    /**
+     * A first call to a service of the cluster, bounded. Hadoop's clients retry an address that does not
+     * answer for long (the ResourceManager's, yarn.resourcemanager.connect.max-wait.ms: 15 minutes by
+     * default), saying nothing at WARN. After 5 s this says what it waits for; past the bound it says what
+     * did not answer, and from where its address came, and exits 1 (nothing has been submitted yet).
+     */
+    static final class Watch implements AutoCloseable {
+        private final Thread thread;
+
+        Watch(String what, long boundMs, String hint) {
+            thread = new Thread(() -> {
+                try {
+                    Thread.sleep(Math.min(5000, boundMs));
+                    if (boundMs > 5000) {
+                        System.err.println("tfos: waiting for " + what + " (up to " + boundMs / 1000 + " s)");
+                        Thread.sleep(boundMs - 5000);
+                    }
+                } catch (InterruptedException e) {
+                    return;
+                }
+                System.err.println("tfos yarn: " + what + " did not answer within " + boundMs / 1000 + " s. "
+                        + hint);
+                Runtime.getRuntime().halt(1);
+            }, "tfos-watch");
+            thread.setDaemon(true);
+            thread.start();
+        }
+
+        @Override
+        public void close() {
+            thread.interrupt();
+        }
+    }
+
+    /** The ResourceManager answers (bounded: {@link Watch}), or this exits saying so. */
+    private static void connect(YarnClient yarn, YarnConfiguration conf) throws IOException, YarnException {
+        String key = YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS;
+        String[] src = conf.getPropertySources(key);
+        boolean set = src != null && src.length > 0 && !src[src.length - 1].endsWith("-default.xml");
+        long bound = set ? conf.getLong(key, CONNECT_TIMEOUT_MS) : CONNECT_TIMEOUT_MS;
+        String what = "the ResourceManager at " + rmAddresses(conf);
+        String hint = "Is it running, and is this the cluster's configuration? " + configSources()
+                + (set ? "" : " (" + key + " in yarn-site.xml sets how long to try)");
+        try (Watch w = new Watch(what, bound, hint)) {
+            yarn.getYarnClusterMetrics();
+        } catch (IOException e) {
+            // Hadoop gave up first (its own bound is shorter): the same, with its reason, without its stack
+            String why = String.valueOf(e.getMessage());
+            System.err.println("tfos yarn: " + what + " did not answer (" + why.split("\n")[0].strip() + "). "
+                    + hint);
+            System.exit(1);
+        }
+    }
+
+    /** The ResourceManager's address(es) this configuration gives, and where each came from. */
+    static String rmAddresses(YarnConfiguration conf) {
+        List<String> keys = new ArrayList<>();
+        if (conf.getBoolean(YarnConfiguration.RM_HA_ENABLED, false)) {
+            for (String id : conf.getTrimmedStringCollection(YarnConfiguration.RM_HA_IDS)) {
+                keys.add(YarnConfiguration.RM_ADDRESS + "." + id);
+            }
+        }
+        if (keys.isEmpty()) {
+            keys.add(YarnConfiguration.RM_ADDRESS);
+        }
+        List<String> out = new ArrayList<>();
+        for (String key : keys) {
+            InetSocketAddress a = conf.getSocketAddr(key, YarnConfiguration.DEFAULT_RM_ADDRESS,
+                    YarnConfiguration.DEFAULT_RM_PORT);
+            String[] src = conf.getPropertySources(key);
+            String[] hsrc = conf.getPropertySources(YarnConfiguration.RM_HOSTNAME);
+            boolean fromDefaults = (src == null || src[src.length - 1].endsWith("-default.xml"))
+                    && (hsrc == null || hsrc[hsrc.length - 1].endsWith("-default.xml"));
+            out.add(a.getHostString() + ":" + a.getPort() + " (" + key + (fromDefaults
+                    ? ": Hadoop's default; no yarn-site.xml on the classpath sets it or yarn.resourcemanager.hostname)"
+                    : ", from " + String.join(", ", src != null ? src : hsrc) + ")"));
+        }
+        return String.join(", ", out);
+    }
+
+    /** Where this client's configuration comes from: the environment tfos yarn read it from. */
+    static String configSources() {
+        StringBuilder sb = new StringBuilder("The configuration comes from");
+        boolean any = false;
+        for (String var : new String[] {"HADOOP_CONF_DIR", "YARN_CONF_DIR"}) {
+            String v = System.getenv(var);
+            if (v != null && !v.isEmpty()) {
+                sb.append(any ? " and " : " ").append(var).append('=').append(v);
+                any = true;
+            }
+        }
+        if (!any) {
+            sb.append(" the Hadoop classpath (neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set)");
+        }
+        return sb.append('.').toString();
     }
 
     private static void usage(String what) {
@@ -129,11 +241,30 @@ public final class Client {
         if (s == YarnApplicationState.RUNNING && original != null && original.startsWith("http")) {
             announceStatusPage(r);
             // following never kills the application: no accept timeout
-            return followIt ? follow(yarn, id, Double.POSITIVE_INFINITY) : 0;
+            return followIt ? follow(yarn, conf, id, Double.POSITIVE_INFINITY) : 0;
         }
         if (!finished(s)) {
             System.err.println("tfos: " + id + " is " + s.name().toLowerCase() + ": no output yet");
             return 1;
+        }
+        // what YARN's aggregation of the logs has come to, as the ResourceManager knows it from the nodes
+        LogAggregationStatus agg = r.getLogAggregationStatus();
+        if (agg == LogAggregationStatus.DISABLED) {
+            notAggregated(yarn, conf, r);
+            return 1;
+        }
+        long until = System.nanoTime() + 60_000_000_000L;
+        if (agg == LogAggregationStatus.NOT_START || agg == LogAggregationStatus.RUNNING) {
+            System.err.println("tfos: waiting for YARN to aggregate the logs of " + id + " (up to 60 s)");
+            while ((agg == LogAggregationStatus.NOT_START || agg == LogAggregationStatus.RUNNING)
+                    && System.nanoTime() < until) {
+                Thread.sleep(1000);
+                agg = yarn.getApplicationReport(id).getLogAggregationStatus();
+            }
+            if (agg == LogAggregationStatus.NOT_START || agg == LogAggregationStatus.RUNNING) {
+                System.err.println("tfos: YARN has not finished aggregating the logs of " + id
+                        + " in 60 s (" + agg + "): what it has so far");
+            }
         }
         Object cli;
         try {
@@ -148,6 +279,38 @@ public final class Client {
         }
         return org.apache.hadoop.util.ToolRunner.run(conf, (org.apache.hadoop.util.Tool) cli,
                 new String[] {"-applicationId", id.toString()});
+    }
+
+    /**
+     * tfos yarn logs of an ended application on a cluster without log aggregation: Hadoop's LogsCLI would
+     * say only that a directory on HDFS does not exist. Say where the logs are instead.
+     */
+    private static void notAggregated(YarnClient yarn, YarnConfiguration conf, ApplicationReport r) {
+        ApplicationId id = r.getApplicationId();
+        String am = "";
+        try {
+            org.apache.hadoop.yarn.api.records.ApplicationAttemptReport a =
+                    yarn.getApplicationAttemptReport(r.getCurrentApplicationAttemptId());
+            if (a.getAMContainerId() != null) {
+                am = " The ApplicationMaster's container, " + a.getAMContainerId() + (a.getHost() == null
+                        || a.getHost().equals("N/A") ? "" : ", ran on " + a.getHost())
+                        + "; its stderr names the host of every node's container (\"tfos: worker: container ...\").";
+            }
+        } catch (IOException | YarnException e) {
+            // an application the ResourceManager no longer keeps: the rest still holds
+        }
+        String dirs = conf.getRaw(YarnConfiguration.NM_LOG_DIRS);
+        System.err.println("tfos: " + id + " has ended (" + r.getYarnApplicationState().name().toLowerCase()
+                + "), and its status page with it, and log aggregation is off on this cluster "
+                + "(yarn.log-aggregation-enable): YARN has not collected its containers' logs.\n"
+                + "tfos: they stay on the nodes that ran them, for yarn.nodemanager.log.retain-seconds ("
+                + conf.get(YarnConfiguration.NM_LOG_RETAIN_SECONDS, "10800") + " s) after the end, in each "
+                + "NodeManager's yarn.nodemanager.log-dirs (" + dirs
+                + (dirs != null && dirs.contains("${yarn.log.dir}")
+                        ? ", ${yarn.log.dir} being the NodeManager's log directory, $HADOOP_LOG_DIR" : "")
+                + "), under " + id + "/<container id>/: stdout holds a node's output, the ApplicationMaster's "
+                + "stderr the launcher's lines." + (am.isEmpty() ? "" : "\ntfos:" + am)
+                + "\ntfos: (while an application runs, tfos yarn logs prints its nodes' output from its status page)");
     }
 
     /**
@@ -218,7 +381,10 @@ public final class Client {
         ApplicationId id = ctx.getApplicationId();
         FileSystem fs = FileSystem.get(conf);
         Path staging = new Path(fs.getHomeDirectory(), ".tfos/" + id);
-        fs.mkdirs(staging, new FsPermission((short) 0700));
+        try (Watch w = new Watch("the default FileSystem at " + fs.getUri() + " (fs.defaultFS)", CONNECT_TIMEOUT_MS,
+                "Is it running, and is this the cluster's configuration? " + configSources())) {
+            fs.mkdirs(staging, new FsPermission((short) 0700));
+        }
 
         for (int k = 0; k < amArgs.size(); k++) {
             if (amArgs.get(k).equals(DEFAULT_CHECKPOINT_DIR)) {
@@ -243,21 +409,26 @@ public final class Client {
         Map<String, LocalResource> amResources = new LinkedHashMap<>(shipped);
         String jar = new File(Client.class.getProtectionDomain().getCodeSource().getLocation().getPath()).getPath();
         amResources.put("tfos-yarn.jar", upload(fs, staging, jar, "tfos-yarn.jar", LocalResourceType.FILE));
+        File confZip = confArchive();
+        if (confZip != null) {
+            try {
+                amResources.put(CONF_ALIAS, upload(fs, staging, confZip.getPath(), CONF_ALIAS,
+                        LocalResourceType.ARCHIVE));
+            } finally {
+                confZip.delete();
+            }
+        }
 
         Map<String, String> amEnv = new HashMap<>(env);
         amEnv.put(Shipped.ENV, Shipped.encode(shipped));
+        amEnv.put(ApplicationMaster.QUEUE_ENV, queue);
         amEnv.put("TFOS_YARN_STAGING", fs.makeQualified(staging).toString());
         String webhdfs = webhdfsAddress(conf, fs);
         if (webhdfs != null && !amEnv.containsKey("TFOS_WEBHDFS")) {
             amEnv.put("TFOS_WEBHDFS", webhdfs); // tfos.fs in the programs: hdfs:// over WebHDFS
         }
-        StringBuilder cp = new StringBuilder("./tfos-yarn.jar");
-        for (String c : conf.getStrings(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
-                YarnConfiguration.DEFAULT_YARN_CROSS_PLATFORM_APPLICATION_CLASSPATH)) {
-            cp.append(ApplicationConstants.CLASS_PATH_SEPARATOR).append(c.trim());
-        }
-        Apps.addToEnvironment(amEnv, ApplicationConstants.Environment.CLASSPATH.name(), cp.toString(),
-                ApplicationConstants.CLASS_PATH_SEPARATOR);
+        Apps.addToEnvironment(amEnv, ApplicationConstants.Environment.CLASSPATH.name(),
+                amClasspath(conf, confZip != null), ApplicationConstants.CLASS_PATH_SEPARATOR);
 
         StringBuilder cmd = new StringBuilder(ApplicationConstants.Environment.JAVA_HOME.$$() + "/bin/java");
         cmd.append(" -Xmx").append(Math.max(128, amMemory * 3 / 5)).append('m');
@@ -315,7 +486,7 @@ public final class Client {
         yarn.submitApplication(ctx);
         System.err.println("tfos: submitted " + id + " to queue " + queue);
         try {
-            return follow(yarn, id, acceptTimeout);
+            return follow(yarn, conf, id, acceptTimeout);
         } finally {
             try {
                 Runtime.getRuntime().removeShutdownHook(killer);
@@ -330,6 +501,84 @@ public final class Client {
                 System.err.println("tfos: could not remove the staging dir " + staging + ": " + e.getMessage());
             }
         }
+    }
+
+    /** The link name of the client's Hadoop configuration in the ApplicationMaster's container. */
+    static final String CONF_ALIAS = "tfos-hadoop-conf";
+
+    /** The Hadoop jars tfos yarn runs this client with (-Dtfos.hadoop.classpath, set by src/cli/yarn.c). */
+    static final String HADOOP_CP_PROPERTY = "tfos.hadoop.classpath";
+
+    /**
+     * The ApplicationMaster's classpath, which must not depend on the cluster's yarn.application.classpath
+     * alone: a cluster set up from Hadoop's documentation has none, and Hadoop's default
+     * ($HADOOP_COMMON_HOME/share/hadoop/..., $HADOOP_CONF_DIR) needs variables its NodeManagers may not
+     * pass to containers. So, in order: tfos-yarn.jar; this client's configuration (shipped, so the
+     * ApplicationMaster reaches the ResourceManager this client reached); the cluster's
+     * yarn.application.classpath, or Hadoop's default; then the Hadoop jars this client runs with, at
+     * the paths it has them (the same paths on every node of a cluster installed alike; later entries,
+     * so the cluster's own jars come first where it names them).
+     */
+    static String amClasspath(YarnConfiguration conf, boolean shippedConf) {
+        String sep = ApplicationConstants.CLASS_PATH_SEPARATOR;
+        StringBuilder cp = new StringBuilder("./tfos-yarn.jar");
+        if (shippedConf) {
+            cp.append(sep).append(ApplicationConstants.Environment.PWD.$$()).append('/').append(CONF_ALIAS);
+        }
+        for (String c : conf.getStrings(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
+                YarnConfiguration.DEFAULT_YARN_CROSS_PLATFORM_APPLICATION_CLASSPATH)) {
+            cp.append(sep).append(c.trim());
+        }
+        for (String c : System.getProperty(HADOOP_CP_PROPERTY, "").split(File.pathSeparator)) {
+            if (!c.isBlank()) {
+                cp.append(sep).append(c.trim());
+            }
+        }
+        return cp.toString();
+    }
+
+    /**
+     * This client's Hadoop configuration, for the ApplicationMaster: the *.xml files of the directories on
+     * this JVM's classpath (tfos yarn puts $HADOOP_CONF_DIR and $YARN_CONF_DIR first), the first of each
+     * name, as Configuration finds them, zipped into a temporary file; null when there are none.
+     */
+    static File confArchive() throws IOException {
+        Set<String> names = new LinkedHashSet<>();
+        File zip = null;
+        ZipOutputStream out = null;
+        try {
+            for (String e : System.getProperty("java.class.path", "").split(File.pathSeparator)) {
+                File[] xml = new File(e).listFiles((d, n) -> n.endsWith(".xml"));
+                if (xml == null) {
+                    continue;
+                }
+                Arrays.sort(xml);
+                for (File f : xml) {
+                    if (!f.isFile() || !names.add(f.getName())) {
+                        continue;
+                    }
+                    if (out == null) {
+                        zip = File.createTempFile("tfos-hadoop-conf", ".zip");
+                        out = new ZipOutputStream(new FileOutputStream(zip));
+                    }
+                    out.putNextEntry(new ZipEntry(f.getName()));
+                    try (InputStream in = new FileInputStream(f)) {
+                        in.transferTo(out);
+                    }
+                    out.closeEntry();
+                }
+            }
+        } catch (IOException e) {
+            if (zip != null) {
+                zip.delete();
+            }
+            throw e;
+        } finally {
+            if (out != null) {
+                out.close();
+            }
+        }
+        return zip;
     }
 
     /**
@@ -383,12 +632,20 @@ public final class Client {
                 .contains(s);
     }
 
-    /** Follow the application to its end; the exit code as tfos run's. */
-    private static int follow(YarnClient yarn, ApplicationId id, double acceptTimeout)
+    /** How often the client says what it waits for while YARN has not started the ApplicationMaster. */
+    private static final long WAIT_NOTE_NS = 5_000_000_000L;
+
+    /**
+     * Follow the application to its end; the exit code as tfos run's. While YARN has not started the
+     * ApplicationMaster, says every 5 s what it waits for (YARN's own words: the queue's limits, the AM
+     * container launched, ...).
+     */
+    private static int follow(YarnClient yarn, YarnConfiguration conf, ApplicationId id, double acceptTimeout)
             throws IOException, YarnException, InterruptedException {
         YarnApplicationState last = null;
         String url = null;
         long submitted = System.nanoTime();
+        long noted = submitted;
         while (true) {
             ApplicationReport r = yarn.getApplicationReport(id);
             YarnApplicationState s = r.getYarnApplicationState();
@@ -403,37 +660,108 @@ public final class Client {
                 announceStatusPage(r);
             }
             if (finished(s)) {
-                String diag = r.getDiagnostics() == null ? "" : r.getDiagnostics().strip();
-                int mark = diag.indexOf(ApplicationMaster.EXIT_MARK);
-                if (mark >= 0) {
-                    String rest = diag.substring(mark + ApplicationMaster.EXIT_MARK.length());
-                    int end = 0;
-                    while (end < rest.length() && Character.isDigit(rest.charAt(end))) {
-                        end++;
-                    }
-                    int code = Integer.parseInt(rest.substring(0, end));
-                    if (code != 0) {
-                        System.err.println("tfos: " + id + " failed:\n" + rest.substring(end).strip());
-                    }
-                    return code;
-                }
-                System.err.println("tfos: " + id + " ended " + s.name().toLowerCase() + " ("
-                        + r.getFinalApplicationStatus() + ")" + (diag.isEmpty() ? "" : ": " + diag));
-                if (s == YarnApplicationState.KILLED) {
-                    return 143;
-                }
-                return r.getFinalApplicationStatus() == FinalApplicationStatus.SUCCEEDED ? 0 : 1;
+                return ended(r, conf, url != null);
             }
-            if ((s == YarnApplicationState.ACCEPTED || s == YarnApplicationState.SUBMITTED
-                    || s == YarnApplicationState.NEW || s == YarnApplicationState.NEW_SAVING)
-                    && System.nanoTime() - submitted > (long) (acceptTimeout * 1e9)) {
+            boolean waiting = s == YarnApplicationState.ACCEPTED || s == YarnApplicationState.SUBMITTED
+                    || s == YarnApplicationState.NEW || s == YarnApplicationState.NEW_SAVING;
+            long now = System.nanoTime();
+            if (waiting && now - submitted > (long) (acceptTimeout * 1e9)) {
                 yarn.killApplication(id);
                 System.err.println("tfos: " + id + " was not started within " + acceptTimeout
                         + " s (YARN could not give the ApplicationMaster its container: "
                         + r.getDiagnostics().strip() + "); killed it");
                 return 124;
             }
+            if (waiting && now - noted >= WAIT_NOTE_NS) {
+                noted = now;
+                String diag = STAMP.matcher(r.getDiagnostics() == null ? "" : r.getDiagnostics()).replaceAll("")
+                        .strip().replace('\n', ' ');
+                System.err.println("tfos: waiting for YARN to start the ApplicationMaster (queue " + r.getQueue()
+                        + ", " + (now - submitted) / 1_000_000_000L + " s"
+                        + (Double.isInfinite(acceptTimeout) ? "" : " of --accept-timeout " + (long) acceptTimeout)
+                        + ")" + (diag.isEmpty() ? "" : ": " + diag));
+            }
             Thread.sleep(500);
         }
     }
+
+    /** YARN's timestamps in diagnostics: "[2026-11-26 16:36:53.764]" and "[Thu Nov 26 16:36:53 +0000 2026] ". */
+    private static final Pattern STAMP = Pattern.compile("\\[(\\d{4}-\\d\\d-\\d\\d [0-9:.]+|\\w{3} \\w{3} [^\\]]+)\\] ?");
+
+    /**
+     * The exit code of an ended application, and what to say about it. Its ApplicationMaster's
+     * diagnostics (ApplicationMaster.run) hold the launcher's exit code, the ApplicationMaster's own
+     * notes (YARN's refusals, containers never allocated) and, after TAIL_MARK, the launcher's last lines:
+     * those reached this terminal as they were written when tfos yarn followed the status page
+     * (followed), so they are printed only when it did not.
+     */
+    private static int ended(ApplicationReport r, YarnConfiguration conf, boolean followed) {
+        ApplicationId id = r.getApplicationId();
+        YarnApplicationState s = r.getYarnApplicationState();
+        String diag = r.getDiagnostics() == null ? "" : r.getDiagnostics().strip();
+        int mark = diag.indexOf(ApplicationMaster.EXIT_MARK);
+        if (mark >= 0) {
+            String rest = diag.substring(mark + ApplicationMaster.EXIT_MARK.length());
+            int end = 0;
+            while (end < rest.length() && Character.isDigit(rest.charAt(end))) {
+                end++;
+            }
+            int code = Integer.parseInt(rest.substring(0, end));
+            rest = rest.substring(end);
+            if (code != 0) {
+                int tail = rest.indexOf(ApplicationMaster.TAIL_MARK);
+                String notes = tail < 0 ? rest : rest.substring(0, tail);
+                String launcher = tail < 0 ? "" : rest.substring(tail + ApplicationMaster.TAIL_MARK.length());
+                String text = (notes.strip() + (followed ? "" : "\n" + launcher.strip())).strip();
+                System.err.println("tfos: " + id + " failed (exit code " + code + ")" + (text.isEmpty() ? "" : ":\n"
+                        + text));
+            }
+            return code;
+        }
+        if (s == YarnApplicationState.KILLED) {
+            System.err.println("tfos: " + id + " was killed" + (diag.isEmpty() ? "" : " (" + diag + ")")
+                    + "; exit code 143, as tfos run's when it is stopped with SIGTERM");
+            return 143;
+        }
+        if (r.getFinalApplicationStatus() == FinalApplicationStatus.SUCCEEDED) {
+            return 0;
+        }
+        amFailed(id, diag, conf);
+        return 1;
+    }
+
+    /**
+     * The ApplicationMaster's container failed before tfos ran in it (no exit code of the launcher): YARN's
+     * diagnostics, each of their paragraphs once (YARN repeats the container's stderr) and without
+     * timestamps, and, when it could not find Hadoop's classes, what its classpath was and how to fix it.
+     */
+    private static void amFailed(ApplicationId id, String diag, YarnConfiguration conf) {
+        Set<String> paragraphs = new LinkedHashSet<>();
+        for (String p : STAMP.matcher(diag).replaceAll("\n").split("\n\\s*\n")) {
+            if (!p.isBlank()) {
+                paragraphs.add(p.strip());
+            }
+        }
+        System.err.println("tfos: " + id + " failed before tfos started in its ApplicationMaster's container. "
+                + "YARN says:\n  " + String.join("\n", paragraphs).replace("\n", "\n  "));
+        if (MISSING_HADOOP.matcher(diag).find()) {
+            String[] set = conf.getPropertySources(YarnConfiguration.YARN_APPLICATION_CLASSPATH);
+            boolean clusterCp = set != null && !set[set.length - 1].endsWith("-default.xml");
+            String mine = System.getProperty(HADOOP_CP_PROPERTY, "");
+            System.err.println("tfos: the ApplicationMaster's JVM did not find Hadoop's classes. Its classpath "
+                    + "holds the cluster's yarn.application.classpath ("
+                    + (clusterCp ? conf.get(YarnConfiguration.YARN_APPLICATION_CLASSPATH)
+                            : "not set in this configuration: Hadoop's default, $HADOOP_COMMON_HOME/share/hadoop/"
+                            + "common/* and the like, which the NodeManagers did not define")
+                    + ") and the Hadoop jars this client runs with ("
+                    + (mine.length() > 200 ? mine.substring(0, 200) + "..." : mine)
+                    + "), which the nodes do not have at those paths. Fix: set yarn.application.classpath in the "
+                    + "cluster's yarn-site.xml to the nodes' Hadoop jars (`yarn classpath` on a node prints "
+                    + "them), or give tfos yarn --hadoop-classpath (or TFOS_HADOOP_CLASSPATH) with jars at paths "
+                    + "every node has (docs/YARN.md, \"Finding Hadoop\").");
+        }
+    }
+
+    private static final Pattern MISSING_HADOOP = Pattern.compile(
+            "(NoClassDefFoundError|ClassNotFoundException):? org[./]apache[./]hadoop");
 }

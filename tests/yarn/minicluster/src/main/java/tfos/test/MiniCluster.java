@@ -21,10 +21,16 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.Capacity
  * A YARN (1 ResourceManager, 2 NodeManagers) and HDFS (1 NameNode, 1 DataNode)
  * cluster in this JVM, every port on localhost, sized for a 2-core test machine.
  *
- * Usage: MiniCluster BASE_DIR CONF_DIR. Writes the client configuration
- * (only the keys that differ from Hadoop's defaults) to CONF_DIR, prints
- * "READY fs.defaultFS rm-webapp" on stdout and runs until stdin closes or
- * the JVM gets SIGTERM, then stops both clusters.
+ * Usage: MiniCluster BASE_DIR CONF_DIR [--plain]. Writes the client
+ * configuration (only the keys that differ from Hadoop's defaults) to
+ * CONF_DIR, prints "READY fs.defaultFS rm-webapp" on stdout and runs until
+ * stdin closes or the JVM gets SIGTERM, then stops both clusters.
+ *
+ * --plain: configured as a cluster set up from Hadoop's documentation is,
+ * not for the tests' convenience: no yarn.application.classpath (the
+ * ApplicationMaster gets Hadoop's default, $HADOOP_COMMON_HOME/... entries
+ * that nothing here sets) and no log aggregation (the NodeManagers keep
+ * the containers' logs in their own log dirs).
  */
 public final class MiniCluster {
     /** Keys that would break or mislead clients outside this JVM. */
@@ -37,8 +43,9 @@ public final class MiniCluster {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 2) {
-            System.err.println("usage: MiniCluster BASE_DIR CONF_DIR");
+        boolean plain = args.length == 3 && args[2].equals("--plain");
+        if (args.length != 2 && !plain) {
+            System.err.println("usage: MiniCluster BASE_DIR CONF_DIR [--plain]");
             System.exit(2);
         }
         File base = new File(args[0]).getAbsoluteFile();
@@ -81,12 +88,16 @@ public final class MiniCluster {
         conf.set("yarn.nodemanager.resource-type.yarn.io/gpu", "2");
         // keep the containers' logs after the application, for the tests to read
         conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, 3600);
-        // and aggregate them to HDFS when it ends, for `yarn logs` (tfos yarn logs)
-        conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
-        conf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
-        // ApplicationMasters find this configuration and Hadoop's classes where this JVM found them
-        conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
-                confDir.getPath() + File.pathSeparator + System.getProperty("java.class.path"));
+        if (!plain) {
+            // and aggregate them to HDFS when it ends, for `yarn logs` (tfos yarn logs)
+            conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
+            conf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
+            // ApplicationMasters find this configuration and Hadoop's classes where this JVM found them
+            conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH,
+                    confDir.getPath() + File.pathSeparator + System.getProperty("java.class.path"));
+        } else {
+            conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, false);
+        }
         org.apache.hadoop.yarn.util.resource.ResourceUtils.resetResourceTypes(conf);
         MiniYARNCluster yarn = new MiniYARNCluster("tfos", 2, 1, 1);
         yarn.init(conf);
