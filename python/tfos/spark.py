@@ -68,8 +68,9 @@ class Cluster(object):
                  failure_grace=_DEFAULTS["failure_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
-        from ._extras import require
-        require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
+        from ._extras import require, spark_extra
+        # a Spark Connect client is told tfos[connect], a classic driver tfos[spark]
+        require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy", extra=spark_extra(spark))
         if int(num_nodes) < 1:
             raise ValueError("Cluster: num_nodes must be at least 1, got %r" % (num_nodes,))
         if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
