@@ -21,7 +21,8 @@ from .._launch import ClusterError
 from .._log import log as logger
 from . import session as _session
 from .attempts import STATES, Engine, Snapshot, cause_code, failure_text
-from .driver import short
+from .driver import SetupError, setup_errors_first, short, spark_job_error
+from .nodes import executors_python, guarded, missing_module_text, missing_of_row
 from .wait import JOB, WaitTimeout, wait_until
 
 
@@ -61,15 +62,23 @@ class SessionEngine(Engine):
         self.spec.attempt = attempt
         self.spec.coord_addr = None
         self.last = None
-        stage = _session.node_stage(self.spec, self.lease, self.lease)
+        # an executor whose Python lacks tfos says so (nodes.guarded)
+        stage = guarded(_session.node_stage(self.spec, self.lease, self.lease), _session.NODE_FIELDS)
         t0 = time.monotonic()
+        conf_get = self._conf_get
         try:
             rows = self.spark.range(0, n, 1, n).mapInArrow(stage, _session.ddl(_session.NODE_FIELDS),
                                                            barrier=True).collect()
         except Exception as exc:
-            raise ClusterError("the tfos cluster did not form: the Spark job that starts its %d nodes failed: %s"
-                               % (n, short(exc)), 1, None) from exc
-        rows = sorted((r.asDict() for r in rows), key=lambda r: r["executor_id"])
+            text = spark_job_error("the Spark job that starts its %d nodes failed" % n, exc, conf_get)
+            raise ClusterError(text if isinstance(text, SetupError) else "the tfos cluster did not form: %s" % text,
+                               1, None) from exc
+        rows = [r.asDict() for r in rows]
+        setup = [SetupError(missing_module_text(m, executors_python(conf_get)))
+                 for m in map(missing_of_row, rows) if m]
+        if setup:
+            raise ClusterError(setup_errors_first(setup), 1, None)
+        rows = sorted(rows, key=lambda r: r["executor_id"])
         self.nodes = rows
         if rows and rows[0]["coord"]:
             self.spec.coord_addr = rows[0]["coord"]
@@ -89,6 +98,12 @@ class SessionEngine(Engine):
         logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
                     self.spec.cluster_id, attempt, time.monotonic() - t0, n,
                     ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
+
+    def _conf_get(self, key):
+        try:
+            return self.spark.conf.get(key, None)
+        except Exception:  # a setting a Connect server does not show its clients
+            return None
 
     def _state_in(self, *states):
         st = self.query()

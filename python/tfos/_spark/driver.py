@@ -15,7 +15,7 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import Engine, Snapshot, cause_code, failure_text  # noqa: F401 (failure_text: its old home)
-from .nodes import node_task
+from .nodes import executors_python, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
@@ -368,7 +368,7 @@ def _start_node_job(sc, spec, spark_ids, errors):
     """Run the node stage in a background thread (node tasks of ps nodes, and
     of every node with InputMode.TENSORFLOW, last as long as the cluster)."""
     rdd = sc.parallelize(spark_ids, len(spark_ids))
-    fn = node_task(spec)
+    fn = guarded(node_task(spec))  # an executor without tfos says so (nodes.py)
     conf = sc.getConf()
     barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
 
@@ -377,14 +377,44 @@ def _start_node_job(sc, spec, spark_ids, errors):
         try:
             stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
             for r in stage.collect():
-                if r.get("error"):
+                missing = missing_of_row(r)
+                if missing:
+                    errors.append(SetupError(missing_module_text(missing, executors_python(conf.get))))
+                elif r.get("error"):
                     errors.append(r["error"])
         except Exception as exc:
-            errors.append("the Spark job that starts the nodes failed: %s" % short(exc))
+            errors.append(spark_job_error("the Spark job that starts the nodes failed", exc, conf.get))
 
     t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
     t.start()
     return t
+
+
+class SetupError(str):
+    """A node stage's error that is the application's setup, not a node's
+    (the executors' Python lacks tfos): it leads the cluster's error."""
+
+
+def spark_job_error(what, exc, conf_get):
+    """The text for a failed Spark job: a SetupError paragraph when Spark's
+    error says an executor's Python lacked a module (with the first line of
+    Spark's own error after it), else ``what`` and Spark's error."""
+    missing = missing_in_spark_error(exc)
+    if missing:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return SetupError("%s\n(%s: %s)" % (missing_module_text(missing, executors_python(conf_get)), what,
+                                             short(first, 300)))
+    return "%s: %s" % (what, short(exc))
+
+
+def setup_errors_first(errors):
+    """The errors of a node stage as one text: a SetupError alone (once,
+    however many executors said it), else all of them."""
+    setup = [e for e in errors if isinstance(e, SetupError)]
+    if setup:
+        more = len(set(setup)) - 1
+        return setup[0] + (" (and %d more executors said the same of theirs)" % more if more > 0 else "")
+    return "; ".join(errors)
 
 
 def node_group(spec):
@@ -403,7 +433,10 @@ def _wait_formed(driver, errors, timeout):
         if state in (_tfos.STATE_RUNNING, _tfos.STATE_DONE):
             return True
         if errors:
-            raise TFClusterError("the tfos cluster failed to start: %s" % "; ".join(errors))
+            setup = setup_errors_first(errors)
+            if isinstance(setup, SetupError) or any(isinstance(e, SetupError) for e in errors):
+                raise TFClusterError(setup)  # the paragraph first: the fix, not a node's failure
+            raise TFClusterError("the tfos cluster failed to start: %s" % setup)
         return False
 
     try:

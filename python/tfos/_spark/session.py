@@ -31,7 +31,7 @@ from .nodes import _task_context, start_registered
 from .wait import LOCAL, WaitTimeout, wait_until
 
 NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
-               ("error", "string"))
+               ("error", "string"), ("missing", "string"))  # missing: nodes.guarded's row
 FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"))
 QUERY_FIELDS = (("status", "string"), ("error", "string"))
 
