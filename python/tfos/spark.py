@@ -34,7 +34,7 @@ from ._log import log as logger
 from ._spark import session as _session
 from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered
 from ._spark.client import SessionEngine
-from ._spark.nodes import NodeSpec
+from ._spark.nodes import NodeSpec, master_kind
 from ._spark.wait import WaitTimeout
 
 __all__ = ["Cluster", "ClusterError"]
@@ -84,7 +84,7 @@ class Cluster(object):
         layout = {"num_ps": 0, "num_workers": self.num_nodes - int(bool(chief)), "chief": bool(chief),
                   "evaluator": False}
         try:
-            local = spark.conf.get("spark.master", "").startswith("local")
+            local = master_kind(spark.conf.get("spark.master", "")) == "local"
         except Exception:
             local = False
         if checkpoint_dir is None:

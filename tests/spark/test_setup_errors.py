@@ -42,3 +42,20 @@ def test_executors_without_tfos_get_one_paragraph_with_the_fix(spark_cluster, tm
     assert "docs/SPARK.md" in first, first
     # not Spark's 159 lines of Java and Python traces
     assert len(error.splitlines()) <= 3 and "at org.apache" not in error, error
+
+
+def test_local_cluster_masters_get_advice_that_fits_them(spark_cluster):
+    # local-cluster[N,C,M] starts N executor JVMs on this machine: one node
+    # each, as on a cluster; the advice names that master, not local[N]
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_HOME=spark_cluster.spark_home, JAVA_HOME=spark_cluster.java_home)
+    out = subprocess.run([sys.executable, os.path.join(HERE, "progs", "driver_masters.py"), "2",
+                          "local-cluster[1,1,512]", "local-cluster[3,1,512]"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("MASTER", "ERROR", "FORMED"))]
+    assert len(lines) == 4, (out.stdout[-3000:], out.stderr[-3000:])
+    few, many = lines[1], lines[3]
+    assert few.startswith("ERROR TFCluster.run needs 2 Spark executors") and "has 1" in few, few
+    assert "use the master local-cluster[2,1,512]" in few and "local[" not in few, few
+    assert many.startswith("ERROR InputMode.SPARK feeds each partition") and "has 3 executors" in many, many
+    assert "use the master local-cluster[2,1,512]" in many, many

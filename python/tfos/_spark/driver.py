@@ -15,7 +15,7 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import Engine, Snapshot, cause_code, failure_text  # noqa: F401 (failure_text: its old home)
-from .nodes import executors_python, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
+from .nodes import executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
@@ -136,21 +136,31 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
         count = wait_until(enough, wait_s, "%d Spark executors to register" % n_tasks, JOB)
     except WaitTimeout:
         count = _executor_count(sc)
+    shape = local_cluster_shape(sc.master)
+    if shape:  # N executor JVMs of C cores on this machine: the master URL is what to change
+        ask = "use the master local-cluster[%d,1,%d] (one executor per node, one core each)"
+    else:
+        ask = ("Give the application exactly %d executors (spark.executor.instances / --num-executors on YARN and "
+               "Kubernetes; spark.cores.max together with spark.executor.cores on a standalone master)")
     if count < n_tasks:
+        fix = (ask % (n_tasks, shape[2])) if shape else ask.replace("exactly %d", "%d or more") % n_tasks
         raise TFClusterError(
-            "TFCluster.run needs %d Spark executors (one per node), but the application has %d after %.0f s. Ask "
-            "for more executors (spark.executor.instances / --num-executors on YARN and Kubernetes; spark.cores.max "
-            "together with spark.executor.cores on a standalone master), or lower num_executors"
-            % (n_tasks, count, wait_s))
+            "TFCluster.run needs %d Spark executors (one per node), but the application has %d after %.0f s: %s, "
+            "or lower num_executors" % (n_tasks, count, wait_s, fix))
     if spark_mode and count > n_tasks:
         raise TFClusterError(
             "InputMode.SPARK feeds each partition to the node on the executor that computes it, but the application "
-            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. Give the "
-            "application exactly %d executors (spark.executor.instances / --num-executors, or spark.cores.max with "
-            "spark.executor.cores on a standalone master), or set num_executors=%d" % (count, n_tasks, n_tasks, count))
+            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. %s, or set "
+            "num_executors=%d" % (count, n_tasks, (ask % (n_tasks, shape[2])) if shape else ask % n_tasks, count))
     cores = conf.get("spark.executor.cores", None)
+    if shape:
+        cores = str(shape[1])
     cpus = int(conf.get("spark.task.cpus", "1"))
-    if cores is not None and int(cores) // cpus > 1:
+    if shape and shape[1] // cpus > 1:
+        logger.warning("the master %s gives each executor %d cores, so one executor may run %d node tasks at "
+                       "once; two nodes landing on one executor is an error: use local-cluster[%d,1,%d] (or "
+                       "spark.task.cpus=%d)", sc.master, shape[1], shape[1] // cpus, shape[0], shape[2], shape[1])
+    elif cores is not None and int(cores) // cpus > 1:
         logger.warning("spark.executor.cores=%s and spark.task.cpus=%d let one executor run %d tasks at once; "
                        "two nodes landing on one executor is an error: set spark.task.cpus=%s", cores, cpus,
                        int(cores) // cpus, cores)

@@ -92,6 +92,26 @@ class NodeSpec(object):
         return None
 
 
+def master_kind(master):
+    """"local" for a master that runs every task in the driver's JVM
+    (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``), "local-cluster"
+    for ``local-cluster[N,C,M]`` (N executor JVMs on this machine: one node
+    each, as on a cluster), else "cluster"."""
+    master = (master or "").strip()
+    if master.startswith("local-cluster"):
+        return "local-cluster"
+    if master == "local" or master.startswith("local["):
+        return "local"
+    return "cluster"
+
+
+def local_cluster_shape(master):
+    """(executors, cores each, MiB each) of a ``local-cluster[N,C,M]``
+    master, or None."""
+    m = re.match(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]", (master or "").strip())
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
 # ---- where am I ---------------------------------------------------------------
 
 def _ppid(pid):
