@@ -59,3 +59,15 @@ def test_local_cluster_masters_get_advice_that_fits_them(spark_cluster):
     assert "use the master local-cluster[2,1,512]" in few and "local[" not in few, few
     assert many.startswith("ERROR InputMode.SPARK feeds each partition") and "has 3 executors" in many, many
     assert "use the master local-cluster[2,1,512]" in many, many
+
+
+def test_make_demo_keeps_its_checkpoints_under_build(tmp_path, monkeypatch):
+    # `make demo` runs spark_digits.py --model-dir build/digits-spark-model
+    # from the repository root: TFCluster's default checkpoint dir was
+    # tfos-checkpoints/<cluster> there, outside build/
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(os.path.join(HERE, "..", "..", "examples", "digits"))
+    import spark_digits
+    args = spark_digits.parse_args(["--master", "local[2]", "--model-dir", "build/digits-spark-model"])
+    assert args.checkpoint_dir.startswith(str(tmp_path / "build" / "tfos-checkpoints") + os.sep), args.checkpoint_dir
+    assert not (tmp_path / "tfos-checkpoints").exists()
