@@ -150,7 +150,7 @@ class TorchDistributor(object):
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
-    and ``quiet`` do not apply).
+    does not apply; ``quiet`` drops its progress lines).
     """
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
@@ -298,7 +298,7 @@ class TorchDistributor(object):
         from ._spark.driver import TFClusterError
         from .spark import Cluster
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
-                          checkpoint_dir=self.checkpoint_dir, keras="env")
+                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet)
         self.cluster = cluster
         try:
             cluster.start()
