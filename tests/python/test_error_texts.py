@@ -150,8 +150,6 @@ def test_a_connect_client_is_told_the_connect_extra(tmp_path):
     assert lines[0].endswith("pip install 'tfos[connect]'") and lines[1].endswith("pip install 'tfos[spark]'"), out
 
 
-@pytest.mark.xfail(strict=True, reason="needs python/tfos/serve/udf.py (issue 35's) to call _extras.require: "
-                                       "see docs/RELIABILITY.md, issue 36's section")
 def test_predict_udf_without_pyspark_names_the_pip_command(tmp_path):
     out = _run_core_only(tmp_path, "from tfos.serve import predict_udf\n"
                                    "try:\n"
