@@ -247,14 +247,11 @@ class Cluster(object):
 
         def line(secs):
             tasks = job.tasks()
-            if tasks is None:
-                text = "feeding (attempt %d): %.0f s" % (attempt, secs)
-                delivered = None
-            else:
-                delivered = tasks[0] - before  # partitions delivered before are skipped at once
-                text = "feeding (attempt %d): %d/%d partitions delivered, %d being fed, %.0f s" % (
-                    attempt, tasks[0], tasks[1], tasks[2], secs)
-            if not delivered:
+            if tasks is None:  # a classic session reports no task counts: the job runs, that is all it knows
+                return "feeding (attempt %d): %.0f s, its Spark job still running" % (attempt, secs)
+            text = "feeding (attempt %d): %d/%d partitions delivered, %d being fed, %.0f s" % (
+                attempt, tasks[0], tasks[1], tasks[2], secs)
+            if tasks[0] - before <= 0:  # partitions delivered before are skipped at once
                 text += ("; no partition delivered yet: the nodes' programs are still starting (importing their "
                          "framework) or have not read their first rows")
             return text

@@ -363,7 +363,7 @@ def test_connect_client_sees_the_nodes_output_and_what_it_waits_for(session, cap
     _, spark, _ = session
     caplog.set_level("INFO", logger="tfos")
     df = spark.range(0, 2000, 1, 4)
-    with Cluster(spark, slow_starter, 8, 2) as cluster:
+    with Cluster(spark, slow_starter, 12, 2) as cluster:
         assert cluster.train(df) == 2000
     out = capsys.readouterr().out
     for node in ("worker:0", "worker:1"):
