@@ -73,13 +73,13 @@ def main(argv=None, spark=None):
         t0 = time.monotonic()
         train_df = spark.createDataFrame([(x.tolist(), int(y)) for x, y in zip(x_train, y_train)],
                                          "features array<float>, label long").repartition(args.num_nodes * 2)
-        with Cluster(spark, spark_digits.train_fun, args, args.num_nodes) as cluster:
+        with Cluster(spark, spark_digits.train_fun, args, args.num_nodes, checkpoint_dir=args.checkpoint_dir) as cluster:
             cluster.train(train_df, epochs=args.epochs + 1)
         print("trained in %.1f s; model in %s" % (time.monotonic() - t0, args.model_dir), flush=True)
 
         test_df = spark.createDataFrame([(i, x.tolist(), int(y)) for i, (x, y) in enumerate(zip(x_test, y_test))],
                                         "id long, features array<float>, label long").repartition(args.num_nodes)
-        with Cluster(spark, predict_fun, args, args.num_nodes) as cluster:
+        with Cluster(spark, predict_fun, args, args.num_nodes, checkpoint_dir=args.checkpoint_dir) as cluster:
             rows = cluster.predict(test_df, "prediction long").select("id", "label", "prediction").collect()
         correct = sum(r["label"] == r["prediction"] for r in rows)
         print("predicted %d held-out rows on %d nodes" % (len(rows), args.num_nodes))

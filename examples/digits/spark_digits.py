@@ -65,9 +65,15 @@ def parse_training_args(p, argv):
     p.add_argument("--batch-size", type=int, default=64, help="global batch size")
     p.add_argument("--model-dir", default=digits_data.DEFAULT_MODEL_DIR)
     p.add_argument("--seed", type=int, default=digits_data.DEFAULT_SEED)
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="tfos's checkpoint dir, kept across restarts (default: tfos-checkpoints/RUN beside "
+                        "--model-dir, so `make demo` writes under build/)")
     a = p.parse_args(argv)
     if not digits_data.is_url(a.model_dir):
         a.model_dir = os.path.abspath(a.model_dir)
+        if a.checkpoint_dir is None:
+            a.checkpoint_dir = os.path.join(os.path.dirname(a.model_dir), "tfos-checkpoints",
+                                            "digits-%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid()))
     return a
 
 
@@ -219,19 +225,20 @@ def main(argv=None):
     try:
         if args.input_mode == "tensorflow":
             cluster = TFCluster.run(sc, tensorflow_fun, args, args.num_executors, 0,
-                                    input_mode=TFCluster.InputMode.TENSORFLOW)
+                                    input_mode=TFCluster.InputMode.TENSORFLOW, checkpoint_dir=args.checkpoint_dir)
             cluster.shutdown()
         else:
             train_df = train_df.repartition(args.num_executors * 2)
             cluster = TFCluster.run(sc, train_fun, args, args.num_executors, 0,
-                                    input_mode=TFCluster.InputMode.SPARK)
+                                    input_mode=TFCluster.InputMode.SPARK, checkpoint_dir=args.checkpoint_dir)
             cluster.train(train_df, num_epochs=args.epochs + 1)
             cluster.shutdown()
         print("trained in %.1f s; model in %s" % (time.monotonic() - t0, args.model_dir), flush=True)
 
         # distributed inference: a DataFrame of predictions
         test_df = test_df.repartition(args.num_executors)
-        cluster = TFCluster.run(sc, infer_fun, args, args.num_executors, 0, input_mode=TFCluster.InputMode.SPARK)
+        cluster = TFCluster.run(sc, infer_fun, args, args.num_executors, 0, input_mode=TFCluster.InputMode.SPARK,
+                                checkpoint_dir=args.checkpoint_dir)
         preds = spark.createDataFrame(cluster.inference(test_df), "label long, prediction long").cache()
         n = preds.count()
         correct = preds.filter("label = prediction").count()

@@ -56,14 +56,23 @@ def missing(*modules):
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
-def require(feature, *modules):
+def require(feature, *modules, extra=None):
     """Raise :class:`MissingDependency` naming ``feature``, the missing
     modules and the pip command that installs them, unless every one of
-    ``modules`` can be imported."""
+    ``modules`` can be imported. ``extra``: the extra to name for the
+    missing modules it brings, where more than one extra brings them (a
+    Spark Connect client needs ``connect``, not ``spark``)."""
     absent = missing(*modules)
     if absent:
-        extras = sorted({e for e in map(extra_of, absent) if e is not None})
+        hinted = EXTRAS.get(extra, ())
+        extras = sorted({extra if m in hinted else extra_of(m) for m in absent} - {None})
         raise MissingDependency(feature, absent, extras)
+
+
+def spark_extra(spark):
+    """The extra a launcher on the SparkSession ``spark`` needs: ``connect``
+    for a Spark Connect session, else ``spark``."""
+    return "connect" if type(spark).__module__.startswith("pyspark.sql.connect") else "spark"
 
 
 def has_extra(extra):

@@ -49,6 +49,26 @@ def _env_level():
 _FLOOR = _env_level()  # read once, as libtfos reads it
 
 
+#: at the start of a line on a terminal: back to its first column and clear
+#: it. Spark's console progress bar ("[Stage 3:>   (0 + 2) / 2]", from the
+#: driver's JVM, and Spark Connect's from its client) is drawn with a
+#: carriage return and no newline, so a line written after it would start in
+#: the bar's middle; cleared first, the line stands alone and the bar draws
+#: itself again below it at its next update.
+_CLEAR_LINE = "\r\x1b[K"
+
+
+def console_write(stream, line):
+    """Write ``line`` and a newline to ``stream`` in one write, starting on
+    a cleared line when ``stream`` is a terminal (see _CLEAR_LINE)."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    stream.write((_CLEAR_LINE if tty else "") + line + "\n")
+    stream.flush()
+
+
 class _StderrHandler(logging.Handler):
     """The lines on stderr as the CLI writes them, while the program has not
     configured logging."""
@@ -58,8 +78,7 @@ class _StderrHandler(logging.Handler):
             return
         try:
             prefix = _PREFIX.get(record.levelno, record.levelname.lower() + ": ")
-            sys.stderr.write("tfos: %s%s\n" % (prefix, record.getMessage()))
-            sys.stderr.flush()
+            console_write(sys.stderr, "tfos: %s%s" % (prefix, record.getMessage()))
         except Exception:
             self.handleError(record)
 

@@ -29,12 +29,14 @@ import threading
 import uuid
 
 from . import _payload, _tfos
+from ._extras import spark_extra
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
 from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered
 from ._spark.client import SessionEngine
-from ._spark.nodes import NodeSpec
+from ._spark.progress import JobProgress, Ticker
+from ._spark.nodes import NodeSpec, master_kind
 from ._spark.wait import WaitTimeout
 
 __all__ = ["Cluster", "ClusterError"]
@@ -59,7 +61,12 @@ class Cluster(object):
     ``tensorboard`` (TensorBoard on the chief, or worker 0, serving
     ``tensorboard_log_dir``; see :meth:`tensorboard_url`).
     ``lease_timeout``: seconds after which a cluster whose client has
-    stopped asking is stopped.
+    stopped asking is stopped. ``show_output``: print every node's output
+    on this client's stdout, each line with its node's name (``[worker:1]
+    ...``), read from the nodes' log files while the client waits; default:
+    on a Spark Connect session and on a classic one whose executors are not
+    in this process (a local master's already print here). ``quiet``: no
+    progress lines while the client waits (feeding, forming, finishing).
     """
 
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
@@ -67,9 +74,11 @@ class Cluster(object):
                  heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], grace=_DEFAULTS["stop_grace"],
                  failure_grace=_DEFAULTS["failure_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
-                 max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None):
+                 max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None,
+                 show_output=None, quiet=False):
         from ._extras import require
-        require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy")
+        # a Spark Connect client is told tfos[connect], a classic driver tfos[spark]
+        require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy", extra=spark_extra(spark))
         if int(num_nodes) < 1:
             raise ValueError("Cluster: num_nodes must be at least 1, got %r" % (num_nodes,))
         if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
@@ -83,7 +92,7 @@ class Cluster(object):
         layout = {"num_ps": 0, "num_workers": self.num_nodes - int(bool(chief)), "chief": bool(chief),
                   "evaluator": False}
         try:
-            local = spark.conf.get("spark.master", "").startswith("local")
+            local = master_kind(spark.conf.get("spark.master", "")) == "local"
         except Exception:
             local = False
         if checkpoint_dir is None:
@@ -100,7 +109,11 @@ class Cluster(object):
         # attempt has a coordinator of its own, started by its node stage
         self.policy = _tfos.RestartPolicy(max(0, int(max_restarts)))
         self.spec.max_restarts = self.policy.max_restarts
-        self._engine = SessionEngine(spark, self.spec, self.num_nodes, self.lease_timeout, checkpoint_dir)
+        if show_output is None:
+            show_output = spark_extra(spark) == "connect" or not local
+        self.quiet = bool(quiet)
+        self._engine = SessionEngine(spark, self.spec, self.num_nodes, self.lease_timeout, checkpoint_dir,
+                                     output=show_output)
         self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % self.cluster_id)
         self._stop_keepalive = threading.Event()
         self._keepalive = None
@@ -209,10 +222,14 @@ class Cluster(object):
         def run_round(delivered, offsets):
             """One feed stage: every task returns its partition's outcome."""
             stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout, delivered, offsets)
+            job = JobProgress(self.spark)
             try:
-                rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
+                with job, Ticker(self._feed_line(job, len(delivered)), first=5.0, every=5.0, quiet=self.quiet):
+                    rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
             except Exception as exc:
                 return FeedRound({}, exc)
+            finally:
+                self._engine.read_output(force=True)
             return FeedRound({r["partition"]: (r["state"], r["info"], r["rows"]) for r in rows}, None)
 
         try:
@@ -221,6 +238,25 @@ class Cluster(object):
             if self._closed:
                 self._stop_keepalive.set()
         return fed.rows
+
+    def _feed_line(self, job, before):
+        """The progress line of a feed job (a Ticker's): partitions delivered
+        and tasks running as Spark Connect reports them, and, while none is
+        delivered yet, that the programs are still starting."""
+        attempt = self.attempt
+
+        def line(secs):
+            tasks = job.tasks()
+            if tasks is None:  # a classic session reports no task counts: the job runs, that is all it knows
+                return "feeding (attempt %d): %.0f s, its Spark job still running" % (attempt, secs)
+            text = "feeding (attempt %d): %d/%d partitions delivered, %d being fed, %.0f s" % (
+                attempt, tasks[0], tasks[1], tasks[2], secs)
+            if tasks[0] - before <= 0:  # partitions delivered before are skipped at once
+                text += ("; no partition delivered yet: the nodes' programs are still starting (importing their "
+                         "framework) or have not read their first rows")
+            return text
+
+        return line
 
     def predict(self, df, schema="prediction double", feed_timeout=_DEFAULTS["feed_timeout"],
                 results_timeout=_DEFAULTS["results_timeout"]):
@@ -260,7 +296,8 @@ class Cluster(object):
             return
         try:
             self._engine.end_feed()
-            self._attempts.finish(timeout, restart=restart)
+            with Ticker(self._finish_line, first=5.0, every=10.0, quiet=self.quiet):
+                self._attempts.finish(timeout, restart=restart)
         except WaitTimeout:
             self._attempts.abort("shutdown timed out after %g s" % timeout, ClusterError(
                 "shutdown timed out after %g s; the cluster was stopped" % timeout, 124, None))
@@ -270,6 +307,16 @@ class Cluster(object):
             raise
         finally:
             self._stop_keepalive.set()
+
+    def _finish_line(self, secs):
+        """The line while shutdown() waits for the programs: which still run."""
+        st = self._engine.last or {}
+        running = ["%s:%s" % (nd.get("job"), nd.get("index")) for nd in st.get("nodes", [])
+                   if nd.get("state") not in ("exited", "waiting")]
+        if not running:
+            return None
+        return "cluster %s (attempt %d): waiting for its programs to finish, %.0f s: %s still running" % (
+            self.cluster_id, self.attempt, secs, ", ".join(running))
 
     def stop(self, reason="stopped by the client"):
         """Stop every node now (SIGTERM, then SIGKILL after ``grace``)."""

@@ -44,12 +44,17 @@ import sys
 import tempfile
 import warnings
 
-import torch
-import torch.utils.data
+from ._extras import require, spark_extra
 
-from . import _payload, _tfos
-from ._extras import require
-from ._launch import ClusterError
+# a Python without torch gets the pip command to run, not a bare
+# ModuleNotFoundError (README, "Install")
+require("tfos.torch", "torch")
+
+import torch  # noqa: E402
+import torch.utils.data  # noqa: E402
+
+from . import _payload, _tfos  # noqa: E402
+from ._launch import ClusterError  # noqa: E402
 
 __all__ = ["TorchDistributor", "FeedDataset"]
 
@@ -145,7 +150,7 @@ class TorchDistributor(object):
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
-    and ``quiet`` do not apply).
+    does not apply; ``quiet`` drops its progress lines).
     """
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
@@ -249,9 +254,11 @@ class TorchDistributor(object):
             shutil.rmtree(work, ignore_errors=True)
 
     def _run_spark(self, main, args, df, epochs, feed_timeout=_DEFAULTS["feed_timeout"]):
-        require("TorchDistributor(local_mode=False)", "pyspark", "pyarrow")
+        require("TorchDistributor(local_mode=False)", "pyspark",
+                extra=spark_extra(self.spark) if self.spark is not None else None)
         import uuid
         spark = self._session()
+        require("TorchDistributor(local_mode=False)", "pyarrow", extra=spark_extra(spark))
         result_name = "tfos-torch-result-%s.pkl" % uuid.uuid4().hex[:12]
         payload = (main, tuple(args), result_name)
         if _is_connect(spark):
@@ -291,7 +298,7 @@ class TorchDistributor(object):
         from ._spark.driver import TFClusterError
         from .spark import Cluster
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
-                          checkpoint_dir=self.checkpoint_dir, keras="env")
+                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet)
         self.cluster = cluster
         try:
             cluster.start()

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 static const char *g_cmd;
+static const char *g_help; /* the command's help text: its options, for "did you mean" */
 
-void tfos__set_command(const char *name)
+void tfos__set_command(const char *name, const char *help)
 {
     g_cmd = name;
+    g_help = help;
 }
 
 int tfos__self_path(char *buf, size_t len)
@@ -66,6 +68,80 @@ int tfos__usage_error(const char *fmt, const char *arg)
     fprintf(stderr, "tfos: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n");
+    usage_hint();
+    return 2;
+}
+
+/* The optimal-string-alignment distance of a[0..n) and b[0..m) (edits,
+ * with a swap of two neighbours counted as one: --wokrers is 1 from
+ * --workers), for names of at most 63 characters. */
+static int edit_distance(const char *a, size_t n, const char *b, size_t m)
+{
+    int d[64][64];
+    if (n > 63 || m > 63)
+        return 64;
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v)
+                v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+size_t tfos__nearest_option(const char *given, const char *help, char *out, size_t len)
+{
+    if (!given || !help || len == 0 || strncmp(given, "--", 2))
+        return 0;
+    size_t n = strcspn(given, "=");
+    int best = 3, ties = 0, prefixes = 0; /* suggest at distance <= 2, or a unique prefix (--work) */
+    const char *bp = NULL, *pp = NULL;
+    size_t bl = 0, pl = 0;
+    for (const char *p = strstr(help, "--"); p; p = strstr(p + 2, "--")) {
+        if (p > help && p[-1] != ' ' && p[-1] != ',' && p[-1] != '[' && p[-1] != '(')
+            continue;
+        size_t m = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        if (m <= 2 || (m == n && !strncmp(p, given, n)))
+            continue;
+        if (n >= 5 && m > n && !strncmp(p, given, n) && !(pp && pl == m && !strncmp(pp, p, m))) {
+            prefixes++;
+            pp = p, pl = m;
+        }
+        int dist = edit_distance(given, n, p, m);
+        if (dist < best) {
+            best = dist, bp = p, bl = m, ties = 0;
+        } else if (dist == best && bp && !(bl == m && !strncmp(bp, p, m))) {
+            ties++;
+        }
+    }
+    if (bp && !ties) {
+        snprintf(out, len, "%.*s", (int)bl, bp);
+        return bl;
+    }
+    if (prefixes == 1) {
+        snprintf(out, len, "%.*s", (int)pl, pp);
+        return pl;
+    }
+    return 0;
+}
+
+int tfos__unknown_option(const char *given)
+{
+    char near[64];
+    if (tfos__nearest_option(given, g_help, near, sizeof near))
+        fprintf(stderr, "tfos: unknown option '%s'; did you mean '%s'?\n", given, near);
+    else
+        fprintf(stderr, "tfos: unknown option '%s'\n", given);
     usage_hint();
     return 2;
 }
@@ -151,7 +227,7 @@ int tfos__args_parse(int argc, char **argv, tfos__opt_fn fn, void *user, char **
             return TFOS__HELP;
         int taken = fn(user, &it, a);
         if (!taken)
-            return tfos__usage_error("unknown option '%s'", tfos__args_whole(&it));
+            return tfos__unknown_option(tfos__args_whole(&it));
         if (taken == 2)
             return 2;
     }

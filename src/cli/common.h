@@ -13,9 +13,10 @@
 /* A command's parser found -h/--help (it prints nothing: the command does). */
 #define TFOS__HELP (-1)
 
-/* The command running ("run", "yarn", ...), for the hint after a usage
- * error; main.c sets it before dispatching. */
-void tfos__set_command(const char *name);
+/* The command running ("run", "yarn", ...) and its help text, for the hint
+ * after a usage error and the nearest option to a mistyped one; main.c sets
+ * them before dispatching. */
+void tfos__set_command(const char *name, const char *help);
 
 /* This tfos binary's path (/proc/self/exe): 0, or -1 with errno. */
 int tfos__self_path(char *buf, size_t len);
@@ -31,6 +32,16 @@ volatile int *tfos__stop_flag(void);
  * usage is ("(tfos CMD --help for usage)"), on stderr; returns 2, the exit
  * status of a usage error. */
 int tfos__usage_error(const char *fmt, const char *arg);
+
+/* "unknown option 'GIVEN'", with "; did you mean '--workers'?" when the
+ * command's help names one option near it, then the usage hint; returns 2. */
+int tfos__unknown_option(const char *given);
+/* The option of ``help`` (tokens "--name" in a help text) nearest to
+ * ``given`` ("--worker=2" is read as "--worker"): the one at the smallest
+ * edit distance, 2 at most and not tied, else the one option it is a
+ * prefix of (5 characters or more). Copied into out; returns its length,
+ * 0 when there is none. */
+size_t tfos__nearest_option(const char *given, const char *help, char *out, size_t len);
 
 /* ---- the option parser ---------------------------------------------------
  * Options take their value after '=' (--workers=2) or as the next argument

@@ -87,6 +87,6 @@ int main(int argc, char **argv)
     const struct command *c = find(argv[1]);
     if (!c)
         return tfos__usage_error("unknown command '%s'", argv[1]);
-    tfos__set_command(c->name);
+    tfos__set_command(c->name, c->help);
     return c->run(argc - 2, argv + 2);
 }

@@ -147,6 +147,23 @@ def test_usage_errors_exit_2_with_one_line(args, flag):
     assert lines[1] == ("(tfos %s --help for usage)" % cmd if cmd else "(tfos --help for usage)")
 
 
+@pytest.mark.parametrize("given,near", [
+    ("--worker", "--workers"), ("--wokrers", "--workers"), ("--worker=2", "--workers"), ("--work", "--workers"),
+    ("--max-restart", "--max-restarts"), ("--chef", "--chief"), ("--log_dir", "--log-dir"),
+    ("--frobnicate", None),
+])
+def test_a_mistyped_option_gets_the_nearest_one_named(given, near):
+    # as a user types it: `tfos run --worker 2 -- python train.py`
+    r = run_tfos(["run", given, "2", "--", "true"], timeout=10)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and lines[1] == "(tfos run --help for usage)", r.stderr
+    if near:
+        assert lines[0] == "tfos: unknown option '%s'; did you mean '%s'?" % (given, near), lines[0]
+    else:
+        assert lines[0] == "tfos: unknown option '%s'" % given, lines[0]
+
+
 # ---- torchrun's variables --------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 from conftest import PY, run_tfos, tfos_cli, wait_for
 
 WAIT_GO = ("import os, sys, time\n"
@@ -145,3 +147,62 @@ def test_serve_with_an_interpreter_without_tfos_fails_before_any_server_starts(t
                   "0", "--log-dir", str(tmp_path / "logs")], timeout=60)
     assert r.returncode == 1
     assert r.stderr.startswith("tfos: could not start '/nonexistent/python3': No such file or directory\n"), r.stderr
+
+
+# -- missing extras (issue 36, item 8), as a user of `pip install tfos` meets
+# them: a Python whose path has tfos and numpy only (no torch, no pyspark)
+
+def _core_only_python(tmp_path):
+    """(argv prefix, env) of this interpreter with ``-S`` and a path of
+    tfos and numpy only: what `pip install tfos` alone gives."""
+    import numpy
+    import tfos
+    site = tmp_path / "site-core-only"
+    site.mkdir()
+    np_dir = os.path.dirname(numpy.__file__)
+    for src in (os.path.dirname(tfos.__file__), np_dir, np_dir + ".libs"):
+        if os.path.exists(src):
+            os.symlink(src, site / os.path.basename(src))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return [PY, "-S", "-c"], env
+
+
+def _run_core_only(tmp_path, code):
+    argv, env = _core_only_python(tmp_path)
+    out = subprocess.run(argv + [code], env=env, capture_output=True, text=True, timeout=60)
+    return out.stdout + out.stderr
+
+
+def test_tfos_torch_without_torch_names_the_pip_command(tmp_path):
+    out = _run_core_only(tmp_path, "import importlib.util, sys\n"
+                                   "assert importlib.util.find_spec('torch') is None\n"
+                                   "try:\n"
+                                   "    import tfos.torch\n"
+                                   "except ModuleNotFoundError as e:\n"
+                                   "    print(type(e).__name__, '|', e)\n")
+    assert "MissingDependency | tfos.torch needs torch, not installed for %s: pip install 'tfos[torch]'" % PY in out, out
+
+
+def test_a_connect_client_is_told_the_connect_extra(tmp_path):
+    # the session's class is pyspark.sql.connect's: the extra to install is
+    # tfos[connect] (pyspark[connect] and its gRPC client), not tfos[spark]
+    out = _run_core_only(tmp_path, "import tfos.spark\n"
+                                   "Remote = type('SparkSession', (), {'__module__': 'pyspark.sql.connect.session'})\n"
+                                   "Classic = type('SparkSession', (), {'__module__': 'pyspark.sql.session'})\n"
+                                   "for s in (Remote(), Classic()):\n"
+                                   "    try:\n"
+                                   "        tfos.spark.Cluster(s, print)\n"
+                                   "    except ModuleNotFoundError as e:\n"
+                                   "        print(e)\n")
+    lines = [ln for ln in out.splitlines() if "tfos.spark.Cluster needs" in ln]
+    assert len(lines) == 2, out
+    assert lines[0].endswith("pip install 'tfos[connect]'") and lines[1].endswith("pip install 'tfos[spark]'"), out
+
+
+def test_predict_udf_without_pyspark_names_the_pip_command(tmp_path):
+    out = _run_core_only(tmp_path, "from tfos.serve import predict_udf\n"
+                                   "try:\n"
+                                   "    predict_udf('digits')\n"
+                                   "except ModuleNotFoundError as e:\n"
+                                   "    print(type(e).__name__, '|', e)\n")
+    assert "MissingDependency | tfos.serve.predict_udf needs pyspark" in out and "pip install 'tfos[spark]'" in out, out

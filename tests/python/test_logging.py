@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 from conftest import PY
 
@@ -209,3 +210,84 @@ def test_tfos_run_failure_is_shown_once(tmp_path):
     assert r.returncode == 0 and "CODE 1" in r.stdout, r.stderr
     assert r.stderr.count("tfos: error: the cluster failed:") == 1, r.stderr
     assert r.stderr.count("last lines of worker:0") == 1, r.stderr
+
+
+# Spark's console progress bar: drawn with a carriage return and no newline
+BAR = "[Stage 3:>                                                          (0 + 2) / 2]"
+
+
+def test_a_line_on_a_terminal_does_not_start_inside_spark_progress_bar():
+    """Issue 36, item 11: a tfos line written while Spark's progress bar was
+    on the terminal began in the bar's middle ("[Stage 3:> ...]tfos: ...").
+    On a terminal the line now clears the bar first; on a pipe or file it is
+    written as it is."""
+    import pty
+    body = """
+        import logging, sys
+        for h in list(logging.getLogger("tfos").handlers):
+            if type(h).__name__ == "Collect":
+                logging.getLogger("tfos").removeHandler(h)
+        logging.getLogger("tfos").setLevel(logging.INFO)
+        sys.stderr.write("\\r%s" % {bar!r}); sys.stderr.flush()
+        logging.getLogger("tfos").warning("feeding (attempt 1): 12 s")
+    """.format(bar=BAR)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([PY, "-c", PRELUDE + textwrap.dedent(body)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=slave, env=dict(os.environ))
+        os.close(slave)
+        slave = None
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert proc.wait(timeout=60) == 0, out
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    text = out.decode("utf-8", "replace")
+    assert BAR + "\r\x1b[Ktfos: warning: feeding (attempt 1): 12 s" in text, repr(text)
+    # not a terminal: the line as it is, no control characters in a log file
+    r = run_py(body)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.endswith(BAR + "tfos: warning: feeding (attempt 1): 12 s\n"), repr(r.stderr)
+
+
+def test_a_wait_says_what_it_waits_for_until_it_ends():
+    """The Spark clients' progress lines (_spark/progress.Ticker): a line
+    while a blocking call runs, none once it returned."""
+    import logging
+    import threading
+    from tfos._spark.progress import Ticker
+
+    seen = []
+    first = threading.Event()
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+            first.set()
+
+    log = logging.getLogger("tfos")
+    grab, level = Grab(), log.level
+    log.addHandler(grab)
+    log.setLevel(logging.INFO)
+    try:
+        with Ticker(lambda secs: "waiting for the node stage, %.0f s" % secs, first=0.01, every=0.01):
+            assert first.wait(30), "no progress line in 30 s"
+        after = len(seen)
+        time.sleep(0.2)
+        assert len(seen) == after, seen[after:]
+        assert seen[0].startswith("waiting for the node stage, "), seen
+        with Ticker(lambda secs: "never", first=0.01, every=0.01, quiet=True):
+            time.sleep(0.2)
+        assert "never" not in seen
+    finally:
+        log.removeHandler(grab)
+        log.setLevel(level)

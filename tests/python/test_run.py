@@ -77,6 +77,42 @@ def test_output_is_prefixed_and_logged(tmp_path, marker):
     assert "all nodes finished successfully" in r.stderr
 
 
+# what TensorFlow 2.21 printed at load in every process of a CPU machine
+# whose environment had torch's CUDA wheels (issue 36, item 10)
+TF_NOISE = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1764150000.123456 4242 cudart_stub.cc:31] Could not find cuda drivers on your machine, "
+    "GPU will not be used.",
+    "E0000 00:00:1764150000.223456 4242 cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+    "Failed call to cuInit: UNKNOWN ERROR (303)",
+)
+
+
+def test_tensorflow_load_noise_stays_in_the_node_logs(tmp_path, marker):
+    """TensorFlow's absl notice, "Could not find cuda drivers" and the ERROR
+    "failed call to cuInit" reached the console from every node of a CPU
+    machine; they now stay in the node's log file, the program's own
+    lines, warnings and errors pass, and TF_CPP_MIN_LOG_LEVEL=0 shows them."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("a machine with an NVIDIA driver: a failed cuInit there is a real error, shown")
+    script = "; ".join("echo '%s' >&2" % line for line in TF_NOISE)
+    script += "; echo 'E0000 real.cc:1] a real error' >&2; echo 'epoch 1'"
+    logs = tmp_path / "logs"
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(logs), "--", "sh", "-c", script, marker],
+                 env={"TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "[worker:0] epoch 1\n" in r.stdout, r.stdout
+    assert "[worker:0] E0000 real.cc:1] a real error\n" in r.stderr, r.stderr
+    for line in TF_NOISE:
+        assert line not in r.stderr and line not in r.stdout, r.stderr
+        assert line + "\n" in (logs / "worker-0.log").read_text()
+    r = run_tfos(["run", "--workers", "1", "--log-dir", str(tmp_path / "logs0"), "--", "sh", "-c", script, marker],
+                 env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert r.returncode == 0, r.stderr
+    for line in TF_NOISE:
+        assert "[worker:0] %s\n" % line in r.stderr, r.stderr
+
+
 def test_failing_node_stops_the_cluster_with_a_summary(tmp_path, marker):
     pids = tmp_path / "pids"
     pids.mkdir()

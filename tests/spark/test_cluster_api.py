@@ -334,3 +334,43 @@ def test_torch_rank_failure_over_connect_raises_its_traceback(session):
     assert "worker:1" in text and "ValueError: rank one cannot go on over connect" in text, text
     assert "Traceback (most recent call last)" in text, text
     assert wait_no_tfos_processes(30) == []
+
+
+def slow_starter(args, ctx):
+    """Prints, takes a few seconds before its first read (a framework's
+    import), reads its feed, and prints a last line just before it returns."""
+    import time
+    from tfos import TFNode
+    print("hello from %s:%d" % (ctx.job_name, ctx.task_index), flush=True)
+    # what TensorFlow prints at load on a machine without a GPU driver
+    print("E0000 00:00:1.2 42 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)", flush=True)
+    time.sleep(args)
+    feed = TFNode.DataFeed(ctx.mgr)
+    rows = 0
+    while not feed.should_stop():
+        rows += len(feed.next_batch(100))
+    print("last line of %s:%d after %d rows" % (ctx.job_name, ctx.task_index, rows), flush=True)
+
+
+def test_connect_client_sees_the_nodes_output_and_what_it_waits_for(session, capsys, caplog):
+    """On a Connect client the nodes' output went to the server's stdout and
+    train() printed one line at the end (issue 36, items 4 and 6): every
+    node's lines now come to the client with its name, the last one before
+    shutdown() returns, and a wait of more than a few seconds says what it
+    waits for."""
+    connect_covers_it(session)
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    caplog.set_level("INFO", logger="tfos")
+    df = spark.range(0, 2000, 1, 4)
+    with Cluster(spark, slow_starter, 12, 2) as cluster:
+        assert cluster.train(df) == 2000
+    out = capsys.readouterr().out
+    for node in ("worker:0", "worker:1"):
+        assert "[%s] hello from %s" % (node, node) in out, out
+        assert "[%s] last line of %s after " % (node, node) in out, out
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        assert "failed call to cuInit" not in out, out  # TensorFlow's noise stays in the node logs
+    waits = [r.getMessage() for r in caplog.records if r.name == "tfos"]
+    assert any(m.startswith("feeding (attempt 1): ") and "programs are still starting" in m for m in waits), waits
+    assert wait_no_tfos_processes(30) == []

@@ -14,14 +14,17 @@ policy itself, with the cause code the status carries.
 """
 import json
 import os
+import sys
 import time
 
 from .. import _tfos
 from .._launch import ClusterError
-from .._log import log as logger
+from .._log import console_write, log as logger
 from . import session as _session
 from .attempts import STATES, Engine, Snapshot, cause_code, failure_text
-from .driver import short
+from .driver import SetupError, setup_errors_first, short, spark_job_error
+from .nodes import executors_python, guarded, missing_module_text, missing_of_row
+from .progress import JobProgress, Ticker
 from .wait import JOB, WaitTimeout, wait_until
 
 
@@ -33,13 +36,20 @@ class SessionEngine(Engine):
 
     poll = JOB
 
-    def __init__(self, spark, spec, num_nodes, lease, checkpoint_dir):
+    #: seconds between two reads of the nodes' output while the client waits
+    OUTPUT_EVERY = 2.0
+
+    def __init__(self, spark, spec, num_nodes, lease, checkpoint_dir, output=False):
         self.spark, self.spec, self.num_nodes = spark, spec, int(num_nodes)
         self.lease, self.checkpoint_dir = float(lease), checkpoint_dir
         self.stop_timeout = spec.grace + 60
         self.nodes = []       # the node stage's rows: executor_id, host, coord, pid, error
         self.last = None      # the coordinator's last status (a dict)
         self.released = True
+        self.output = bool(output)  # bring the nodes' output to this client (show_output)
+        self.logs = {}        # executor_id -> [executor key, log path, offset read up to, label]
+        self.logs_read_at = 0.0
+        self.read_at_end = None  # (attempt, state, failed) of the last forced read
 
     # -- the coordinator, through Spark jobs
     def query(self, command=None, reason=None):
@@ -61,15 +71,33 @@ class SessionEngine(Engine):
         self.spec.attempt = attempt
         self.spec.coord_addr = None
         self.last = None
-        stage = _session.node_stage(self.spec, self.lease, self.lease)
+        # an executor whose Python lacks tfos says so (nodes.guarded)
+        stage = guarded(_session.node_stage(self.spec, self.lease, self.lease), _session.NODE_FIELDS)
         t0 = time.monotonic()
+        conf_get = self._conf_get
+        job = JobProgress(self.spark)
+
+        def waiting(secs):
+            tasks = job.tasks()
+            running = ("; %d of its %d tasks running" % (tasks[2], n)) if tasks else ""
+            return ("forming cluster %s (attempt %d): %.0f s waiting for its node stage%s. It is a barrier stage: "
+                    "Spark starts its %d tasks only when %d task slots are free at once, then each starts its node "
+                    "and waits until the node registered" % (self.spec.cluster_id, attempt, secs, running, n, n))
+
         try:
-            rows = self.spark.range(0, n, 1, n).mapInArrow(stage, _session.ddl(_session.NODE_FIELDS),
-                                                           barrier=True).collect()
+            with job, Ticker(waiting):
+                rows = self.spark.range(0, n, 1, n).mapInArrow(stage, _session.ddl(_session.NODE_FIELDS),
+                                                               barrier=True).collect()
         except Exception as exc:
-            raise ClusterError("the tfos cluster did not form: the Spark job that starts its %d nodes failed: %s"
-                               % (n, short(exc)), 1, None) from exc
-        rows = sorted((r.asDict() for r in rows), key=lambda r: r["executor_id"])
+            text = spark_job_error("the Spark job that starts its %d nodes failed" % n, exc, conf_get)
+            raise ClusterError(text if isinstance(text, SetupError) else "the tfos cluster did not form: %s" % text,
+                               1, None) from exc
+        rows = [r.asDict() for r in rows]
+        setup = [SetupError(missing_module_text(m, executors_python(conf_get)))
+                 for m in map(missing_of_row, rows) if m]
+        if setup:
+            raise ClusterError(setup_errors_first(setup), 1, None)
+        rows = sorted(rows, key=lambda r: r["executor_id"])
         self.nodes = rows
         if rows and rows[0]["coord"]:
             self.spec.coord_addr = rows[0]["coord"]
@@ -89,13 +117,61 @@ class SessionEngine(Engine):
         logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
                     self.spec.cluster_id, attempt, time.monotonic() - t0, n,
                     ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
+        self.logs = {r["executor_id"]: [r["key"], r["log"], r["log_offset"] or 0, self.spec.label(r["executor_id"])]
+                     for r in rows if r.get("log") and r.get("key")}
+        self.logs_read_at = 0.0
+
+    def _conf_get(self, key):
+        try:
+            return self.spark.conf.get(key, None)
+        except Exception:  # a setting a Connect server does not show its clients
+            return None
 
     def _state_in(self, *states):
         st = self.query()
         return st if st.get("state") in states else None
 
+    # -- the nodes' output, brought to the client
+    def read_output(self, force=False):
+        """Show the nodes' output written since the last read (``[worker:0]
+        line`` on this client's stdout): at most every OUTPUT_EVERY seconds,
+        or now with ``force``. A barrier job of one task per executor reads
+        each node's log file on its executor (session.logs_stage); the lines
+        are whole and in order, each node's after the last shown."""
+        if not self.output or not self.logs:
+            return
+        now = time.monotonic()
+        if not force and now - self.logs_read_at < self.OUTPUT_EVERY:
+            return
+        self.logs_read_at = now
+        wanted = {}
+        for eid, (key, path, offset, _) in self.logs.items():
+            wanted.setdefault(key, []).append((eid, path, offset))
+        n = self.num_nodes
+        try:
+            rows = self.spark.range(0, n, 1, n).mapInArrow(
+                _session.logs_stage(wanted, self.spec.local_master), _session.ddl(_session.LOG_FIELDS),
+                barrier=True).collect()
+        except Exception as exc:  # the session is going away: the lines stay in the nodes' log files
+            logger.debug("reading the nodes' output: %s", short(exc, 300))
+            return
+        for r in sorted(rows, key=lambda r: r["executor_id"]):
+            entry = self.logs.get(r["executor_id"])
+            if entry is None or r["offset"] != entry[2]:
+                continue  # read twice (a local master's executors are one): shown once
+            entry[2] = r["end"]
+            for line in json.loads(r["lines"]):
+                console_write(sys.stdout, "[%s] %s" % (entry[3], line))
+
     def snapshot(self):
         st = self.query()
+        # the output up to now, before a look that ends the wait: a rank's
+        # last lines come before the run ends or its failure is raised
+        ending = (self.spec.attempt, st.get("state"), bool(st.get("failure")))
+        over = ending[2] or ending[1] in ("done", "failed")
+        self.read_output(force=over and ending != self.read_at_end)
+        if over:
+            self.read_at_end = ending
         failure = st.get("failure") or ""
         state = STATES.get(st.get("state"), _tfos.STATE_RUNNING)
         rec = st.get("failure_record") or {}

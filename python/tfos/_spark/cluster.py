@@ -12,7 +12,7 @@ from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import AttemptController, FeedRound, State, feed_until_delivered, failure_text
 from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
-from .nodes import NodeSpec
+from .nodes import NodeSpec, master_kind
 from .wait import LOCAL, WaitTimeout, wait_until
 
 _DEFAULTS = _tfos.DEFAULTS  # include/tfos/defaults.h
@@ -413,7 +413,9 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         raise ValueError("TFCluster.run: keras=%r: use 'auto' (tf-keras where installed), 'legacy' (tf-keras), "
                          "'3' (Keras 3) or 'env' (as the executors' environment says)" % (keras,))
     layout = _layout(int(num_executors), int(num_ps), master_node, eval_node)
-    local = sc.master.startswith("local")
+    # local[N]: every node in the driver's JVM; local-cluster[N,C,M] runs N
+    # executor JVMs, one node each, as a cluster does
+    local = master_kind(sc.master) == "local"
     total = int(num_executors)
     spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
     _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,

@@ -15,7 +15,7 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import Engine, Snapshot, cause_code, failure_text  # noqa: F401 (failure_text: its old home)
-from .nodes import node_task
+from .nodes import executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
@@ -136,21 +136,31 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
         count = wait_until(enough, wait_s, "%d Spark executors to register" % n_tasks, JOB)
     except WaitTimeout:
         count = _executor_count(sc)
+    shape = local_cluster_shape(sc.master)
+    if shape:  # N executor JVMs of C cores on this machine: the master URL is what to change
+        ask = "use the master local-cluster[%d,1,%d] (one executor per node, one core each)"
+    else:
+        ask = ("Give the application exactly %d executors (spark.executor.instances / --num-executors on YARN and "
+               "Kubernetes; spark.cores.max together with spark.executor.cores on a standalone master)")
     if count < n_tasks:
+        fix = (ask % (n_tasks, shape[2])) if shape else ask.replace("exactly %d", "%d or more") % n_tasks
         raise TFClusterError(
-            "TFCluster.run needs %d Spark executors (one per node), but the application has %d after %.0f s. Ask "
-            "for more executors (spark.executor.instances / --num-executors on YARN and Kubernetes; spark.cores.max "
-            "together with spark.executor.cores on a standalone master), or lower num_executors"
-            % (n_tasks, count, wait_s))
+            "TFCluster.run needs %d Spark executors (one per node), but the application has %d after %.0f s: %s, "
+            "or lower num_executors" % (n_tasks, count, wait_s, fix))
     if spark_mode and count > n_tasks:
         raise TFClusterError(
             "InputMode.SPARK feeds each partition to the node on the executor that computes it, but the application "
-            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. Give the "
-            "application exactly %d executors (spark.executor.instances / --num-executors, or spark.cores.max with "
-            "spark.executor.cores on a standalone master), or set num_executors=%d" % (count, n_tasks, n_tasks, count))
+            "has %d executors for %d nodes on executors: feed tasks on the others would have no node. %s, or set "
+            "num_executors=%d" % (count, n_tasks, (ask % (n_tasks, shape[2])) if shape else ask % n_tasks, count))
     cores = conf.get("spark.executor.cores", None)
+    if shape:
+        cores = str(shape[1])
     cpus = int(conf.get("spark.task.cpus", "1"))
-    if cores is not None and int(cores) // cpus > 1:
+    if shape and shape[1] // cpus > 1:
+        logger.warning("the master %s gives each executor %d cores, so one executor may run %d node tasks at "
+                       "once; two nodes landing on one executor is an error: use local-cluster[%d,1,%d] (or "
+                       "spark.task.cpus=%d)", sc.master, shape[1], shape[1] // cpus, shape[0], shape[2], shape[1])
+    elif cores is not None and int(cores) // cpus > 1:
         logger.warning("spark.executor.cores=%s and spark.task.cpus=%d let one executor run %d tasks at once; "
                        "two nodes landing on one executor is an error: set spark.task.cpus=%s", cores, cpus,
                        int(cores) // cpus, cores)
@@ -368,7 +378,7 @@ def _start_node_job(sc, spec, spark_ids, errors):
     """Run the node stage in a background thread (node tasks of ps nodes, and
     of every node with InputMode.TENSORFLOW, last as long as the cluster)."""
     rdd = sc.parallelize(spark_ids, len(spark_ids))
-    fn = node_task(spec)
+    fn = guarded(node_task(spec))  # an executor without tfos says so (nodes.py)
     conf = sc.getConf()
     barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
 
@@ -377,14 +387,44 @@ def _start_node_job(sc, spec, spark_ids, errors):
         try:
             stage = rdd.barrier().mapPartitions(fn) if barrier else rdd.mapPartitions(fn)
             for r in stage.collect():
-                if r.get("error"):
+                missing = missing_of_row(r)
+                if missing:
+                    errors.append(SetupError(missing_module_text(missing, executors_python(conf.get))))
+                elif r.get("error"):
                     errors.append(r["error"])
         except Exception as exc:
-            errors.append("the Spark job that starts the nodes failed: %s" % short(exc))
+            errors.append(spark_job_error("the Spark job that starts the nodes failed", exc, conf.get))
 
     t = threading.Thread(target=job, name="tfos-nodes", daemon=True)
     t.start()
     return t
+
+
+class SetupError(str):
+    """A node stage's error that is the application's setup, not a node's
+    (the executors' Python lacks tfos): it leads the cluster's error."""
+
+
+def spark_job_error(what, exc, conf_get):
+    """The text for a failed Spark job: a SetupError paragraph when Spark's
+    error says an executor's Python lacked a module (with the first line of
+    Spark's own error after it), else ``what`` and Spark's error."""
+    missing = missing_in_spark_error(exc)
+    if missing:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return SetupError("%s\n(%s: %s)" % (missing_module_text(missing, executors_python(conf_get)), what,
+                                             short(first, 300)))
+    return "%s: %s" % (what, short(exc))
+
+
+def setup_errors_first(errors):
+    """The errors of a node stage as one text: a SetupError alone (once,
+    however many executors said it), else all of them."""
+    setup = [e for e in errors if isinstance(e, SetupError)]
+    if setup:
+        more = len(set(setup)) - 1
+        return setup[0] + (" (and %d more executors said the same of theirs)" % more if more > 0 else "")
+    return "; ".join(errors)
 
 
 def node_group(spec):
@@ -403,7 +443,10 @@ def _wait_formed(driver, errors, timeout):
         if state in (_tfos.STATE_RUNNING, _tfos.STATE_DONE):
             return True
         if errors:
-            raise TFClusterError("the tfos cluster failed to start: %s" % "; ".join(errors))
+            setup = setup_errors_first(errors)
+            if isinstance(setup, SetupError) or any(isinstance(e, SetupError) for e in errors):
+                raise TFClusterError(setup)  # the paragraph first: the fix, not a node's failure
+            raise TFClusterError("the tfos cluster failed to start: %s" % setup)
         return False
 
     try:

@@ -19,6 +19,7 @@ exactly as long as the agent:
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -89,6 +90,26 @@ class NodeSpec(object):
             if self.role(i) == ("worker", 0):
                 return i
         return None
+
+
+def master_kind(master):
+    """"local" for a master that runs every task in the driver's JVM
+    (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``), "local-cluster"
+    for ``local-cluster[N,C,M]`` (N executor JVMs on this machine: one node
+    each, as on a cluster), else "cluster"."""
+    master = (master or "").strip()
+    if master.startswith("local-cluster"):
+        return "local-cluster"
+    if master == "local" or master.startswith("local["):
+        return "local"
+    return "cluster"
+
+
+def local_cluster_shape(master):
+    """(executors, cores each, MiB each) of a ``local-cluster[N,C,M]``
+    master, or None."""
+    m = re.match(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]", (master or "").strip())
+    return tuple(int(g) for g in m.groups()) if m else None
 
 
 # ---- where am I ---------------------------------------------------------------
@@ -197,6 +218,119 @@ def gpu_addresses():
         return None
     gpu = res.get("gpu") if res else None
     return list(gpu.addresses) if gpu is not None else None
+
+
+# ---- executors whose Python lacks tfos -------------------------------------------
+#
+# The most common Spark setup mistake: the executors run a Python without
+# tfos (the driver's venv is not the executors' interpreter). A task function
+# of tfos's is pickled by reference to tfos's modules, so such an executor
+# fails in Spark's unpickler, before any code of ours runs, and the user got
+# 159 lines of Java and Python traces around "No module named 'tfos'".
+# guarded() ships the node stage's function inside a closure that needs only
+# the standard library: it tries `import tfos` first and, when that fails,
+# returns a row with what failed (structured: the ImportError's module, the
+# executor's sys.executable and host), from which the driver writes one
+# paragraph. missing_in_spark_error() is the fallback for failures before
+# the function runs at all (an Arrow stage on an executor without pyarrow).
+
+def guarded(fn, arrow_fields=None):
+    """``fn`` (a node stage's task function) for an executor that may lack
+    tfos: the returned function imports tfos first and, when it cannot,
+    yields one row ``{"missing": JSON}`` (an Arrow batch of ``arrow_fields``
+    with the JSON in ``missing`` when given) instead of running ``fn``.
+    Read the row back with :func:`missing_of_row`."""
+    from pyspark import cloudpickle  # every executor has pyspark's copy: plain pickle.loads reads it
+    inner = cloudpickle.dumps(fn)
+    fields = tuple(arrow_fields or ())
+
+    def run(iterator):
+        # standard library only up to the import: this closure is pickled
+        # by value, and nothing in it may need tfos to be unpickled
+        try:
+            import tfos._tfos  # noqa: F401 (the extension too: a tfos built for another Python fails here)
+        except ImportError as exc:
+            import json as _json
+            import socket as _socket
+            import sys as _sys
+            info = _json.dumps({"module": getattr(exc, "name", None) or "tfos", "python": _sys.executable,
+                                "host": _socket.gethostname(), "error": "%s: %s" % (type(exc).__name__, exc)})
+            if not fields:
+                yield {"missing": info}
+                return
+            import pyarrow as _pa
+            types = {"long": _pa.int64(), "string": _pa.string()}
+            row = {name: (info if name == "missing" else None) for name, _ in fields}
+            yield _pa.RecordBatch.from_pylist([row], schema=_pa.schema([(n, types[t]) for n, t in fields]))
+            return
+        import pickle as _pickle
+        for out in _pickle.loads(inner)(iterator):
+            yield out
+
+    return run
+
+
+def missing_of_row(row):
+    """The dict a guarded task returned (module, python, host, error), or None."""
+    info = row.get("missing") if isinstance(row, dict) else None
+    return json.loads(info) if info else None
+
+
+_NO_MODULE = re.compile(r"^(?:\S+\.)?ModuleNotFoundError: No module named '([^']+)'", re.M)
+
+
+def missing_in_spark_error(exc):
+    """The module a Spark job's failure says an executor's Python lacked
+    (``{"module": ...}``), or None: Spark reports a Python worker's
+    exception as text (the worker's traceback, last line
+    ``ModuleNotFoundError: No module named 'X'``), and pyspark 4's check of
+    pyarrow as its error class PACKAGE_NOT_INSTALLED."""
+    text = str(exc)
+    cls = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    try:
+        cond = cls() if cls else None
+    except Exception:
+        cond = None
+    if cond == "PACKAGE_NOT_INSTALLED":
+        params = getattr(exc, "getMessageParameters", lambda: {})() or {}
+        name = str(params.get("package_name", "")).lower()
+        if name:
+            return {"module": name}
+    found = _NO_MODULE.findall(text)
+    return {"module": found[-1]} if found else None
+
+
+def executors_python(conf_get):
+    """The executors' Python as Spark's settings name it (``conf_get(key)``
+    returns a value or None), or None."""
+    for key in ("spark.pyspark.python", "spark.executorEnv.PYSPARK_PYTHON"):
+        try:
+            value = conf_get(key)
+        except Exception:
+            value = None
+        if value:
+            return "%s (%s)" % (value, key)
+    return None
+
+
+def missing_module_text(missing, python=None):
+    """One paragraph for an executor whose Python lacks a module tfos's
+    tasks need: what, where, and the three ways to fix it. ``python``: the
+    executors' Python from Spark's settings, when the task could not say."""
+    mod = missing.get("module") or "tfos"
+    top = mod.split(".")[0]
+    py = missing.get("python") or python
+    where = " on host %s" % missing["host"] if missing.get("host") else ""
+    exe = ("the executors' Python (%s)%s" % (py, where)) if py else ("the executors' Python%s" % where)
+    what = ("tfos" if top == "tfos" else "%s, which tfos's Spark tasks need (pip install 'tfos[spark]' brings it)"
+            % top)
+    return ("Spark's executors cannot run tfos: %s has no module %r (%s). Install %s in the Python that "
+            "the executors run, which is not necessarily the driver's (%s): set spark.pyspark.python (or "
+            "spark.executorEnv.PYSPARK_PYTHON) to a Python that has it on every worker, or ship a virtual "
+            "environment with the application (tfos yarn pack -o env.tar.gz, then spark-submit --archives "
+            "env.tar.gz#env --conf spark.pyspark.python=./env/bin/python). See docs/SPARK.md, \"Installing tfos "
+            "on the executors\"." % (exe, mod, missing.get("error") or "ModuleNotFoundError",
+                                       what, sys.executable))
 
 
 # ---- node tasks -----------------------------------------------------------------

@@ -27,11 +27,13 @@ import threading
 from .. import _tfos
 from .._launch import agent_path
 from .feeding import _feed_one, _skip_arrow_rows, infer_partition
-from .nodes import _task_context, start_registered
+from .nodes import _task_context, executor_key, start_registered
 from .wait import LOCAL, WaitTimeout, wait_until
 
 NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"), ("pid", "long"),
-               ("error", "string"))
+               ("error", "string"), ("key", "string"), ("log", "string"), ("log_offset", "long"),
+               ("missing", "string"))  # key: the executor's (JVM pid); log: the node's log file; missing: guarded's
+LOG_FIELDS = (("executor_id", "long"), ("offset", "long"), ("end", "long"), ("lines", "string"))
 FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"))
 QUERY_FIELDS = (("status", "string"), ("error", "string"))
 
@@ -146,7 +148,15 @@ def node_stage(spec, lease, linger):
             except Exception as exc:
                 err = "the tfos coordinator could not start on host %s: %s" % (socket.gethostname(), exc)
         coord, err = json.loads(ctx.allGather(json.dumps([coord, err]))[0])
-        row = {"executor_id": part, "host": socket.gethostname(), "coord": coord, "pid": 0, "error": err or None}
+        row = {"executor_id": part, "host": socket.gethostname(), "coord": coord, "pid": 0, "error": err or None,
+               "key": executor_key()}
+        if spec.log_dir:
+            # where the node's output goes (its agent appends to it), and how
+            # much an earlier cluster of this executor wrote there: the client
+            # reads it from here on (logs_stage)
+            path = os.path.abspath(os.path.join(spec.log_dir, "%s-%d.log" % spec.role(part)))
+            row["log"] = path
+            row["log_offset"] = os.path.getsize(path) if os.path.exists(path) else 0
         if coord:
             spec.coord_addr = coord
             pid, failed = start_registered(spec, part)
@@ -248,6 +258,58 @@ def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
             table = table.append_column(name, col)
         for rb in table.to_batches():
             yield rb
+
+    return run
+
+
+#: the most a logs task reads of one node's log at a time
+LOG_READ_MAX = 256 * 1024
+
+
+def _tf_noise():
+    """A test for TensorFlow's lines at load that the node agent keeps off
+    its console on a machine without an NVIDIA driver (src/roles/agent.c,
+    tf_noise: absl's notice, "Could not find cuda drivers", "failed call to
+    cuInit"); they stay in the log file, and the client does not show them
+    either. None where they are shown (a driver, TF_CPP_MIN_LOG_LEVEL=0)."""
+    if os.path.exists("/proc/driver/nvidia/version") or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+        return None
+    return lambda line: ("before absl::InitializeLog() is called" in line or "failed call to cuInit" in line
+                         or ("cudart_stub" in line and "Could not find cuda drivers" in line))
+
+
+def logs_stage(wanted, local_master):
+    """The nodes' output since the client last read it (the client shows it
+    with each node's name: the programs' stdout and stderr are the
+    executors'). A barrier stage of one task per executor: each reads the
+    log files of the nodes on its own executor, ``wanted`` {executor key:
+    [(executor_id, path, offset)]}, from ``offset``, whole lines only, at
+    most LOG_READ_MAX bytes a node; returns (executor_id, offset, end, lines
+    as a JSON list). On a local master every task is on the one executor:
+    task 0 reads."""
+
+    def run(batches):
+        for _ in batches:
+            pass
+        tc = _task_context()
+        rows = []
+        noise = _tf_noise()
+        if not (local_master and tc is not None and tc.partitionId() != 0):
+            for eid, path, offset in wanted.get(executor_key(), ()):
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        data = f.read(LOG_READ_MAX)
+                except OSError:
+                    continue
+                cut = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+                if cut:
+                    lines = data[:cut].decode("utf-8", "replace").splitlines()
+                    if noise is not None:
+                        lines = [line for line in lines if not noise(line)]
+                    rows.append({"executor_id": eid, "offset": offset, "end": offset + cut,
+                                 "lines": json.dumps(lines)})
+        yield _batch(LOG_FIELDS, rows)
 
     return run
 

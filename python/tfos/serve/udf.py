@@ -62,6 +62,9 @@ def predict_udf(model, url=None, version=None, token=None, local=True, batch_row
     the server batches requests of all tasks together). The model's metadata
     is read here, on the driver, so a model not served fails now, naming
     it."""
+    from .._extras import require
+    # the README's promise: a missing package names the pip command (issue 36)
+    require("tfos.serve.predict_udf", "pyspark", "pyarrow", extra="spark")
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     url = (url or os.environ.get("TFOS_SERVE_URL") or _DEFAULT_URL).rstrip("/")
