@@ -15,8 +15,9 @@
  * fires at the earliest. A connection waiting for a deferred answer has none.
  *
  * Slots: a fixed table. With every slot used, a new connection takes the
- * slot of the oldest that is lingering, still in its head (idle kept-alive
- * ones included), or in its body, in that order, once it has had EVICT_MS
+ * slot of the oldest that is lingering, still in its first head (or silent),
+ * kept alive between requests, or in its body, in that order (see
+ * rank), once it has had EVICT_MS
  * (a real client sends its head at once; the second keeps a busy server
  * from dropping clients it has accepted but not yet read). Connections
  * waiting for an answer or being written to are never taken; with none to
@@ -69,6 +70,7 @@ typedef struct hconn {
     const char *query; /* into path: after the '?', or "" */
     uint32_t gen;    /* bumped at every request: a stale reply id is refused */
     int keep;        /* keep the connection after this response */
+    int served;      /* a response was sent on it (it is kept alive between requests) */
     int minor;       /* the request's HTTP/1.x, answered in kind */
     int64_t since;   /* when the connection entered its state (its age, for taking its slot) */
     int64_t deadline; /* when it is dropped (or answered 408); 0: none (C_PENDING) */
@@ -227,29 +229,44 @@ static int refused(const tfos__http *s, const char *head, const char *query)
     return loopback_host(host) ? 0 : 421;
 }
 
-/* May c's slot be taken for a new connection (now)? Its rank (lower goes
- * first), or -1. */
-static int takeable(const hconn *c, int64_t now)
+/* Whose slot a new connection may take, in classes (lower goes first), or
+ * -1: lingering, then in a head (or silent) since it connected, then kept
+ * alive between requests (a client that has asked before, and may ask every
+ * few seconds), then in its body. */
+static int rank(const hconn *c)
 {
-    if (c->fd < 0 || now - c->since < EVICT_MS)
+    if (c->fd < 0)
         return -1;
-    return c->state == C_LINGER ? 0 : c->state == C_HEAD ? 1 : c->state == C_BODY ? 2 : -1;
+    switch (c->state) {
+    case C_LINGER: return 0;
+    case C_HEAD: return c->served && !c->len ? 2 : 1;
+    case C_BODY: return 3;
+    default: return -1;
+    }
 }
 
-/* The connection whose slot a new one takes, or NULL (see the top). */
-static hconn *victim(tfos__http *s, int64_t now)
+/* The oldest connection of the lowest class there is, or NULL. Its slot is
+ * taken once it has had EVICT_MS, and not one of a higher class meanwhile:
+ * a flood of new connections only ever takes its own kind's slots. */
+static hconn *candidate(tfos__http *s)
 {
     hconn *v = NULL;
-    int vr = 3;
+    int vr = 4;
     for (int i = 0; i < s->nconns; i++) {
         hconn *c = &s->conns[i];
-        int r = takeable(c, now);
+        int r = rank(c);
         if (r >= 0 && (r < vr || (r == vr && c->since < v->since))) {
             v = c;
             vr = r;
         }
     }
     return v;
+}
+
+static hconn *victim(tfos__http *s, int64_t now)
+{
+    hconn *v = candidate(s);
+    return v && now - v->since >= EVICT_MS ? v : NULL;
 }
 
 static void on_timer(tfos__loop *l, tfos__timer *t, void *user);
@@ -261,13 +278,12 @@ static void schedule(tfos__http *s)
     int64_t at = INT64_MAX;
     for (int i = 0; i < s->nconns; i++) {
         const hconn *c = &s->conns[i];
-        if (c->fd < 0)
-            continue;
-        if (c->deadline && c->deadline < at)
+        if (c->fd >= 0 && c->deadline && c->deadline < at)
             at = c->deadline;
-        if (s->paused && c->state != C_PENDING && c->state != C_WRITE && c->since + EVICT_MS < at)
-            at = c->since + EVICT_MS;
     }
+    const hconn *v = s->paused ? candidate(s) : NULL;
+    if (v && v->since + EVICT_MS < at)
+        at = v->since + EVICT_MS;
     if (at == INT64_MAX)
         tfos__timer_disarm(s->loop, &s->timer);
     else
@@ -548,6 +564,7 @@ static void response_sent(tfos__http *s, hconn *c)
         return;
     }
     c->gen++;
+    c->served = 1;
     if (c->head_len) /* answered from its head */
         consume(s, c);
     await_request(s, c);
@@ -686,6 +703,7 @@ static void on_listen(tfos__loop *l, int lfd, int events, void *user)
             continue;
         }
         c->fd = fd;
+        c->served = 0;
         c->len = 0;
         c->buf[0] = '\0';
         await_request(s, c);

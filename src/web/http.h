@@ -21,12 +21,12 @@
  * bodies being received at once hold at most body_budget bytes (a request
  * over it gets 503 before its body is read; one body is always taken). When
  * every connection slot is used, a new connection takes the slot of the
- * oldest that is still receiving its request (idle ones first) once it has
- * had a second; connections waiting for a deferred answer or being written
- * to keep theirs, and with none to take, new connections wait in the
- * kernel's backlog. A connection is closed after its answer has been sent
- * and what the client still sends has been read (for up to 2 s), so the
- * client reads the answer instead of a reset.
+ * oldest that is still receiving its request or idle (those that never
+ * finished a request first) once it has had a second; connections waiting
+ * for a deferred answer or being written to keep theirs, and with none to
+ * take, new connections wait in the kernel's backlog. A connection is closed
+ * after its answer has been sent and what the client still sends has been
+ * read (for up to 2 s), so the client reads the answer instead of a reset.
  *
  * Routing: an exact path beats a prefix, a longer prefix beats a shorter
  * one; a path no route takes gets 404, a method its route does not take 405.

@@ -659,7 +659,8 @@ static void drippers_cannot_hold_the_slots(void)
     run_until(deferred_one, 3000);
     CHECK_EQ(g_ndeferred, 1);
     uint64_t id = g_deferred;
-    /* a kept-alive client that asks every 300 ms */
+    /* a kept-alive client that asks every 1.5 s: idle longer than a slot is
+     * held against new connections, but drippers' slots go first */
     client *talker = dial(port);
     say(talker, "GET /status HTTP/1.1\r\n\r\n", 0);
     CHECK_EQ(response(talker, body, sizeof body, NULL, 0), 200);
@@ -672,8 +673,8 @@ static void drippers_cannot_hold_the_slots(void)
     /* after 1.5 s of that, 5 real clients: each is answered */
     client *probe[5] = {NULL};
     int answered[5] = {0}, nanswered = 0, redials = 0;
-    int64_t start = tfos__now_ms(), next_drip = 0, next_talk = start + 300;
-    for (int64_t until = start + 20000; nanswered < 5 && tfos__now_ms() < until;) {
+    int64_t start = tfos__now_ms(), next_drip = 0, next_talk = start + 1500;
+    for (int64_t until = start + 20000; (nanswered < 5 || talks < 4) && tfos__now_ms() < until;) {
         tfos__loop_run(g_loop, 5);
         int64_t now = tfos__now_ms();
         if (!probe[0] && now >= start + 1500)
@@ -698,11 +699,11 @@ static void drippers_cannot_hold_the_slots(void)
         }
         if (talking) {
             int st = poll_response(talker);
-            CHECK(st == 0 || st == 200); /* never dropped: it is never idle for a second */
+            CHECK(st == 0 || st == 200); /* never dropped */
             if (st == 200) {
                 talks++;
                 talking = 0;
-                next_talk = now + 300;
+                next_talk = now + 1500;
             }
         }
         for (int i = 0; i < 5 && probe[i]; i++)
@@ -716,7 +717,7 @@ static void drippers_cannot_hold_the_slots(void)
             }
     }
     CHECK_EQ(nanswered, 5);
-    CHECK(redials > 0 && talks > 1);
+    CHECK(redials > 0 && talks >= 4);
     /* the waiting request kept its slot */
     CHECK_EQ(tfos__http_reply(h, id, 202, NULL, strdup("done"), 0), 0);
     CHECK_EQ(response(waiting, body, sizeof body, NULL, 0), 202);
