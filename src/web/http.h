@@ -9,18 +9,33 @@
  * Content-Length (chunked request bodies get 411), up to the matched route's
  * max_body (larger: 413, or 405 from a route that takes none); HTTP/1.1
  * connections are kept alive unless the client says close, HTTP/1.0 ones are
- * closed after the response. Request heads over 8 KiB and connections idle
- * for 5 s between requests are dropped. Who may ask is checked on the head,
- * before any body is read: on loopback a request whose Host names another
- * machine gets 421 (DNS rebinding); with a token, a request without it gets
- * 401.
+ * closed after the response. Who may ask is checked on the head, before any
+ * body is read: on loopback a request whose Host is not a loopback literal
+ * (localhost, 127.x.y.z, [::1], each with an optional port) gets 421 (DNS
+ * rebinding); with a token, a request without it gets 401.
+ *
+ * What a client can hold (tfos__http_limits): a request head over 8 KiB gets
+ * 431; a connection with no request begun is closed after idle_ms; a request
+ * must arrive whole within request_ms of its first byte, plus a second per
+ * MiB of its body (else 408) -- one deadline, not restarted by each byte; the
+ * bodies being received at once hold at most body_budget bytes (a request
+ * over it gets 503 before its body is read; one body is always taken). When
+ * every connection slot is used, a new connection takes the slot of the
+ * oldest that is still receiving its request or idle (those that never
+ * finished a request first) once it has had a second; connections waiting
+ * for a deferred answer or being written to keep theirs, and with none to
+ * take, new connections wait in the kernel's backlog. A connection is closed
+ * after its answer has been sent and what the client still sends has been
+ * read (for up to 2 s), so the client reads the answer instead of a reset.
  *
  * Routing: an exact path beats a prefix, a longer prefix beats a shorter
  * one; a path no route takes gets 404, a method its route does not take 405.
  *
  * A route may answer later (deferred): tfos serve answers an infer request
  * once its batch has run. tfos__http_reply then answers it by the request's
- * id; an id whose connection has gone is refused, harmlessly. */
+ * id; an id whose connection has gone is refused, harmlessly. A connection
+ * waiting for its deferred answer has no deadline here (the route's own
+ * bounds its wait). */
 #ifndef TFOS_WEB_HTTP_H
 #define TFOS_WEB_HTTP_H
 #include "core/loop.h"
@@ -65,11 +80,25 @@ typedef struct tfos__http_route {
 
 typedef struct tfos__http tfos__http;
 
+/* What one client may hold of the server (see the top of this file); a
+ * field <= 0 takes its default. */
+typedef struct tfos__http_limits {
+    int idle_ms;        /* no request begun (new, or kept alive between requests): closed after (5,000) */
+    int request_ms;     /* a request, head and body, arrives within this of its first byte (10,000), plus
+                         * 1 s per MiB of its body */
+    long long body_budget; /* bytes of request bodies being received at once, every connection together
+                            * (256 MiB); one body alone is always taken, up to its route's max_body */
+} tfos__http_limits;
+
 /* Listen on host:port (0: any free port) on `loop` (borrowed; it must
  * outlive the server), with up to max_conns connections at once (<= 0: 64;
- * the rest wait in the kernel's backlog). No routes yet: every path is 404
- * until tfos__http_add. TFOS_ESYS (errno says why), TFOS_ENOMEM. */
+ * beyond them a new connection takes the slot of one still receiving its
+ * request, or waits in the kernel's backlog), and the default limits. No
+ * routes yet: every path is 404 until tfos__http_add. TFOS_ESYS (errno says
+ * why), TFOS_ENOMEM. */
 int tfos__http_open(tfos__http **out, tfos__loop *loop, const char *host, int port, int max_conns);
+/* Set the limits (NULL: the defaults), for connections from now on. */
+void tfos__http_set_limits(tfos__http *h, const tfos__http_limits *lim);
 /* Add a route (copied, its path too). A route for a path and kind (exact or
  * prefix) already listed replaces it. 0, or TFOS_EINVAL (no path or fn),
  * TFOS_ENOMEM. */

@@ -1,9 +1,13 @@
 /* http_test.c: the HTTP server (web/http.h) on a loop, with a client
  * socket in the test: request line and headers, Content-Length bodies,
  * chunked bodies (411), bodies over a route's limit (413, 405), heads over
- * 8 KiB, keep-alive and HTTP/1.0 close, pipelining, the Host check against
- * DNS rebinding, the token (header and ?token=), route-list dispatch by
- * prefix and method, a deferred reply, an idle connection dropped. */
+ * 8 KiB (431, closed without a reset), keep-alive and HTTP/1.0 close,
+ * pipelining, the Host check against DNS rebinding, the token (header and
+ * ?token=, checked before any body is read), route-list dispatch by prefix
+ * and method, a deferred reply, an idle connection dropped; and abuse:
+ * clients that drip their requests a byte at a time (one deadline per
+ * request, slots taken from them for real clients), bodies announced by
+ * many clients at once (a budget), a 64 MiB body. */
 #include "check.h"
 #include "core/loop.h"
 #include "platform/clock.h"
@@ -48,12 +52,19 @@ static void hang_up(client *c)
     free(c);
 }
 
+/* Send what the socket takes now; -1 (errno set) when the server has gone. */
+static ssize_t try_say(client *c, const char *text, size_t len)
+{
+    ssize_t w = send(c->fd, text, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return w < 0 && errno == EAGAIN ? 0 : w;
+}
+
 static void say(client *c, const char *text, size_t len)
 {
     if (!len)
         len = strlen(text);
     while (len) {
-        ssize_t w = send(c->fd, text, len, MSG_NOSIGNAL);
+        ssize_t w = send(c->fd, text, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == EAGAIN) { /* the server reads only while its loop runs */
             tfos__loop_run(g_loop, 5);
             continue;
@@ -153,7 +164,7 @@ static int echo(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
     return 0;
 }
 
-static uint64_t g_deferred;
+static uint64_t g_deferred, g_ids[64];
 static int g_ndeferred;
 
 static int later(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
@@ -161,8 +172,42 @@ static int later(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
     (void)rs;
     (void)user;
     g_deferred = rq->id;
+    if (g_ndeferred < 64)
+        g_ids[g_ndeferred] = rq->id;
     g_ndeferred++;
     return 1;
+}
+
+/* "N": the body's length, once every byte was checked against fill() */
+static int sizer(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
+{
+    (void)user;
+    for (size_t i = 0; i < rq->body_len; i++)
+        CHECK(rq->body[i] == (char)('a' + i % 26));
+    CHECK(asprintf(&rs->body, "%zu", rq->body_len) > 0);
+    return 0;
+}
+
+/* n bytes of a body sizer checks */
+static char *fill(size_t n)
+{
+    char *b = malloc(n + 1);
+    CHECK(b != NULL);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)('a' + i % 26);
+    b[n] = '\0';
+    return b;
+}
+
+static void run_until(int (*done)(void), int ms)
+{
+    for (int64_t until = tfos__now_ms() + ms; !done() && tfos__now_ms() < until;)
+        tfos__loop_run(g_loop, 5);
+}
+
+static int deferred_one(void)
+{
+    return g_ndeferred >= 1;
 }
 
 static tfos__http *serve(int *port)
@@ -176,6 +221,7 @@ static tfos__http *serve(int *port)
         {.path = "/v2/models/", .prefix = 1, .methods = TFOS_HTTP_POST, .fn = echo, .user = "models",
          .max_body = 64},
         {.path = "/later", .methods = TFOS_HTTP_GET, .fn = later},
+        {.path = "/upload", .methods = TFOS_HTTP_POST, .fn = sizer, .max_body = (size_t)96 << 20},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         CHECK_EQ(tfos__http_add(h, &routes[i]), 0);
@@ -250,7 +296,7 @@ static void chunked_is_411_and_too_big_is_413(void)
     tfos__http_close(h);
 }
 
-static void heads_over_8k_are_dropped(void)
+static void heads_over_8k_get_431_and_a_clean_close(void)
 {
     int port;
     tfos__http *h = serve(&port);
@@ -260,10 +306,25 @@ static void heads_over_8k_are_dropped(void)
     memset(line, 'a', sizeof line);
     memcpy(line, "X-Pad: ", 7);
     memcpy(line + sizeof line - 2, "\r\n", 2);
-    for (int i = 0; i < 70; i++) /* 70 * 128 > 8 KiB, no blank line */
-        say(c, line, sizeof line);
-    CHECK(closed(c));
-    CHECK_EQ(c->len, 0); /* no answer, just gone */
+    /* 70 * 128 > 8 KiB with no blank line, then 256 KiB more while the
+     * server answers: what it has not read must not turn its close into a
+     * reset (the client would lose the answer) */
+    int failed = 0;
+    for (int i = 0; i < 70 + 2048 && !failed; i++) {
+        for (size_t off = 0; off < sizeof line && !failed;) {
+            ssize_t w = try_say(c, line + off, sizeof line - off);
+            failed = w < 0;
+            off += w > 0 ? (size_t)w : 0;
+            if (!w)
+                tfos__loop_run(g_loop, 5);
+        }
+    }
+    CHECK(!failed);
+    char body[4096], head[1024];
+    CHECK_EQ(response(c, body, sizeof body, head, sizeof head), 431);
+    CHECK(strstr(body, "over 8192 bytes"));
+    CHECK(strstr(head, "Connection: close"));
+    CHECK(closed(c)); /* an end of stream, not ECONNRESET */
     hang_up(c);
     /* one just under the bound is fine */
     c = dial(port);
@@ -271,7 +332,6 @@ static void heads_over_8k_are_dropped(void)
     for (int i = 0; i < 60; i++)
         say(c, line, sizeof line);
     say(c, "\r\n", 0);
-    char body[4096];
     CHECK_EQ(response(c, body, sizeof body, NULL, 0), 200);
     hang_up(c);
     tfos__http_close(h);
@@ -331,6 +391,27 @@ static void host_check_against_dns_rebinding(void)
     snprintf(req, sizeof req, "GET /status HTTP/1.1\r\nHost: attacker.example:%d\r\n\r\n", port);
     CHECK_EQ(ask(port, req, body, sizeof body), 421);
     CHECK_EQ(ask(port, "GET /status HTTP/1.1\r\nHost: 127.example\r\n\r\n", body, sizeof body), 421);
+    /* names that only start like a loopback literal resolve wherever their owner likes */
+    static const char *const far[] = {"127.0.0.1.evil.example", "127.0.0.1.evil.example:80", "localhost.evil.example",
+                                      "127.0.0.1:80.evil.example", "localhost:abc", "localhost:", "localhost:123456",
+                                      "[::1].evil.example", "[::1]:80x", "[::2]", "[::ffff:127.0.0.1]", "[::1",
+                                      "127.1", "0x7f.0.0.1", "", "evil.example#@127.0.0.1"};
+    for (size_t i = 0; i < sizeof far / sizeof *far; i++) {
+        snprintf(req, sizeof req, "GET /status HTTP/1.1\r\nHost: %s\r\n\r\n", far[i]);
+        if (ask(port, req, body, sizeof body) != 421) {
+            fprintf(stderr, "Host: %s was taken\n", far[i]);
+            CHECK(0);
+        }
+    }
+    static const char *const here[] = {"localhost", "localhost:8500", "127.0.0.1", "127.0.0.1:8500", "127.1.2.3:1",
+                                       "[::1]", "[::1]:8500", "[0:0:0:0:0:0:0:1]:80", "LOCALHOST:80"};
+    for (size_t i = 0; i < sizeof here / sizeof *here; i++) {
+        snprintf(req, sizeof req, "GET /status HTTP/1.1\r\nHost: %s\r\n\r\n", here[i]);
+        if (ask(port, req, body, sizeof body) != 200) {
+            fprintf(stderr, "Host: %s was refused\n", here[i]);
+            CHECK(0);
+        }
+    }
     snprintf(req, sizeof req, "GET /status HTTP/1.1\r\nHost: localhost:%d\r\n\r\n", port);
     CHECK_EQ(ask(port, req, body, sizeof body), 200);
     CHECK_EQ(ask(port, "GET /status HTTP/1.1\r\nHost: LocalHost\r\n\r\n", body, sizeof body), 200);
@@ -363,6 +444,12 @@ static void the_token(void)
     CHECK_EQ(ask(port, "GET /status?token=s3cret-token&b=2 HTTP/1.1\r\n\r\n", body, sizeof body), 200);
     CHECK_EQ(ask(port, "GET /status?token=s3cret-token2 HTTP/1.1\r\n\r\n", body, sizeof body), 401);
     CHECK_EQ(ask(port, "GET /status?xtoken=s3cret-token HTTP/1.1\r\n\r\n", body, sizeof body), 401);
+    /* checked on the head: a body is not waited for (nor read) without the token */
+    client *b = dial(port);
+    say(b, "POST /v2/x HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", 0);
+    CHECK_EQ(response(b, body, sizeof body, NULL, 0), 401);
+    CHECK(closed(b));
+    hang_up(b);
     /* with a token the Host is not what decides */
     CHECK_EQ(ask(port, "GET /status?token=s3cret-token HTTP/1.1\r\nHost: far.example\r\n\r\n", body, sizeof body),
              200);
@@ -494,24 +581,299 @@ static void idle_connection_dropped(void)
     tfos__http_close(h);
 }
 
+static int deferred_eight(void)
+{
+    return g_ndeferred >= 8;
+}
+
 static void slots_taken_wait_in_the_backlog(void)
 {
     int port;
     tfos__http *h = serve(&port); /* 8 connections at once */
+    /* every slot waits for a deferred answer: none may be taken */
     client *held[8];
+    g_ndeferred = 0;
     for (int i = 0; i < 8; i++) {
         held[i] = dial(port);
-        tfos__loop_run(g_loop, 5);
+        say(held[i], "GET /later HTTP/1.1\r\n\r\n", 0);
     }
+    run_until(deferred_eight, 3000);
+    CHECK_EQ(g_ndeferred, 8);
     client *c = dial(port); /* the kernel takes it; the server does not yet */
     say(c, "GET /status HTTP/1.1\r\n\r\n", 0);
     CHECK(pump(c, has_response) == 0 && c->len == 0);
-    hang_up(held[0]); /* a slot comes free: c is served */
+    /* one is answered and its client goes: c is served */
     char body[4096];
+    CHECK_EQ(tfos__http_reply(h, g_ids[0], 200, NULL, strdup("first"), 0), 0);
+    CHECK_EQ(response(held[0], body, sizeof body, NULL, 0), 200);
+    hang_up(held[0]);
     CHECK_EQ(response(c, body, sizeof body, NULL, 0), 200);
     hang_up(c);
-    for (int i = 1; i < 8; i++)
+    for (int i = 1; i < 8; i++) {
+        CHECK_EQ(tfos__http_reply(h, g_ids[i], 200, NULL, strdup("later"), 0), 0);
+        CHECK_EQ(response(held[i], body, sizeof body, NULL, 0), 200);
         hang_up(held[i]);
+    }
+    tfos__http_close(h);
+}
+
+/* The status of a whole response that has arrived (consumed), 0 while none
+ * has, -1 once the server has closed. */
+static int poll_response(client *c)
+{
+    ssize_t r = recv(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len, MSG_DONTWAIT);
+    if (r > 0) {
+        c->len += (size_t)r;
+        c->buf[c->len] = '\0';
+    }
+    size_t total = whole_response(c);
+    if (!total)
+        return r == 0 || (r < 0 && errno != EAGAIN) ? -1 : 0;
+    int status = 0;
+    CHECK(sscanf(c->buf, "HTTP/1.%*d %d", &status) == 1);
+    memmove(c->buf, c->buf + total, c->len - total);
+    c->len -= total;
+    c->buf[c->len] = '\0';
+    return status;
+}
+
+#define NDRIP 16
+
+/* One of the drippers' connections: the start of a head, then a byte at a time. */
+static client *drip_dial(int port)
+{
+    client *c = dial(port);
+    say(c, "GET /status HTTP/1.1\r\nX-Slow: ", 0);
+    return c;
+}
+
+static void drippers_cannot_hold_the_slots(void)
+{
+    int port;
+    tfos__http *h = serve(&port); /* 8 slots, the default limits */
+    char body[4096];
+    /* first and oldest: a request waiting for its deferred answer */
+    client *waiting = dial(port);
+    g_ndeferred = 0;
+    say(waiting, "GET /later HTTP/1.1\r\n\r\n", 0);
+    run_until(deferred_one, 3000);
+    CHECK_EQ(g_ndeferred, 1);
+    uint64_t id = g_deferred;
+    /* a kept-alive client that asks every 1.5 s: idle longer than a slot is
+     * held against new connections, but drippers' slots go first */
+    client *talker = dial(port);
+    say(talker, "GET /status HTTP/1.1\r\n\r\n", 0);
+    CHECK_EQ(response(talker, body, sizeof body, NULL, 0), 200);
+    int talks = 1, talking = 0;
+    /* twice as many connections as slots, each dripping a byte of its head
+     * every 300 ms, coming back when dropped (a slowloris) */
+    client *drip[NDRIP];
+    for (int i = 0; i < NDRIP; i++)
+        drip[i] = drip_dial(port);
+    /* after 1.5 s of that, 5 real clients: each is answered */
+    client *probe[5] = {NULL};
+    int answered[5] = {0}, nanswered = 0, redials = 0;
+    int64_t start = tfos__now_ms(), next_drip = 0, next_talk = start + 1500;
+    for (int64_t until = start + 20000; (nanswered < 5 || talks < 4) && tfos__now_ms() < until;) {
+        tfos__loop_run(g_loop, 5);
+        int64_t now = tfos__now_ms();
+        if (!probe[0] && now >= start + 1500)
+            for (int i = 0; i < 5; i++) {
+                probe[i] = dial(port);
+                say(probe[i], "GET /status HTTP/1.1\r\n\r\n", 0);
+            }
+        if (now >= next_drip) {
+            next_drip = now + 300;
+            for (int i = 0; i < NDRIP; i++) {
+                char b;
+                if (try_say(drip[i], "a", 1) < 0 || recv(drip[i]->fd, &b, 1, MSG_DONTWAIT) >= 0) {
+                    hang_up(drip[i]); /* dropped (or answered): back again */
+                    drip[i] = drip_dial(port);
+                    redials++;
+                }
+            }
+        }
+        if (!talking && now >= next_talk) {
+            say(talker, "GET /status HTTP/1.1\r\n\r\n", 0);
+            talking = 1;
+        }
+        if (talking) {
+            int st = poll_response(talker);
+            CHECK(st == 0 || st == 200); /* never dropped */
+            if (st == 200) {
+                talks++;
+                talking = 0;
+                next_talk = now + 1500;
+            }
+        }
+        for (int i = 0; i < 5 && probe[i]; i++)
+            if (!answered[i]) {
+                int st = poll_response(probe[i]);
+                CHECK(st == 0 || st == 200);
+                if (st == 200) {
+                    answered[i] = 1;
+                    nanswered++;
+                }
+            }
+    }
+    CHECK_EQ(nanswered, 5);
+    CHECK(redials > 0 && talks >= 4);
+    /* the waiting request kept its slot */
+    CHECK_EQ(tfos__http_reply(h, id, 202, NULL, strdup("done"), 0), 0);
+    CHECK_EQ(response(waiting, body, sizeof body, NULL, 0), 202);
+    CHECK_STR(body, "done");
+    for (int i = 0; i < 5; i++)
+        hang_up(probe[i]);
+    for (int i = 0; i < NDRIP; i++)
+        hang_up(drip[i]);
+    hang_up(talker);
+    hang_up(waiting);
+    tfos__http_close(h);
+}
+
+static void a_request_has_one_deadline(void)
+{
+    int port;
+    tfos__http *h = serve(&port);
+    tfos__http_limits lim = {.idle_ms = 1000, .request_ms = 1000};
+    tfos__http_set_limits(h, &lim);
+    char body[4096], head[1024];
+    /* a head dripped a byte every 100 ms: 408 after its second, while it drips */
+    client *c = dial(port);
+    say(c, "GET /status HTTP/1.1\r\nX-Slow: ", 0);
+    int st = 0;
+    int64_t t0 = tfos__now_ms();
+    for (int64_t next = 0; !st && tfos__now_ms() < t0 + 5000;) {
+        tfos__loop_run(g_loop, 5);
+        if (tfos__now_ms() >= next) {
+            next = tfos__now_ms() + 100;
+            CHECK(try_say(c, "a", 1) >= 0);
+        }
+        st = poll_response(c);
+    }
+    CHECK_EQ(st, 408);
+    CHECK(closed(c));
+    hang_up(c);
+    /* a body that stops coming: 408 too */
+    c = dial(port);
+    say(c, "POST /upload HTTP/1.1\r\nContent-Length: 100\r\n\r\nabcdefghij", 0);
+    for (int64_t until = tfos__now_ms() + 5000; !(st = poll_response(c)) && tfos__now_ms() < until;)
+        tfos__loop_run(g_loop, 5);
+    CHECK_EQ(st, 408);
+    hang_up(c);
+    /* a silent connection goes, unanswered */
+    c = dial(port);
+    CHECK(pump(c, never) == 1 && c->len == 0);
+    hang_up(c);
+    /* a kept-alive client that asks every 400 ms lives on past both deadlines */
+    c = dial(port);
+    t0 = tfos__now_ms();
+    for (int n = 0; tfos__now_ms() - t0 < 3000; n++) {
+        say(c, "GET /status HTTP/1.1\r\n\r\n", 0);
+        CHECK_EQ(response(c, body, sizeof body, head, sizeof head), 200);
+        CHECK(!strstr(head, "Connection: close"));
+        for (int64_t t = tfos__now_ms() + 400; tfos__now_ms() < t;)
+            tfos__loop_run(g_loop, 5);
+    }
+    hang_up(c);
+    /* a request waiting for its deferred answer has no deadline here */
+    c = dial(port);
+    g_ndeferred = 0;
+    say(c, "GET /later HTTP/1.1\r\n\r\n", 0);
+    run_until(deferred_one, 3000);
+    CHECK_EQ(g_ndeferred, 1);
+    for (int64_t t = tfos__now_ms() + 2500; tfos__now_ms() < t;)
+        tfos__loop_run(g_loop, 5);
+    CHECK_EQ(poll_response(c), 0);
+    CHECK_EQ(tfos__http_reply(h, g_deferred, 200, NULL, strdup("late but there"), 0), 0);
+    CHECK_EQ(response(c, body, sizeof body, NULL, 0), 200);
+    CHECK_STR(body, "late but there");
+    hang_up(c);
+    tfos__http_close(h);
+}
+
+/* Send the head of a POST /upload announcing n bytes, then `sent` of them. */
+static client *upload(int port, size_t n, size_t sent)
+{
+    char head[128];
+    snprintf(head, sizeof head, "POST /upload HTTP/1.1\r\nContent-Length: %zu\r\n\r\n", n);
+    client *c = dial(port);
+    say(c, head, 0);
+    if (sent) {
+        char *b = fill(n);
+        say(c, b, sent);
+        free(b);
+    }
+    return c;
+}
+
+/* Send the rest of what upload() began. */
+static void upload_rest(client *c, size_t n, size_t sent)
+{
+    char *b = fill(n);
+    say(c, b + sent, n - sent);
+    free(b);
+}
+
+static void bodies_in_flight_have_a_budget(void)
+{
+    int port;
+    tfos__http *h = serve(&port);
+    tfos__http_limits lim = {.body_budget = 1 << 20};
+    tfos__http_set_limits(h, &lim);
+    char body[4096], head[1024], want[32];
+    size_t k = 1024;
+    /* a: 600 KiB announced, half of it sent: admitted, it holds 600 KiB */
+    client *a = upload(port, 600 * k, 300 * k);
+    CHECK(pump(a, has_response) == 0);
+    /* b: 600 KiB more would pass the budget: 503 from its head, closed cleanly */
+    client *b = upload(port, 600 * k, 0);
+    CHECK_EQ(response(b, body, sizeof body, head, sizeof head), 503);
+    CHECK(strstr(head, "Retry-After: 1\r\n") && strstr(body, "takes up to 1048576 at once"));
+    CHECK(closed(b));
+    hang_up(b);
+    /* c: 300 KiB fits beside a */
+    client *c = upload(port, 300 * k, 300 * k);
+    CHECK_EQ(response(c, body, sizeof body, NULL, 0), 200);
+    snprintf(want, sizeof want, "%zu", 300 * k);
+    CHECK_STR(body, want);
+    hang_up(c);
+    upload_rest(a, 600 * k, 300 * k);
+    CHECK_EQ(response(a, body, sizeof body, NULL, 0), 200);
+    snprintf(want, sizeof want, "%zu", 600 * k);
+    CHECK_STR(body, want);
+    /* nothing in flight: one body over the whole budget is still taken */
+    client *d = upload(port, 1536 * k, 1536 * k);
+    CHECK_EQ(response(d, body, sizeof body, NULL, 0), 200);
+    hang_up(d);
+    /* a client that goes mid-body gives its share back */
+    client *e = upload(port, 900 * k, 100 * k);
+    CHECK(pump(e, has_response) == 0);
+    hang_up(e);
+    for (int64_t t = tfos__now_ms() + 300; tfos__now_ms() < t;)
+        tfos__loop_run(g_loop, 5);
+    client *f = upload(port, 900 * k, 900 * k);
+    CHECK_EQ(response(f, body, sizeof body, NULL, 0), 200);
+    hang_up(f);
+    /* the kept-alive connection holds no body any more: a's next request is small */
+    say(a, "GET /status HTTP/1.1\r\n\r\n", 0);
+    CHECK_EQ(response(a, body, sizeof body, NULL, 0), 200);
+    hang_up(a);
+    tfos__http_close(h);
+}
+
+static void a_64_mib_body_is_taken(void)
+{
+    int port;
+    tfos__http *h = serve(&port); /* the default budget, 256 MiB */
+    size_t n = (size_t)64 << 20;
+    client *c = upload(port, n, 0);
+    upload_rest(c, n, 0);
+    char body[4096], want[32];
+    CHECK_EQ(response(c, body, sizeof body, NULL, 0), 200);
+    snprintf(want, sizeof want, "%zu", n);
+    CHECK_STR(body, want);
+    hang_up(c);
     tfos__http_close(h);
 }
 
@@ -521,7 +883,7 @@ int main(void)
     RUN(request_line_and_headers);
     RUN(content_length_bodies);
     RUN(chunked_is_411_and_too_big_is_413);
-    RUN(heads_over_8k_are_dropped);
+    RUN(heads_over_8k_get_431_and_a_clean_close);
     RUN(keep_alive_and_http10_close);
     RUN(host_check_against_dns_rebinding);
     RUN(the_token);
@@ -529,6 +891,10 @@ int main(void)
     RUN(deferred_reply);
     RUN(slots_taken_wait_in_the_backlog);
     RUN(idle_connection_dropped);
+    RUN(drippers_cannot_hold_the_slots);
+    RUN(a_request_has_one_deadline);
+    RUN(bodies_in_flight_have_a_budget);
+    RUN(a_64_mib_body_is_taken);
     CHECK_EQ(tfos__http_busy(NULL), 0);
     tfos__http_close(NULL);
     tfos__loop_close(g_loop);

@@ -227,6 +227,390 @@ def test_status_page_beyond_loopback_needs_its_token(tmp_path, marker):
     assert wait_for(lambda: not pids_with(marker), 10)
 
 
+# ---- the HTTP server under abuse (issue 35): the status page of tfos run and
+# tfos serve's front end are one server (src/web/http.c)
+
+SUM_LOADER = textwrap.dedent('''
+    import os
+    import tfos.serve
+
+    def load(path):
+        """y = the sum of each row of x; the row's width is in the version dir"""
+        with open(os.path.join(path, "width")) as f:
+            width = int(f.read())
+        return tfos.serve.Model(lambda x: {"y": x.sum(axis=1, keepdims=True)}, inputs={"x": ("FP32", [-1, width])},
+                                outputs={"y": ("FP32", [-1, 1])})
+''')
+
+WIDE = 1 << 20  # the wide model's row: 2^20 floats; 12 rows of "0.5, " are a 60 MiB request
+
+
+class _Serve(object):
+    """tfos serve with two numpy models (no framework): small (rows of 4)
+    and wide (rows of WIDE floats)."""
+
+    def __init__(self, tmp_path, marker, *args):
+        import re
+        import threading
+        loader = tmp_path / "sum_loader.py"
+        loader.write_text(SUM_LOADER)
+        models = []
+        for name, width in (("small", 4), ("wide", WIDE)):
+            d = tmp_path / ("%s-%s" % (marker, name))
+            (d / "1").mkdir(parents=True)
+            (d / "1" / "width").write_text(str(width))
+            models += ["--model", "%s=%s" % (name, d), "--loader", "%s=%s:load" % (name, loader)]
+        self.proc = subprocess.Popen([tfos_cli(), "serve", "--port", "0", "--python", PY, "--log-dir",
+                                      str(tmp_path / ("logs-" + marker))] + models + list(args),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err = [self.proc.stderr.readline()]
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v2/models/small/infer", self.err[0])
+        assert m, self.err[0] + self.proc.stderr.read()
+        self.port = int(m.group(1))
+        self.reader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+        token = [a for a in args if a != "--token"][0] if "--token" in args else None
+        self.auth = {"Authorization": "Bearer " + token} if token else {}
+        assert wait_for(lambda: self.request("GET", "/v2/health/ready", timeout=5)[0] == 200, 120, 0.2), \
+            "".join(self.err)
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=dict(self.auth, **(headers or {})))
+            r = c.getresponse()
+            return r.status, r.read()
+        except OSError as exc:
+            return repr(exc), b""
+        finally:
+            c.close()
+
+    def infer(self, model, rows, width, value, timeout=30):
+        data = b", ".join([value] * (rows * width))
+        body = b'{"inputs": [{"name": "x", "shape": [%d, %d], "datatype": "FP32", "data": [%s]}]}' % (
+            rows, width, data)
+        return self.request("POST", "/v2/models/%s/infer" % model, body, {"Content-Type": "application/json"},
+                            timeout=timeout)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _outputs(body):
+    import json
+    return json.loads(body)["outputs"][0]["data"]
+
+
+def _rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class _Slowloris(object):
+    """n connections that each send the start of a request head, then a byte
+    every `every` seconds; one that the server drops comes back (as the
+    tools do), so the pressure stays."""
+
+    def __init__(self, port, n, every=3.0):
+        import threading
+        self.port, self.every, self.stopping, self.redials = port, every, False, 0
+        self.socks = [self._dial() for _ in range(n)]
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+
+    def _dial(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)  # the kernel's backlog takes it
+        s.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        s.setblocking(False)
+        return s
+
+    def _drip(self):
+        while not self.stopping:
+            for i, s in enumerate(self.socks):
+                try:
+                    s.send(b"a")
+                    gone = s.recv(4096) == b""  # dropped, or answered 408
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone and not self.stopping:
+                    s.close()
+                    self.socks[i] = self._dial()
+                    self.redials += 1
+            deadline = time.monotonic() + self.every
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(30)
+        for s in self.socks:
+            s.close()
+
+
+def _probes(ask, n=5):
+    """n real clients at once, each with `ask()` (status or an exception)."""
+    import threading
+    results = []
+
+    def one():
+        try:
+            results.append(ask())
+        except OSError as exc:
+            results.append(repr(exc))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    return results
+
+
+def test_status_page_answers_real_clients_while_300_connections_drip(tmp_path, marker):
+    # issue 35, item 2: 300 connections dripping a byte every 3 s held all 64
+    # slots of the status page (the idle timer restarted at every byte): 0 of
+    # 5 probes answered
+    p = _start_run(tmp_path, marker, sleep=60.0)
+    try:
+        port = int(_status_url(tmp_path).split("/")[2].split(":")[1])
+        drip = _Slowloris(port, 300)
+        try:
+            time.sleep(4)  # every slot is dripping now, with the rest in the backlog
+            results = _probes(lambda: _get("127.0.0.1", port, "/status", timeout=30)[0])
+        finally:
+            drip.stop()
+        assert results == [200] * 5, results
+        assert drip.redials > 0  # the drippers were dropped to make room
+    finally:
+        p.kill()
+        p.wait()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_serve_answers_real_clients_while_300_connections_drip(tmp_path, marker):
+    # the same on tfos serve's front end (256 slots), with infer requests
+    s = _Serve(tmp_path, marker)
+    try:
+        drip = _Slowloris(s.port, 300)
+        try:
+            time.sleep(4)
+            results = _probes(lambda: s.infer("small", 2, 4, b"1.5")[0])
+            # a kept-alive client asking every 3 s is answered throughout
+            import http.client
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+            kept = []
+            for _ in range(3):
+                c.request("GET", "/v2/health/ready")
+                r = c.getresponse()
+                r.read()
+                kept.append(r.status)
+                time.sleep(3)
+            c.close()
+        finally:
+            drip.stop()
+        assert results == [200] * 5, results
+        st, body = s.infer("small", 2, 4, b"1.5")
+        assert st == 200 and _outputs(body) == [6.0, 6.0], body
+        assert kept == [200] * 3, kept
+    finally:
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def _announce(port, size, n):
+    """n connections that each sent the head of an infer request announcing
+    `size` bytes of body, all at once; with the answer each got within a
+    second (before its body), or b"" """
+    import select
+    conns = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(n)]
+    for c in conns:
+        c.sendall(b"POST /v2/models/small/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size)
+    early = {}
+    deadline = time.monotonic() + 1.0
+    while len(early) < n and time.monotonic() < deadline:
+        for c in select.select([c for c in conns if c not in early], [], [], 0.1)[0]:
+            early[c] = c.recv(65536)
+    return [(c, early.get(c, b"")) for c in conns]
+
+
+def test_bodies_in_flight_hold_bounded_memory_and_64_mib_still_works(tmp_path, marker):
+    # issue 35, item 2: 16 clients that each announced 60 MiB and sent all but
+    # its last byte had the front end hold all of them (+983 MB RSS; the
+    # defaults allowed 256 x 64 MiB)
+    s = _Serve(tmp_path, marker)
+    conns = []
+    try:
+        import threading
+        body = b"x" * (60 << 20)
+        assert s.infer("small", 1, 4, b"1")[0] == 200
+        base = _rss(s.proc.pid)
+        held, refused = [], []
+        for c, early in _announce(s.port, len(body), 16):  # every head first, then the bodies at once
+            conns.append(c)
+            (refused if early else held).append(early or c)
+        senders = [threading.Thread(target=c.sendall, args=(body[:-1],), daemon=True) for c in held]
+        for t in senders:
+            t.start()
+        peak = 0
+        while any(t.is_alive() for t in senders):
+            peak = max(peak, _rss(s.proc.pid))
+            time.sleep(0.05)
+        for _ in range(10):
+            peak = max(peak, _rss(s.proc.pid))
+            time.sleep(0.05)
+        grown = peak - base
+        assert grown < (400 << 20), "the front end grew %d MiB holding %d bodies" % (grown >> 20, len(held))
+        assert len(held) >= 1 and len(refused) >= 1, (len(held), len(refused))
+        for early in refused:
+            assert early.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1\r\n" in early, early[:300]
+            assert b"request bodies already" in early, early
+        # the bodies admitted are read whole and answered (not JSON: 400)
+        for c in held:
+            c.sendall(body[-1:])
+            c.settimeout(60)
+            answer = c.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+        for c in conns:
+            c.close()
+        conns = []
+        # a legitimate request of ~60 MiB (12 rows of 2^20 floats, "0.5, " each) is answered
+        st, out = s.infer("wide", 12, WIDE, b"0.5", timeout=120)
+        assert st == 200, out[:300]
+        assert _outputs(out) == [524288.0] * 12, out[:300]
+    finally:
+        for c in conns:
+            c.close()
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_unauthenticated_bodies_are_never_read(tmp_path, marker):
+    # the token is checked on the head (issue 33): 16 x 60 MiB without it are
+    # refused before their bodies, and the front end does not grow
+    s = _Serve(tmp_path, marker, "--token", "t0ken-35-abcdefgh-xyz")
+    conns = []
+    try:
+        base = _rss(s.proc.pid)
+        answers = []
+        for c, early in _announce(s.port, 60 << 20, 16):
+            conns.append(c)
+            answers.append(early)
+        assert all(a.startswith(b"HTTP/1.1 401 ") for a in answers), [a[:80] for a in answers]
+
+        def push(c):  # the body anyway: read and dropped while the server lingers, then refused
+            try:
+                c.sendall(b"x" * (60 << 20))
+            except OSError:
+                pass
+
+        import threading
+        senders = [threading.Thread(target=push, args=(c,), daemon=True) for c in conns]
+        for t in senders:
+            t.start()
+        peak = 0
+        while any(t.is_alive() for t in senders):
+            peak = max(peak, _rss(s.proc.pid))
+            time.sleep(0.05)
+        assert peak - base < (64 << 20), peak - base
+        st, out = s.infer("small", 1, 4, b"2")
+        assert st == 200 and _outputs(out) == [8.0], out
+    finally:
+        for c in conns:
+            c.close()
+        s.stop()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def _raw(port, request):
+    """Send `request` whole; the server's whole answer, and how the
+    connection ended ("eof" or the error)."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        c.sendall(request)
+        data, end = b"", "eof"
+        while True:
+            try:
+                chunk = c.recv(65536)
+            except OSError as exc:
+                end = repr(exc)
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data, end
+    finally:
+        c.close()
+
+
+def test_a_head_over_8k_gets_431_not_a_reset(tmp_path, marker):
+    # issue 35, item 10: a head over 8 KiB was answered by a TCP reset
+    big = b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
+    p = _start_run(tmp_path, marker, sleep=30.0)
+    s = None
+    try:
+        port = int(_status_url(tmp_path).split("/")[2].split(":")[1])
+        s = _Serve(tmp_path, marker)
+        for where in (port, s.port):
+            data, end = _raw(where, big)
+            assert data.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), (data[:200], end)
+            assert b"over 8192 bytes" in data and end == "eof", (data, end)
+            # and with more of it still coming after the answer
+            data, end = _raw(where, big.replace(b"\r\n\r\n", b"\r\n") + b"X-More: " + b"b" * 300000)
+            assert data.startswith(b"HTTP/1.1 431 ") and end == "eof", (data[:200], end)
+    finally:
+        if s:
+            s.stop()
+        p.kill()
+        p.wait()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_host_check_takes_only_loopback_literals(tmp_path, marker):
+    # issue 35, item 3: the DNS-rebinding check took any Host starting with
+    # "127." (127.0.0.1.evil.example got /status, /logs, model metadata and
+    # inference)
+    p = _start_run(tmp_path, marker, sleep=30.0)
+    s = None
+    try:
+        port = int(_status_url(tmp_path).split("/")[2].split(":")[1])
+        assert wait_for(lambda: (tmp_path / "logs" / "worker-0.log").exists(), 30)
+        evil = ["127.0.0.1.evil.example", "127.0.0.1.evil.example:%d" % port, "localhost.evil.example",
+                "127.0.0.1:%d.evil.example" % port, "[::1].evil.example"]
+        good = ["127.0.0.1", "127.0.0.1:%d" % port, "localhost:%d" % port, "localhost", "[::1]", "[::1]:%d" % port]
+        for path in ("/status", "/logs/worker-0.log", "/metrics"):
+            for host in evil:
+                assert _get("127.0.0.1", port, path, {"Host": host})[0] == 421, (path, host)
+            for host in good:
+                assert _get("127.0.0.1", port, path, {"Host": host})[0] == 200, (path, host)
+        s = _Serve(tmp_path, marker)
+        infer = b'{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+        for host in evil + good:
+            want = 421 if host in evil else 200
+            host = host.replace(str(port), str(s.port))
+            assert s.request("GET", "/v2/models/small", headers={"Host": host})[0] == want, host
+            assert s.request("POST", "/v2/models/small/infer", infer, {"Host": host})[0] == want, host
+            assert s.request("GET", "/status", headers={"Host": host})[0] == want, host
+    finally:
+        if s:
+            s.stop()
+        p.kill()
+        p.wait()
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
 TREE_PROG = textwrap.dedent('''
     import os, subprocess, sys, time
     marker, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
