@@ -80,7 +80,7 @@ typedef struct fake {
     const char *models;     /* its SERVE_MODELS (NULL: MODELS_JSON, version 1) */
     int refused;            /* the front end said ERROR (code) */
     char error[300];        /* and its message */
-    int batches;
+    atomic_int batches;     /* read by the test while the thread runs */
     uint32_t rows[64];      /* rows of each batch */
     atomic_int stop, joined, done;
 } fake;
