@@ -46,6 +46,10 @@ def predict(args, path):
               f" --model-dir {args.model_dir}", file=sys.stderr)
         return 1
 
+    # TensorFlow's load-time lines that look like errors on a CPU host
+    # (absl::InitializeLog, cuda drivers, cuInit): off this script's stderr
+    import tfos.quiet
+    tfos.quiet.tensorflow_noise()
     import keras  # slow import: only once we know there is something to load
 
     model = keras.models.load_model(path)

@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from pyspark import cloudpickle
@@ -62,16 +63,28 @@ def count_arrays(args, ctx):
 
 
 def double_it(args, ctx):
-    """Inference: one result per row, in order; rows (id, 1) are answered
-    with one numpy array per batch, which come back as lists."""
+    """Inference: one result per row, in order, in the form the rows ask
+    for: rows (id,) get tuples; rows (id, kind) get, per batch, a 2-D array
+    ("2d"), a 1-D array ("1d"), a list of arrays, of dicts or of scalars."""
     import numpy as np
     feed = TFNode.DataFeed(ctx.mgr, False)
     while not feed.should_stop():
         batch = feed.next_batch(37)
-        if batch and len(batch[0]) == 2:
-            ids = np.array([r[0] for r in batch], dtype=np.int64)
+        if not batch:
+            continue
+        ids = np.array([r[0] for r in batch], dtype=np.int64)
+        kind = batch[0][1] if len(batch[0]) == 2 else "tuples"
+        if kind == "2d":
             feed.batch_results(np.stack([ids, ids * 2], axis=1))
-        elif batch:
+        elif kind == "1d":
+            feed.batch_results(ids * 2)
+        elif kind == "arrays":
+            feed.batch_results([np.array([i, 2 * i]) for i in ids])
+        elif kind == "dicts":
+            feed.batch_results([{"id": int(i), "twice": int(2 * i)} for i in ids])
+        elif kind == "scalars":
+            feed.batch_results([int(2 * i) for i in ids])
+        else:
             feed.batch_results([(int(r[0]), int(r[0]) * 2) for r in batch])
 
 
@@ -195,13 +208,24 @@ def test_inference_one_result_per_row_in_order(spark):
     cluster = TFCluster.run(sc, double_it, {}, num_executors=2, num_ps=0,
                             input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
     results = cluster.inference(rdd, feed_timeout=120).collect()
-    # twice: a second job on the same cluster (output rings handed over),
-    # answered with numpy arrays
-    again = cluster.inference(sc.parallelize([(i, 1) for i in range(50)], 3)).collect()
+    # more jobs on the same cluster (output rings handed over), one per kind
+    # of batch_results argument: each result is what TensorFlowOnSpark gives,
+    # the argument's item (a 2-D array's row is a 1-D array, a 1-D array's a
+    # numpy scalar), so e.g. .sum() works as under TFoS (issue 34)
+    def kind(k, n=50):
+        return cluster.inference(sc.parallelize([(i, k) for i in range(n)], 3))
+    two_d, one_d_sum = kind("2d").collect(), kind("1d").sum()
+    one_d, arrays, dicts, scalars = (kind(k).collect() for k in ("1d", "arrays", "dicts", "scalars"))
     cluster.shutdown(timeout=120)
     assert results == [(i, 2 * i) for i in range(1000)]
-    assert again == [[i, 2 * i] for i in range(50)]
-    assert all(type(v) is int for row in again for v in row)
+    assert all(isinstance(r, np.ndarray) and r.shape == (2,) for r in two_d), two_d[:3]
+    assert [r.tolist() for r in two_d] == [[i, 2 * i] for i in range(50)]
+    assert one_d_sum == 2 * sum(range(50))
+    assert all(isinstance(v, np.integer) for v in one_d) and one_d == [2 * i for i in range(50)]
+    assert all(isinstance(r, np.ndarray) for r in arrays) and [r.tolist() for r in arrays] == [[i, 2 * i] for i in
+                                                                                               range(50)]
+    assert dicts == [{"id": i, "twice": 2 * i} for i in range(50)]
+    assert scalars == [2 * i for i in range(50)] and all(type(v) is int for v in scalars)
     assert wait_no_tfos_processes(30) == []
 
 

@@ -166,8 +166,8 @@ class FeedClient(object):
                 if tag != TAG_RESULTS:
                     continue
                 part, results = pickle.loads(payload)
-                if _is_ndarray(results):  # batch_results(array): its rows as Python values
-                    results = results.tolist()
+                if _is_ndarray(results):  # batch_results(array): its items, as TFoS gives them
+                    results = list(results)
                 if part == partition_id:
                     got.extend(results)
                     if quiet_since is not None:
