@@ -278,6 +278,10 @@ static void begin_stop(agent *a, int grace_ms, const char *why)
     if (a->kill_deadline)
         return;
     a->kill_deadline = tfos__now_ms() + grace_ms;
+    /* No producer will feed the node again: a program waiting on its feed is
+     * told so (FeedClosed) rather than left waiting for a re-feed. */
+    if (a->in_ring)
+        tfos__ring_shut(a->in_ring);
     if (a->child > 0 && !a->child_done) {
         TFOS_DEBUG("agent %s: stopping program (pid %d, grace %d ms): %s", a->label, (int)a->child, grace_ms, why);
         if (grace_ms <= 0) {
