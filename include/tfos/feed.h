@@ -60,9 +60,13 @@ int tfos_feed_open(tfos_feed **out);
 /* The same from explicit fds (input ring, output ring; out_fd may be -1). */
 int tfos_feed_open_fds(tfos_feed **out, int in_fd, int out_fd);
 
-/* Wait up to timeout_ms (-1: as long as producers live) for the next batch.
- * Returns 0, TFOS_EEND at the end of the feed, TFOS_ETIMEDOUT, TFOS_ECLOSED
- * (every producer went away without ending the feed), TFOS_EPROTO (a corrupt
+/* Wait up to timeout_ms (-1: without bound) for the next batch. A
+ * producer's death is no error here: the partition it was writing is
+ * aborted (tfos_feed_aborted) and fed again by a new producer, from where it
+ * stopped when the re-feed reaches this node (docs/FEED.md), and the wait
+ * goes on. Returns 0, TFOS_EEND at the end of the feed, TFOS_ETIMEDOUT,
+ * TFOS_ECLOSED (the node is stopping: no producer will feed it again; every
+ * later call too), TFOS_EPROTO (a corrupt
  * batch or a record that is not a columnar batch; it is skipped, the next
  * call goes on). The batch's columns stay valid until the next
  * tfos_feed_next or tfos_feed_close, and no longer: a batch of fixed-size
@@ -79,8 +83,8 @@ int tfos_feed_next(tfos_feed *f, tfos_feed_batch *batch, int timeout_ms);
  * dropped). A report that does not check is shown as nothing. */
 int tfos_feed_report(tfos_feed *f, const char *text);
 
-/* Partitions whose producer died before finishing them (they are fed again:
- * at-least-once). */
+/* Partitions whose producer died before finishing them (they are fed
+ * again; see tfos_feed_next). */
 uint64_t tfos_feed_aborted(const tfos_feed *f);
 
 /* Stop reading: producers get told at once and stop (DataFeed.terminate). */

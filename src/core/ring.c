@@ -15,6 +15,9 @@
  *        slept on an empty ring, ns producers slept on a full one
  *   1024 the application's report (tfos__ring_report): seqlock word,
  *        length, time, text
+ *   2112 the open partition's key and row count (resuming, below), the
+ *        last partition aborted and the last producer found dead
+ *   3072 partitions to resume: RESUME_SLOTS x {id, key, rows, used}
  *   4096 data, `capacity` bytes
  *
  * Invariants:
@@ -33,6 +36,13 @@
  *    end tail is stored before the END/ABORT record is published, so a process
  *    that takes the lock over from a dead owner can tell whether the END made
  *    it into the ring (tail == end tail) or an ABORT is owed.
+ *  - The open partition's row count is exact across its producer's death, by
+ *    the same device: before publishing a record of n rows the producer stores
+ *    the count before it (prev), the tail after it (rows tail), then prev + n;
+ *    then the tail. Whoever takes the lock over reads prev + n if the tail
+ *    reached the rows tail (the record is in the ring) and prev if not. The
+ *    count may come out low (rows fed twice: at-least-once), never high (rows
+ *    skipped by the re-feed: lost), whatever instant the producer died at.
  *
  * Wake-ups: a sleeper sets its "waiting" word, then re-checks the index; the
  * other side stores the index, then reads "waiting" (all seq_cst, so one of
@@ -61,17 +71,24 @@
 #include <unistd.h>
 
 #define RING_MAGIC 0x474e4952534f4654ull /* "TFOSRING" read little-endian */
-#define RING_VERSION 2u
+#define RING_VERSION 3u
 #define RING_HEADER_SIZE 4096u
 #define REC_HDR 8u
 #define PART_PAYLOAD 8u     /* partition markers carry the 64-bit id */
+#define BEGIN_PAYLOAD 16u   /* PARTITION_BEGIN: the id and the row it starts at */
+#define RESUME_SLOTS 32u    /* aborted partitions remembered for their re-feed */
 #define SLICE_NS 25000000ull /* longest sleep between checks of peers */
 #define SPIN_LIMIT 128u     /* short bounded spin before sleeping */
 #define LOCK_WAITERS 0x80000000u
 #define LOCK_PID_MASK 0x7fffffffu
 #define TAG_PAD 0u
 
-enum { FLAG_FEED_ENDED = 1u, FLAG_CONSUMER_CLOSED = 2u, FLAG_CONSUMER_TERMINATED = 4u /* closed on purpose */ };
+enum {
+    FLAG_FEED_ENDED = 1u,
+    FLAG_CONSUMER_CLOSED = 2u,
+    FLAG_CONSUMER_TERMINATED = 4u, /* closed on purpose */
+    FLAG_SHUT = 8u,                /* tfos__ring_shut: no producer will write again */
+};
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared futex words must be lock-free");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared 64-bit indices must be lock-free");
@@ -127,6 +144,25 @@ struct ring_shm {
     uint32_t report_len;
     uint64_t report_ms; /* CLOCK_MONOTONIC, ms: the same clock on every process of the host */
     char report[TFOS_RING_REPORT_MAX];
+
+    /* The open partition (under the lock; see "row count" at the top). */
+    _Alignas(64) _Atomic uint64_t part_key;
+    _Atomic uint64_t part_rows;      /* rows of it in the ring up to part_rows_tail, from its row 0 */
+    _Atomic uint64_t part_rows_prev; /* the count before the last record counted */
+    _Atomic uint64_t part_rows_tail; /* the tail after that record */
+    _Atomic uint32_t part_rows_known; /* 0 once a record of it came without a row count */
+    _Atomic uint32_t resume_next;    /* slot evicted next when the table is full */
+    _Atomic uint64_t last_abort_id;   /* the last partition aborted (stats) */
+    _Atomic uint64_t last_abort_rows; /* its rows in the ring, or UINT64_MAX: unknown */
+    _Atomic int32_t last_dead_pid;    /* the last producer found dead (stats) */
+    _Atomic uint32_t resumed;         /* partitions begun where their aborted feed stopped */
+
+    /* Aborted partitions whose rows are counted: a re-feed with the same id
+     * and key resumes at `rows` (tfos__ring_partition_resume). Under the
+     * lock; hostile values can make a re-feed skip rows, never fault. */
+    _Alignas(1024) struct {
+        _Atomic uint64_t id, key, rows, used;
+    } resume[RESUME_SLOTS];
 };
 
 _Static_assert(offsetof(struct ring_shm, capacity) == 16, "layout");
@@ -139,6 +175,8 @@ _Static_assert(offsetof(struct ring_shm, producer_pid) == 320, "layout");
 _Static_assert(offsetof(struct ring_shm, progress) == 576, "layout");
 _Static_assert(offsetof(struct ring_shm, rows_in) == 640, "layout");
 _Static_assert(offsetof(struct ring_shm, report_seq) == 1024, "layout");
+_Static_assert(offsetof(struct ring_shm, part_key) == 2112, "layout");
+_Static_assert(offsetof(struct ring_shm, resume) == 3072, "layout");
 _Static_assert(sizeof(struct ring_shm) <= RING_HEADER_SIZE, "header page");
 
 struct tfos__ring {
@@ -165,7 +203,6 @@ struct tfos__ring {
     /* consumer */
     uint64_t head;     /* our copy of head; the shared one is never read back */
     uint64_t held_end; /* index after the records handed out; == head if none */
-    uint32_t seen_unclean;
     bool ended;
 };
 
@@ -333,8 +370,10 @@ static int lock_acquire(tfos__ring *r, const deadline *dl)
             slept_out = false;
             int32_t owner = (int32_t)(cur & LOCK_PID_MASK);
             if (owner != r->pid && !pid_alive(owner)) {
-                if (atomic_compare_exchange_strong(w, &cur, me | (cur & LOCK_WAITERS)))
+                if (atomic_compare_exchange_strong(w, &cur, me | (cur & LOCK_WAITERS))) {
+                    atomic_store(&r->shm->last_dead_pid, owner);
                     return 1;
+                }
                 continue;
             }
         }
@@ -398,7 +437,7 @@ static int room(tfos__ring *r, size_t len, const deadline *dl)
             return TFOS_EPROTO;
         if (r->cap - used >= need)
             break;
-        if (atomic_load(&s->flags) & FLAG_CONSUMER_CLOSED)
+        if (atomic_load(&s->flags) & (FLAG_CONSUMER_CLOSED | FLAG_SHUT))
             return TFOS_ECLOSED;
         if (!dl->poll && spins < SPIN_LIMIT) {
             spins++;
@@ -454,6 +493,79 @@ static void publish(tfos__ring *r, uint32_t tag, size_t len)
     r->reserved = false;
 }
 
+/* Inside a partition, just before publishing the reserved record of `len`
+ * bytes that holds `rows` rows: count them, in the order that keeps the count
+ * exact across a death (see the top of this file). A record whose rows are
+ * not said makes the partition's count unknown: its re-feed starts at row 0. */
+static void part_count(tfos__ring *r, size_t len, uint64_t rows)
+{
+    struct ring_shm *s = r->shm;
+    if (!r->in_partition || rows == 0)
+        return;
+    if (rows == TFOS_RING_ROWS_UNKNOWN) {
+        atomic_store_explicit(&s->part_rows_known, 0, memory_order_release);
+        return;
+    }
+    uint64_t prev = atomic_load_explicit(&s->part_rows, memory_order_relaxed);
+    atomic_store_explicit(&s->part_rows_prev, prev, memory_order_release);
+    atomic_store_explicit(&s->part_rows_tail, r->res_pos + rec_size(len), memory_order_release);
+    atomic_store_explicit(&s->part_rows, prev + rows, memory_order_release);
+}
+
+/* The open partition's rows in the ring, or TFOS_RING_ROWS_UNKNOWN. Read by
+ * the lock holder after its producer died or closed (its stores are final). */
+static uint64_t part_rows_now(const struct ring_shm *s)
+{
+    if (!atomic_load(&s->part_rows_known))
+        return TFOS_RING_ROWS_UNKNOWN;
+    uint64_t at = atomic_load(&s->part_rows_tail);
+    return atomic_load(&s->tail) >= at ? atomic_load(&s->part_rows) : atomic_load(&s->part_rows_prev);
+}
+
+/* Remember that partition `id` (fed under `key`) is in the ring up to row
+ * `rows`, for its re-feed: the entry of the same id, a free one, or the
+ * oldest. Under the lock. */
+static void resume_put(struct ring_shm *s, uint64_t id, uint64_t key, uint64_t rows)
+{
+    unsigned slot = RESUME_SLOTS, free_slot = RESUME_SLOTS;
+    for (unsigned i = 0; i < RESUME_SLOTS && slot == RESUME_SLOTS; i++) {
+        if (!atomic_load(&s->resume[i].used))
+            free_slot = free_slot == RESUME_SLOTS ? i : free_slot;
+        else if (atomic_load(&s->resume[i].id) == id)
+            slot = i;
+    }
+    if (slot == RESUME_SLOTS)
+        slot = free_slot;
+    if (slot == RESUME_SLOTS)
+        slot = atomic_fetch_add(&s->resume_next, 1) % RESUME_SLOTS;
+    atomic_store(&s->resume[slot].id, id);
+    atomic_store(&s->resume[slot].key, key);
+    atomic_store(&s->resume[slot].rows, rows);
+    atomic_store(&s->resume[slot].used, 1);
+}
+
+/* Whether partition `id` was aborted fed under `key`, with its rows in *rows. */
+static bool resume_find(const struct ring_shm *s, uint64_t id, uint64_t key, uint64_t *rows)
+{
+    for (unsigned i = 0; i < RESUME_SLOTS; i++) {
+        if (atomic_load(&s->resume[i].used) && atomic_load(&s->resume[i].id) == id &&
+            atomic_load(&s->resume[i].key) == key) {
+            *rows = atomic_load(&s->resume[i].rows);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Forget partition `id`: a new feed of it has begun (its own abort, if any,
+ * puts it back). */
+static void resume_drop(struct ring_shm *s, uint64_t id)
+{
+    for (unsigned i = 0; i < RESUME_SLOTS; i++)
+        if (atomic_load(&s->resume[i].used) && atomic_load(&s->resume[i].id) == id)
+            atomic_store(&s->resume[i].used, 0);
+}
+
 /* Write PARTITION_END or PARTITION_ABORT for partition `id` into the room
  * reserved by room(r, PART_PAYLOAD, ..) and close the shared partition state.
  * The end tail goes first so a takeover after a death here stays exact. */
@@ -468,7 +580,8 @@ static void close_partition(tfos__ring *r, uint32_t tag, uint64_t id)
 }
 
 /* Just took the lock: if a partition is still open, its producer died or
- * closed inside it; say so with PARTITION_ABORT (unless its END got in). */
+ * closed inside it; say so with PARTITION_ABORT (unless its END got in), and
+ * remember how many of its rows are in the ring for its re-feed. */
 static int lock_fixup(tfos__ring *r, const deadline *dl)
 {
     struct ring_shm *s = r->shm;
@@ -482,14 +595,19 @@ static int lock_fixup(tfos__ring *r, const deadline *dl)
     int rc = room(r, PART_PAYLOAD, dl);
     if (rc)
         return rc;
-    close_partition(r, TFOS_RING_PARTITION_ABORT, atomic_load(&s->part_id));
+    uint64_t id = atomic_load(&s->part_id), rows = part_rows_now(s);
+    if (rows != TFOS_RING_ROWS_UNKNOWN)
+        resume_put(s, id, atomic_load(&s->part_key), rows);
+    atomic_store(&s->last_abort_id, id);
+    atomic_store(&s->last_abort_rows, rows);
+    close_partition(r, TFOS_RING_PARTITION_ABORT, id);
     return 0;
 }
 
 static int check_flags(const tfos__ring *r)
 {
     uint32_t f = atomic_load(&r->shm->flags);
-    if (f & FLAG_CONSUMER_CLOSED)
+    if (f & (FLAG_CONSUMER_CLOSED | FLAG_SHUT))
         return TFOS_ECLOSED;
     if (f & FLAG_FEED_ENDED)
         return TFOS_EEND;
@@ -582,6 +700,7 @@ static int claim_slot(tfos__ring *r)
         int32_t cur = atomic_load(&s->producer_pid[i]);
         if (cur != r->pid && !pid_alive(cur) && atomic_compare_exchange_strong(&s->producer_pid[i], &cur, r->pid)) {
             atomic_fetch_add(&s->unclean_exits, 1);
+            atomic_store(&s->last_dead_pid, cur);
             return i;
         }
     }
@@ -831,7 +950,7 @@ int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms)
         if (f & FLAG_CONSUMER_TERMINATED)
             return TFOS_EEND;
         int32_t c = atomic_load(&s->consumer_pid);
-        if ((f & FLAG_CONSUMER_CLOSED) || (c != 0 && !pid_alive(c)))
+        if ((f & (FLAG_CONSUMER_CLOSED | FLAG_SHUT)) || (c != 0 && !pid_alive(c)))
             return TFOS_ECLOSED;
         if (dl_expired(&dl))
             return dl_fail(&dl, TFOS_EAGAIN);
@@ -856,6 +975,10 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
     for (int i = 0; i < TFOS_RING_MAX_PRODUCERS; i++)
         st->producers += atomic_load(&s->producer_pid[i]) != 0;
     st->unclean_exits = atomic_load(&s->unclean_exits);
+    st->dead_pid = atomic_load(&s->last_dead_pid);
+    st->last_aborted = atomic_load(&s->last_abort_id);
+    st->last_aborted_rows = atomic_load(&s->last_abort_rows);
+    st->resumed = atomic_load(&s->resumed);
     st->consumer_pid = atomic_load(&s->consumer_pid);
     st->acked = atomic_load(&s->parts_acked);
     st->consumed = head;
@@ -869,6 +992,7 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st)
     st->feed_ended = (f & FLAG_FEED_ENDED) != 0;
     st->consumer_closed = (f & FLAG_CONSUMER_CLOSED) != 0;
     st->consumer_terminated = (f & FLAG_CONSUMER_TERMINATED) != 0;
+    st->shut = (f & FLAG_SHUT) != 0;
 }
 
 /* ---- producer API -------------------------------------------------------- */
@@ -896,15 +1020,23 @@ int tfos__ring_reserve(tfos__ring *r, uint32_t tag, size_t len, void **buf, int 
     return 0;
 }
 
-int tfos__ring_commit(tfos__ring *r, size_t len)
+int tfos__ring_commit_rows(tfos__ring *r, size_t len, uint64_t rows)
 {
     if (!r || r->role != TFOS_RING_PRODUCER || !r->reserved || len > r->res_len)
         return TFOS_EINVAL;
+    part_count(r, len, rows);
     publish(r, r->res_tag, len);
     bump(&r->shm->records, 1);
     bump(&r->shm->bytes, len);
     producer_leave(r);
+    if (rows != TFOS_RING_ROWS_UNKNOWN)
+        tfos__ring_count_rows(r, rows);
     return 0;
+}
+
+int tfos__ring_commit(tfos__ring *r, size_t len)
+{
+    return tfos__ring_commit_rows(r, len, TFOS_RING_ROWS_UNKNOWN);
 }
 
 void tfos__ring_cancel(tfos__ring *r)
@@ -915,7 +1047,7 @@ void tfos__ring_cancel(tfos__ring *r)
     producer_leave(r);
 }
 
-int tfos__ring_write(tfos__ring *r, uint32_t tag, const void *buf, size_t len, int timeout_ms)
+int tfos__ring_write_rows(tfos__ring *r, uint32_t tag, const void *buf, size_t len, uint64_t rows, int timeout_ms)
 {
     if (len && !buf)
         return TFOS_EINVAL;
@@ -925,10 +1057,18 @@ int tfos__ring_write(tfos__ring *r, uint32_t tag, const void *buf, size_t len, i
         return rc;
     if (len)
         memcpy(dst, buf, len);
-    return tfos__ring_commit(r, len);
+    return tfos__ring_commit_rows(r, len, rows);
 }
 
-int tfos__ring_partition_begin(tfos__ring *r, uint64_t partition, int timeout_ms)
+int tfos__ring_write(tfos__ring *r, uint32_t tag, const void *buf, size_t len, int timeout_ms)
+{
+    return tfos__ring_write_rows(r, tag, buf, len, TFOS_RING_ROWS_UNKNOWN, timeout_ms);
+}
+
+/* partition_begin and _resume: `resume` looks `partition` up among those
+ * aborted with their rows counted (a fresh feed only drops its entry). */
+static int begin_partition(tfos__ring *r, uint64_t partition, bool resume, uint64_t key, uint64_t *first,
+                           int timeout_ms)
 {
     if (!producer_idle(r) || r->in_partition)
         return TFOS_EINVAL;
@@ -937,22 +1077,67 @@ int tfos__ring_partition_begin(tfos__ring *r, uint64_t partition, int timeout_ms
     int rc = producer_enter(r, &dl);
     if (rc)
         return rc;
-    rc = room(r, PART_PAYLOAD, &dl);
+    rc = room(r, BEGIN_PAYLOAD, &dl);
     if (rc) {
         producer_leave(r);
         return rc;
     }
+    uint64_t from = 0;
+    bool found = resume && resume_find(s, partition, key, &from);
+    if (!found)
+        from = 0;
     /* Open the shared partition state before BEGIN becomes visible: if we die
      * in between, the consumer gets an ABORT without a BEGIN, never a BEGIN
-     * without an END or ABORT. */
+     * without an END or ABORT. The table entry goes only once the BEGIN is
+     * in: dead before, the entry stays; dead after, the ABORT puts it back
+     * (with `from` and the rows since), so no death loses where to resume. */
     atomic_store(&s->part_id, partition);
     atomic_store(&s->part_end_tail, 0);
+    atomic_store(&s->part_key, key);
+    atomic_store(&s->part_rows, from);
+    atomic_store(&s->part_rows_prev, from);
+    atomic_store(&s->part_rows_tail, 0);
+    atomic_store(&s->part_rows_known, 1);
     atomic_store(&s->part_active, 1);
-    memcpy(res_payload(r), &partition, sizeof partition);
-    publish(r, TFOS_RING_PARTITION_BEGIN, PART_PAYLOAD);
+    uint64_t payload[2] = {partition, from};
+    memcpy(res_payload(r), payload, sizeof payload);
+    publish(r, TFOS_RING_PARTITION_BEGIN, BEGIN_PAYLOAD);
+    resume_drop(s, partition);
+    if (found)
+        atomic_fetch_add(&s->resumed, 1);
     bump(&s->partitions_begun, 1);
     r->part = partition;
     r->in_partition = true;
+    if (first)
+        *first = from;
+    return 0;
+}
+
+int tfos__ring_partition_begin(tfos__ring *r, uint64_t partition, int timeout_ms)
+{
+    return begin_partition(r, partition, false, 0, NULL, timeout_ms);
+}
+
+int tfos__ring_partition_resume(tfos__ring *r, uint64_t partition, uint64_t key, uint64_t *first, int timeout_ms)
+{
+    if (!first)
+        return TFOS_EINVAL;
+    *first = 0;
+    return begin_partition(r, partition, true, key, first, timeout_ms);
+}
+
+int tfos__ring_shut(tfos__ring *r)
+{
+    if (!r)
+        return TFOS_EINVAL;
+    struct ring_shm *s = r->shm;
+    atomic_fetch_or(&s->flags, FLAG_SHUT);
+    /* wake every sleeper: the consumer, producers waiting for room or acks */
+    atomic_fetch_add(&s->data_seq, 1);
+    futex_wake(&s->data_seq);
+    atomic_fetch_add(&s->space_seq, 1);
+    futex_wake(&s->space_seq);
+    futex_wake(&s->parts_acked);
     return 0;
 }
 
@@ -1008,22 +1193,20 @@ static void release_to(tfos__ring *r, uint64_t pos)
  * Dead producer slots are freed. A dead lock owner (or a partition left open
  * by a closed producer) is taken over and its partition reported with
  * PARTITION_ABORT. Returns 1 when records may have appeared, 0 to keep
- * waiting, TFOS_ECLOSED when no producer is left and one went away without
- * closing since we last said so. The slots are scanned before the lock: a
- * producer seen dead there is seen dead by the lock check too, so its ABORT
- * always comes before the ECLOSED. */
+ * waiting. A producer's death is no error of the consumer's: the partition
+ * it was writing is aborted and a new producer may feed it again (Spark's
+ * task retry), so the consumer waits on (its caller bounds the wait). */
 static int consumer_check_peers(tfos__ring *r)
 {
     struct ring_shm *s = r->shm;
-    unsigned live = 0;
     for (int i = 0; i < TFOS_RING_MAX_PRODUCERS; i++) {
         int32_t p = atomic_load(&s->producer_pid[i]);
-        if (p == 0)
+        if (p == 0 || pid_alive(p))
             continue;
-        if (pid_alive(p))
-            live++;
-        else if (atomic_compare_exchange_strong(&s->producer_pid[i], &p, 0))
+        if (atomic_compare_exchange_strong(&s->producer_pid[i], &p, 0)) {
             atomic_fetch_add(&s->unclean_exits, 1);
+            atomic_store(&s->last_dead_pid, p);
+        }
     }
 
     uint32_t w = atomic_load(&s->lock);
@@ -1038,16 +1221,8 @@ static int consumer_check_peers(tfos__ring *r)
         }
     }
 
-    /* A producer publishes its records before it frees its slot (and a
-     * takeover above may have written one): drain what is there first. */
-    if (atomic_load(&s->tail) != r->head)
-        return 1;
-    uint32_t unclean = atomic_load(&s->unclean_exits);
-    if (live == 0 && unclean != r->seen_unclean) {
-        r->seen_unclean = unclean;
-        return TFOS_ECLOSED;
-    }
-    return 0;
+    /* a takeover above may have written an ABORT */
+    return atomic_load(&s->tail) != r->head;
 }
 
 /* Nothing after head: spin briefly, then sleep one slice (or less). Returns 0
@@ -1066,7 +1241,8 @@ static int wait_data(tfos__ring *r, const deadline *dl, unsigned *spins)
         atomic_store(&s->cons_waiting, 0);
         return 0;
     }
-    int rc = check_due(r) ? consumer_check_peers(r) : 0;
+    /* Read to the end, then told: no producer will come (tfos__ring_shut). */
+    int rc = (atomic_load(&s->flags) & FLAG_SHUT) ? TFOS_ECLOSED : check_due(r) ? consumer_check_peers(r) : 0;
     if (rc == 0 && dl_expired(dl))
         rc = dl_fail(dl, TFOS_EAGAIN);
     if (rc) {
@@ -1116,13 +1292,16 @@ static int parse_batch(tfos__ring *r, uint64_t tail, tfos__ring_rec *recs, size_
         rec->len = len;
         rec->data = payload;
         rec->partition = 0;
+        rec->first = 0;
         if (tag == TFOS_RING_PARTITION_BEGIN || tag == TFOS_RING_PARTITION_END ||
             tag == TFOS_RING_PARTITION_ABORT) {
-            if (len != PART_PAYLOAD) {
+            if (len != (tag == TFOS_RING_PARTITION_BEGIN ? BEGIN_PAYLOAD : PART_PAYLOAD)) {
                 rc = TFOS_EPROTO;
                 break;
             }
             memcpy(&rec->partition, payload, sizeof rec->partition);
+            if (tag == TFOS_RING_PARTITION_BEGIN)
+                memcpy(&rec->first, payload + 8, sizeof rec->first);
         } else if (tag != TFOS_RING_DATA && tag < TFOS_RING_TAG_USER) {
             rc = TFOS_EPROTO;
             break;

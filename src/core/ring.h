@@ -30,15 +30,33 @@
  * partition, writes a PARTITION_ABORT record for it: "partition P was not
  * delivered whole, feed it again". Delivery is thus whole or re-delivered.
  *
+ * Resuming. The ring counts the rows of the open partition: a producer says
+ * how many rows each record holds (tfos__ring_commit_rows, _write_rows), and
+ * the count stays exact whenever the producer dies (ring.c). When it aborts a
+ * partition whose rows were all counted, the ring remembers the partition's
+ * id, the key it was begun with and its rows in the ring, in a table of 32
+ * (the oldest goes first). A producer that feeds the partition again with
+ * tfos__ring_partition_resume and the same key learns how many of its first
+ * rows are in the ring already (the consumer gets them: they must not come
+ * twice), skips them, and its PARTITION_BEGIN says where it starts
+ * (rec.first). The partition is then delivered exactly once across the
+ * death. Anything else gets at-least-once: a record committed without a row
+ * count, a re-feed into another ring (another node), a key that differs, an
+ * entry pushed out of the table; the re-feed then starts at row 0. The
+ * re-feed must produce the same rows in the same order (Spark recomputes a
+ * partition so).
+ *
  * Dead peers. Waits are futex waits on shared (not private) futex words, in
  * slices of ~25 ms; between slices the waiter checks its peers with kill(pid,0)
  * and /proc/<pid>/stat (so an unreaped zombie counts as dead). A producer
  * waiting for room whose consumer died gets TFOS_ECLOSED (while no consumer
- * is attached, e.g. between two that detached, it just waits); a consumer
- * waiting on an empty ring gets TFOS_ECLOSED when no producer is attached any
- * more and at least one went away without closing (reported once per such
- * event; waiting again waits for a new producer). The pid checks assume one
- * pid namespace and no pid reuse within the ~25 ms window.
+ * is attached, e.g. between two that detached, it just waits). A consumer is
+ * never told of a producer's death as an error: it gets the partition's
+ * PARTITION_ABORT and waits on for a producer that feeds it again (bounded by
+ * its timeout: tfos_feed and DataFeed bound it). A consumer gets TFOS_ECLOSED
+ * only when the feed is over for good short of its end: tfos__ring_shut (the
+ * node is stopping), once every record before it was read. The pid checks
+ * assume one pid namespace and no pid reuse within the ~25 ms window.
  *
  * Errors: TFOS_EINVAL (wrong role or state, bad argument), TFOS_ETOOBIG,
  * TFOS_EAGAIN / TFOS_EFULL (timeout 0 and not ready), TFOS_ETIMEDOUT,
@@ -75,6 +93,9 @@
 #define TFOS_RING_REPORT_MAX 1024
 /* Producer handles attached at the same time to one ring. */
 #define TFOS_RING_MAX_PRODUCERS 64
+/* A record's rows, not said (tfos__ring_commit): its partition's row count is
+ * then unknown, and a re-feed of it after an abort starts at row 0. */
+#define TFOS_RING_ROWS_UNKNOWN UINT64_MAX
 
 /* What a handle does with the ring. */
 enum {
@@ -104,6 +125,8 @@ typedef struct tfos__ring_rec {
     uint32_t len;          /* payload bytes */
     const void *data;      /* payload */
     uint64_t partition;    /* PARTITION_BEGIN/END/ABORT: the partition id; else 0 */
+    uint64_t first;        /* PARTITION_BEGIN: the partition's row it starts at (a resumed re-feed:
+                            * its rows before were in the ring before its ABORT); else 0 */
 } tfos__ring_rec;
 
 /* The start of this handle's mapping of the ring (its memfd from offset 0):
@@ -123,6 +146,10 @@ typedef struct tfos__ring_stats {
     uint64_t partitions_aborted;   /* PARTITION_ABORT committed */
     uint32_t producers;            /* producer handles attached now */
     uint32_t unclean_exits;        /* producers that died attached */
+    int32_t dead_pid;              /* the last producer found dead, or 0 */
+    uint64_t last_aborted;         /* the partition of the last PARTITION_ABORT */
+    uint64_t last_aborted_rows;    /* its rows in the ring then (TFOS_RING_ROWS_UNKNOWN: not counted) */
+    uint32_t resumed;              /* partitions a re-feed resumed where their abort left them */
     int32_t consumer_pid;          /* 0 while no consumer is attached */
     uint32_t acked;                /* partition ENDs/ABORTs the consumer's application has passed (tfos__ring_ack) */
     uint64_t consumed;             /* bytes the consumer has released so far (its read position) */
@@ -135,6 +162,7 @@ typedef struct tfos__ring_stats {
     bool feed_ended;               /* END_OF_FEED committed */
     bool consumer_closed;          /* consumer closed or found dead */
     bool consumer_terminated;      /* consumer closed its handle on purpose (not dead) */
+    bool shut;                     /* tfos__ring_shut: no producer will write again */
 } tfos__ring_stats;
 
 /* ---- lifetime ---------------------------------------------------------- */
@@ -192,20 +220,37 @@ void tfos__ring_stats_get(const tfos__ring *r, tfos__ring_stats *st);
 int tfos__ring_reserve(tfos__ring *r, uint32_t tag, size_t len, void **buf, int timeout_ms);
 
 /* Publish the reserved record with its first `len` bytes (len <= the reserved
- * length, else TFOS_EINVAL). Wakes the consumer only if it sleeps. */
+ * length, else TFOS_EINVAL) and say it holds `rows` rows: counted for the
+ * status page (tfos__ring_count_rows) and, inside a partition, for resuming
+ * it after an abort (TFOS_RING_ROWS_UNKNOWN: not said). Wakes the consumer
+ * only if it sleeps. */
+int tfos__ring_commit_rows(tfos__ring *r, size_t len, uint64_t rows);
+
+/* tfos__ring_commit_rows with TFOS_RING_ROWS_UNKNOWN. */
 int tfos__ring_commit(tfos__ring *r, size_t len);
 
 /* Drop the reservation; nothing becomes visible. */
 void tfos__ring_cancel(tfos__ring *r);
 
-/* reserve + memcpy + commit. */
+/* reserve + memcpy + commit_rows / commit. */
+int tfos__ring_write_rows(tfos__ring *r, uint32_t tag, const void *buf, size_t len, uint64_t rows, int timeout_ms);
 int tfos__ring_write(tfos__ring *r, uint32_t tag, const void *buf, size_t len, int timeout_ms);
 
 /* Take the producer lock and write PARTITION_BEGIN(partition). The lock is
  * held (other producers wait) until tfos__ring_partition_end; records written
  * meanwhile belong to the partition. On error nothing was written and the
- * lock is not held. TFOS_EINVAL when already inside a partition. */
+ * lock is not held. TFOS_EINVAL when already inside a partition. A fresh
+ * feed: it starts at row 0, and the ring forgets where an aborted feed of
+ * the same id stopped. */
 int tfos__ring_partition_begin(tfos__ring *r, uint64_t partition, int timeout_ms);
+
+/* Like tfos__ring_partition_begin, for a feed of `partition` that may be the
+ * re-feed of one aborted in this ring (see "Resuming" above): *first gets
+ * the row to start at, the count of its first rows the ring already holds
+ * from the aborted feed begun with the same `key` (0 when there was none).
+ * The caller writes the partition's rows from that row on; the BEGIN
+ * record carries it. */
+int tfos__ring_partition_resume(tfos__ring *r, uint64_t partition, uint64_t key, uint64_t *first, int timeout_ms);
 
 /* Write PARTITION_END and release the lock. On TFOS_ETIMEDOUT/TFOS_EFULL the
  * partition is still open and the call may be repeated. */
@@ -217,14 +262,20 @@ int tfos__ring_partition_end(tfos__ring *r, int timeout_ms);
  * In the one-producer case a clean close is tfos__ring_end_feed + close. */
 int tfos__ring_end_feed(tfos__ring *r, int timeout_ms);
 
+/* Any handle: the feed is over short of its end, for good (the node's
+ * agent, as it stops its node): no producer will write again. The consumer
+ * reads what is in the ring, then gets TFOS_ECLOSED; producers get
+ * TFOS_ECLOSED at once, also those waiting for room or acknowledgements. */
+int tfos__ring_shut(tfos__ring *r);
+
 /* ---- consumer ---------------------------------------------------------- */
 
 /* Wait for the oldest unreleased record and describe it in *rec without
  * consuming it; calling again before tfos__ring_release gives it again.
  * PARTITION_ABORT records tell that partition rec->partition is incomplete.
  * Returns TFOS_EEND at the end of the feed (every later call too),
- * TFOS_EAGAIN (timeout 0, empty), TFOS_ETIMEDOUT, TFOS_ECLOSED (producers gone
- * without ending the feed; see the top of this file), TFOS_EPROTO. */
+ * TFOS_EAGAIN (timeout 0, empty), TFOS_ETIMEDOUT, TFOS_ECLOSED (the feed was
+ * shut: tfos__ring_shut; every later call too), TFOS_EPROTO. */
 int tfos__ring_peek(tfos__ring *r, tfos__ring_rec *rec, int timeout_ms);
 
 /* Like peek, for up to `max` records at once: waits for at least one, then
@@ -248,7 +299,8 @@ void tfos__ring_ack(tfos__ring *r, uint32_t n);
  * here for its partition to be taken, not only written. A futex wait on the
  * counter, woken by tfos__ring_ack, checking the consumer every slice.
  * Returns 0, TFOS_EEND (the consumer terminated its feed on purpose: the rest
- * is not wanted), TFOS_ECLOSED (it closed or died first), TFOS_EAGAIN
+ * is not wanted), TFOS_ECLOSED (it closed or died first, or the feed was
+ * shut), TFOS_EAGAIN
  * (timeout 0, not yet) or TFOS_ETIMEDOUT. */
 int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms);
 

@@ -117,21 +117,23 @@ static int ring_ready(RingObject *self)
     return 1;
 }
 
+/* write(tag, data, timeout_ms=-1, rows=-1): rows < 0 says nothing of the
+ * record's rows (its partition is then re-fed whole after an abort). */
 static PyObject *Ring_write(RingObject *self, PyObject *args)
 {
     unsigned int tag;
     Py_buffer buf;
     int timeout = -1, rc;
-    unsigned long long rows = 0;
-    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|iK", &tag, &buf, &timeout, &rows))
+    long long rows = -1;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "Iy*|iL", &tag, &buf, &timeout, &rows))
         return NULL;
+    uint64_t n = rows < 0 ? TFOS_RING_ROWS_UNKNOWN : (uint64_t)rows;
     Py_BEGIN_ALLOW_THREADS
-    rc = tfos__ring_write(self->ring, tag, buf.buf, (size_t)buf.len, timeout);
+    rc = tfos__ring_write_rows(self->ring, tag, buf.buf, (size_t)buf.len, n, timeout);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     if (rc)
         return ring_raise(self, rc, "writing to the feed ring");
-    tfos__ring_count_rows(self->ring, rows);
     Py_RETURN_NONE;
 }
 
@@ -170,10 +172,9 @@ static PyObject *ring_write_plan(RingObject *self, tfos_plan *p, unsigned int ta
         tfos__ring_cancel(self->ring);
         return NULL;
     }
-    rc = tfos__ring_commit(self->ring, (size_t)p->total);
+    rc = tfos__ring_commit_rows(self->ring, (size_t)p->total, p->nrows);
     if (rc)
         return ring_raise(self, rc, "committing to the feed ring");
-    tfos__ring_count_rows(self->ring, p->nrows);
     return PyLong_FromUnsignedLongLong(p->total);
 }
 
@@ -203,17 +204,38 @@ static PyObject *Ring_write_columns(RingObject *self, PyObject *args)
     return ring_write_plan(self, &p, tag, timeout);
 }
 
+/* partition_begin(partition_id, timeout_ms=-1, key=None) -> the row to start
+ * at: 0, or with a key, the rows of an aborted feed of the partition under
+ * that key that the ring already holds (tfos__ring_partition_resume). */
 static PyObject *Ring_partition_begin(RingObject *self, PyObject *args)
 {
     unsigned long long pid;
     int timeout = -1, rc;
-    if (!ring_ready(self) || !PyArg_ParseTuple(args, "K|i", &pid, &timeout))
+    PyObject *key_obj = Py_None;
+    if (!ring_ready(self) || !PyArg_ParseTuple(args, "K|iO", &pid, &timeout, &key_obj))
         return NULL;
+    unsigned long long key = 0;
+    if (key_obj != Py_None) {
+        key = PyLong_AsUnsignedLongLongMask(key_obj);
+        if (key == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    uint64_t first = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = tfos__ring_partition_begin(self->ring, pid, timeout);
+    rc = key_obj == Py_None ? tfos__ring_partition_begin(self->ring, pid, timeout)
+                            : tfos__ring_partition_resume(self->ring, pid, key, &first, timeout);
     Py_END_ALLOW_THREADS
     if (rc)
         return ring_raise(self, rc, "beginning a partition");
+    return PyLong_FromUnsignedLongLong(first);
+}
+
+/* shut(): no producer will write again (the node is stopping). */
+static PyObject *Ring_shut(RingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!ring_ready(self))
+        return NULL;
+    tfos__ring_shut(self->ring);
     Py_RETURN_NONE;
 }
 
@@ -281,7 +303,9 @@ static PyObject *Ring_read(RingObject *self, PyObject *args)
     }
     for (size_t i = 0; i < n; i++) {
         PyObject *data;
-        if (recs[i].len >= POOLED_MIN && views) {
+        if (recs[i].tag == TFOS_RING_PARTITION_BEGIN) {
+            data = PyLong_FromUnsignedLongLong(recs[i].first);
+        } else if (recs[i].len >= POOLED_MIN && views) {
             data = record_view(self, &recs[i]);
         } else if (recs[i].len >= POOLED_MIN) {
             data = tfos__py_buffer_copy(self->module, recs[i].data, recs[i].len);
@@ -311,7 +335,7 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     tfos__ring_stats st;
     tfos__ring_stats_get(self->ring, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O,s:O}",
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:i,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O,s:O}",
                          "capacity",
                          (unsigned long long)st.capacity, "used", (unsigned long long)st.used, "records",
                          (unsigned long long)st.records, "bytes", (unsigned long long)st.bytes, "partitions_begun",
@@ -327,6 +351,21 @@ static PyObject *Ring_stats(RingObject *self, PyObject *Py_UNUSED(ignored))
                          st.feed_ended ? Py_True : Py_False, "consumer_closed",
                          st.consumer_closed ? Py_True : Py_False, "consumer_terminated",
                          st.consumer_terminated ? Py_True : Py_False);
+    /* what a consumer waiting for a re-feed says it waits for */
+    PyObject *rows = st.last_aborted_rows == TFOS_RING_ROWS_UNKNOWN
+                         ? Py_NewRef(Py_None)
+                         : PyLong_FromUnsignedLongLong(st.last_aborted_rows);
+    PyObject *more = rows ? Py_BuildValue("{s:i,s:K,s:N,s:I,s:O}", "dead_pid", st.dead_pid, "last_aborted",
+                                          (unsigned long long)st.last_aborted, "last_aborted_rows", rows,
+                                          "resumed", st.resumed, "shut", st.shut ? Py_True : Py_False)
+                          : NULL;
+    if (!d || !more || PyDict_Update(d, more) < 0) {
+        Py_XDECREF(d);
+        Py_XDECREF(more);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
 }
 
 /* wait_acked(target, timeout_ms=-1): block (GIL released, futex) until the
@@ -478,7 +517,9 @@ static void Ring_dealloc(RingObject *self)
 }
 
 static PyMethodDef Ring_methods[] = {
-    {"write", (PyCFunction)Ring_write, METH_VARARGS, "write(tag, data, timeout_ms=-1, rows=0): one record (holding `rows` rows, for the counts)."},
+    {"write", (PyCFunction)Ring_write, METH_VARARGS,
+     "write(tag, data, timeout_ms=-1, rows=-1): one record holding `rows` rows (for the counts, and to resume its "
+     "partition after an abort; < 0: not said, the partition is then re-fed whole)."},
     {"write_rows", (PyCFunction)Ring_write_rows, METH_VARARGS,
      "write_rows(tag, rows, timeout_ms=-1) -> bytes written: rows encoded as a columnar batch straight into the "
      "ring. TypeError/ValueError when the rows have no columnar layout (nothing is written)."},
@@ -486,12 +527,18 @@ static PyMethodDef Ring_methods[] = {
      "write_columns(tag, [(name, array), ...], timeout_ms=-1) -> bytes written: whole columns, one memcpy each, "
      "without the GIL."},
     {"partition_begin", (PyCFunction)Ring_partition_begin, METH_VARARGS,
-     "partition_begin(partition_id, timeout_ms=-1): hold the ring for one whole partition."},
+     "partition_begin(partition_id, timeout_ms=-1, key=None) -> first row: hold the ring for one whole partition. "
+     "With a key, a re-feed of a partition aborted in this ring under the same key starts where the ring's copy "
+     "stops: the rows to skip come back (else 0)."},
+    {"shut", (PyCFunction)Ring_shut, METH_NOARGS,
+     "shut(): no producer will write again (the node is stopping): the consumer reads what is left, then gets "
+     "FeedClosed; producers get FeedClosed."},
     {"partition_end", (PyCFunction)Ring_partition_end, METH_VARARGS, "partition_end(timeout_ms=-1)"},
     {"end_feed", (PyCFunction)Ring_end_feed, METH_VARARGS, "end_feed(timeout_ms=-1): no more records, ever."},
     {"read", (PyCFunction)Ring_read, METH_VARARGS,
      "read(timeout_ms=-1, max_records=64, views=False) -> [(tag, partition, data)]: each record copied out of "
-     "the ring (data is bytes, or a pooled FeedBuffer for records of 64 KiB and more); with views, records of "
+     "the ring (data is bytes, or a pooled FeedBuffer for records of 64 KiB and more; for PARTITION_BEGIN, the int "
+     "row it starts at); with views, records of "
      "64 KiB and more are read-only memoryviews into the ring, valid until the next read, close or detach (the "
      "producers may then write over them). Raises FeedEnded at the end."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> dict of the ring's counters."},

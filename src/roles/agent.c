@@ -332,6 +332,10 @@ static void begin_stop(agent *a, int grace_ms, const char *why)
         a->done = 1;
         return;
     }
+    /* No producer will feed the node again: a program waiting on its feed is
+     * told so (FeedClosed) rather than left waiting for a re-feed. */
+    if (a->in_ring)
+        tfos__ring_shut(a->in_ring);
     if (a->child > 0 && !a->child_done) {
         a->stop_asked = 1;
         TFOS_DEBUG("agent %s: stopping program (pid %d, grace %d ms): %s", a->label, (int)a->child, grace_ms, why);

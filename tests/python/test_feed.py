@@ -116,6 +116,138 @@ def test_killed_producer_partition_is_reported_and_refed():
     assert df.should_stop()
 
 
+def _feed_ids(fd, part, ids, key, die_after=None, end=False):
+    """In a child: feed `ids` as partition `part` under `key`, 4 rows a
+    record, from where the ring's copy of an aborted feed stops; SIGKILL
+    after `die_after` rows written."""
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    first = ring.partition_begin(part, 10000, key)
+    for i in range(first, len(ids), 4):
+        if die_after is not None and i >= die_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        feed.write_rows(ring, [(x,) for x in ids[i:i + 4]], 10000)
+    ring.partition_end(10000)
+    if end:
+        ring.end_feed(10000)
+    ring.close()
+
+
+def test_refeed_resumes_where_the_ring_stopped_and_the_position_follows():
+    """Issue 35, item 7: a producer killed in the middle of partition 7, and
+    its re-feed under the same key: the re-feed skips the 12 rows the ring
+    had taken, so the program gets each row once, in order, and sees no
+    error; the feed position counts the rows of 7 handed out across the
+    abort (the aborted feed's and the re-feed's)."""
+    fd_in, fd_out = rings()
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, timeout=20)
+    ids = list(range(700, 730))
+    p = start_child(_feed_ids, fd_in, 7, ids, 5, 12)
+    assert join_child(p) == -signal.SIGKILL
+    got = [r[0] for r in df.next_batch(10)]
+    assert mgr.partial == {7: 10}
+    p = start_child(_feed_ids, fd_in, 7, ids, 5, None, True)
+    got += [r[0] for r in df.next_batch(5)]  # 2 from the aborted feed, 3 resumed
+    assert mgr.aborted == [7] and mgr.partial == {7: 15}
+    while not df.should_stop():
+        got += [r[0] for r in df.next_batch(7)]
+    assert join_child(p) == 0
+    assert got == ids
+    assert mgr.consumed == [7] and mgr.partial == {}
+    st = mgr.input.stats()
+    assert st["resumed"] == 1 and st["last_aborted"] == 7 and st["last_aborted_rows"] == 12
+
+
+def test_refeed_under_another_key_or_of_uncounted_rows_comes_whole():
+    """At-least-once where the ring cannot tell: a re-feed under another key
+    (another job's partition of the same id), and a feed whose records came
+    without a row count, start at row 0."""
+    fd_in, fd_out = rings()
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    ids = list(range(10))
+    p = start_child(_feed_ids, fd_in, 3, ids, 1, 4)
+    assert join_child(p) == -signal.SIGKILL
+    p = start_child(_feed_ids, fd_in, 3, ids, 2, None, True)
+    got = []
+    while not df.should_stop():
+        got += [r[0] for r in df.next_batch(100)]
+    assert join_child(p) == 0
+    assert got == ids[:4] + ids
+    fd_in, fd_out = rings()
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    p = start_child(_die_mid_partition, fd_in)  # ring.write without rows
+    assert join_child(p) == -signal.SIGKILL
+    assert df.mgr.input.stats()["last_aborted_rows"] is None or df.next_batch(3) == [[1], [2], [3]]
+    p = start_child(_feed_ids, fd_in, 7, [1, 2, 3, 4], 0, None, True)
+    got = []
+    while not df.should_stop():
+        got += [r[0] for r in df.next_batch(100)]
+    assert join_child(p) == 0
+    assert got[-4:] == [1, 2, 3, 4] and len(got) in (4, 7)
+
+
+def _shut_later(fd, delay):
+    time.sleep(delay)
+    t.Ring(fd, t.ROLE_OBSERVER).shut()
+
+
+def test_feed_closed_is_for_good_and_nothing_spins():
+    """Issue 35, item 7: FeedClosed means the feed is over (the agent shut
+    the ring: the node is stopping). A DataFeed waiting with no timeout
+    sleeps (futex) until then; after it, every call raises FeedClosed at
+    once and should_stop() is True, so a loop `while not
+    feed.should_stop()` that catches it ends instead of spinning (before,
+    a dead producer gave a FeedClosed that every call repeated at once
+    while should_stop() stayed False)."""
+    fd_in, fd_out = rings()
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True)
+    p = start_child(produce, fd_in, {1: [(i,) for i in range(5)]}, False)
+    assert join_child(p) == 0
+    s = start_child(_shut_later, fd_in, 1.5)
+    cpu0, seen, closed = time.process_time(), [], 0
+    while not df.should_stop():
+        try:
+            seen += [r[0] for r in df.next_batch(3)]
+        except feed.FeedClosed as exc:
+            assert "the node is stopping" in str(exc)
+            closed += 1
+    cpu = time.process_time() - cpu0
+    assert join_child(s) == 0
+    assert seen == list(range(5)) and closed <= 1  # the last rows come back first, then should_stop()
+    assert cpu < 0.75, "the wait used %.2f s of CPU" % cpu  # asleep 1.5 s; a spin uses all of it
+    for _ in range(3):
+        with pytest.raises(feed.FeedClosed):
+            df.next_batch(1)
+    assert df.should_stop()
+
+
+def test_waiting_for_a_refeed_is_bounded_says_why_and_does_not_spin():
+    """Issue 35, item 7: after a producer's death, with no producer attached,
+    a DataFeed without a timeout waits for a re-feed at most refeed_timeout
+    (TFOS_FEED_TIMEOUT, the feed timeout), asleep, then says which
+    partition waits and why, once; a re-feed later is still read."""
+    fd_in, fd_out = rings()
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, refeed_timeout=2)
+    ids = list(range(40))
+    p = start_child(_feed_ids, fd_in, 9, ids, 0, 8)
+    assert join_child(p) == -signal.SIGKILL
+    got = [r[0] for r in df.next_batch(8)]
+    cpu0 = time.process_time()
+    with pytest.raises(TimeoutError) as err:
+        df.next_batch(8)
+    cpu = time.process_time() - cpu0
+    msg = str(err.value)
+    assert "partition 9 was cut short when its producer (pid %d) died after 8 rows" % p.pid in msg, msg
+    assert "no producer has attached to this node's feed for 2 s" in msg and "refeed_timeout" in msg, msg
+    assert cpu < 1.0, "the wait used %.2f s of CPU" % cpu  # asleep >= 2 s
+    assert not df.should_stop()
+    p = start_child(_feed_ids, fd_in, 9, ids, 0, None, True)
+    while not df.should_stop():
+        got += [r[0] for r in df.next_batch(8)]
+    assert join_child(p) == 0
+    assert got == ids
+
+
 def _fill_until_closed(fd, q):
     ring = t.Ring(fd, t.ROLE_PRODUCER)
     payload = b"x" * 1000
@@ -293,14 +425,21 @@ def _one_partition_then_die(fd):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_producer_killed_mid_batch_rows_come_first_then_feed_closed():
+def test_producer_killed_mid_batch_rows_come_first_then_the_feed_waits_on():
+    """The rows come first. Until issue 35 the next call raised FeedClosed;
+    now a producer's death is no error (a new producer may come: Spark's
+    retry), so the feed waits within its timeout, and reads what comes."""
     fd_in, fd_out = rings()
     p = start_child(_one_partition_then_die, fd_in)
     assert join_child(p) == -signal.SIGKILL
-    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=1)
     assert [r[0] for r in df.next_batch(100)] == list(range(30))
-    with pytest.raises(feed.FeedClosed):
+    with pytest.raises(TimeoutError, match=r"no data on the feed for 1\.0 s$"):
         df.next_batch(100)
+    assert not df.should_stop()
+    p = start_child(produce, fd_in, {2: [(30, "r30")]})
+    assert df.next_batch(100) == [(30, "r30")]
+    assert join_child(p) == 0 and df.should_stop()
 
 
 HOLD_PROG = r'''
@@ -541,3 +680,55 @@ def test_feed_package_keeps_every_import_path():
     for mod in ("codec", "consumer", "positions", "prefetch", "producer"):
         r = subprocess.run([sys.executable, "-c", "import tfos.feed.%s" % mod], capture_output=True, text=True)
         assert r.returncode == 0, (mod, r.stderr[-2000:])
+
+
+def test_killed_producer_is_fed_again_and_the_program_sees_nothing(tmp_path, marker):
+    """Issue 35, item 7: FeedClient producer processes feed worker 1; the one
+    feeding partition 3 is SIGKILLed in the middle of it, with no other
+    producer attached, and a new producer feeds partition 3 again beside
+    another. The program (a plain DataFeed) sees no exception, reads every
+    row, and, re-fed into the same node, each row once: the new producer
+    skips the rows the ring had taken (exactly-once)."""
+    r = run_tfos(["run", "--workers", "2", "--max-restarts", "0", "--log-dir", str(tmp_path / "l"), "--", PY,
+                  prog("feed_refeed.py"), marker, "2000"], env=PRODUCERS, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "consumed 10000 rows, 10000 distinct, 0 twice, aborted [3]" in r.stdout, r.stdout[-3000:]
+
+
+def _feed_arrow_nulls(fd):
+    import pyarrow as pa
+    rb = pa.RecordBatch.from_pydict({
+        "id": pa.array([0, 1, 2], pa.int64()),
+        "x": pa.array([1.5, None, float("nan")], pa.float64()),
+        "k": pa.array([7, None, 9], pa.int64()),
+        "s": pa.array(["a", None, "c"]),
+        "v": pa.array([[1.0, 2.0], None, [5.0, 6.0]], pa.list_(pa.float64())),
+    })
+    ring = t.Ring(fd, t.ROLE_PRODUCER)
+    ring.partition_begin(1, 10000)
+    for _ in range(2):
+        ring.write(feed.TAG_ARROW, feed.arrow_ipc(rb), 10000, rb.num_rows)
+    ring.partition_end(10000)
+    ring.end_feed(10000)
+    ring.close()
+
+
+def test_spark_nulls_are_none_in_rows_and_nan_in_number_arrays():
+    """Issue 35, item 10: a Spark null in a double (or bigint) column reached
+    next_batch's rows as NaN; now it is None, as in string and array
+    columns, and a real NaN stays NaN. next_batch_arrays keeps numpy's rule
+    (docs/FEED.md): a number column with nulls is float64 with NaN there,
+    other columns are object arrays with None."""
+    fd_in, fd_out = rings()
+    p = start_child(_feed_arrow_nulls, fd_in)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    rows = df.next_batch(3)
+    assert [r[:4] for r in rows[:2]] == [(0, 1.5, 7, "a"), (1, None, None, None)]
+    assert type(rows[0][2]) is int and rows[1][4] is None and list(rows[0][4]) == [1.0, 2.0]
+    assert rows[2][0] == 2 and np.isnan(rows[2][1]) and rows[2][2] == 9
+    cols = df.next_batch_arrays(3, as_dict=True)
+    assert join_child(p) == 0
+    assert cols["x"].dtype == np.float64 and cols["x"][0] == 1.5 and np.isnan(cols["x"][1:]).all()
+    assert cols["k"].dtype == np.float64 and np.isnan(cols["k"][1]) and list(cols["k"][[0, 2]]) == [7.0, 9.0]
+    assert cols["s"].dtype == object and list(cols["s"]) == ["a", None, "c"]
+    assert cols["v"].dtype == object and cols["v"][1] is None

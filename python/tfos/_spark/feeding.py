@@ -10,6 +10,7 @@ import time
 
 from .. import _tfos
 from .. import feed as _feed
+from ..feed.producer import skip_arrow_rows
 from .nodes import _bind_name, _task_context, executor_key, local_nodes
 from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
@@ -154,6 +155,11 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
     ``failed``: see _wait_consumed."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
+    # Spark's retry of this task (its Python worker died in the middle of
+    # the partition) feeds it under the same key: when it lands on the same
+    # executor, the node's ring skips the rows it already took (exactly
+    # once); a later job's feed of the same partition id has another stage
+    key = tc.stageId() if tc is not None else 0
     rows = None
     try:
         executor_id = _pick_node(spec, partition)
@@ -165,9 +171,9 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
         if arrow:
             # streamed: each record batch goes into the ring as Spark hands
             # it over, so the node reads while the rest is converted
-            rows = client.feed_arrow(iterator, partition)
+            rows = client.feed_arrow(iterator, partition, key=key)
         else:
-            rows = client.feed_partition(iterator, partition)
+            rows = client.feed_partition(iterator, partition, key=key)
         _wait_consumed(client, feed_timeout, failed)
         outcomes.add({partition: ("done", rows)})
     except _feed.FeedClosed as exc:
@@ -195,15 +201,7 @@ def _skip_rows(iterator, n):
     return itertools.islice(iterator, n, None) if n else iterator
 
 
-def _skip_arrow_rows(batches, n):
-    """Record batches after the first n rows."""
-    for rb in batches:
-        if n >= rb.num_rows:
-            n -= rb.num_rows
-            continue
-        yield rb.slice(n) if n else rb
-        n = 0
-
+_skip_arrow_rows = skip_arrow_rows  # record batches after the first n rows (session.py)
 
 def _failed(spec):
     """For _wait_consumed: the cluster's failure, asked of the coordinator
@@ -261,10 +259,12 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
     with _NodeLock(spec, executor_id, feed_timeout):
         client = _open_client(spec, executor_id, partition, feed_timeout)
         try:
+            # key=None: a retry feeds the whole partition again (its results
+            # are collected anew; the dead task's results went with it)
             if arrow:
-                count = client.feed_arrow(rows, partition)
+                count = client.feed_arrow(rows, partition, key=None)
             else:
-                count = client.feed_partition(rows, partition)
+                count = client.feed_partition(rows, partition, key=None)
             return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort) \
                 if count else []
         except (_feed.FeedError, TimeoutError) as exc:

@@ -18,7 +18,9 @@ Records on the input ring carry *batches* of rows, never one row per record:
 
 Partitions are framed by PARTITION_BEGIN/END records; a partition whose
 producer died midway is followed by PARTITION_ABORT and counts as not
-delivered (the producer side re-feeds it: at-least-once).
+delivered: the producer side feeds it again, from where the ring's copy
+stopped when the re-feed reaches the same ring (exactly once), else whole
+(at-least-once). The program sees neither the death nor the re-feed.
 
 One job per module: ``codec`` (records <-> bytes, Arrow columns -> numpy),
 ``consumer`` (FeedManager, DataFeed), ``positions`` (feed positions beside

@@ -69,9 +69,9 @@ def write_rows(ring, rows, timeout_ms):
 class _Chunk(object):
     """Rows of one decoded record, consumed front to back."""
 
-    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists", "viewed")
+    __slots__ = ("partition", "columns", "names", "rows", "n", "pos", "flat", "lists", "viewed", "nulls")
 
-    def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False):
+    def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False, nulls=None):
         self.viewed = False     # columns view the ring itself (read with views): copied unless asked not to
         self.partition = partition
         self.columns = columns  # list of numpy arrays (or lists), one per column
@@ -79,6 +79,7 @@ class _Chunk(object):
         self.rows = rows        # a list of rows (pickle records)
         self.flat = flat        # rows were single values (not tuples of fields)
         self.lists = lists      # rows were lists of fields
+        self.nulls = nulls      # Arrow: per column, the Arrow array where numpy shows its nulls as values (NaN)
         self.n = len(rows) if rows is not None else (len(columns[0]) if columns else 0)
         self.pos = 0
 
@@ -91,7 +92,10 @@ class _Chunk(object):
         if self.flat:
             col = cols[0]
             return col.tolist() if col.dtype != object else list(col)
-        rows = zip(*[c.tolist() if c.dtype != object else list(c) for c in cols])
+        values = [c.tolist() if c.dtype != object else list(c) for c in cols]
+        if self.nulls:
+            _put_nulls(values, self.nulls, lo, hi)
+        rows = zip(*values)
         return [list(r) for r in rows] if self.lists else list(rows)
 
     def take_columns(self, k, copy=True):
@@ -106,6 +110,37 @@ class _Chunk(object):
         if self.viewed and copy:
             return [c[lo:hi].copy() for c in self.columns], self.names
         return [c[lo:hi] for c in self.columns], self.names
+
+
+def _arrow_nulls(col, arr):
+    """The Arrow array of column ``col`` when numpy (``arr``) shows its nulls
+    as values (NaN in a float column, an integer one made float), else None:
+    rows get None there (_put_nulls), as object columns (strings, arrays)
+    already have it."""
+    if not col.null_count or arr.dtype == object:
+        return None
+    import pyarrow as pa
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _put_nulls(values, nulls, lo, hi):
+    """Rows lo..hi of each column in ``values`` (lists) get None at their
+    nulls: numbers as Python numbers again (an int column stays int), the
+    rest with the null's place set to None."""
+    import pyarrow as pa
+    for i, src in enumerate(nulls):
+        if src is None:
+            continue
+        part = src.slice(lo, hi - lo)
+        if not part.null_count:
+            continue
+        t = part.type
+        if pa.types.is_integer(t) or pa.types.is_floating(t):
+            values[i] = part.to_pylist()
+        else:
+            for j, null in enumerate(part.is_null().to_pylist()):
+                if null:
+                    values[i][j] = None
 
 
 def _is_ndarray(v):
@@ -124,8 +159,10 @@ def _decode(tag, partition, payload):
     if tag == TAG_ARROW:
         import pyarrow as pa
         table = pa.ipc.open_stream(payload).read_all()
-        return _Chunk(partition, columns=[arrow_to_numpy(c, n) for c, n in zip(table.columns, table.column_names)],
-                      names=list(table.column_names))
+        columns = [arrow_to_numpy(c, n) for c, n in zip(table.columns, table.column_names)]
+        nulls = [_arrow_nulls(c, a) for c, a in zip(table.columns, columns)]
+        return _Chunk(partition, columns=columns, names=list(table.column_names),
+                      nulls=nulls if any(x is not None for x in nulls) else None)
     raise FeedError("unknown record tag %d in the feed (partition %d)" % (tag, partition))
 
 

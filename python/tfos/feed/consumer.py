@@ -9,6 +9,7 @@ import collections
 import contextlib
 import os
 import pickle
+import time
 
 from .. import _tfos
 from .codec import TAG_PICKLE, TAG_RESULTS, _decode, _is_ndarray, _np
@@ -20,14 +21,33 @@ FeedClosed = _tfos.FeedClosed
 FeedEnded = _tfos.FeedEnded
 
 
-class _End(object):
-    """In the chunk queue: the producer ended (or the ring aborted) partition
-    ``partition`` here."""
-    __slots__ = ("partition", "aborted")
+class _Mark(object):
+    """In the chunk queue: a partition's marker (no rows)."""
+    __slots__ = ("partition",)
+
+
+class _Begin(_Mark):
+    """Partition ``partition`` begins here, at its row ``first`` (a re-feed
+    that resumes where its aborted feed stopped: rows before it came before
+    the abort)."""
+    __slots__ = ("first",)
+
+    def __init__(self, partition, first):
+        self.partition = partition
+        self.first = first
+
+
+class _End(_Mark):
+    """The producer ended (or the ring aborted) partition ``partition`` here."""
+    __slots__ = ("aborted",)
 
     def __init__(self, partition, aborted=False):
         self.partition = partition
         self.aborted = aborted
+
+
+class _RefeedTimeout(TimeoutError):
+    """No producer came back for a partition cut short by its producer's death."""
 
 
 class FeedManager(object):
@@ -120,17 +140,29 @@ class DataFeed(object):
     ``terminate()`` stops the feed early. ``next_batch_arrays(n)`` is the fast
     path: numpy arrays by column, with no per-row Python objects.
 
-    ``timeout`` (seconds, default None = wait as long as producers live) bounds
-    every wait for data; a producer that dies is reported at once. Rows taken
-    are never dropped: a batch whose wait times out after it has taken some
-    rows returns them (a short batch, while ``should_stop()`` stays False);
-    ``TimeoutError`` is raised only when no row came within ``timeout``. The
-    same holds when the producers go away without ending the feed: the rows
-    taken come back first, and the next call raises ``FeedClosed``.
+    ``timeout`` (seconds, default None: no bound) bounds every wait for data.
+    Rows taken are never dropped: a batch whose wait times out after it has
+    taken some rows returns them (a short batch, while ``should_stop()`` stays
+    False); ``TimeoutError`` is raised only when no row came within
+    ``timeout``.
+
+    A producer that dies in the middle of a partition is no error here: the
+    ring aborts the partition (``mgr.aborted``) and the program goes on; a new
+    producer feeds it again (Spark's task retry), from the row where the ring's
+    copy stopped when it comes to this node (docs/FEED.md). While waiting for
+    that, with no producer attached, the wait is bounded by
+    ``refeed_timeout`` (seconds; default ``$TFOS_FEED_TIMEOUT``, else the feed
+    timeout, 600): then ``TimeoutError`` says which partition waits and for
+    what, once. ``FeedClosed`` means the feed is over for good short of its
+    end (the node is stopping: no producer will come); the rows taken come
+    back first, then every call raises it at once and ``should_stop()`` is
+    True.
     """
 
+    REFEED_SLICE_MS = 1000   # while waiting for a re-feed, producers are looked at this often
+
     def __init__(self, mgr=None, train_mode=True, qname_in="input", qname_out="output", input_mapping=None,
-                 timeout=None):
+                 timeout=None, refeed_timeout=None):
         self.mgr = mgr if isinstance(mgr, FeedManager) else get_manager()
         self.train_mode = train_mode
         self.qname_in = qname_in
@@ -140,9 +172,15 @@ class DataFeed(object):
         self._chunks = collections.deque()
         self._last_batch = []                # [(partition, rows)] of the last next_batch
         self._partition = 0                  # partition of the records being read
-        self._closed = None                  # FeedClosed met after rows were taken: raised on the next wait
+        self._closed = None                  # FeedClosed: the feed is over for good (raised by every read)
+        self._pending = None                 # a re-feed's TimeoutError met after rows were taken: raised next
         self.rows_read = 0
         self._prefetcher = None              # the Prefetcher whose thread reads this feed, if any
+        if refeed_timeout is None:
+            refeed_timeout = float(os.environ.get("TFOS_FEED_TIMEOUT") or _tfos.DEFAULTS["feed_timeout"])
+        self.refeed_timeout = float(refeed_timeout)
+        self._refeed = None                  # partition cut short by its producer's death, until one comes back
+        self._refeed_since = None            # since when no producer is attached meanwhile
 
     # -- reading
     def _fill(self, views=False):
@@ -152,6 +190,9 @@ class DataFeed(object):
             return False
         if self._closed is not None:
             raise self._closed
+        if self._pending is not None:
+            exc, self._pending = self._pending, None
+            raise exc
         try:
             records = self._read(views)
             if records is None:  # a Prefetcher's stop
@@ -159,22 +200,33 @@ class DataFeed(object):
         except FeedEnded:
             self.mgr.ended = True
             return False
+        except _RefeedTimeout:
+            raise
         except TimeoutError:
-            raise TimeoutError("no data on the feed for %.1f s" % (self.timeout_ms / 1000.0))
+            why = "" if self._refeed is None else (" (waiting for partition %d to be fed again: its producer died "
+                                                   "in the middle of it)" % self._refeed)
+            raise TimeoutError("no data on the feed for %.1f s%s" % (self.timeout_ms / 1000.0, why)) from None
         except FeedClosed:
-            raise FeedClosed("the feed's producers went away without ending the feed (a feeding process died)")
+            # the one transient-free meaning: the agent shut the ring
+            self._closed = FeedClosed("the node is stopping: its feed was closed for good, and no producer will "
+                                      "feed it again")
+            raise self._closed from None
         for tag, partition, payload in records:
             if tag == _tfos.TAG_PARTITION_BEGIN:
                 self._partition = partition
+                self._refeed = None  # a producer came back
+                self._chunks.append(_Begin(partition, payload))
             elif tag == _tfos.TAG_PARTITION_END:
                 self._partition = 0
                 self._chunks.append(_End(partition))
             elif tag == _tfos.TAG_PARTITION_ABORT:
-                # rows of it already read stay read: the partition is fed
-                # again (at-least-once)
+                # its producer died: the rows of it already read stay read,
+                # and a new producer feeds it again, from where they stop if
+                # the ring kept count (exactly once), else whole
                 self.mgr.aborted.append(partition)
                 self._partition = 0
                 self._chunks.append(_End(partition, aborted=True))
+                self._refeed, self._refeed_since = partition, None
             else:
                 chunk = _decode(tag, self._partition, payload)
                 chunk.viewed = tag != TAG_PICKLE and isinstance(payload, memoryview)
@@ -183,23 +235,53 @@ class DataFeed(object):
         return True
 
     def _read(self, views):
+        """One read of the ring, waiting at most the feed's timeout. A
+        prefetch thread reads in slices, so that a stop asked from the
+        training thread is seen within one, and so does a feed waiting for a
+        re-feed, to look at its producers (the wait's bound is unchanged).
+        Futex waits in the ring: nothing spins."""
         pf = self._prefetcher
-        if pf is None:
-            return self.mgr.input.read(self.timeout_ms, 64, views)
-        # a prefetch thread reads in slices, so that a stop asked from the
-        # training thread is seen within one (the wait's bound is unchanged)
         left = self.timeout_ms
         while True:
-            wait = Prefetcher.SLICE_MS if left < 0 else min(left, Prefetcher.SLICE_MS)
+            wait = left
+            if pf is not None:
+                views = False
+                wait = Prefetcher.SLICE_MS if left < 0 else min(left, Prefetcher.SLICE_MS)
+            if self._refeed is not None:
+                wait = self.REFEED_SLICE_MS if wait < 0 else min(wait, self.REFEED_SLICE_MS)
             try:
-                return self.mgr.input.read(wait, 64)
+                return self.mgr.input.read(wait, 64, views)
             except TimeoutError:
-                if pf.stopping.is_set():
+                if pf is not None and pf.stopping.is_set():
                     return None
                 if left >= 0:
                     left -= wait
                     if left <= 0:
                         raise
+                self._check_refeed()
+
+    def _check_refeed(self):
+        """Waiting for a partition cut short by its producer's death to be
+        fed again: give up (once) after ``refeed_timeout`` s with no producer
+        attached. A producer attached may be that re-feed, waiting for the
+        ring's lock, so it restarts the clock."""
+        if self._refeed is None:
+            return
+        st = self.mgr.input.stats()
+        now = time.monotonic()
+        if st["producers"]:
+            self._refeed_since = None
+        elif self._refeed_since is None:
+            self._refeed_since = now
+        elif now - self._refeed_since >= self.refeed_timeout:
+            part, self._refeed = self._refeed, None
+            rows = st["last_aborted_rows"] if st["last_aborted"] == part else None
+            raise _RefeedTimeout(
+                "partition %d was cut short when its producer%s died%s, and no producer has attached to this "
+                "node's feed for %.0f s since: gave up waiting for one to feed it again (raise "
+                "DataFeed(refeed_timeout=) or TFOS_FEED_TIMEOUT to wait longer; the rows already read stay read)"
+                % (part, " (pid %d)" % st["dead_pid"] if st["dead_pid"] else "",
+                   "" if rows is None else " after %d rows" % rows, self.refeed_timeout))
 
     def _take(self, batch_size, columns, copy=True):
         out, got = [], 0
@@ -209,9 +291,11 @@ class DataFeed(object):
                 try:
                     if not self._fill(not copy):
                         break
-                except TimeoutError:
+                except TimeoutError as exc:
                     if not got:
                         raise
+                    if isinstance(exc, _RefeedTimeout):
+                        self._pending = exc  # said by the next call
                     break  # the rows taken go out as a short batch, never dropped
                 except FeedClosed as exc:
                     if not got:
@@ -220,6 +304,15 @@ class DataFeed(object):
                     break
                 continue
             chunk = self._chunks[0]
+            if isinstance(chunk, _Begin):
+                # a resumed re-feed: its rows before `first` were handed out
+                # before the abort, in this attempt (the feed position)
+                self._chunks.popleft()
+                if chunk.first:
+                    self.mgr.partial[chunk.partition] = chunk.first
+                else:
+                    self.mgr.partial.pop(chunk.partition, None)
+                continue
             end = isinstance(chunk, _End)
             if end or chunk.pos >= chunk.n:
                 self._chunks.popleft()
@@ -335,12 +428,13 @@ class DataFeed(object):
         return ds.flat_map(cut)
 
     def should_stop(self):
-        """True once the feed has ended (or was terminated) and every row was read."""
+        """True once the feed has ended (or was terminated, or closed for good:
+        FeedClosed) and every row was read."""
         if self.mgr.terminated:
             return True
-        if any(not isinstance(c, _End) and c.pos < c.n for c in self._chunks):
+        if any(not isinstance(c, _Mark) and c.pos < c.n for c in self._chunks):
             return False
-        return self.mgr.ended
+        return self.mgr.ended or self._closed is not None
 
     # -- inference
     def batch_results(self, results):

@@ -21,6 +21,16 @@ class ResultsMissing(FeedError):
     alive: its program does not answer."""
 
 
+def skip_arrow_rows(batches, n):
+    """Arrow record batches after their first ``n`` rows."""
+    for rb in batches:
+        if n >= rb.num_rows:
+            n -= rb.num_rows
+            continue
+        yield rb.slice(n) if n else rb
+        n = 0
+
+
 class FeedClient(object):
     """A producer feeding one node on this machine.
 
@@ -28,7 +38,17 @@ class FeedClient(object):
     (cluster id and secret from ``TFOS_CLUSTER_ID``/``TFOS_SECRET`` unless
     given). ``feed_partition(rows, partition_id)`` writes one whole partition;
     ``collect_results(partition_id, count)`` reads its inference results;
-    ``end_feed()`` ends the node's feed for good."""
+    ``end_feed()`` ends the node's feed for good.
+
+    Feeding a partition again after its producer died in the middle of it
+    (call the same method with the same ``partition_id`` and ``key``): when
+    the node's ring kept count of the rows it had taken of it, the rows the
+    node already has are skipped, so the node gets every row once (the rows
+    must be the same, in the same order); else the partition is written
+    whole (at-least-once). ``key`` (default 0) tells feeds of the same
+    partition id apart: a feed of the same id under another key (the next
+    epoch that reuses ids, a later job) always starts at its first row.
+    ``key=None``: never skip. docs/FEED.md."""
 
     def __init__(self, executor_id, cluster_id=None, secret=None, timeout=_tfos.DEFAULTS["connect_timeout"],
                  batch_rows=_tfos.DEFAULTS["batch_rows"]):
@@ -45,28 +65,34 @@ class FeedClient(object):
             os.close(in_fd)
         self.batch_rows = batch_rows
         self.timeout_ms = int(timeout * 1000)
+        self.skipped = 0  # rows of the last partition the node had already (a resumed re-feed)
         self._results = collections.defaultdict(list)
 
     @contextlib.contextmanager
-    def _partition(self, partition_id, timeout):
-        """Hold the ring for one whole partition; yields the timeout in ms.
-        If writing fails midway the handle is closed, and the ring marks the
-        partition aborted (so it is fed again, never taken as whole)."""
+    def _partition(self, partition_id, timeout, key):
+        """Hold the ring for one whole partition; yields (the timeout in ms,
+        the row to start at). If writing fails midway the handle is closed,
+        and the ring marks the partition aborted (so it is fed again, never
+        taken as whole)."""
         t = self.timeout_ms if timeout is None else int(timeout * 1000)
-        self.input.partition_begin(partition_id, t)
+        first = self.input.partition_begin(partition_id, t, key)
+        self.skipped = first
         try:
-            yield t
+            yield t, first
         except BaseException:
             self.input.close()
             raise
         self.input.partition_end(t)
 
-    def feed_partition(self, rows, partition_id, timeout=None):
-        """Write ``rows`` (an iterable) as partition ``partition_id``, whole.
-        Returns the number of rows."""
+    def feed_partition(self, rows, partition_id, timeout=None, key=0):
+        """Write ``rows`` (an iterable) as partition ``partition_id``, whole
+        (a re-feed: from where the node's copy stops; see the class). Returns
+        the number of rows written (``self.skipped``: those skipped)."""
         n = 0
         rows = iter(rows)
-        with self._partition(partition_id, timeout) as t:
+        with self._partition(partition_id, timeout, key) as (t, first):
+            if first:
+                rows = itertools.islice(rows, first, None)
             while True:
                 # batches are cut by islice in C: no Python bytecode per row
                 batch = list(itertools.islice(rows, self.batch_rows))
@@ -76,12 +102,13 @@ class FeedClient(object):
                 n += len(batch)
         return n
 
-    def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None):
+    def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None, key=0):
         """Write whole numpy columns (a dict name -> array, or a sequence of
         arrays, all with the same first dimension) as one partition, in
         batches of ``batch_rows`` rows, with no per-row Python work (default:
         as many rows as fit in 2 MiB, at least one: records that go round
-        the ring's part in the processor's cache, docs/FEED.md)."""
+        the ring's part in the processor's cache, docs/FEED.md). A re-feed
+        starts where the node's copy stops (see the class)."""
         np = _np()
         if isinstance(columns, dict):
             names, columns = list(columns.keys()), list(columns.values())
@@ -94,22 +121,25 @@ class FeedClient(object):
         row_bytes = sum(c[:1].nbytes for c in columns) or 1
         cap = min(_tfos.DEFAULTS["record_bytes"], self.input.max_record // 2)
         step = batch_rows or max(1, min(n, cap // row_bytes))
-        with self._partition(partition_id, timeout) as t:
-            for lo in range(0, n, step):
+        with self._partition(partition_id, timeout, key) as (t, first):
+            for lo in range(min(first, n), n, step):
                 self.input.write_columns(TAG_COLUMNS, list(zip(names, [c[lo:lo + step] for c in columns])), t)
 
-    def feed_arrow(self, batches, partition_id, timeout=None):
+    def feed_arrow(self, batches, partition_id, timeout=None, key=0):
         """Write Arrow record batches (pyarrow.RecordBatch, a Table, or any
         iterable of record batches, written as they come) as one partition,
         passed through as Arrow IPC: no per-row work anywhere. Returns the
-        number of rows."""
+        number of rows written (a re-feed starts where the node's copy
+        stops; see the class)."""
         import pyarrow as pa
         if isinstance(batches, pa.Table):
             batches = batches.to_batches()
         elif isinstance(batches, pa.RecordBatch):
             batches = [batches]
         n = 0
-        with self._partition(partition_id, timeout) as t:
+        with self._partition(partition_id, timeout, key) as (t, first):
+            if first:
+                batches = skip_arrow_rows(batches, first)
             for rb in batches:
                 if rb.num_rows:
                     self.input.write(TAG_ARROW, arrow_ipc(rb), t, rb.num_rows)
@@ -117,7 +147,9 @@ class FeedClient(object):
         return n
 
     def feed_encoded(self, tag, payload, timeout=None):
-        """Write one already-encoded record (inside a partition or not)."""
+        """Write one already-encoded record (inside a partition or not). Its
+        rows are not known: a partition holding one is fed again whole after
+        its producer's death."""
         self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
 
     def collect_results(self, partition_id, count, timeout=None, results_timeout=None, abort=None):
