@@ -1,7 +1,8 @@
 """Worker 0 feeds worker 1 through worker 1's rings (FeedClient over the agent's
 feed socket); worker 1 reads with TFoS's DataFeed. MODE: train | infer |
 infer_arrays (worker 1 reads numpy views and answers with one 2-D array per
-batch: each row comes back as the list [2 * id, id / 2]).
+batch: each row comes back as that array's row, a float64 array
+[2 * id, id / 2], as TensorFlowOnSpark gives it).
     feed_pair.py MARKER MODE NPART ROWS_PER_PART BATCH"""
 import sys
 
@@ -21,8 +22,10 @@ if ctx.task_index == 0:
             print("partition %d: %d results in order" % (p, len(res)), flush=True)
         elif mode == "infer_arrays":
             res = client.collect_results(p, per, timeout=60)
-            assert res == [[r[0] * 2.0, r[0] / 2.0] for r in rows], (p, res[:5])
-            assert all(type(v) is float for row in res for v in row), (p, res[:2])
+            import numpy as np
+            assert all(isinstance(row, np.ndarray) and row.dtype == np.float64 and row.shape == (2,)
+                       for row in res), (p, res[:2])
+            assert [row.tolist() for row in res] == [[r[0] * 2.0, r[0] / 2.0] for r in rows], (p, res[:5])
             print("partition %d: %d results in order" % (p, len(res)), flush=True)
     client.end_feed()
     client.close()
