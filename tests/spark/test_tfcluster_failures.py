@@ -1,5 +1,8 @@
 """Misconfigured clusters and lost drivers: clear errors that say what to
 change, and nothing left running."""
+import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -146,4 +149,44 @@ def test_inference_without_results_asks_about_batch_results(spark):
         assert "(0 results of 10)" in msg and "to worker:" in msg, msg[-3000:]
     finally:
         cluster.shutdown(timeout=120)
+    assert wait_no_tfos_processes(30) == []
+
+
+def records_ids(args, ctx):
+    """Train mode: read the whole feed, write the ids read and the attempt."""
+    import json
+    from tfos import TFNode
+    feed = TFNode.DataFeed(ctx.mgr, train_mode=True)
+    ids = []
+    while not feed.should_stop():
+        ids += [r[0] for r in feed.next_batch(50)]
+    with open(os.path.join(args["out"], "ids-%d.json" % ctx.executor_id), "w") as f:
+        json.dump({"ids": ids, "attempt": os.environ.get("TFOS_ATTEMPT")}, f)
+
+
+def killed_once(rows):
+    """In the feeding Python worker: partition 1's first attempt SIGKILLs
+    its own process at its 60th row, mid-partition (issue 35, item 7)."""
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    for n, row in enumerate(rows):
+        if tc.partitionId() == 1 and tc.attemptNumber() == 0 and n == 60:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield row
+
+
+def test_a_killed_feeding_worker_is_refed_by_spark_and_the_program_sees_nothing(spark, tmp_path):
+    """Spark's task retry feeds the partition again; the cluster is not
+    formed again (it was, and 4,691 of 20,000 rows were fed twice) and the
+    program neither fails nor sees FeedClosed."""
+    sc = spark.sparkContext
+    cluster = TFCluster.run(sc, records_ids, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, max_restarts=0)
+    cluster.train(sc.parallelize([(i,) for i in range(400)], 4).mapPartitions(killed_once), feed_timeout=120)
+    cluster.shutdown(timeout=120)
+    got = [json.load(open(tmp_path / ("ids-%d.json" % i))) for i in range(2)]
+    assert len({g["attempt"] for g in got}) == 1, got  # one attempt: no node re-formed
+    ids = [i for g in got for i in g["ids"]]
+    assert set(ids) == set(range(400))
+    assert len(ids) <= 400 + 60, len(ids)  # at most the rows read before the kill, twice
     assert wait_no_tfos_processes(30) == []
