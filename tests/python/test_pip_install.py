@@ -123,7 +123,7 @@ def test_one_version_everywhere(env_dir):
     assert r.stdout.split() == [v, v], r.stdout + r.stderr
 
 
-def test_tfos_yarn_finds_its_client_jar_in_the_wheel(env_dir):
+def test_tfos_yarn_finds_its_client_jar_in_the_wheel(env_dir, tmp_path):
     """Where the wheel was built with a JDK and Maven (make dist, .ci/run),
     it carries tfos yarn's client jar beside both tfos binaries."""
     if not (shutil.which("mvn") and shutil.which("javac") and shutil.which("java")):
@@ -132,10 +132,15 @@ def test_tfos_yarn_finds_its_client_jar_in_the_wheel(env_dir):
     assert "tfos/bin/tfos-yarn.jar" in names, names
     assert any(n.endswith(".data/data/share/tfos/tfos-yarn.jar") for n in names), names
     assert (env_dir / "share" / "tfos" / "tfos-yarn.jar").is_file()
+    # a client configuration (tfos yarn refuses to start without one), for a
+    # ResourceManager nobody runs
+    (tmp_path / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.address</name><value>127.0.0.1:1</value>"
+        "</property></configuration>\n")
     for argv in ([str(env_dir / "bin" / "tfos")], [str(env_dir / "bin" / "python"), "-m", "tfos"]):
         # no Hadoop on the classpath: the client's own class loads from the jar, then misses Hadoop's
         r = run(argv + ["yarn", "status", "application_1_1"],
-                env=clean_env(TFOS_HADOOP_CLASSPATH="/nonexistent/hadoop.jar"))
+                env=clean_env(TFOS_HADOOP_CLASSPATH="/nonexistent/hadoop.jar", HADOOP_CONF_DIR=str(tmp_path)))
         assert r.returncode != 0 and "cannot read the YARN client jar" not in r.stderr, (argv, r.stderr)
         assert "Could not find or load main class" not in r.stderr and "org/apache/hadoop" in r.stderr, r.stderr
 
