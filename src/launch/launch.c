@@ -440,8 +440,17 @@ static int open_status_page(tfos_local *l)
     const char *host = o->status_host ? o->status_host : "127.0.0.1";
     int rc = tfos__http_open(&l->http, l->loop, host, o->status_port, l->lopts.http_max_conns);
     if (rc) {
-        TFOS_ERROR("cannot serve %s on port %d: %s", l->lopts.http_purpose ? l->lopts.http_purpose : "the status page",
-                   o->status_port, strerror(errno));
+        int e = errno;
+        /* the option that names the port: tfos serve's --port, tfos run's --status-port */
+        const char *opt = l->lopts.http_purpose ? "--port" : "--status-port";
+        if (e == EADDRINUSE)
+            TFOS_ERROR("cannot serve %s on port %d: another process listens there (`ss -ltnp 'sport = :%d'` names "
+                       "it): stop it, choose another port, or %s 0 for any free one (printed at start)",
+                       l->lopts.http_purpose ? l->lopts.http_purpose : "the status page", o->status_port,
+                       o->status_port, opt);
+        else
+            TFOS_ERROR("cannot serve %s on port %d: %s",
+                       l->lopts.http_purpose ? l->lopts.http_purpose : "the status page", o->status_port, strerror(e));
         return rc;
     }
     if ((rc = tfos__status_routes(l->http, &l->status)))

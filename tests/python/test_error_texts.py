@@ -206,3 +206,26 @@ def test_predict_udf_without_pyspark_names_the_pip_command(tmp_path):
                                    "except ModuleNotFoundError as e:\n"
                                    "    print(type(e).__name__, '|', e)\n")
     assert "MissingDependency | tfos.serve.predict_udf needs pyspark" in out and "pip install 'tfos[spark]'" in out, out
+
+
+def test_a_port_in_use_names_the_way_out(tmp_path):
+    """Issue 36: `tfos serve` (and tfos run's status page) on a port another
+    process holds says so, how to find it, and to pass 0 for any free port."""
+    import socket
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    try:
+        for args, opt, what in ((["serve", "--model", "m=%s" % (tmp_path / "m"), "--python", PY, "--port", str(port),
+                                  "--log-dir", str(tmp_path / "logs")], "--port", "the models"),
+                                (["run", "--workers", "1", "--status-port", str(port), "--log-dir",
+                                  str(tmp_path / "logs2"), "--", "true"], "--status-port", "the status page")):
+            r = run_tfos(args, timeout=60)
+            assert r.returncode == 1, r.stderr
+            assert ("cannot serve %s on port %d: another process listens there (`ss -ltnp 'sport = :%d'` names it): "
+                    "stop it, choose another port, or %s 0 for any free one" % (what, port, port, opt)) in r.stderr, \
+                r.stderr
+    finally:
+        held.close()
