@@ -27,20 +27,24 @@ import os
 import sys
 import threading
 
-__all__ = ["tensorflow_noise", "is_noise"]
+__all__ = ["tensorflow_noise", "is_noise", "applies_here"]
 
 _NOISE = (b"before absl::InitializeLog() is called", b"failed call to cuInit")
 _state = {}
 
 
 def is_noise(line):
-    """Whether ``line`` (bytes) is one of TensorFlow's three load-time lines
-    on a host without an NVIDIA driver (the agent's rule, src/roles/agent.c)."""
+    """Whether ``line`` (bytes or str) is one of TensorFlow's three
+    load-time lines (the agent's rule, src/roles/agent.c tf_noise)."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", "replace")
     return (any(n in line for n in _NOISE) or
             (b"cudart_stub" in line and b"Could not find cuda drivers" in line))
 
 
-def _wanted():
+def applies_here():
+    """Whether those lines are noise here: no NVIDIA driver, and
+    ``TF_CPP_MIN_LOG_LEVEL`` is not 0 (where they may say something)."""
     return not (os.path.exists("/proc/driver/nvidia/version") or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0")
 
 
@@ -86,7 +90,7 @@ def tensorflow_noise():
     whether the filter is on."""
     if "on" in _state:
         return True
-    if not _wanted():
+    if not applies_here():
         return False
     try:
         sys.stderr.flush()

@@ -267,15 +267,13 @@ LOG_READ_MAX = 256 * 1024
 
 
 def _tf_noise():
-    """A test for TensorFlow's lines at load that the node agent keeps off
-    its console on a machine without an NVIDIA driver (src/roles/agent.c,
-    tf_noise: absl's notice, "Could not find cuda drivers", "failed call to
-    cuInit"); they stay in the log file, and the client does not show them
-    either. None where they are shown (a driver, TF_CPP_MIN_LOG_LEVEL=0)."""
-    if os.path.exists("/proc/driver/nvidia/version") or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
-        return None
-    return lambda line: ("before absl::InitializeLog() is called" in line or "failed call to cuInit" in line
-                         or ("cudart_stub" in line and "Could not find cuda drivers" in line))
+    """tfos.quiet's test for TensorFlow's lines at load that the node agent
+    keeps off its console (absl's notice, "Could not find cuda drivers",
+    "failed call to cuInit"); they stay in the log file, and the client does
+    not show them either. None where they are shown (a driver,
+    TF_CPP_MIN_LOG_LEVEL=0)."""
+    from .. import quiet
+    return quiet.is_noise if quiet.applies_here() else None
 
 
 def logs_stage(wanted, local_master):
