@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo mlflow-server bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -89,7 +89,7 @@ test-tsan: | deps
 	$(CMAKE) --build $(TSAN) -j $(JOBS)
 	cd $(TSAN) && ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
-test-py: install
+test-py: install $(VENV_MLFLOW)/.deps
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs tests/python --ignore=tests/python/test_pip_install.py
 
 # The process-level tests again, with the agent and coordinator built with
@@ -103,7 +103,7 @@ test-py-asan: install test-asan
 
 # TFCluster on a real Spark standalone cluster (master + 2 one-core workers
 # on 127.0.0.1, started and stopped by the tests).
-test-spark: install
+test-spark: install $(VENV_MLFLOW)/.deps
 	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -rs tests/spark
 
 # Spark 3.5 still works (issue 11): a copy of the project's environment with
@@ -130,6 +130,20 @@ $(VENV35)/.deps: $(VENV)/.installed
 test-spark-compat: $(VENV35)/.deps
 	$(VENV35)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(PYSPARK_COMPAT)', pyspark.__version__"
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV35)/bin/python -m pytest -q -rs tests/spark/test_tfcluster.py -k "$(SPARK_SMOKE)"
+
+# The tests' MLflow tracking server (issue 39; tests/support/mlflowserver.py):
+# `mlflow` at requirements.txt's mlflow-skinny version, in a venv of its own
+# (the server's package caps pyarrow below requirements.txt's pin; the
+# server is a separate process, as it is for users).
+MLFLOW_VERSION := $(shell sed -n 's/^mlflow-skinny==//p' requirements.txt)
+VENV_MLFLOW := .venv-mlflow
+$(VENV_MLFLOW)/.deps: requirements.txt
+	rm -rf $(VENV_MLFLOW) && $(PY) -m venv $(VENV_MLFLOW)
+	$(VENV_MLFLOW)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MLFLOW)/bin/python -m pip install -q mlflow==$(MLFLOW_VERSION)
+	touch $@
+
+mlflow-server: $(VENV_MLFLOW)/.deps
 
 # The release artifacts (docs/PACKAGING.md): an sdist, and a wheel built from
 # it and repaired by auditwheel to a manylinux tag (libjansson bundled in

@@ -14,6 +14,8 @@ python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # jansson: JSON lines input and `tfos status` read JSON with it
 test -f /usr/include/jansson.h || dpkg -s libjansson-dev >/dev/null 2>&1 || need+=(libjansson-dev)
+# libcurl's header: tfos loads libcurl at run time for MLflow (src/platform/httpc.c)
+test -f /usr/include/curl/curl.h || dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -33,6 +33,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.heavy)
 
 
+# The tests' MLflow tracking server (tests/support/mlflowserver.py), started
+# on first use and shared by the session.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    from mlflowserver import MlflowServer
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def tfos_cli():
     path = os.environ.get("TFOS_CLI") or os.path.join(ROOT, "build", "tfos")
     if not os.access(path, os.X_OK):

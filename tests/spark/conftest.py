@@ -25,10 +25,26 @@ Environment knobs:
 """
 
 import os
+import sys
 
 import pytest
 
 from sparkcluster import SparkCluster, shutdown_gateway
+
+
+# The tests' MLflow tracking server (tests/support/mlflowserver.py), started
+# on first use and shared by the session.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    from mlflowserver import MlflowServer
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _start_timeout() -> float:
