@@ -2,16 +2,11 @@
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import textwrap
-import time
 
 import pytest
 
 from pyspark import cloudpickle
-from sparkcluster import SparkCluster, cluster_processes
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -46,56 +41,6 @@ def _executor_of_this_task():
         if pid <= 1:
             break
     raise RuntimeError(f"no executor JVM above python worker {os.getpid()}: {chain}")
-
-
-def _proc_matches(pid, needles):
-    out = b""
-    for name in ("cmdline", "environ"):
-        try:
-            with open(f"/proc/{pid}/{name}", "rb") as f:
-                out += f.read()
-        except OSError:
-            pass
-    return any(n.encode() in out for n in needles)
-
-
-def _ancestor_in(pid, candidates):
-    """The first of ``candidates`` found walking up from ``pid``, else None."""
-    for _ in range(16):
-        if pid in candidates:
-            return pid
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            return None
-        pid = int(stat[stat.rfind(b")") + 2:].split()[1])
-        if pid <= 1:
-            return None
-    return None
-
-
-def _scan(needles, exclude_pgid=None):
-    """pids (not zombies) whose command line or environment contains a needle,
-    leaving out the process group ``exclude_pgid`` (the test's own driver)."""
-    found = {}
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                stat = f.read()
-            if exclude_pgid is not None and int(stat[stat.rfind(b")") + 2:].split()[2]) == exclude_pgid:
-                continue
-            with open(f"/proc/{e}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X"):
-            continue
-        if _proc_matches(int(e), needles):
-            found[int(e)] = cmd
-    return found
 
 
 # ----------------------------------------------------------------- tests
@@ -187,70 +132,7 @@ def test_dataframe_topandas_arrow_roundtrip(spark):
     assert list(out["b2"]) == [i * 3.0 for i in range(100)]
 
 
-_DRIVER = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {here!r})
-    from sparkcluster import SparkCluster
-    c = SparkCluster.attach({url!r}, {tmp!r})
-    spark = c.spark_session("tfos-test-stop")
-    # Keep executors and their Python workers busy while the cluster is stopped.
-    rdd = spark.sparkContext.parallelize(range(2), 2)
-    print("READY", flush=True)
-    rdd.foreach(lambda x: time.sleep(600))
-""")
-
-
-@pytest.mark.timeout(180)
-def test_stop_leaves_no_process(tmp_path):
-    """A separate cluster with a running application (executors and Python
-    workers busy); stop() must leave no process of it behind."""
-    cluster = SparkCluster()
-    driver = None
-    try:
-        cluster.start(timeout=120)
-        assert cluster.start_seconds is not None
-        tmp, ports = cluster.tmp_dir, [cluster.master_port, cluster.master_webui_port] + cluster.worker_webui_ports
-        needles = [tmp] + [f"127.0.0.1:{p}" for p in ports] + [f"--webui-port {p}" for p in ports]
-        here = os.path.dirname(os.path.abspath(__file__))
-        script = tmp_path / "driver.py"
-        script.write_text(_DRIVER.format(here=here, url=cluster.master_url, tmp=tmp))
-        # TMPDIR: the killed driver's temp files stay under pytest's tmp_path.
-        driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                  stderr=open(tmp_path / "driver.log", "wb"), start_new_session=True,
-                                  env=dict(os.environ, TMPDIR=str(tmp_path)))
-        assert driver.stdout.readline().strip() == b"READY", (tmp_path / "driver.log").read_text()
-
-        # Wait until both executors run a Python worker for the busy tasks.
-        deadline = time.monotonic() + 60
-        while True:
-            procs = _scan(needles, driver.pid)
-            executors = [p for p, c in procs.items() if "CoarseGrainedExecutorBackend" in c]
-            pythons = [p for p, c in procs.items() if "pyspark.daemon" in c or "pyspark.worker" in c]
-            # Each executor has a Python worker below it.
-            if len(executors) == 2 and {_ancestor_in(p, executors) for p in pythons} == set(executors):
-                break
-            assert time.monotonic() < deadline, procs
-            time.sleep(0.5)
-        daemons = [p for p, c in procs.items() if "deploy.master.Master" in c or "deploy.worker.Worker" in c]
-        assert len(daemons) == 3, procs
-        before = set(procs)
-
-        cluster.stop(term_timeout=15)
-        assert cluster.stop_seconds is not None
-        print(f"start {cluster.start_seconds:.1f}s stop {cluster.stop_seconds:.1f}s, "
-              f"{len(before)} processes before stop")
-
-        left = _scan(needles, driver.pid)
-        assert not left, left
-        assert not [p for p in before if os.path.exists(f"/proc/{p}") and _proc_matches(p, needles)]
-        assert cluster.remaining_processes() == []
-        assert cluster_processes(tmp) == []
-        assert not os.path.exists(tmp)
-    finally:
-        if driver is not None:
-            try:
-                os.killpg(driver.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            driver.wait(timeout=30)
-        cluster.stop()
+# That stop() leaves no process of the cluster is checked by stop() itself
+# (SparkClusterError when one survives), at the end of every session: the
+# spark_cluster fixture's teardown. A separate cluster stopped under a busy
+# application was tested here until suite time made it too dear (33 s).
