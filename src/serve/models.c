@@ -122,6 +122,24 @@ char *tfos__serve_model_json(const tfos__serve *s, const model *m)
     }
     fputs("], \"platform\": ", f);
     tfos__json_str(f, m->platform);
+    if (m->reg_uri[0]) { /* which registry version the folder served when none is named (the newest) holds */
+        const char *serving = "";
+        for (int k = 0; k < m->nreg && nv; k++)
+            if (!strcmp(m->reg[k].folder, vs[0]))
+                serving = m->reg[k].version;
+        fputs(", \"registry\": {\"uri\": ", f);
+        tfos__json_str(f, m->reg_uri);
+        fputs(", \"version\": ", f);
+        tfos__json_str(f, serving);
+        fputs(", \"versions\": {", f);
+        for (int k = 0; k < m->nreg; k++) {
+            fputs(k ? ", " : "", f);
+            tfos__json_str(f, m->reg[k].folder);
+            fputs(": ", f);
+            tfos__json_str(f, m->reg[k].version);
+        }
+        fputs("}}", f);
+    }
     fputs(", \"inputs\": ", f);
     specs_json(f, m->in, m->nin);
     fputs(", \"outputs\": ", f);
@@ -190,4 +208,20 @@ int tfos__serve_version_ready(const tfos__serve *s, int mi, const char *version,
         snprintf(err, errlen, "model %s has no version %s loaded (versions: %s)", s->models[mi].name, version,
                  nv ? list : "none ready");
     return 0;
+}
+
+void tfos__serve_registry_folder(tfos__serve *s, const char *model_name, const char *uri, const char *folder,
+                                 const char *version)
+{
+    model *m = tfos__serve_find_model(s, model_name);
+    if (!m)
+        return;
+    snprintf(m->reg_uri, sizeof m->reg_uri, "%s", uri);
+    if (m->nreg == MAX_VSTATS) { /* the oldest folders are long unloaded (a server holds MAX_VERSIONS) */
+        memmove(&m->reg[0], &m->reg[1], sizeof m->reg[0] * (MAX_VSTATS - 1));
+        m->nreg--;
+    }
+    snprintf(m->reg[m->nreg].folder, sizeof m->reg[0].folder, "%s", folder);
+    snprintf(m->reg[m->nreg].version, sizeof m->reg[0].version, "%s", version);
+    m->nreg++;
 }

@@ -68,6 +68,13 @@ typedef struct model {
     } vstat[MAX_VSTATS];      /* answers by the version that ran them */
     unsigned long long lat[LAT_BUCKETS + 1];
     double lat_sum_ms;
+    /* served from MLflow's registry (follow.c): its models:/ URI ("": not),
+     * and which registry version each version folder holds, newest last */
+    char reg_uri[300];
+    int nreg;
+    struct {
+        char folder[16], version[32];
+    } reg[MAX_VSTATS];
 } model;
 
 typedef struct req {
