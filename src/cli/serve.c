@@ -19,6 +19,7 @@
 #include "core/spec.h"
 #include "launch/launch.h"
 #include "serve/serve.h"
+#include "track/registry.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -90,7 +91,7 @@ typedef struct serve_cli {
     long long replicas, port, max_batch, max_delay, queue_rows, max_body, restarts;
     double timeout, reservation, poll_s, registry_poll;
     const char *reg_uri[MAX_MODELS]; /* models:/... of a model from the registry; NULL: a DIR */
-    char dir_arg[MAX_MODELS][PATH_MAX + 128]; /* its model_args: NAME=<the local copy's dir> */
+    char dir_arg[MAX_MODELS][PATH_MAX + 512]; /* its model_args: NAME=<the local copy's dir> */
     const char *listen, *token, *python, *log_dir;
 } serve_cli;
 
@@ -157,6 +158,10 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
                 if (am)
                     return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry "
                                              "yet; run tfos serve, or give the version's directory", val);
+                tfos__registry_ref ref;
+                char why[400];
+                if (tfos__registry_parse(e + 1, &ref, why, sizeof why))
+                    return tfos__usage_error("--model %s", why);
                 v->reg_uri[nmodels] = e + 1;
             } else if (!am && access(e + 1, R_OK | X_OK)) { /* on YARN: a path in the containers, or a URL */
                 fprintf(stderr, "tfos: --model %s: %s: %s\n", names[nmodels], e + 1, strerror(errno));

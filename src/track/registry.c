@@ -18,6 +18,11 @@
 #define MAX_DEPTH 32      /* directories inside a model's artifacts */
 #define MAX_FILES 100000  /* files in one version: a bound on what a registry entry can make us fetch */
 
+/* " (model registry at URL)" unless the error names the server already */
+#define AT(m, why)                                                                                           \
+    strstr(why, tfos__mlflow_shown(m)) ? "" : " (model registry at ", strstr(why, tfos__mlflow_shown(m)) ? "" : \
+    tfos__mlflow_shown(m), strstr(why, tfos__mlflow_shown(m)) ? "" : ")"
+
 static int name_ok(const char *s, size_t n)
 {
     return n > 0 && n < 256 && !memchr(s, '/', n);
@@ -68,8 +73,8 @@ int tfos__registry_resolve(tfos__mlflow *m, tfos__registry_ref *ref, char *err, 
         rc = TFOS_EPROTO;
     }
     if (rc) {
-        snprintf(err, errlen, "models:/%.200s%s%.200s: %s (model registry at %s)", ref->name, ref->alias[0] ? "@" : "/",
-                 ref->alias[0] ? ref->alias : ref->version, why, tfos__mlflow_shown(m));
+        snprintf(err, errlen, "models:/%.200s%s%.200s: %s%s%s%s", ref->name, ref->alias[0] ? "@" : "/",
+                 ref->alias[0] ? ref->alias : ref->version, why, AT(m, why));
     } else {
         snprintf(ref->version, sizeof ref->version, "%s", v);
     }
@@ -156,8 +161,7 @@ int tfos__registry_fetch(tfos__mlflow *m, const char *name, const char *version,
         rc = TFOS_EINVAL;
     }
     if (rc) {
-        snprintf(err, errlen, "models:/%.200s/%s: %s (model registry at %s)", name, version, why,
-                 tfos__mlflow_shown(m));
+        snprintf(err, errlen, "models:/%.200s/%s: %s%s%s%s", name, version, why, AT(m, why));
         json_decref(reply);
         return rc;
     }
@@ -180,8 +184,7 @@ int tfos__registry_fetch(tfos__mlflow *m, const char *name, const char *version,
     }
     if (rc) {
         nftw(part, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        snprintf(err, errlen, "models:/%.200s/%s: %s (model registry at %s)", name, version, why,
-                 tfos__mlflow_shown(m));
+        snprintf(err, errlen, "models:/%.200s/%s: %s%s%s%s", name, version, why, AT(m, why));
     }
     json_decref(reply);
     return rc;
