@@ -1,0 +1,153 @@
+"""Models in MLflow's registry (issue 39): tfos.models.register against a
+real `mlflow server` (tests/support/mlflowserver.py), `tfos serve --model
+NAME=models:/REG@ALIAS` following the alias (promotion and rollback) under
+concurrent clients, and the errors at start. The model is test_serve's
+BEHAVE loader: y = factor * x, factor the version dir's file, so every
+answer says which registry version ran it."""
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import PY, tfos_cli, wait_for
+from test_serve import BEHAVE, Server, post, xbody
+
+
+def set_alias(url, name, alias, version):
+    req = urllib.request.Request(url + "/api/2.0/mlflow/registered-models/alias", method="POST",
+                                 data=json.dumps({"name": name, "alias": alias, "version": version}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+class RegistryServer(Server):
+    """tfos serve of a registry model as "m" (test_serve.Server's methods)."""
+
+    def __init__(self, uri, tmp_path, marker, *args):
+        (tmp_path / "behave.py").write_text(BEHAVE)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([tfos_cli(), "serve", "--model", "m=" + uri, "--loader",
+                                      "m=%s:load" % (tmp_path / "behave.py"), "--port", "0", "--python", PY,
+                                      "--log-dir", str(tmp_path / ("logs-" + marker))] + list(args),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.err = [self.proc.stderr.readline()]
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v2/models/m/infer", self.err[0])
+        assert m, self.err[0] + self.proc.stderr.read()
+        self.port = int(m.group(1))
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        assert wait_for(lambda: self.get("/v2/health/ready")[0] == 200, 60, 0.2), self.text()
+
+
+def factor_dir(tmp_path, name, factor):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "factor").write_text(str(factor))
+    (d / "assets").mkdir()  # a subdirectory, copied too
+    (d / "assets" / "note.txt").write_text("version with factor %s" % factor)
+    return d
+
+
+def test_a_registered_alias_is_served_and_followed_under_load(mlflow_server, tmp_path, marker, monkeypatch):
+    import tfos.models
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    v1 = tfos.models.register(str(factor_dir(tmp_path, "e1", 2)), "digits-follow", alias="production")
+    v2 = tfos.models.register(str(factor_dir(tmp_path, "e2", 3)), "digits-follow")
+    assert (v1.version, v2.version) == ("1", "2") and v1.run_id != v2.run_id
+    assert v2.source.startswith("mlflow-artifacts:/") and v2.source.endswith("/" + v2.run_id + "/artifacts/model")
+
+    s = RegistryServer("models:/digits-follow@production", tmp_path, marker, "--registry-poll", "0.3",
+                       "--poll", "0.3", "--replicas", "2")
+    try:
+        meta = json.loads(s.get("/v2/models/m")[1])
+        assert meta["registry"] == {"uri": "models:/digits-follow@production", "version": "1",
+                                    "versions": {"1": "1"}}, meta
+        st, doc = post(s, "m", xbody([1.0, 5.0]))
+        assert st == 200 and doc["outputs"][0]["data"] == [2.0, 10.0], doc
+
+        # 4 clients ask all along; the alias is promoted to 2, then rolled back to 1
+        answers, failures, stop = [], [], threading.Event()
+
+        def client(k):
+            while not stop.is_set():
+                try:
+                    st, doc = post(s, "m", xbody([float(k + 1)]))
+                except Exception as e:  # noqa: BLE001  (any failure is the test's finding)
+                    failures.append(repr(e))
+                    continue
+                if st != 200:
+                    failures.append((st, doc))
+                else:
+                    answers.append(doc["outputs"][0]["data"][0] / (k + 1))
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: len(answers) > 20, 30)
+            set_alias(mlflow_server.url, "digits-follow", "production", "2")
+            promoted = wait_for(lambda: answers[-8:] == [3.0] * 8, 60)
+            set_alias(mlflow_server.url, "digits-follow", "production", "1")
+            rolled_back = wait_for(lambda: answers[-8:] == [2.0] * 8, 60)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        assert not failures, failures[:5]
+        assert promoted and rolled_back, (answers[-20:], s.text()[-3000:])
+        assert set(answers) == {2.0, 3.0}
+        meta = json.loads(s.get("/v2/models/m")[1])
+        # folders in fetch order: 1 (registry 1), 2 (registry 2), 3 (registry 1 again, the rollback)
+        assert meta["registry"] == {"uri": "models:/digits-follow@production", "version": "1",
+                                    "versions": {"1": "1", "2": "2", "3": "1"}}, meta
+        assert meta["versions"][0] == "3"
+        assert "models:/digits-follow@production moved from version 1 to 2" in s.text()
+    finally:
+        assert s.stop() in (0, 143, -15), s.text()[-3000:]
+    leftovers = [d for d in os.listdir(os.environ.get("TMPDIR", "/tmp")) if d.startswith("tfos-registry-")]
+    cache = re.search(r"fetched into (\S+/tfos-registry-\w+)/", s.text()).group(1)
+    assert os.path.basename(cache) not in leftovers, "the registry's copies outlived tfos serve"
+
+
+def test_a_missing_model_alias_or_version_fails_serve_at_start_naming_it(mlflow_server, tmp_path, monkeypatch):
+    import tfos.models
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    tfos.models.register(str(factor_dir(tmp_path, "e1", 2)), "digits-missing", alias="production")
+    (tmp_path / "behave.py").write_text(BEHAVE)
+
+    def serve(uri, env=None):
+        t0 = time.monotonic()
+        r = subprocess.run([tfos_cli(), "serve", "--model", "m=" + uri, "--loader", "m=%s:load" % (tmp_path / "behave.py"),
+                            "--port", "0", "--python", PY], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, **(env or {})))
+        assert r.returncode != 0 and time.monotonic() - t0 < 30, r.stderr
+        assert "model server" not in r.stderr and "coordinator" not in r.stderr, r.stderr  # nothing started
+        return r.stderr
+
+    err = serve("models:/digits-missing@staging")
+    assert "models:/digits-missing@staging" in err and "alias staging not found" in err and mlflow_server.url in err
+    err = serve("models:/no-such-model@production")
+    assert "models:/no-such-model@production" in err and "no-such-model" in err and "not found" in err
+    err = serve("models:/digits-missing/7")
+    assert "models:/digits-missing/7" in err and "not found" in err and mlflow_server.url in err
+    err = serve("models:/digits-missing/1", {"MLFLOW_TRACKING_URI": ""})
+    assert "set MLFLOW_TRACKING_URI" in err
+    err = serve("models:/digits-missing")
+    assert "models:/NAME@ALIAS or models:/NAME/VERSION" in err
+
+
+def test_register_names_what_is_wrong(tmp_path, monkeypatch):
+    import tfos.models
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(tfos.models.RegistryError, match="set MLFLOW_TRACKING_URI"):
+        tfos.models.register(str(tmp_path), "x")
+    with pytest.raises(tfos.models.RegistryError, match="not a directory"):
+        tfos.models.register(str(tmp_path / "nope"), "x", tracking_uri="http://127.0.0.1:1")
+    with pytest.raises(tfos.models.RegistryError, match="127.0.0.1:1"):
+        tfos.models.register(str(tmp_path), "x", tracking_uri="http://127.0.0.1:1")
