@@ -151,3 +151,24 @@ def test_register_names_what_is_wrong(tmp_path, monkeypatch):
         tfos.models.register(str(tmp_path / "nope"), "x", tracking_uri="http://127.0.0.1:1")
     with pytest.raises(tfos.models.RegistryError, match="127.0.0.1:1"):
         tfos.models.register(str(tmp_path), "x", tracking_uri="http://127.0.0.1:1")
+
+
+def test_the_register_snippet_runs_as_written(mlflow_server, tmp_path):
+    from test_doc_snippets import block
+    text = block("docs/MODELS.md", "tfos.models.register(")
+    export = factor_dir(tmp_path, "digits-export", 2)
+    code = text.replace("/tmp/digits-export", str(export))  # the export's path, as the text says
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url, MLFLOW_RUN_ID=""))
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"registered digits version (\d+) from run (\w+)", r.stdout)
+    assert m, r.stdout
+    for alias in ("candidate", "production"):
+        with urllib.request.urlopen("%s/api/2.0/mlflow/registered-models/alias?name=digits&alias=%s"
+                                    % (mlflow_server.url, alias), timeout=30) as f:
+            mv = json.loads(f.read())["model_version"]
+        assert (mv["version"], mv["run_id"]) == m.groups(), (alias, mv)
+    with urllib.request.urlopen("%s/api/2.0/mlflow-artifacts/artifacts?path=0/%s/artifacts/model"
+                                % (mlflow_server.url, m.group(2)), timeout=30) as f:
+        names = {e["path"] for e in json.loads(f.read())["files"]}
+    assert names == {"factor", "assets"}, names
