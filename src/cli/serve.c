@@ -54,6 +54,8 @@ const char tfos__serve_help[] =
     "  --model NAME=models:/REG@ALIAS, --model NAME=models:/REG/VERSION\n"
     "                           a version from MLflow's model registry ($MLFLOW_TRACKING_URI); an\n"
     "                           alias is followed: where it moves is served next (docs/MODELS.md)\n"
+    "  --model NAME=URI:W,URI:W  a canary: NAME's requests split by weight between registry versions,\n"
+    "                           each served as NAME.ALIAS with its own /metrics series (docs/MODELS.md)\n"
     "  --registry-poll S        seconds between asking the registry where an alias points (default " TFOS__STR(TFOS_SERVE_DEFAULT_REGISTRY_POLL) ";\n"
     "                           0: never)\n"
     "  --loader NAME=MODULE:FUNCTION\n"
@@ -91,6 +93,15 @@ typedef struct serve_cli {
     long long replicas, port, max_batch, max_delay, queue_rows, max_body, restarts;
     double timeout, reservation, poll_s, registry_poll;
     const char *reg_uri[MAX_MODELS]; /* models:/... of a model from the registry; NULL: a DIR */
+    char arm_uri[MAX_MODELS][300];   /* a canary's arms' URIs (reg_uri points here) */
+    char arm_loader[MAX_MODELS][PATH_MAX + 128]; /* --loader NAME=... given for a canary: one per arm */
+    /* canaries: --model NAME=URI:W,URI:W: each arm a model of its own (NAME.ALIAS), requests for NAME split */
+    int ncanaries;
+    struct {
+        char name[104];
+        int n, arm[4];
+        long long weight[4];
+    } canary[16];
     char dir_arg[MAX_MODELS][PATH_MAX + 512]; /* its model_args: NAME=<the local copy's dir> */
     const char *listen, *token, *python, *log_dir;
 } serve_cli;
@@ -134,7 +145,62 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
         if (!val)
             return tfos__usage_error("%s needs a value", a);
         int bad = 0;
-        if (!strcmp(a, "--model")) {
+        if (!strcmp(a, "--model") && strchr(val, '=') && strchr(val, ',')) { /* a canary */
+            char *e = strchr(val, '=');
+            size_t nl = (size_t)(e - val);
+            if (!nl || nl > 90 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
+                return tfos__usage_error("--model %s: a canary's name is up to 90 letters, digits, '_', '.' and '-'",
+                                         val);
+            if (am)
+                return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry yet", val);
+            if (v->ncanaries == 16)
+                return tfos__usage_error("--model %s: at most 16 canaries", val);
+            int c = v->ncanaries, narms = 0;
+            snprintf(v->canary[c].name, sizeof v->canary[c].name, "%.*s", (int)nl, val);
+            for (int j = 0; j < nmodels; j++)
+                if (!strcmp(names[j], v->canary[c].name))
+                    return tfos__usage_error("--model %s: that name is given twice", v->canary[c].name);
+            for (const char *p = e + 1; *p; p += *p == ',') {
+                size_t al = strcspn(p, ",");
+                char arm[300], why[400];
+                const char *colon = memrchr(p, ':', al);
+                char *end;
+                long long w = colon ? strtoll(colon + 1, &end, 10) : 0;
+                tfos__registry_ref ref;
+                if (al >= sizeof arm || !colon || colon == p || end != p + al || w < 1 || w > 1000000)
+                    return tfos__usage_error("--model %s: a canary is NAME=models:/REG@ALIAS:WEIGHT,models:/REG@ALIAS:"
+                                             "WEIGHT (weights 1 to 1000000, relative)", val);
+                snprintf(arm, sizeof arm, "%.*s", (int)(colon - p), p);
+                if (tfos__registry_parse(arm, &ref, why, sizeof why))
+                    return tfos__usage_error("--model %s (a canary's arms come from MLflow's registry)", why);
+                if (narms == 4 || nmodels == MAX_MODELS)
+                    return tfos__usage_error("--model %s: 2 to 4 arms, 64 models in all", val);
+                int i = nmodels;
+                char nm[400];
+                snprintf(nm, sizeof nm, "%s.%s%s", v->canary[c].name, ref.alias[0] ? "" : "v",
+                         ref.alias[0] ? ref.alias : ref.version);
+                if (strspn(nm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != strlen(nm) ||
+                    strlen(nm) > 100)
+                    return tfos__usage_error("--model %s: an arm is served as NAME.ALIAS, which must be up to 100 "
+                                             "letters, digits, '_', '.' and '-'", nm);
+                memcpy(v->name_buf[i], nm, strlen(nm) + 1);
+                names[i] = v->name_buf[i];
+                for (int j = 0; j < i; j++)
+                    if (!strcmp(names[j], names[i]))
+                        return tfos__usage_error("--model %s: that name (a canary's arm) is given twice", names[i]);
+                snprintf(v->arm_uri[i], sizeof v->arm_uri[i], "%s", arm);
+                v->reg_uri[i] = v->arm_uri[i];
+                model_args[i] = v->arm_uri[i]; /* replaced by its local copy's dir at start */
+                v->canary[c].arm[narms] = i;
+                v->canary[c].weight[narms++] = w;
+                nmodels++;
+                p += al;
+            }
+            if (narms < 2)
+                return tfos__usage_error("--model %s: a canary has 2 to 4 arms (URI:WEIGHT,URI:WEIGHT)", val);
+            v->canary[c].n = narms;
+            v->ncanaries++;
+        } else if (!strcmp(a, "--model")) {
             char *e = strchr(val, '=');
             if (!e || e == val || !e[1])
                 return tfos__usage_error("--model takes NAME=DIR or NAME@VERSION=DIR, not '%s'", val);
@@ -151,6 +217,9 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
             for (int j = 0; j < nmodels; j++)
                 if (!strcmp(names[j], names[nmodels]))
                     return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
+            for (int j = 0; j < v->ncanaries; j++)
+                if (!strcmp(v->canary[j].name, names[nmodels]))
+                    return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
             if (!strncmp(e + 1, "models:/", 8)) { /* MLflow's registry: checked when it is asked, at start */
                 if (val[nl] == '@')
                     return tfos__usage_error("--model %s: a registry version is pinned as models:/NAME/VERSION, "
@@ -160,6 +229,9 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
                                              "yet; run tfos serve, or give the version's directory", val);
                 tfos__registry_ref ref;
                 char why[400];
+                const char *colon = strrchr(e + 1, ':');
+                if (colon > e + 8 && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1))
+                    return tfos__usage_error("--model %s: a canary has 2 to 4 arms (URI:WEIGHT,URI:WEIGHT)", val);
                 if (tfos__registry_parse(e + 1, &ref, why, sizeof why))
                     return tfos__usage_error("--model %s", why);
                 v->reg_uri[nmodels] = e + 1;
@@ -226,6 +298,23 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
     if (!nmodels)
         return tfos__usage_error("%s", "serve needs --model NAME=DIR");
     int *has_loader = v->has_loader;
+    /* a loader named for a canary is its arms' loader: one per arm for the model servers */
+    for (int j = 0; j < nloaders; j++) {
+        size_t ln = strcspn(loader_args[j], "=");
+        for (int c = 0; c < v->ncanaries; c++) {
+            if (strlen(v->canary[c].name) != ln || strncmp(v->canary[c].name, loader_args[j], ln))
+                continue;
+            if (nloaders - 1 + v->canary[c].n > MAX_MODELS)
+                return tfos__usage_error("%s: at most 64 loaders", "--loader");
+            char *fn = loader_args[j] + ln;
+            for (int k = 0; k < v->canary[c].n; k++) {
+                int i = v->canary[c].arm[k];
+                snprintf(v->arm_loader[i], sizeof v->arm_loader[i], "%s%s", names[i], fn);
+                loader_args[k ? nloaders++ : j] = v->arm_loader[i];
+            }
+            break;
+        }
+    }
     for (int j = 0; j < nloaders; j++) {
         size_t ln = strcspn(loader_args[j], "=");
         int found = 0;
@@ -321,12 +410,23 @@ static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o,
         TFOS_ERROR("%s", err);
     else
         rc = tfos__serve_attach(s, http, tfos__launch_status(l), tfos__launch_token(l));
+    for (int c = 0; c < v->ncanaries && !rc; c++) {
+        const char *arms[4];
+        for (int k = 0; k < v->canary[c].n; k++)
+            arms[k] = v->names[v->canary[c].arm[k]];
+        if ((rc = tfos__serve_canary(s, v->canary[c].name, arms, v->canary[c].weight, v->canary[c].n, err,
+                                     sizeof err)))
+            TFOS_ERROR("%s", err);
+    }
     for (int i = 0; i < v->nmodels && !rc; i++)
         if (follow[i] && (rc = tfos__follow_start(follow[i], s, tfos__launch_loop(l), v->registry_poll)))
             TFOS_ERROR("model %s: cannot follow %s: %s", v->names[i], v->reg_uri[i], tfos_strerror(rc));
     if (!rc) {
         const char *host = o->status_host ? o->status_host : "127.0.0.1";
         const char *url = tfos__launch_status_url(l);
+        for (int c = 0; c < v->ncanaries; c++)
+            TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer, split between %d models (a canary)",
+                      v->canary[c].name, host, tfos__http_port(http), v->canary[c].name, v->canary[c].n);
         for (int i = 0; i < v->nmodels; i++)
             TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s", v->names[i],
                       host, tfos__http_port(http), v->names[i],

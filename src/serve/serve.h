@@ -70,6 +70,14 @@ const char *tfos__serve_address(const tfos__serve *s);
 int tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token);
 void tfos__serve_close(tfos__serve *s);
 
+/* Split requests for `name` between the models `arms` (served models of
+ * their own; 2 to 4) by `weights` (> 0, relative): a canary. A request
+ * naming `name` goes to one arm, each getting its weight's share; each arm
+ * keeps its own /metrics series. 0; TFOS_EINVAL (err says why),
+ * TFOS_EFULL (16 canaries). */
+int tfos__serve_canary(tfos__serve *s, const char *name, const char *const *arms, const long long *weights, int n,
+                       char *err, size_t errlen);
+
 /* ---- follow.c: a model served from MLflow's registry ----
  *
  * --model NAME=models:/NAME@ALIAS (or models:/NAME/VERSION): the version

@@ -172,3 +172,55 @@ def test_the_register_snippet_runs_as_written(mlflow_server, tmp_path):
                                 % (mlflow_server.url, m.group(2)), timeout=30) as f:
         names = {e["path"] for e in json.loads(f.read())["files"]}
     assert names == {"factor", "assets"}, names
+
+
+def test_a_canary_splits_requests_by_weight_with_series_per_arm(mlflow_server, tmp_path, marker, monkeypatch):
+    import http.client
+    import tfos.models
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    tfos.models.register(str(factor_dir(tmp_path, "e1", 2)), "digits-canary", alias="production")
+    tfos.models.register(str(factor_dir(tmp_path, "e2", 3)), "digits-canary", alias="candidate")
+    s = RegistryServer("models:/digits-canary@production:90,models:/digits-canary@candidate:10", tmp_path, marker)
+    try:
+        meta = json.loads(s.get("/v2/models/m")[1])
+        arms = {a["model"]["name"]: (a["weight"], a["model"]["registry"]["version"]) for a in meta["canary"]}
+        assert arms == {"m.production": (90, "1"), "m.candidate": (10, "2")}, meta
+        counts, failures = {}, []
+
+        def client(k):
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            for _ in range(500):
+                st, doc = post(s, "m", xbody([1.0]), conn=conn)
+                if st != 200:
+                    failures.append(doc)
+                    continue
+                key = (doc["model_name"], doc["outputs"][0]["data"][0])  # the arm, and the factor that ran
+                counts[key] = counts.get(key, 0) + 1
+            conn.close()
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not failures, failures[:3]
+        assert set(counts) == {("m.production", 2.0), ("m.candidate", 3.0)}, counts
+        share = counts[("m.candidate", 3.0)] / 2000.0
+        assert abs(share - 0.10) <= 0.05, counts
+        metrics = s.get("/metrics")[1].decode()
+        for arm, factor in (("m.production", 2.0), ("m.candidate", 3.0)):
+            n = counts[(arm, factor)]
+            assert 'tfos_serve_requests_total{model="%s",outcome="ok"} %d' % (arm, n) in metrics, metrics
+            assert 'tfos_serve_version_requests_total{model="%s",version="1"} %d' % (arm, n) in metrics, metrics
+    finally:
+        s.stop()
+
+
+def test_canary_usage_errors_name_the_option():
+    for arg, text in (("m=models:/a@p:90,models:/a@c", "a canary is NAME=models:/REG@ALIAS:WEIGHT"),
+                      ("m=models:/a@p:90", "a canary has 2 to 4 arms"),
+                      ("m=/tmp/x:90,/tmp/y:10", "a canary's arms come from MLflow's registry"),
+                      ("m=models:/a@p:0,models:/a@c:10", "weights 1 to 1000000"),
+                      ("m=models:/a@p:50,models:/b@p:50", "that name (a canary's arm) is given twice")):
+        r = subprocess.run([tfos_cli(), "serve", "--model", arg], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and text in r.stderr, (arg, r.stderr)
