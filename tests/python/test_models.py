@@ -224,3 +224,32 @@ def test_canary_usage_errors_name_the_option():
                       ("m=models:/a@p:50,models:/b@p:50", "that name (a canary's arm) is given twice")):
         r = subprocess.run([tfos_cli(), "serve", "--model", arg], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and text in r.stderr, (arg, r.stderr)
+
+
+def test_export_saved_model_registers_as_on_the_chief(mlflow_server, tmp_path):
+    """compat.export_saved_model(register_as=) in a fresh interpreter (it
+    imports TensorFlow): the SavedModel is in the registry, whole."""
+    code = """
+import os, tensorflow as tf
+from tfos import compat
+class M(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32)])
+    def __call__(self, x):
+        return x * 2.0
+compat.export_saved_model(M(), %r, is_chief=True, register_as="exported")
+os.environ.pop("MLFLOW_TRACKING_URI")
+compat.export_saved_model(M(), %r, is_chief=True, register_as="exported")  # not registered: a warning
+""" % (str(tmp_path / "exp1"), str(tmp_path / "exp2"))
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url, MLFLOW_RUN_ID="",
+                                TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "MLFLOW_TRACKING_URI is not set" in r.stderr, r.stderr[-2000:]
+    with urllib.request.urlopen("%s/api/2.0/mlflow/registered-models/get-latest-versions?name=exported"
+                                % mlflow_server.url, timeout=30) as f:
+        versions = json.loads(f.read())["model_versions"]
+    assert [v["version"] for v in versions] == ["1"], versions
+    with urllib.request.urlopen("%s/api/2.0/mlflow-artifacts/artifacts?path=0/%s/artifacts/model"
+                                % (mlflow_server.url, versions[0]["run_id"]), timeout=30) as f:
+        names = {e["path"] for e in json.loads(f.read())["files"]}
+    assert {"saved_model.pb", "variables"} <= names, names
