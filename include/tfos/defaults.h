@@ -93,6 +93,9 @@
 #define TFOS_SERVE_DEFAULT_MAX_RESTARTS 10
 /* Seconds between a model server's looks for new versions. */
 #define TFOS_SERVE_DEFAULT_POLL 2.0
+/* tfos serve --registry-poll: seconds between asking MLflow's registry where
+ * a followed alias points (a promotion is served within this and a load) */
+#define TFOS_SERVE_DEFAULT_REGISTRY_POLL 10.0
 /* Rows per batch sent to a model server. */
 #define TFOS_SERVE_DEFAULT_MAX_BATCH 64
 /* The longest a request waits for others to batch with, ms. */

@@ -3,6 +3,7 @@
 ``from tfos import compat``; the export writes the SavedModel TFoS writes, so
 its inference programs run unchanged on the export (see docs/SPARK.md,
 "Exporting models")."""
+import os
 import shutil
 import sys
 import tempfile
@@ -10,7 +11,7 @@ import tempfile
 __all__ = ["export_saved_model", "disable_auto_shard", "is_gpu_available"]
 
 
-def export_saved_model(model, export_dir, is_chief=False):
+def export_saved_model(model, export_dir, is_chief=False, register_as=None):
     """Export ``model`` as a TensorFlow SavedModel that serves by layer name.
 
     What lands in ``export_dir`` depends on the Keras that built ``model``:
@@ -44,6 +45,12 @@ def export_saved_model(model, export_dir, is_chief=False):
     directory (``tfos-export-*`` under ``$TMPDIR``) that is removed
     afterwards (TensorFlowOnSpark left theirs in ``./worker_model``).
 
+    ``register_as=NAME``: on the chief, when ``MLFLOW_TRACKING_URI`` is set,
+    the export is then registered as a new version of NAME in MLflow's model
+    registry (:func:`tfos.models.register`, in the job's run when
+    ``MLFLOW_RUN_ID`` names one); without the variable it is not, and a log
+    line says so.
+
     Returns ``export_dir`` on the chief, ``None`` elsewhere.
     """
     import tensorflow as tf
@@ -59,6 +66,14 @@ def export_saved_model(model, export_dir, is_chief=False):
     finally:
         if not is_chief:
             shutil.rmtree(target, ignore_errors=True)
+    if is_chief and register_as:
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            from . import models
+            models.register(export_dir, register_as)
+        else:
+            import logging
+            logging.getLogger("tfos").warning("export_saved_model(register_as=%r): MLFLOW_TRACKING_URI is not set, "
+                                              "so %s is not registered", register_as, export_dir)
     return export_dir if is_chief else None
 
 

@@ -19,9 +19,11 @@
 #include "core/spec.h"
 #include "launch/launch.h"
 #include "serve/serve.h"
+#include "track/registry.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +51,13 @@ const char tfos__serve_help[] =
     "  --model NAME=DIR         a model to serve; repeatable. DIR's highest numbered version is served\n"
     "                           and a higher one that appears is loaded, then served in its place\n"
     "  --model NAME@V=DIR       serve version V of DIR only (pinned)\n"
+    "  --model NAME=models:/REG@ALIAS, --model NAME=models:/REG/VERSION\n"
+    "                           a version from MLflow's model registry ($MLFLOW_TRACKING_URI); an\n"
+    "                           alias is followed: where it moves is served next (docs/MODELS.md)\n"
+    "  --model NAME=URI:W,URI:W  a canary: NAME's requests split by weight between registry versions,\n"
+    "                           each served as NAME.ALIAS with its own /metrics series (docs/MODELS.md)\n"
+    "  --registry-poll S        seconds between asking the registry where an alias points (default " TFOS__STR(TFOS_SERVE_DEFAULT_REGISTRY_POLL) ";\n"
+    "                           0: never)\n"
     "  --loader NAME=MODULE:FUNCTION\n"
     "                           the model NAME is not a SavedModel: FUNCTION(version_dir) returns a\n"
     "                           tfos.serve.Model (MODULE: a module on the path, or FILE.py)\n"
@@ -82,7 +91,18 @@ typedef struct serve_cli {
     int has_loader[MAX_MODELS];
     int nmodels, nloaders;
     long long replicas, port, max_batch, max_delay, queue_rows, max_body, restarts;
-    double timeout, reservation, poll_s;
+    double timeout, reservation, poll_s, registry_poll;
+    const char *reg_uri[MAX_MODELS]; /* models:/... of a model from the registry; NULL: a DIR */
+    char arm_uri[MAX_MODELS][300];   /* a canary's arms' URIs (reg_uri points here) */
+    char arm_loader[MAX_MODELS][PATH_MAX + 128]; /* --loader NAME=... given for a canary: one per arm */
+    /* canaries: --model NAME=URI:W,URI:W: each arm a model of its own (NAME.ALIAS), requests for NAME split */
+    int ncanaries;
+    struct {
+        char name[104];
+        int n, arm[4];
+        long long weight[4];
+    } canary[16];
+    char dir_arg[MAX_MODELS][PATH_MAX + 512]; /* its model_args: NAME=<the local copy's dir> */
     const char *listen, *token, *python, *log_dir;
 } serve_cli;
 
@@ -111,7 +131,8 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
     int nmodels = 0, nloaders = 0;
     long long replicas = 1, port = am ? 0 : TFOS_SERVE_DEFAULT_PORT, max_batch = 0, max_delay = 0, queue_rows = 0,
               max_body = 0, restarts = TFOS_SERVE_DEFAULT_MAX_RESTARTS;
-    double timeout = 0, reservation = 0, poll_s = TFOS_SERVE_DEFAULT_POLL;
+    double timeout = 0, reservation = 0, poll_s = TFOS_SERVE_DEFAULT_POLL,
+           registry_poll = TFOS_SERVE_DEFAULT_REGISTRY_POLL;
     const char *listen = NULL, *token = getenv("TFOS_SERVE_TOKEN"), *python = NULL, *log_dir = NULL;
     tfos__args it;
     tfos__args_init(&it, argc, argv);
@@ -124,7 +145,62 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
         if (!val)
             return tfos__usage_error("%s needs a value", a);
         int bad = 0;
-        if (!strcmp(a, "--model")) {
+        if (!strcmp(a, "--model") && strchr(val, '=') && strchr(val, ',')) { /* a canary */
+            char *e = strchr(val, '=');
+            size_t nl = (size_t)(e - val);
+            if (!nl || nl > 90 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
+                return tfos__usage_error("--model %s: a canary's name is up to 90 letters, digits, '_', '.' and '-'",
+                                         val);
+            if (am)
+                return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry yet", val);
+            if (v->ncanaries == 16)
+                return tfos__usage_error("--model %s: at most 16 canaries", val);
+            int c = v->ncanaries, narms = 0;
+            snprintf(v->canary[c].name, sizeof v->canary[c].name, "%.*s", (int)nl, val);
+            for (int j = 0; j < nmodels; j++)
+                if (!strcmp(names[j], v->canary[c].name))
+                    return tfos__usage_error("--model %s: that name is given twice", v->canary[c].name);
+            for (const char *p = e + 1; *p; p += *p == ',') {
+                size_t al = strcspn(p, ",");
+                char arm[300], why[400];
+                const char *colon = memrchr(p, ':', al);
+                char *end;
+                long long w = colon ? strtoll(colon + 1, &end, 10) : 0;
+                tfos__registry_ref ref;
+                if (al >= sizeof arm || !colon || colon == p || end != p + al || w < 1 || w > 1000000)
+                    return tfos__usage_error("--model %s: a canary is NAME=models:/REG@ALIAS:WEIGHT,models:/REG@ALIAS:"
+                                             "WEIGHT (weights 1 to 1000000, relative)", val);
+                snprintf(arm, sizeof arm, "%.*s", (int)(colon - p), p);
+                if (tfos__registry_parse(arm, &ref, why, sizeof why))
+                    return tfos__usage_error("--model %s (a canary's arms come from MLflow's registry)", why);
+                if (narms == 4 || nmodels == MAX_MODELS)
+                    return tfos__usage_error("--model %s: 2 to 4 arms, 64 models in all", val);
+                int i = nmodels;
+                char nm[400];
+                snprintf(nm, sizeof nm, "%s.%s%s", v->canary[c].name, ref.alias[0] ? "" : "v",
+                         ref.alias[0] ? ref.alias : ref.version);
+                if (strspn(nm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != strlen(nm) ||
+                    strlen(nm) > 100)
+                    return tfos__usage_error("--model %s: an arm is served as NAME.ALIAS, which must be up to 100 "
+                                             "letters, digits, '_', '.' and '-'", nm);
+                memcpy(v->name_buf[i], nm, strlen(nm) + 1);
+                names[i] = v->name_buf[i];
+                for (int j = 0; j < i; j++)
+                    if (!strcmp(names[j], names[i]))
+                        return tfos__usage_error("--model %s: that name (a canary's arm) is given twice", names[i]);
+                snprintf(v->arm_uri[i], sizeof v->arm_uri[i], "%s", arm);
+                v->reg_uri[i] = v->arm_uri[i];
+                model_args[i] = v->arm_uri[i]; /* replaced by its local copy's dir at start */
+                v->canary[c].arm[narms] = i;
+                v->canary[c].weight[narms++] = w;
+                nmodels++;
+                p += al;
+            }
+            if (narms < 2)
+                return tfos__usage_error("--model %s: a canary has 2 to 4 arms (URI:WEIGHT,URI:WEIGHT)", val);
+            v->canary[c].n = narms;
+            v->ncanaries++;
+        } else if (!strcmp(a, "--model")) {
             char *e = strchr(val, '=');
             if (!e || e == val || !e[1])
                 return tfos__usage_error("--model takes NAME=DIR or NAME@VERSION=DIR, not '%s'", val);
@@ -141,7 +217,25 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
             for (int j = 0; j < nmodels; j++)
                 if (!strcmp(names[j], names[nmodels]))
                     return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
-            if (!am && access(e + 1, R_OK | X_OK)) { /* on YARN: a path in the containers, or a URL */
+            for (int j = 0; j < v->ncanaries; j++)
+                if (!strcmp(v->canary[j].name, names[nmodels]))
+                    return tfos__usage_error("--model %s: that name is given twice", names[nmodels]);
+            if (!strncmp(e + 1, "models:/", 8)) { /* MLflow's registry: checked when it is asked, at start */
+                if (val[nl] == '@')
+                    return tfos__usage_error("--model %s: a registry version is pinned as models:/NAME/VERSION, "
+                                             "not NAME@V=", val);
+                if (am)
+                    return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry "
+                                             "yet; run tfos serve, or give the version's directory", val);
+                tfos__registry_ref ref;
+                char why[400];
+                const char *colon = strrchr(e + 1, ':');
+                if (colon > e + 8 && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1))
+                    return tfos__usage_error("--model %s: a canary has 2 to 4 arms (URI:WEIGHT,URI:WEIGHT)", val);
+                if (tfos__registry_parse(e + 1, &ref, why, sizeof why))
+                    return tfos__usage_error("--model %s", why);
+                v->reg_uri[nmodels] = e + 1;
+            } else if (!am && access(e + 1, R_OK | X_OK)) { /* on YARN: a path in the containers, or a URL */
                 fprintf(stderr, "tfos: --model %s: %s: %s\n", names[nmodels], e + 1, strerror(errno));
                 return 2;
             }
@@ -158,6 +252,11 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
             char *end;
             poll_s = strtod(val, &end);
             bad = end == val || *end || poll_s < 0 || poll_s > 86400;
+        } else if (!strcmp(a, "--registry-poll")) {
+            char *end;
+            registry_poll = strtod(val, &end);
+            bad = end == val || *end || registry_poll < 0 || registry_poll > 86400 ||
+                  (registry_poll > 0 && registry_poll < 0.1);
         } else if (!strcmp(a, "--replicas")) {
             bad = to_int(val, 1, 64, &replicas);
         } else if (!strcmp(a, "--port")) {
@@ -199,6 +298,23 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
     if (!nmodels)
         return tfos__usage_error("%s", "serve needs --model NAME=DIR");
     int *has_loader = v->has_loader;
+    /* a loader named for a canary is its arms' loader: one per arm for the model servers */
+    for (int j = 0; j < nloaders; j++) {
+        size_t ln = strcspn(loader_args[j], "=");
+        for (int c = 0; c < v->ncanaries; c++) {
+            if (strlen(v->canary[c].name) != ln || strncmp(v->canary[c].name, loader_args[j], ln))
+                continue;
+            if (nloaders - 1 + v->canary[c].n > MAX_MODELS)
+                return tfos__usage_error("%s: at most 64 loaders", "--loader");
+            char *fn = loader_args[j] + ln;
+            for (int k = 0; k < v->canary[c].n; k++) {
+                int i = v->canary[c].arm[k];
+                snprintf(v->arm_loader[i], sizeof v->arm_loader[i], "%s%s", names[i], fn);
+                loader_args[k ? nloaders++ : j] = v->arm_loader[i];
+            }
+            break;
+        }
+    }
     for (int j = 0; j < nloaders; j++) {
         size_t ln = strcspn(loader_args[j], "=");
         int found = 0;
@@ -243,6 +359,7 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
     v->timeout = timeout;
     v->reservation = reservation;
     v->poll_s = poll_s;
+    v->registry_poll = registry_poll;
     v->listen = listen;
     v->token = token;
     v->python = python;
@@ -279,7 +396,8 @@ static char **server_argv(const serve_cli *v, const char *python, char *pollbuf,
  * the servers are stopped; close both. tcp: where model servers on other
  * hosts reach the front end (tfos yarn serve), NULL: this host only. The
  * exit status. */
-static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o, const char *tcp)
+static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o, const char *tcp,
+                      tfos__follow **follow)
 {
     tfos_serve_opts so = {.models = v->names, .nmodels = v->nmodels, .max_batch = (int)v->max_batch,
                           .max_delay_ms = (int)v->max_delay, .max_queue_rows = v->queue_rows,
@@ -292,9 +410,23 @@ static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o,
         TFOS_ERROR("%s", err);
     else
         rc = tfos__serve_attach(s, http, tfos__launch_status(l), tfos__launch_token(l));
+    for (int c = 0; c < v->ncanaries && !rc; c++) {
+        const char *arms[4];
+        for (int k = 0; k < v->canary[c].n; k++)
+            arms[k] = v->names[v->canary[c].arm[k]];
+        if ((rc = tfos__serve_canary(s, v->canary[c].name, arms, v->canary[c].weight, v->canary[c].n, err,
+                                     sizeof err)))
+            TFOS_ERROR("%s", err);
+    }
+    for (int i = 0; i < v->nmodels && !rc; i++)
+        if (follow[i] && (rc = tfos__follow_start(follow[i], s, tfos__launch_loop(l), v->registry_poll)))
+            TFOS_ERROR("model %s: cannot follow %s: %s", v->names[i], v->reg_uri[i], tfos_strerror(rc));
     if (!rc) {
         const char *host = o->status_host ? o->status_host : "127.0.0.1";
         const char *url = tfos__launch_status_url(l);
+        for (int c = 0; c < v->ncanaries; c++)
+            TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer, split between %d models (a canary)",
+                      v->canary[c].name, host, tfos__http_port(http), v->canary[c].name, v->canary[c].n);
         for (int i = 0; i < v->nmodels; i++)
             TFOS_INFO("model %s: POST http://%s:%d/v2/models/%s/infer (Open Inference Protocol)%s", v->names[i],
                       host, tfos__http_port(http), v->names[i],
@@ -314,6 +446,10 @@ static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o,
             TFOS_INFO("stopped serving (signal %d, %s); logs of the model servers are in %s", signo,
                       strsignal(signo), tfos_local_log_dir(l));
     }
+    for (int i = 0; i < v->nmodels; i++) { /* before the front end they report to */
+        tfos__follow_close(follow[i]);
+        follow[i] = NULL;
+    }
     tfos__serve_close(s); /* answers what still waits (503), before the HTTP server goes */
     tfos_local_close(l);
     if (rc) {
@@ -321,6 +457,18 @@ static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o,
         return 1;
     }
     return code;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    remove(p);
+    return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* tfos serve here (am NULL) or in the ApplicationMaster's container. */
@@ -352,10 +500,39 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
             python = "python3";
         }
     }
+    /* models from MLflow's registry: their versions copied here before any
+     * model server starts (a missing model, alias or version fails now,
+     * named), each then served as a directory of versions */
+    tfos__follow *follow[MAX_MODELS] = {0};
+    char cache[PATH_MAX] = "";
+    int code = 1;
+    char **prog = NULL;
+    for (int i = 0; i < v.nmodels; i++) {
+        if (!v.reg_uri[i])
+            continue;
+        char err[1024], dir[PATH_MAX + 128];
+        if (!cache[0]) {
+            const char *tmp = getenv("TMPDIR");
+            snprintf(cache, sizeof cache, "%s/tfos-registry-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+            if (!mkdtemp(cache)) {
+                fprintf(stderr, "tfos: --model %s: cannot make a directory for the registry's models: %s: %s\n",
+                        v.names[i], cache, strerror(errno));
+                cache[0] = 0;
+                goto out;
+            }
+        }
+        snprintf(dir, sizeof dir, "%s/%s", cache, v.names[i]);
+        if (tfos__follow_open(&follow[i], v.names[i], v.reg_uri[i], dir, err, sizeof err)) {
+            fprintf(stderr, "tfos: --model %s: %s\n", v.names[i], err);
+            goto out;
+        }
+        snprintf(v.dir_arg[i], sizeof v.dir_arg[i], "%s=%s", v.names[i], dir);
+        v.model_args[i] = v.dir_arg[i];
+    }
     char pollbuf[32];
-    char **prog = server_argv(&v, python, pollbuf, sizeof pollbuf);
+    prog = server_argv(&v, python, pollbuf, sizeof pollbuf);
     if (!prog)
-        return 1;
+        goto out;
     tfos_run_opts o = {.layout = {.num_workers = (int)v.replicas}, .argv = prog, .agent_path = exe,
                        .log_dir = v.log_dir, .reservation_timeout = v.reservation, .python = python,
                        .max_restarts = (int)v.restarts, .status_port = (int)v.port, .status_host = v.listen,
@@ -375,8 +552,7 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
     if (cannot) {
         fprintf(stderr, "tfos: %s\ntfos: no model server was started: a program that cannot start is not "
                 "retried\n", why);
-        free(prog);
-        return 1;
+        goto out;
     }
     /* in the ApplicationMaster's container: each model server in a container
      * of its own, through a stand-in (as tfos yarn-am's nodes) */
@@ -385,11 +561,15 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
         tfos__launch_on_yarn(&o, &lo, &ycfg, exe, am->am_socket, am->resources, am->bind, am->address_file);
     tfos_local *l;
     rc = tfos__launch_open(&l, &o, &lo);
-    int code = 1;
     if (rc)
         fprintf(stderr, "tfos: could not start serving: %s\n", tfos_strerror(rc));
     else
-        code = serve_with(l, &v, &o, am ? am->bind : NULL); /* containers elsewhere: over TCP */
+        code = serve_with(l, &v, &o, am ? am->bind : NULL, follow); /* containers elsewhere: over TCP */
+out:
+    for (int i = 0; i < v.nmodels; i++)
+        tfos__follow_close(follow[i]);
+    if (cache[0]) /* the registry's copies: this run's only */
+        rm_tree(cache);
     free(prog);
     return code;
 }

@@ -40,7 +40,30 @@ static int model_route(tfos__serve *s, const tfos__http_req *rq, tfos__http_resp
         snprintf(rest, sizeof rest, "%s", p + 1);
     else if (*p)
         return tfos__serve_fail_now(rs, 404, "no such path: %s", rq->path);
-    model *m = tfos__serve_find_model(s, name);
+    canary *c = tfos__serve_find_model(s, name) ? NULL : tfos__serve_find_canary(s, name);
+    if (c && version[0]) /* each arm's versions are its own */
+        return tfos__serve_fail_now(rs, 404, "%s is split between models (a canary): name a version of one of them, "
+                                    "e.g. /v2/models/%s/versions/%s", name, s->models[c->arm[0]].name, version);
+    if (c && !rest[0] && !strcmp(rq->method, "GET")) {
+        for (int k = 0; k < c->n; k++)
+            if (!s->models[c->arm[k]].known)
+                return tfos__serve_fail_now(rs, 503, "model %s is loading: no model server is ready yet",
+                                            s->models[c->arm[k]].name);
+        rs->body = tfos__serve_canary_json(s, c);
+        rs->ctype = "application/json";
+        return 0;
+    }
+    if (c && !strcmp(rest, "ready") && !strcmp(rq->method, "GET")) {
+        int ok = tfos__serve_servers_ready(s) > 0;
+        for (int k = 0; k < c->n; k++)
+            ok = ok && s->models[c->arm[k]].known;
+        rs->status = ok ? 200 : 503;
+        rs->body = strdup(ok ? "{\"ready\": true}" : "{\"ready\": false}");
+        rs->ctype = "application/json";
+        return 0;
+    }
+    /* an infer request for a canary goes to one of its models */
+    model *m = !strcmp(rest, "infer") ? tfos__serve_route_model(s, name) : tfos__serve_find_model(s, name);
     if (!m)
         return tfos__serve_fail_now(rs, 404, "no model %s here", name);
     char why[512];

@@ -247,7 +247,7 @@ void tfos__serve_client_infer(tfos__serve *s, int ix, const tfos__frame *f)
                  sizeof r->version - 1);
         goto fail;
     }
-    if (!(m = tfos__serve_find_model(s, name))) {
+    if (!(m = tfos__serve_route_model(s, name))) {
         status = 404;
         snprintf(err, sizeof err, "no model %.127s here", name);
         goto fail;

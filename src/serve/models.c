@@ -15,6 +15,81 @@ model *tfos__serve_find_model(tfos__serve *s, const char *name)
     return NULL;
 }
 
+canary *tfos__serve_find_canary(tfos__serve *s, const char *name)
+{
+    for (int i = 0; i < s->ncanaries; i++)
+        if (!strcmp(s->canaries[i].name, name))
+            return &s->canaries[i];
+    return NULL;
+}
+
+model *tfos__serve_route_model(tfos__serve *s, const char *name)
+{
+    model *m = tfos__serve_find_model(s, name);
+    canary *c = m ? NULL : tfos__serve_find_canary(s, name);
+    if (!c)
+        return m;
+    long long total = 0;
+    int best = 0;
+    for (int k = 0; k < c->n; k++) {
+        c->credit[k] += c->weight[k];
+        total += c->weight[k];
+        if (c->credit[k] > c->credit[best])
+            best = k;
+    }
+    c->credit[best] -= total;
+    return &s->models[c->arm[best]];
+}
+
+int tfos__serve_canary(tfos__serve *s, const char *name, const char *const *arms, const long long *weights, int n,
+                       char *err, size_t errlen)
+{
+    if (s->ncanaries == MAX_CANARIES) {
+        snprintf(err, errlen, "canary %s: at most %d canaries", name, MAX_CANARIES);
+        return TFOS_EFULL;
+    }
+    if (n < 2 || n > MAX_ARMS || strlen(name) >= sizeof s->canaries[0].name || tfos__serve_find_model(s, name) ||
+        tfos__serve_find_canary(s, name)) {
+        snprintf(err, errlen, "canary %s: 2 to %d models, under a name no model or canary has", name, MAX_ARMS);
+        return TFOS_EINVAL;
+    }
+    canary *c = &s->canaries[s->ncanaries];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    for (int k = 0; k < n; k++) {
+        model *m = tfos__serve_find_model(s, arms[k]);
+        if (!m || weights[k] <= 0 || weights[k] > 1000000) {
+            snprintf(err, errlen, "canary %s: %s is %s", name, arms[k], m ? "weighed out of 1..1000000" : "no model");
+            return TFOS_EINVAL;
+        }
+        c->arm[k] = (int)(m - s->models);
+        c->weight[k] = weights[k];
+    }
+    c->n = n;
+    s->ncanaries++;
+    return 0;
+}
+
+char *tfos__serve_canary_json(const tfos__serve *s, const canary *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    fputs("{\"name\": ", f);
+    tfos__json_str(f, c->name);
+    fputs(", \"canary\": [", f);
+    for (int k = 0; k < c->n; k++) {
+        char *arm = tfos__serve_model_json(s, &s->models[c->arm[k]]);
+        fprintf(f, "%s{\"weight\": %lld, \"model\": %s}", k ? ", " : "", c->weight[k], arm ? arm : "null");
+        free(arm);
+    }
+    fputs("]}", f);
+    fclose(f);
+    return buf;
+}
+
 static int read_specs(json_t *arr, tensor_spec *specs, int *n)
 {
     size_t i;
@@ -122,6 +197,24 @@ char *tfos__serve_model_json(const tfos__serve *s, const model *m)
     }
     fputs("], \"platform\": ", f);
     tfos__json_str(f, m->platform);
+    if (m->reg_uri[0]) { /* which registry version the folder served when none is named (the newest) holds */
+        const char *serving = "";
+        for (int k = 0; k < m->nreg && nv; k++)
+            if (!strcmp(m->reg[k].folder, vs[0]))
+                serving = m->reg[k].version;
+        fputs(", \"registry\": {\"uri\": ", f);
+        tfos__json_str(f, m->reg_uri);
+        fputs(", \"version\": ", f);
+        tfos__json_str(f, serving);
+        fputs(", \"versions\": {", f);
+        for (int k = 0; k < m->nreg; k++) {
+            fputs(k ? ", " : "", f);
+            tfos__json_str(f, m->reg[k].folder);
+            fputs(": ", f);
+            tfos__json_str(f, m->reg[k].version);
+        }
+        fputs("}}", f);
+    }
     fputs(", \"inputs\": ", f);
     specs_json(f, m->in, m->nin);
     fputs(", \"outputs\": ", f);
@@ -190,4 +283,20 @@ int tfos__serve_version_ready(const tfos__serve *s, int mi, const char *version,
         snprintf(err, errlen, "model %s has no version %s loaded (versions: %s)", s->models[mi].name, version,
                  nv ? list : "none ready");
     return 0;
+}
+
+void tfos__serve_registry_folder(tfos__serve *s, const char *model_name, const char *uri, const char *folder,
+                                 const char *version)
+{
+    model *m = tfos__serve_find_model(s, model_name);
+    if (!m)
+        return;
+    snprintf(m->reg_uri, sizeof m->reg_uri, "%s", uri);
+    if (m->nreg == MAX_VSTATS) { /* the oldest folders are long unloaded (a server holds MAX_VERSIONS) */
+        memmove(&m->reg[0], &m->reg[1], sizeof m->reg[0] * (MAX_VSTATS - 1));
+        m->nreg--;
+    }
+    snprintf(m->reg[m->nreg].folder, sizeof m->reg[0].folder, "%s", folder);
+    snprintf(m->reg[m->nreg].version, sizeof m->reg[0].version, "%s", version);
+    m->nreg++;
 }

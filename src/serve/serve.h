@@ -70,4 +70,42 @@ const char *tfos__serve_address(const tfos__serve *s);
 int tfos__serve_attach(tfos__serve *s, tfos__http *h, tfos__status_src *status, const char *token);
 void tfos__serve_close(tfos__serve *s);
 
+/* Split requests for `name` between the models `arms` (served models of
+ * their own; 2 to 4) by `weights` (> 0, relative): a canary. A request
+ * naming `name` goes to one arm, each getting its weight's share; each arm
+ * keeps its own /metrics series. 0; TFOS_EINVAL (err says why),
+ * TFOS_EFULL (16 canaries). */
+int tfos__serve_canary(tfos__serve *s, const char *name, const char *const *arms, const long long *weights, int n,
+                       char *err, size_t errlen);
+
+/* ---- follow.c: a model served from MLflow's registry ----
+ *
+ * --model NAME=models:/NAME@ALIAS (or models:/NAME/VERSION): the version
+ * is copied into DIR/1 before the model servers start (they serve DIR as
+ * any directory of versions); then, for an alias, a thread asks the
+ * registry every poll_s seconds where the alias points, and when it moved
+ * copies that version into DIR/<next number> (whole, then renamed), which
+ * the model servers load as a new version: the old one answers until it is
+ * loaded. Version folders are numbered here, in the order they were
+ * fetched (a rollback to an older registry version is a newer folder);
+ * which registry version each holds is handed to the front end through the
+ * loop (a pipe the loop watches) and shown in /v2/models/NAME's
+ * "registry". The registry is $MLFLOW_TRACKING_URI's server. */
+typedef struct tfos__follow tfos__follow;
+/* Resolve uri and copy its version into dir/1 (dir is made; it must not
+ * hold versions): blocks, for use before the loop runs. 0, or an error
+ * with err naming the model, alias or version and the registry. */
+int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, const char *dir, char *err,
+                      size_t errlen);
+/* Tell s which registry version its first folder holds and, for an alias
+ * with poll_s > 0, start following it. 0, TFOS_ESYS, TFOS_ENOMEM. */
+int tfos__follow_start(tfos__follow *f, tfos__serve *s, tfos__loop *loop, double poll_s);
+/* Stop the thread (waits for a fetch under way, bounded by the registry
+ * calls' timeouts) and free f. NULL is a no-op. */
+void tfos__follow_close(tfos__follow *f);
+/* (follow.c to the front end, on the loop) model's folder `folder` holds
+ * registry version `version` of `uri`. */
+void tfos__serve_registry_folder(tfos__serve *s, const char *model, const char *uri, const char *folder,
+                                 const char *version);
+
 #endif

@@ -44,6 +44,17 @@
 #define LAT_BUCKETS 14
 #define MAX_VERSIONS 8        /* versions of a model one server holds */
 #define MAX_VSTATS 16         /* versions counted apart in /metrics */
+#define MAX_CANARIES 16       /* names split between models (tfos__serve_canary) */
+#define MAX_ARMS 4            /* models one canary name splits between */
+
+/* A name whose requests are split between models by weight (a canary:
+ * two versions of one model, each served as a model of its own). */
+typedef struct canary {
+    char name[128];
+    int n;
+    int arm[MAX_ARMS];        /* model indexes */
+    long long weight[MAX_ARMS], credit[MAX_ARMS]; /* smooth weighted round robin: exact shares, interleaved */
+} canary;
 
 typedef struct tensor_spec {
     char name[128];
@@ -68,6 +79,13 @@ typedef struct model {
     } vstat[MAX_VSTATS];      /* answers by the version that ran them */
     unsigned long long lat[LAT_BUCKETS + 1];
     double lat_sum_ms;
+    /* served from MLflow's registry (follow.c): its models:/ URI ("": not),
+     * and which registry version each version folder holds, newest last */
+    char reg_uri[300];
+    int nreg;
+    struct {
+        char folder[16], version[32];
+    } reg[MAX_VSTATS];
 } model;
 
 typedef struct req {
@@ -136,6 +154,8 @@ struct tfos__serve {
     uint64_t next_batch;
     uint32_t next_group;      /* for the halves of failed batches */
     tfos__timer timer;
+    canary canaries[MAX_CANARIES];
+    int ncanaries;
     tfos__warn_limit warn;    /* refused peers: a few lines per 10 s, the rest summed up */
 };
 
@@ -170,6 +190,15 @@ void tfos__serve_answer_client(tfos__serve *s, req *r, const char *version, cons
 /* ---- models.c ---- */
 
 model *tfos__serve_find_model(tfos__serve *s, const char *name);
+/* The canary named `name`, or NULL. */
+canary *tfos__serve_find_canary(tfos__serve *s, const char *name);
+/* The model a request for `name` goes to: the model of that name, or the
+ * next arm of the canary of that name (each arm gets its weight's share,
+ * interleaved). NULL: neither. */
+model *tfos__serve_route_model(tfos__serve *s, const char *name);
+/* GET /v2/models/NAME of a canary: {"name", "canary": [{"weight", "model":
+ * the arm's document}]} (malloc'd). */
+char *tfos__serve_canary_json(const tfos__serve *s, const canary *c);
 /* A server's metadata (HELLO, or MODELS when its versions change):
  * {"models": [{name, versions, platform, inputs, outputs}]}. The newest
  * metadata gives a model its signature; the server's versions are its own.

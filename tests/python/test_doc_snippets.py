@@ -40,6 +40,8 @@ COMMANDS = {"tfos", "python", "python3", "pip", "pip3", "make", "spark-submit"}
 
 # (file, text only that block has) -> the test that runs it, "path::function".
 RUN_BY = {
+    ("docs/MODELS.md", "tfos.models.register("):
+        "tests/python/test_models.py::test_the_register_snippet_runs_as_written",
     ("README.md", "from tfos import TFNode\nctx = TFNode.get_context()\nfeed = TFNode.DataFeed"):
         "tests/python/test_readme.py::test_feed_snippet_reads_a_fed_file",
     ("README.md", "SparkSession.builder"): "tests/python/test_readme.py::test_spark_snippet_runs_as_written",
