@@ -217,10 +217,10 @@ static void hostile_bytes(void)
         const char *log;
     } cases[] = {
         {"GET / HTTP/1.1\r\n\r\n", 18, "bad magic"},
-        {"TFOS\x02\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
-        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
-        {"TFOS\x02\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
-        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
+        {"TFOS\x03\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
+        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
+        {"TFOS\x03\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
+        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
         {"TFOS\x09\x02\x00\x00\x00\x00\x00\x00", 12, "protocol version"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -82,7 +82,10 @@ def save_position(partitions, checkpoint_dir=None, partial=None):
     os.makedirs(d, exist_ok=True)
     attempt = int(os.environ.get("TFOS_ATTEMPT", "1"))
     node = "%s-%s" % (os.environ.get("TFOS_JOB_NAME", "node"), os.environ.get("TFOS_TASK_INDEX", "0"))
-    path = os.path.join(d, "attempt-%d-%s.json" % (attempt, node))
+    # the cluster id tells runs apart: a drained run's positions count in the
+    # run that resumes it, whose attempts count from 1 again
+    cluster = os.environ.get("TFOS_CLUSTER_ID", "")
+    path = os.path.join(d, "attempt-%d-%s%s.json" % (attempt, node, "-" + cluster if cluster else ""))
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "w") as f:
         json.dump({"attempt": attempt, "node": node, "time": time.time(), "partitions": sorted(set(partitions)),
