@@ -50,7 +50,7 @@ const char tfos__run_help[] =
     "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
     "                           for S seconds is hung: its stacks are dumped, it is ended and the\n"
     "                           restart policy applies (default: off)\n"
-"  --drain-grace S          SIGTERM drains the cluster: every program checkpoints at one step\n"
+    "  --drain-grace S          SIGTERM drains the cluster: every program checkpoints at one step\n"
     "                           (ctx.should_checkpoint, TFOS_DRAIN_FILE) and exits 0 within S seconds\n"
     "                           (default " TFOS__STR(TFOS_DEFAULT_DRAIN_GRACE) "); tfos run then exits " TFOS__STR(TFOS_EXIT_DRAINED) " and the same command\n"
     "                           resumes; programs still running then are stopped (exit 143). By default\n"

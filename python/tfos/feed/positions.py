@@ -66,7 +66,7 @@ POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (feed/positio
 def save_position(partitions, checkpoint_dir=None, partial=None):
     """Write the feed position of this node for the current attempt,
     atomically: ``<checkpoint_dir>/tfos-feed-position/
-    attempt-<A>-<job>-<index>.json`` with the partitions consumed whole and,
+    attempt-<A>-<job>-<index>-<cluster>.json`` with the partitions consumed whole and,
     for a partition being read, the rows of it handed out in this attempt.
     See :meth:`FeedManager.save_position`."""
     import json
