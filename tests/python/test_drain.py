@@ -116,3 +116,38 @@ def test_sigterm_drains_at_one_step_and_the_same_command_resumes_with_nothing_lo
     assert "the grace of 1 s ended with worker:0, worker:1 still running" in err, err[-3000:]
     assert not list(out.glob("drained-3-*"))
     assert wait_for(lambda: not pids_with(marker), 10)
+
+
+KERAS_PROG = textwrap.dedent('''
+    import os, sys
+    import numpy as np
+    import tensorflow as tf
+    import tfos.drain
+
+    class Ctx(object):
+        reported = []
+        def report(self, step=None, **kw):
+            self.reported.append(step)
+
+    saved = []
+    ctx = Ctx()
+    cb = tfos.drain.keras_callback(saved.append, ctx=ctx)
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((64, 2), np.float32)
+    model.fit(x, x[:, :1], batch_size=4, epochs=3, verbose=0, callbacks=[cb])
+    print("saved", saved, "reported", ctx.reported[-1], "drained", cb.drained,
+          "iterations", int(model.optimizer.iterations.numpy()))
+''')
+
+
+def test_keras_callback_saves_at_the_drain_step_and_stops_fit(tmp_path):
+    drain_file = tmp_path / "worker-0.drain"
+    drain_file.write_text("step=7\ngrace_ms=25000\nreason=test\n")   # as the agent writes it
+    prog = tmp_path / "keras_drain.py"
+    prog.write_text(KERAS_PROG)
+    r = subprocess.run([PY, str(prog)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, TFOS_DRAIN_FILE=str(drain_file), TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # 16 batches an epoch, 3 epochs: fit stopped at step 7, where it saved once
+    assert "saved [7] reported 7 drained True iterations 7" in r.stdout, (r.stdout, r.stderr[-2000:])
