@@ -151,3 +151,46 @@ def test_keras_callback_saves_at_the_drain_step_and_stops_fit(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # 16 batches an epoch, 3 epochs: fit stopped at step 7, where it saved once
     assert "saved [7] reported 7 drained True iterations 7" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+STEPPER = ("import sys, time\n"
+           "from tfos import TFNode\n"
+           "ctx = TFNode.get_context()\n"
+           "step = 0\n"
+           "while step < 100000:\n"
+           "    step += 1\n"
+           "    ctx.report(step=step)\n"
+           "    if ctx.should_checkpoint(step):\n"
+           "        print('checkpoint at step', step, flush=True)\n"
+           "        sys.exit(0)\n"
+           "    time.sleep(0.01)\n"
+           "sys.exit(3)\n")
+
+
+def test_a_driver_coordinator_drains_its_nodes(marker):
+    """The drain a Spark driver asks for (Coordinator.drain, on an executor's
+    decommission): every node of a driver-side coordinator, with real agents,
+    checkpoints at the one step it announces, and the cluster ends DONE."""
+    import json
+    import uuid
+    import tfos._tfos as t
+    from test_runtime_spark_bits import finish, nodes, start_agent, step_until, wait_done
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    coord = t.Coordinator(2, secret, reservation_timeout=60)
+    agents = [start_agent(coord, secret, i, marker, STEPPER, "--cluster-id", cid) for i in (0, 1)]
+    try:
+        assert not coord.drain("too early")   # nothing runs yet: the caller stops instead
+        assert step_until(coord, lambda: all((n["report"] or {}).get("step", 0) >= 20 for n in nodes(coord)), 60)
+        assert coord.drain("executor 1 is decommissioned", 30)
+        assert not coord.drain("again")       # one drain at a time
+        wait_done(coord)
+        step = coord.drain_step
+        assert coord.drained and step > 20
+        assert json.loads(coord.status())["drain"] == {"step": step, "drained": True,
+                                                       "age_s": json.loads(coord.status())["drain"]["age_s"]}
+    finally:
+        outs = finish(agents)
+        coord.close()
+    for rc, out, err in outs:
+        assert rc == 0, err
+        assert "checkpoint at step %d\n" % step in out, out   # both ranks, at the announced step
