@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo mlflow-server bench bench-start bench-feed bench-recovery bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -200,6 +200,10 @@ bench-feed: install
 
 bench-recovery: install
 	$(VPY) bench/recovery.py --tfos $(BUILD)/tfos
+
+# drain on notice: SIGTERM -> every rank's checkpoint written (1 GiB a rank, 2 ranks)
+bench-drain: install
+	$(VPY) bench/drain.py --tfos $(BUILD)/tfos
 
 # Cluster formation up to the CLI's 1,000 nodes against N bare processes.
 bench-scale: install

@@ -23,6 +23,25 @@
  * lets a program that is not blocked end on its SIGTERM (flush its logs).
  * 0 kills them at once. */
 #define TFOS_DEFAULT_FAILURE_GRACE 0.5
+/* Drain on notice (tfos_coord_drain: SIGTERM to `tfos run`, a Spark
+ * executor's decommission): seconds the programs get to reach the drain
+ * step, write their checkpoint and exit 0, after which those still running
+ * are stopped (--grace) and the run falls back to its last checkpoint. 25 s
+ * fits inside the shortest cloud notice (30 s) with the stop after it. */
+#define TFOS_DEFAULT_DRAIN_GRACE 25.0
+/* How far ahead of the ranks' estimated step the drain step is put, in
+ * milliseconds of their step rate: the DRAIN frame must reach every
+ * program before it passes that step (a frame takes well under 1 ms; the
+ * reports the estimate starts from are up to a heartbeat old, which is
+ * added). */
+#define TFOS_DRAIN_LEAD_MS 1000
+/* The most the coordinator waits for the fresh reports it asks the agents
+ * for before it chooses the drain step (they answer in milliseconds). */
+#define TFOS_DRAIN_PROBE_MS 500
+/* `tfos run`'s exit code after a drain: every node checkpointed at the
+ * drain step and ended; the same command again resumes (sysexits.h's
+ * EX_TEMPFAIL: "try again later"). */
+#define TFOS_EXIT_DRAINED 75
 /* A running node whose agent is silent this long has failed. */
 #define TFOS_DEFAULT_HEARTBEAT_TIMEOUT 30.0
 /* How often an agent beats, in milliseconds. */

@@ -24,10 +24,9 @@ extern "C" {
 #endif
 
 #define TFOS_VERSION TFOS_PROJECT_VERSION /* CMakeLists.txt project(VERSION): the one source */
-/* Version of the wire protocol every tfos link speaks (src/core/wire.h): 2
- * since the feed socket's rings ride on FEED_OK and tfos serve moved onto
- * the same frames. */
-#define TFOS_PROTOCOL_VERSION 2
+/* Version of the wire protocol every tfos link speaks (src/core/wire.h): 3
+ * since DRAIN (drain on notice) took type 20 and data frames moved to 32. */
+#define TFOS_PROTOCOL_VERSION 3
 
 /* ---- errors ------------------------------------------------------------ */
 enum {
@@ -291,6 +290,26 @@ void tfos_coord_stop(tfos_coord *c, const char *reason);
 void tfos_coord_end_feed(tfos_coord *c);
 /* True once a client sent the "release" command (see tfos_coord_command). */
 int tfos_coord_released(const tfos_coord *c);
+/* Drain on notice: ask every running chief, worker and evaluator to write
+ * a checkpoint at one step and end (the DRAIN frame; each program learns
+ * the step from TFOS_DRAIN_FILE, ctx.should_checkpoint(step) in Python).
+ * The coordinator first asks the agents for fresh reports (at most
+ * TFOS_DRAIN_PROBE_MS), then chooses the step past every node's estimated
+ * current step (its ctx.report(step=) and rate). When no program reported a
+ * step the cluster is stopped instead (tfos_coord_stop(reason)), unless
+ * `force`: then the step is -1 and each program checkpoints at its next
+ * check. Nodes still running `grace` seconds after the notice (<= 0:
+ * TFOS_DEFAULT_DRAIN_GRACE) are stopped and the cluster FAILS
+ * (TFOS_CAUSE_STOPPED: the run falls back to its last checkpoint); when all
+ * of them exit 0 it is DONE and tfos_coord_drained is true. 0, or
+ * TFOS_EAGAIN while the cluster forms (no program runs: stop it instead);
+ * TFOS_EINVAL when it is stopping, over or draining. */
+int tfos_coord_drain(tfos_coord *c, const char *reason, double grace, int force);
+/* True once a drain succeeded: every tracked node exited 0 after DRAIN. */
+int tfos_coord_drained(const tfos_coord *c);
+/* The drain step sent (-1: at each program's next check), or -2 when none
+ * was sent (no drain, still choosing it, or turned into a stop). */
+long long tfos_coord_drain_step(const tfos_coord *c);
 /* A human summary of why the cluster failed (node, exit code or signal, last
  * log lines), or "" when it has not failed. Owned by c. */
 const char *tfos_coord_failure(const tfos_coord *c);
@@ -455,6 +474,13 @@ typedef struct tfos_run_opts {
      * times; programs resume from checkpoint_dir. */
     int max_restarts;           /* 0: fail at the first node failure (see tfos_policy) */
     double failure_grace;       /* SIGTERM -> SIGKILL for survivors of a failed node; default 0.5 */
+    /* SIGTERM drains the cluster (tfos_local_drain) when its programs report
+     * steps: seconds they get to checkpoint at the drain step and end; 0:
+     * TFOS_DEFAULT_DRAIN_GRACE; < 0: no drain, SIGTERM stops the run as any
+     * signal. drain_force: drain also when no program reports a step (they
+     * read TFOS_DRAIN_FILE and checkpoint at their next check). */
+    double drain_grace;
+    bool drain_force;
     double hang_timeout;        /* > 0: the agents' hang watchdog (see tfos_agent_opts); 0: off */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics
@@ -479,6 +505,13 @@ int tfos_local_step(tfos_local *l, int timeout_ms);
 /* Stop the cluster (e.g. on SIGINT). signo, when non-zero, sets the exit
  * code to 128+signo. */
 void tfos_local_stop(tfos_local *l, const char *reason, int signo);
+/* Drain the cluster on a notice (tfos_coord_drain with the run's
+ * drain_grace): every program checkpoints at one step and ends; the run then
+ * exits TFOS_EXIT_DRAINED and is not restarted (signo, when non-zero, is
+ * kept as for tfos_local_stop: a drain whose grace ran out exits 128+signo).
+ * 0, or TFOS_EAGAIN while the cluster forms, TFOS_EINVAL when drain_grace
+ * < 0, the run is stopping or a drain was asked already: stop it instead. */
+int tfos_local_drain(tfos_local *l, const char *reason, int signo);
 /* The coordinator, for status and failure queries (owned by l). */
 tfos_coord *tfos_local_coord(tfos_local *l);
 /* Directory holding the per-node logs (owned by l). */
@@ -494,7 +527,7 @@ int tfos_local_attempt(const tfos_local *l);
 const tfos_policy *tfos_local_policy(const tfos_local *l);
 /* Exit code of the run: 0 when every chief/worker/evaluator exited 0; 1 for a
  * failed node; 124 for a reservation timeout; 128+sig when stopped by a
- * signal. Valid once tfos_local_step returned 1. */
+ * signal; TFOS_EXIT_DRAINED (75) after a drain (tfos_local_drain). Valid once tfos_local_step returned 1. */
 int tfos_local_exit_code(const tfos_local *l);
 /* Stop whatever still runs (bounded), reap every agent, free. */
 void tfos_local_close(tfos_local *l);

@@ -97,6 +97,23 @@ class NodeContext(object):
             return
         ring.report(pairs)
 
+    def should_checkpoint(self, step):
+        """True exactly once, at the drain step, after a notice (SIGTERM to
+        ``tfos run``, a Spark decommission): write the checkpoint with its
+        feed position, then exit 0. See :mod:`tfos.drain`."""
+        from . import drain
+        return drain.should_checkpoint(step)
+
+    def drain_step(self):
+        """The drain step (-1: at the next check), or None: no notice."""
+        from . import drain
+        return drain.drain_step()
+
+    def drain_requested(self):
+        """True once a drain was asked (see :meth:`should_checkpoint`)."""
+        from . import drain
+        return drain.drain_requested()
+
     def _observer(self):
         """An observer handle on the node's input ring (None: no rings)."""
         ring = getattr(self, "_beat_ring", None)

@@ -50,6 +50,12 @@ const char tfos__run_help[] =
     "  --hang-timeout S         a program that neither reads its feed nor calls ctx.heartbeat()\n"
     "                           for S seconds is hung: its stacks are dumped, it is ended and the\n"
     "                           restart policy applies (default: off)\n"
+    "  --drain-grace S          SIGTERM drains the cluster: every program checkpoints at one step\n"
+    "                           (ctx.should_checkpoint, TFOS_DRAIN_FILE) and exits 0 within S seconds\n"
+    "                           (default " TFOS__STR(TFOS_DEFAULT_DRAIN_GRACE) "); tfos run then exits " TFOS__STR(TFOS_EXIT_DRAINED) " and the same command\n"
+    "                           resumes; programs still running then are stopped (exit 143). By default\n"
+    "                           only programs that report steps (ctx.report(step=)) are drained, else\n"
+    "                           SIGTERM stops at once; given, every program is; 0: never drain\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two; default "
     TFOS__STR(TFOS_DEFAULT_FEED_MB) ",\n"
     "                           or, for .npy inputs, 8 records' worth from 4 MiB up: see docs/FEED.md)\n"
@@ -90,6 +96,15 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
         return tfos__opt_int(a, tfos__args_value(it), 0, 1000, &r->max_restarts) ? 2 : 1;
     if (!strcmp(a, "--hang-timeout"))
         return tfos__opt_secs(a, tfos__args_value(it), 0, &r->hang_timeout) ? 2 : 1;
+    if (!strcmp(a, "--drain-grace")) {
+        if (tfos__opt_secs(a, tfos__args_value(it), 1, &r->drain_grace))
+            return 2;
+        if (r->drain_grace == 0)
+            r->drain_grace = -1; /* off */
+        else
+            r->drain_force = 1; /* asked for: also programs that report no step */
+        return 1;
+    }
     if (!strcmp(a, "--epochs"))
         return tfos__opt_int(a, tfos__args_value(it), 1, 1000000, &r->epochs) ? 2 : 1;
     if (!strcmp(a, "--batch-rows"))
@@ -205,7 +220,8 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .partition_rows = r->partition_rows, .max_restarts = r->max_restarts,
                          .checkpoint_dir = r->checkpoint_dir, .status_port = r->status_port,
                          .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
-                         .keras = r->keras, .tensorboard = r->tensorboard,
+                         .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
+                         .drain_force = r->drain_force,
                          .tensorboard_logdir = r->tensorboard_logdir};
 }
 

@@ -16,6 +16,8 @@ typedef struct tfos__run_cli {
     int status_port, max_restarts, quiet, tensorboard;
     int status_given;        /* --status-port or --status-host was given (tfos yarn refuses them) */
     double hang_timeout;
+    double drain_grace;         /* --drain-grace: 0 the default; < 0 off (--drain-grace 0) */
+    int drain_force;            /* --drain-grace S given: drain also programs that report no step */
     char **argv;             /* the program: after --, or from the first argument that is not an option */
 } tfos__run_cli;
 

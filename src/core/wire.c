@@ -24,7 +24,7 @@ int tfos__wire_header(const uint8_t *b, size_t n, uint32_t max, tfos__frame *f, 
     } else if (b[4] != TFOS_PROTOCOL_VERSION) {
         w = "unsupported protocol version";
         rc = TFOS_EPROTO;
-    } else if (b[5] < 1 || b[5] > TFOS_MSG_MAX_) {
+    } else if (!tfos__wire_type_known(b[5])) {
         w = "unknown message type";
         rc = TFOS_EPROTO;
     } else if (b[6] || b[7]) {

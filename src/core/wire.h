@@ -51,17 +51,26 @@ enum {
     TFOS_MSG_SERVE_CLIENT = 18, /* local client -> front end (first frame): mac (HMAC of the HTTP token; none
                                  * when there is no token: the Unix socket's peer uid is the check) */
     TFOS_MSG_SERVE_OK = 19,     /* front end -> either: the first frame was taken (no keys) */
-    TFOS_MSG_DATA_FIRST_ = 20,  /* types from here on are data frames */
-    TFOS_MSG_SERVE_MODELS = 20, /* model server -> front end: body {"models": [...]} (JSON); id 0 */
-    TFOS_MSG_SERVE_BATCH = 21,  /* front end -> model server: id batch; meta model, version; body the inputs */
-    TFOS_MSG_SERVE_RESULT = 22, /* model server -> front end (id batch) and front end -> local client (id its
+    /* drain on notice (roles/coord.c tfos_coord_drain): checkpoint at one step, then end */
+    TFOS_MSG_DRAIN = 20,        /* coord -> agent: step (-1: at the program's next check), grace_ms, reason */
+    /* 21-31: control frames to come */
+    TFOS_MSG_DATA_FIRST_ = 32,  /* types from here on are data frames */
+    TFOS_MSG_SERVE_MODELS = 32, /* model server -> front end: body {"models": [...]} (JSON); id 0 */
+    TFOS_MSG_SERVE_BATCH = 33,  /* front end -> model server: id batch; meta model, version; body the inputs */
+    TFOS_MSG_SERVE_RESULT = 34, /* model server -> front end (id batch) and front end -> local client (id its
                                  * request): meta version (the one that ran it); body the outputs */
-    TFOS_MSG_SERVE_FAIL = 23,   /* the same ways: meta status (HTTP status, to a client); body the error:
+    TFOS_MSG_SERVE_FAIL = 35,   /* the same ways: meta status (HTTP status, to a client); body the error:
                                  * the model's text from a server, {"error": ...} JSON to a client */
-    TFOS_MSG_SERVE_INFER = 24,  /* local client -> front end: id its request; meta model, version; body the
+    TFOS_MSG_SERVE_INFER = 36,  /* local client -> front end: id its request; meta model, version; body the
                                  * inputs */
-    TFOS_MSG_MAX_ = 24,
+    TFOS_MSG_MAX_ = 36,
 };
+
+/* Is `type` one of the frames above (21-31 are not, yet)? */
+static inline int tfos__wire_type_known(int type)
+{
+    return type >= 1 && type <= TFOS_MSG_MAX_ && (type <= TFOS_MSG_DRAIN || type >= TFOS_MSG_DATA_FIRST_);
+}
 
 /* Is `type` a data frame's (binary payload after an id and meta)? */
 static inline int tfos__wire_is_data(int type)

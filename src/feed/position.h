@@ -2,7 +2,7 @@
  *
  * A program that saves its feed position with its checkpoint
  * (DataFeed.save_position, python/tfos/feed/positions.py) leaves
- * <checkpoint_dir>/tfos-feed-position/attempt-<A>-<job>-<index>.json holding
+ * <checkpoint_dir>/tfos-feed-position/attempt-<A>-<job>-<index>-<cluster>.json holding
  * the partitions that node had consumed ({"partitions": [...]}). After a
  * restart the launcher feeds only the partitions none of them lists: rows
  * before the checkpoint are not fed again, rows after it are. */

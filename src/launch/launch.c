@@ -70,6 +70,9 @@ struct tfos_local {
     tfos__feedrun *feed;
     tfos__position resume;   /* where this attempt's feed resumes (saved feed positions) */
     double started_s;        /* the run's start: older feed positions are not this run's */
+    double positions_since;  /* feed positions count from then: started_s, or the first drained run's start */
+    int resumed;             /* a drained run left its marker: attempt 1 resumes the feed too */
+    int draining;            /* a drain was asked (tfos_local_drain) */
     tfos__feed_meter meter;
     tfos__timer meter_timer;
     int64_t consumed_line_at; /* the last "trainers have consumed" line */
@@ -293,8 +296,8 @@ static void start_feed(tfos_local *l)
     /* a restart resumes the feed where the programs' checkpoints stand, when
      * they saved their feed positions with them (DataFeed.save_position) */
     tfos__position_fini(&l->resume);
-    int found = tfos_policy_attempt(l->policy) > 1
-                    ? tfos__feed_positions(l->checkpoint_dir, l->started_s, &l->resume)
+    int found = tfos_policy_attempt(l->policy) > 1 || l->resumed
+                    ? tfos__feed_positions(l->checkpoint_dir, l->positions_since, &l->resume)
                     : 0;
     if (found == 1)
         TFOS_WARN("attempt %d resumes the feed where the checkpoint stands: %zu partitions recorded whole with "
@@ -480,6 +483,8 @@ static int open_status_page(tfos_local *l)
     return 0;
 }
 
+static void read_marker(tfos_local *l);
+
 int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__launch_opts *lopts)
 {
     if (!out || !opts || !opts->argv || !opts->argv[0] || !opts->agent_path)
@@ -511,6 +516,7 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     }
     l->n = n;
     l->started_s = (double)time(NULL) - 1; /* mtimes have a second's resolution at worst */
+    l->positions_since = l->started_s;
     tfos__feed_meter_init(&l->meter, tfos__now_ms());
     int rc = tfos__loop_open(&l->loop);
     if (rc)
@@ -557,6 +563,7 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
         TFOS_ERROR("cannot create the checkpoint dir %s: %s", l->checkpoint_dir, strerror(errno));
         goto fail;
     }
+    read_marker(l);
     if (opts->status_port >= 0 && (rc = open_status_page(l)))
         goto fail;
     l->status.feed = &l->meter;
@@ -694,13 +701,75 @@ static void save_final_status(tfos_local *l)
     free(json);
 }
 
+/* The drain marker, <checkpoint_dir>/tfos-feed-position/drained: a run
+ * that drained leaves it ("since=SECONDS\n", when the first run of the
+ * chain began), so the same command run again counts the feed positions
+ * saved since then (they add up across the runs as across attempts) and
+ * resumes the feed where the drained checkpoint stands. A run that finishes
+ * removes it. Only where the checkpoint dir is on this machine. */
+static int marker_path(const tfos_local *l, char *path, size_t len)
+{
+    const char *dir = tfos__local_path(l->checkpoint_dir);
+    if (!dir)
+        return -1;
+    int w = snprintf(path, len, "%s/%s/drained", dir, TFOS__POSITION_DIR);
+    return w > 0 && (size_t)w < len ? 0 : -1;
+}
+
+static void read_marker(tfos_local *l)
+{
+    char path[4400], line[128] = "";
+    if (marker_path(l, path, sizeof path))
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    double since;
+    if (fgets(line, sizeof line, f) && sscanf(line, "since=%lf", &since) == 1 && since > 0 && since <= l->started_s) {
+        l->positions_since = since;
+        l->resumed = 1;
+        TFOS_INFO("resuming a drained run: feed positions saved since %.0f s ago count (%s)", l->started_s - since,
+                  path);
+    } else {
+        TFOS_WARN("ignoring %s: not a drain marker (\"since=SECONDS\")", path);
+    }
+    fclose(f);
+}
+
+static void write_marker(tfos_local *l, int drained)
+{
+    char path[4400], text[64];
+    if (marker_path(l, path, sizeof path))
+        return;
+    if (!drained) {
+        if (unlink(path) < 0 && errno != ENOENT)
+            TFOS_WARN("cannot remove the drain marker %s: %s", path, strerror(errno));
+        return;
+    }
+    snprintf(text, sizeof text, "since=%.3f\n", l->positions_since);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = 0;
+    if (tfos__mkdir_p(dir, 0777) || tfos__write_file_whole(path, text))
+        TFOS_WARN("cannot write the drain marker %s: %s; the next run feeds its input from the start", path,
+                  strerror(errno));
+}
+
 static void finish(tfos_local *l)
 {
     tfos_coord *c = l->coord;
     save_final_status(l);
-    if (tfos_coord_state(c) == TFOS_COORD_DONE) {
+    if (tfos_coord_state(c) == TFOS_COORD_DONE && tfos_coord_drained(c)) {
+        l->exit_code = TFOS_EXIT_DRAINED;
+        l->summary[0] = 0;
+        write_marker(l, 1);
+        TFOS_WARN("drained: every node wrote its checkpoint at the drain step and ended (exit %d); run the same "
+                  "command again to resume from it (checkpoints in %s%s)", TFOS_EXIT_DRAINED, l->checkpoint_dir,
+                  l->opts.checkpoint_dir ? "" : ": give --checkpoint-dir to find them from another log dir");
+    } else if (tfos_coord_state(c) == TFOS_COORD_DONE) {
         l->exit_code = 0;
         l->summary[0] = 0;
+        write_marker(l, 0);
         if (tfos_policy_count(l->policy))
             TFOS_INFO("all nodes finished successfully on attempt %d, after:\n%s", tfos_policy_attempt(l->policy),
                       l->history);
@@ -708,6 +777,8 @@ static void finish(tfos_local *l)
     } else {
         int code = tfos_coord_failure_code(c);
         l->exit_code = l->stop_signo ? 128 + l->stop_signo : code == TFOS_ETIMEDOUT ? 124 : 1;
+        if (l->draining && tfos_coord_drain_step(c) > -2)
+            write_marker(l, 1); /* the checkpoints that were written still count */
         const char *verdict = tfos_policy_verdict(l->policy);
         if (tfos_policy_count(l->policy) > 1)
             snprintf(l->summary, sizeof l->summary, "failed %d times (--max-restarts %d):\n%s%s%s%slast failure:\n%s",
@@ -731,7 +802,7 @@ static int conclude(tfos_local *l)
 {
     render_history(l);
     if (tfos_coord_state(l->coord) == TFOS_COORD_FAILED && tfos_coord_decision(l->coord) == TFOS_RESTART &&
-        !l->stop_signo) {
+        !l->stop_signo && !l->draining) {
         tfos_failure f;
         tfos_coord_failure_info(l->coord, &f);
         TFOS_WARN("restarting every node (attempt %d of %d) after: %s", tfos_policy_attempt(l->policy),
@@ -784,6 +855,19 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
             return 0; /* their ends come through the backend */
     }
     return conclude(l);
+}
+
+int tfos_local_drain(tfos_local *l, const char *reason, int signo)
+{
+    if (l->opts.drain_grace < 0 || !l->coord || l->draining)
+        return TFOS_EINVAL;
+    int rc = tfos_coord_drain(l->coord, reason, l->opts.drain_grace, l->opts.drain_force);
+    if (rc)
+        return rc;
+    l->draining = 1;
+    if (signo && !l->stop_signo)
+        l->stop_signo = signo; /* no restart after this: the notice ends the run */
+    return 0;
 }
 
 void tfos_local_stop(tfos_local *l, const char *reason, int signo)
@@ -862,12 +946,19 @@ void tfos__launch_run(tfos_local *l, volatile int *stop_signal, int *exit_code)
 {
     int stopped = 0;
     /* the bound only matters for noticing *stop_signal, set by a signal
-     * handler (whose signal also interrupts the loop's wait) */
+     * handler (whose signal also interrupts the loop's wait). SIGTERM is a
+     * notice (a scheduler's, a cloud's, Slurm's scancel): the cluster drains
+     * (tfos_local_drain) when it runs; any other signal, a second one, or a
+     * SIGTERM before the programs run stops it. */
     while (!tfos_local_step(l, 1000)) {
-        if (stop_signal && *stop_signal && !stopped) {
+        int signo = stop_signal ? *stop_signal : 0;
+        if (signo && !stopped) {
+            *stop_signal = 0; /* taken: a second signal is a new one */
             char reason[96];
-            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", *stop_signal, strsignal(*stop_signal));
-            tfos_local_stop(l, reason, *stop_signal);
+            snprintf(reason, sizeof reason, "interrupted by signal %d (%s)", signo, strsignal(signo));
+            if (signo == SIGTERM && !l->draining && tfos_local_drain(l, reason, signo) == 0)
+                continue;
+            tfos_local_stop(l, reason, signo);
             stopped = 1;
         }
     }

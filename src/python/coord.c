@@ -292,6 +292,20 @@ static PyObject *Coord_stop(CoordObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *Coord_drain(CoordObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"reason", "grace", "force", NULL};
+    const char *reason = NULL;
+    double grace = 0;
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "z|dp", kwlist, &reason, &grace, &force) || !coord_ready(self))
+        return NULL;
+    lock(self);
+    int rc = tfos_coord_drain(self->coord, reason, grace, force);
+    unlock(self);
+    return PyBool_FromLong(rc == 0);
+}
+
 static PyObject *Coord_end_feed(CoordObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (!coord_ready(self))
@@ -370,6 +384,8 @@ LOCKED_GETTER(Coord_get_state, PyLong_FromLong(tfos_coord_state(self->coord)))
 LOCKED_GETTER(Coord_get_failure, PyUnicode_FromString(tfos_coord_failure(self->coord)))
 LOCKED_GETTER(Coord_get_failure_code, PyLong_FromLong(tfos_coord_failure_code(self->coord)))
 LOCKED_GETTER(Coord_get_decision, PyLong_FromLong(tfos_coord_decision(self->coord)))
+LOCKED_GETTER(Coord_get_drained, PyBool_FromLong(tfos_coord_drained(self->coord)))
+LOCKED_GETTER(Coord_get_drain_step, PyLong_FromLongLong(tfos_coord_drain_step(self->coord)))
 
 static PyObject *Coord_get_failure_info(CoordObject *self, void *Py_UNUSED(c))
 {
@@ -412,6 +428,10 @@ static PyMethodDef Coord_methods[] = {
     {"step", (PyCFunction)Coord_step, METH_VARARGS,
      "step(timeout_ms=100) -> int: one iteration of the event loop when no thread runs it; the state."},
     {"stop", (PyCFunction)Coord_stop, METH_VARARGS, "stop(reason=None): ask every node to stop."},
+    {"drain", (PyCFunction)(void (*)(void))Coord_drain, METH_VARARGS | METH_KEYWORDS,
+     "drain(reason, grace=0, force=False) -> bool: drain on notice: every running chief/worker/evaluator "
+     "checkpoints at one step (ctx.should_checkpoint) and ends within grace s (0: the default); False when "
+     "nothing runs yet or the cluster is stopping, over or draining (stop it instead). See tfos_coord_drain."},
     {"end_feed", (PyCFunction)Coord_end_feed, METH_NOARGS,
      "end_feed(): end the input feed of every running chief/worker/evaluator node (no more records, ever); "
      "their programs see the end of the feed once they have read what is there."},
@@ -443,6 +463,9 @@ static PyGetSetDef Coord_getset[] = {
     {"decision", (getter)Coord_get_decision, NULL,
      "what the policy decided about the failure: RESTART, RAISE, or 0 while nothing failed", NULL},
     {"status_port", (getter)Coord_get_status_port, NULL, "the status page's port, or -1", NULL},
+    {"drained", (getter)Coord_get_drained, NULL, "True once a drain succeeded: every tracked node exited 0", NULL},
+    {"drain_step", (getter)Coord_get_drain_step, NULL,
+     "the drain step sent (-1: at each program's next check), or -2 when none was sent", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -273,7 +273,7 @@ static PyObject *Link_send(LinkObject *self, PyObject *args, PyObject *kw)
     memset(&m, 0, sizeof m);
     if (ms_of(timeout, &ms) < 0)
         goto out;
-    if (type < 1 || type > TFOS_MSG_MAX_ || type == TFOS_MSG_HELLO) {
+    if (!tfos__wire_type_known(type) || type == TFOS_MSG_HELLO) {
         PyErr_Format(PyExc_ValueError, "no frame type %d to send", type);
         goto out;
     }

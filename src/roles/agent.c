@@ -22,6 +22,14 @@
  * handle of the agent's own, without ever blocking the loop: a full ring or a
  * busy producer lock is retried on later ticks.
  *
+ * DRAIN probe=1 from the coordinator is answered with a heartbeat at once
+ * (the program's latest report, the drain step's basis); DRAIN step=D is
+ * written to the program's
+ * TFOS_DRAIN_FILE, "step=D\ngrace_ms=G\nreason=...\n", whole (a temporary
+ * file, then a rename): the program checkpoints at step D and exits 0
+ * (ctx.should_checkpoint in Python). The agent signals nothing: the
+ * coordinator stops what has not ended when the grace is over.
+ *
  * Its connection to the coordinator is a link (core/link.h) dialed with
  * roles/client.h's tfos__coord_dial and run on the agent's loop.
  */
@@ -174,6 +182,7 @@ struct agent {
     int keras_resolved;
     tfos__keras_probe keras_probe; /* started before registering (tfos__keras_probe_start) */
     const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
+    char drain_path[4200];        /* the program's TFOS_DRAIN_FILE ("" before it starts) */
 };
 
 static void tail_push(agent *a, const char *line, size_t len)
@@ -672,6 +681,15 @@ static void start_program(agent *a)
         }
         argv = tb_argv;
     }
+    /* where a drain request will be written: none may be there from an
+     * earlier run with the same log dir (it would drain the program at once) */
+    if (a->o->log_dir)
+        snprintf(a->drain_path, sizeof a->drain_path, "%s/%s-%d.drain", a->o->log_dir, me->job, me->index);
+    else
+        snprintf(a->drain_path, sizeof a->drain_path, "%s/tfos-drain-%s-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR")
+                 : "/tmp", a->o->cluster_id ? a->o->cluster_id : "local", a->o->executor_id, (int)getpid());
+    unlink(a->drain_path);
+    setenv("TFOS_DRAIN_FILE", a->drain_path, 1);
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
@@ -896,6 +914,31 @@ static int handle_frame(agent *a, const tfos__frame *f)
         if (!a->child || a->child_done)
             return 1;
         begin_stop(a, 2000, text);
+        return 0;
+    }
+    case TFOS_MSG_DRAIN: {
+        if (tfos__kv_str(f->payload, f->len, "probe", (char[4]){0}, 4) == 0) {
+            /* the coordinator chooses the drain step: the program's latest
+             * report now, not at the next beat */
+            tfos__msg m;
+            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+            add_progress(a, &m);
+            send_msg(a, &m);
+            return 0;
+        }
+        long long step = -1, grace = 0;
+        char reason[256] = "", text[400];
+        tfos__kv_int(f->payload, f->len, "step", -1, INT64_MAX, &step);
+        tfos__kv_int(f->payload, f->len, "grace_ms", 0, INT64_MAX, &grace);
+        tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
+        if (!a->drain_path[0] || a->child_done)
+            return 0; /* no program to tell */
+        snprintf(text, sizeof text, "step=%lld\ngrace_ms=%lld\nreason=%s\n", step, grace, reason);
+        if (tfos__write_file_whole(a->drain_path, text))
+            TFOS_ERROR("agent %s: cannot write the drain request to %s: %s; the program will be stopped at the "
+                       "grace's end", a->label, a->drain_path, strerror(errno));
+        else
+            TFOS_DEBUG("agent %s: drain: checkpoint at step %lld (%s)", a->label, step, a->drain_path);
         return 0;
     }
     case TFOS_MSG_END_FEED:
@@ -1328,6 +1371,8 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     }
     rc = 0;
 out:
+    if (a.drain_path[0])
+        unlink(a.drain_path);
     for (int i = 0; i < 2; i++)
         if (a.lb[i].fd >= 0)
             close(a.lb[i].fd);

@@ -24,6 +24,21 @@
  * trainer blocked in a collective with a dead peer never gets to its SIGTERM
  * handler); a stop on purpose or a finished run uses the stop grace.
  *
+ * Drain on notice (tfos_coord_drain). A notice (SIGTERM to the launcher, a
+ * Spark executor's decommission) asks every chief, worker and evaluator to
+ * checkpoint at one step and end. The coordinator chooses that step from
+ * the steps the programs report (ctx.report(step=), in each heartbeat) and
+ * the rate at which they climb. It first asks every agent for a fresh
+ * report (DRAIN probe=1: the agent answers with a heartbeat at once; a
+ * heartbeat's report may be a second old, and a program makes many steps in
+ * a second), waits for the answers (TFOS_DRAIN_PROBE_MS at most), then
+ * sends the step: the highest estimated current step plus
+ * TFOS_DRAIN_LEAD_MS of steps, plus one, so the DRAIN frame reaches every
+ * program before it passes the step. The drain succeeds when every tracked
+ * node exits 0 within the grace (tfos_coord_drained); at its end the nodes
+ * still running are stopped (cause STOPPED) and the run falls back to its
+ * last checkpoint.
+ *
  * Peers are freed only between callbacks (the graveyard), so a handler may
  * drop any peer, its own included. */
 #include "roles/coord.h"
@@ -41,6 +56,7 @@
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +105,12 @@ typedef struct cnode {
     double wait_data, wait_room;             /* fractions of the last interval */
     char report[TFOS_RING_REPORT_MAX + 1];   /* checked; "" none */
     int64_t report_at;                       /* when the program made it (coordinator's clock) */
+    /* the report's step, and how fast it climbs (the drain step's estimate) */
+    int has_step;
+    long long step;
+    int64_t step_at;                         /* report_at of that step */
+    int64_t started_at;                      /* when its program started (STARTED) */
+    double step_rate;                        /* steps per second between the last two steps seen; 0 unknown */
 } cnode;
 
 /* A peer that has sent its first frame (those still to authenticate are
@@ -124,6 +146,17 @@ struct tfos_coord {
     int64_t last_query;    /* the client's lease: when its last status query came */
     int released;          /* a client sent "release": it has read the outcome */
     tfos__warn_limit warn; /* peer-caused warnings: at most WARN_PER_WINDOW per window */
+    /* drain on notice (tfos_coord_drain) */
+    int draining;          /* DRAIN was sent */
+    int drained;           /* ... and every tracked node exited 0 after it */
+    int probing;           /* the fresh reports are asked for; the step is not sent yet */
+    int drain_force;       /* drain even when no program reported a step */
+    int drain_sent;        /* the step went out (not turned into a stop) */
+    int64_t probe_deadline;
+    double drain_grace;
+    long long drain_step;  /* -1: at each program's next check (no step was reported) */
+    int64_t drain_at, drain_deadline;
+    char drain_reason[256];
     int failed;
     int failure_code;
     int decision;
@@ -132,6 +165,7 @@ struct tfos_coord {
 };
 
 static void schedule(tfos_coord *c);
+static void check_probe(tfos_coord *c, int timed_out);
 
 static const char *node_label(const cnode *nd, char *buf, size_t len)
 {
@@ -457,7 +491,14 @@ static void check_done(tfos_coord *c)
     for (int i = 0; i < c->n; i++)
         if (is_tracked(&c->nodes[i]) && (c->nodes[i].state != N_EXITED || c->nodes[i].exit_code != 0))
             return;
-    TFOS_INFO("coordinator: every chief/worker/evaluator finished; stopping the rest");
+    if (c->draining) {
+        c->drained = 1;
+        TFOS_INFO("coordinator: drained: every chief/worker/evaluator ended after its checkpoint%s, %.1f s after "
+                  "the notice; stopping the rest", c->drain_step >= 0 ? " at the drain step" : "",
+                  (double)(tfos__now_ms() - c->drain_at) / 1000.0);
+    } else {
+        TFOS_INFO("coordinator: every chief/worker/evaluator finished; stopping the rest");
+    }
     enter_stopping(c);
 }
 
@@ -487,6 +528,34 @@ static double wait_fraction(uint64_t now_ns, uint64_t prev_ns, int64_t dt_ms)
         return 0;
     double f = (double)(now_ns - prev_ns) / ((double)dt_ms * 1e6);
     return f > 1 ? 1 : f;
+}
+
+/* The step of a node's report ("step=120 loss=0.31"), and the rate it
+ * climbs, measured between reports whose steps differ. */
+static void take_step(cnode *nd)
+{
+    const char *p = nd->report;
+    while (p && strncmp(p, "step=", 5))
+        p = (p = strchr(p, ' ')) ? p + 1 : NULL;
+    if (!p)
+        return;
+    double v = strtod(p + 5, NULL);
+    if (!isfinite(v) || v < 0 || v > 1e15)
+        return;
+    long long step = (long long)v;
+    if (nd->has_step && step > nd->step && nd->report_at > nd->step_at)
+        nd->step_rate = (double)(step - nd->step) * 1000.0 / (double)(nd->report_at - nd->step_at);
+    else if (!nd->has_step && nd->started_at && nd->report_at > nd->started_at)
+        /* one report so far: its step over the program's life, which
+         * counts its start too, so this is low until a second report */
+        nd->step_rate = (double)step * 1000.0 / (double)(nd->report_at - nd->started_at);
+    else if (nd->has_step && step < nd->step)
+        nd->step_rate = 0; /* it went back (a new program): the old rate says nothing */
+    if (!nd->has_step || step != nd->step) {
+        nd->step = step;
+        nd->step_at = nd->report_at;
+    }
+    nd->has_step = 1;
 }
 
 /* A heartbeat's or an exit report's progress keys (agent.c add_progress).
@@ -532,6 +601,7 @@ static void take_progress(cnode *nd, const tfos__frame *f)
         tfos__kv_int(p, n, "report_age_ms", 0, INT64_MAX / 2, &age);
         snprintf(nd->report, sizeof nd->report, "%s", text);
         nd->report_at = now - age;
+        take_step(nd);
     }
 }
 
@@ -727,11 +797,14 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     case TFOS_MSG_HEARTBEAT:
         nd->last_heartbeat = tfos__now_ms();
         take_progress(nd, f);
+        if (c->probing)
+            check_probe(c, 0);
         return NULL;
     case TFOS_MSG_STARTED: {
         long long pid = 0;
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid);
         nd->prog_pid = (int)pid;
+        nd->started_at = tfos__now_ms();
         if (nd->state == N_REGISTERED)
             nd->state = N_RUNNING;
         nd->last_heartbeat = tfos__now_ms();
@@ -882,6 +955,27 @@ static void check_timers(tfos_coord *c)
             }
         }
     }
+    if (c->probing && now >= c->probe_deadline)
+        check_probe(c, 1);
+    if (c->state == TFOS_COORD_RUNNING && c->draining && now >= c->drain_deadline) {
+        char left[2048];
+        size_t ll = 0;
+        for (int i = 0; i < c->n && ll < sizeof left - 64; i++) {
+            const cnode *nd = &c->nodes[i];
+            if (!is_tracked(nd) || nd->state == N_EXITED)
+                continue;
+            char label[48];
+            int w = snprintf(left + ll, sizeof left - ll, "%s%s", ll ? ", " : "", node_label(nd, label, sizeof label));
+            if (w > 0)
+                ll += (size_t)w;
+        }
+        set_failure(c, TFOS_CAUSE_STOPPED, NULL, NULL, 0,
+                    "drain (%s): the grace of %.0f s ended with %s still running, not at the drain step: stopped; "
+                    "the run falls back to its last checkpoint", c->drain_reason,
+                    (double)(c->drain_deadline - c->drain_at) / 1000.0, ll ? left : "(none)");
+        TFOS_WARN("coordinator: %s", c->failure);
+        enter_stopping(c);
+    }
     if (c->state == TFOS_COORD_STOPPING) {
         int live = 0;
         for (int i = 0; i < c->n; i++)
@@ -927,6 +1021,10 @@ static void schedule(tfos_coord *c)
         at = tfos__warn_limit_due(&c->warn);
     if (c->state == TFOS_COORD_STOPPING && c->stop_deadline < at)
         at = c->stop_deadline;
+    if (c->state == TFOS_COORD_RUNNING && c->draining && c->drain_deadline < at)
+        at = c->drain_deadline;
+    if (c->probing && c->probe_deadline < at)
+        at = c->probe_deadline;
     if (lease_running(c) && lease_deadline(c) < at)
         at = lease_deadline(c);
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
@@ -1064,6 +1162,115 @@ void tfos_coord_fail(tfos_coord *c, int cause, const char *reason)
     schedule(c);
 }
 
+/* The drain step: past every tracked node's estimated current step by
+ * TFOS_DRAIN_LEAD_MS of its rate; -1 when none reported a step. */
+static long long drain_step(const tfos_coord *c, int64_t now)
+{
+    long long best = -1;
+    for (int i = 0; i < c->n; i++) {
+        const cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->has_step)
+            continue;
+        double ahead = nd->step_rate * (double)(now - nd->step_at + TFOS_DRAIN_LEAD_MS) / 1000.0;
+        long long s = nd->step + (long long)ceil(ahead) + 1;
+        if (s > best)
+            best = s;
+    }
+    return best;
+}
+
+/* The fresh reports asked for by tfos_coord_drain are in (every tracked
+ * running node's progress came after the probe) or their time is up: send
+ * the drain step. */
+static void check_probe(tfos_coord *c, int timed_out)
+{
+    int64_t now = tfos__now_ms();
+    if (!c->probing || c->state != TFOS_COORD_RUNNING)
+        return;
+    int waiting = 0;
+    for (int i = 0; i < c->n; i++) {
+        const cnode *nd = &c->nodes[i];
+        if (is_tracked(nd) && nd->state != N_EXITED && nd->peer && nd->has_feed && nd->progress_at < c->drain_at)
+            waiting++;
+    }
+    if (waiting && !timed_out && now < c->probe_deadline)
+        return;
+    c->probing = 0;
+    c->drain_step = drain_step(c, now);
+    if (c->drain_step < 0 && !c->drain_force) {
+        /* no program says which step it is at: none is drain-aware, and a
+         * grace would only delay the stop */
+        set_failure(c, TFOS_CAUSE_STOPPED, NULL, NULL, 0, "%s", c->drain_reason);
+        TFOS_WARN("coordinator: stopping: %s (no program reported a step with ctx.report(step=), so none can "
+                  "checkpoint at one: not drained)", c->drain_reason);
+        c->draining = 0;
+        stop_cluster(c, TFOS_ESTOPPED, c->failure);
+        return;
+    }
+    c->drain_sent = 1;
+    int told = 0;
+    for (int i = 0; i < c->n; i++) {
+        cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
+            continue;
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
+        tfos__msg_add(&m, "step", "%lld", c->drain_step);
+        tfos__msg_add(&m, "grace_ms", "%lld", (long long)(c->drain_deadline - now));
+        tfos__msg_add(&m, "reason", "%s", c->drain_reason);
+        send_msg(c, nd->peer, &m);
+        told++;
+    }
+    if (c->drain_step >= 0)
+        TFOS_WARN("coordinator: draining (%s): %d node(s) checkpoint at step %lld and end, within %g s",
+                  c->drain_reason, told, c->drain_step, c->drain_grace);
+    else
+        TFOS_WARN("coordinator: draining (%s): %d node(s) checkpoint at their next check (none reported a step "
+                  "with ctx.report(step=)) and end, within %g s", c->drain_reason, told, c->drain_grace);
+}
+
+int tfos_coord_drain(tfos_coord *c, const char *reason, double grace, int force)
+{
+    if (c->state == TFOS_COORD_RESERVING)
+        return TFOS_EAGAIN; /* no program runs yet: nothing to checkpoint */
+    if (c->state != TFOS_COORD_RUNNING || c->draining)
+        return TFOS_EINVAL;
+    int64_t now = tfos__now_ms();
+    if (grace <= 0)
+        grace = TFOS_DEFAULT_DRAIN_GRACE;
+    c->draining = c->probing = 1;
+    c->drain_force = force;
+    c->drain_step = -1;
+    c->drain_grace = grace;
+    c->drain_at = now;
+    c->probe_deadline = now + TFOS_DRAIN_PROBE_MS;
+    c->drain_deadline = now + (int64_t)(grace * 1000);
+    snprintf(c->drain_reason, sizeof c->drain_reason, "%s", reason && *reason ? reason : "asked");
+    for (int i = 0; i < c->n; i++) {
+        cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
+            continue;
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
+        tfos__msg_add(&m, "probe", "1");
+        send_msg(c, nd->peer, &m);
+    }
+    check_probe(c, 0); /* nobody to wait for (no feed rings: no reports) */
+    bury(c);
+    schedule(c);
+    return 0;
+}
+
+int tfos_coord_drained(const tfos_coord *c)
+{
+    return c->drained;
+}
+
+long long tfos_coord_drain_step(const tfos_coord *c)
+{
+    return c->drain_sent ? c->drain_step : -2;
+}
+
 void tfos_coord_stop(tfos_coord *c, const char *reason)
 {
     tfos_coord_fail(c, TFOS_CAUSE_STOPPED, reason);
@@ -1194,6 +1401,9 @@ char *tfos_coord_status_json(const tfos_coord *c)
     } else {
         fputs("null", f);
     }
+    if (c->draining)
+        fprintf(f, ", \"drain\": {\"step\": %lld, \"drained\": %s, \"age_s\": %.1f}", c->drain_step,
+                c->drained ? "true" : "false", (double)(tfos__now_ms() - c->drain_at) / 1000.0);
     fprintf(f, ", \"nodes\": [");
     for (int i = 0; i < c->n; i++) {
         const cnode *nd = &c->nodes[i];

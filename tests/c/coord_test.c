@@ -13,6 +13,7 @@
 #include "platform/net.h"
 #include "tfos/tfos.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -217,10 +218,10 @@ static void hostile_bytes(void)
         const char *log;
     } cases[] = {
         {"GET / HTTP/1.1\r\n\r\n", 18, "bad magic"},
-        {"TFOS\x02\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
-        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
-        {"TFOS\x02\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
-        {"TFOS\x02\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
+        {"TFOS\x03\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
+        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
+        {"TFOS\x03\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
+        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
         {"TFOS\x09\x02\x00\x00\x00\x00\x00\x00", 12, "protocol version"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -770,6 +771,115 @@ static void clients(void)
     CHECK_EQ(in_child(NULL, addr, child_bad_addr, out, sizeof out), TFOS_EINVAL);
 }
 
+
+/* Expect a DRAIN frame on conn within timeout_ms; its step (LLONG_MIN for a probe). */
+static long long expect_drain(tfos_coord *c, tfos__link *conn, int timeout_ms)
+{
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, conn, &f, timeout_ms), 0);
+    CHECK_EQ(f.type, TFOS_MSG_DRAIN);
+    long long step = LLONG_MIN;
+    char probe[4];
+    if (tfos__kv_str(f.payload, f.len, "probe", probe, sizeof probe) != 0)
+        CHECK_EQ(tfos__kv_int(f.payload, f.len, "step", -1, LLONG_MAX, &step), 0);
+    tfos__link_consume(conn);
+    return step;
+}
+
+static void report(tfos__link *conn, const char *text, const char *age_ms)
+{
+    send_kv(conn, TFOS_MSG_HEARTBEAT, 3, "rows_in", "0", "report", text, "report_age_ms", age_ms);
+}
+
+static void drain(void)
+{
+    /* ps:0, worker:0, worker:1; worker:0 climbs 100 steps/s (200 now),
+     * worker:1 10 steps/s (195 now): the drain step is past worker:0's
+     * estimate by 1 s of its steps (the probe, unanswered, adds 0.5 s) */
+    tfos_coord *c = open_coord(2, 1, 10, 30);
+    tfos__link *a[3];
+    form_cluster(c, a, 3, 3);
+    CHECK_EQ(tfos_coord_drain_step(c), -2);
+    report(a[1], "step=100 loss=1", "1000");
+    report(a[1], "loss=0.5 step=200", "0");
+    report(a[2], "step=190", "500");
+    report(a[2], "step=195", "0");
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_drain(c, "test notice", 1, 0), 0);
+    CHECK_EQ(tfos_coord_drain(c, "again", 1, 0), TFOS_EINVAL); /* one at a time */
+    CHECK_EQ(expect_drain(c, a[1], 2000), LLONG_MIN);             /* the probe first */
+    CHECK_EQ(expect_drain(c, a[2], 2000), LLONG_MIN);
+    long long step = expect_drain(c, a[1], 2000);
+    CHECK(step >= 200 + 150 + 1 && step <= 200 + 250 + 1);
+    CHECK_EQ(expect_drain(c, a[2], 2000), step);                 /* the same step for every rank */
+    CHECK_EQ(tfos_coord_drain_step(c), step);
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, a[0], &f, 50), TFOS_ETIMEDOUT);       /* ps nodes are not drained */
+    CHECK(strstr(logbuf, "checkpoint at step"));
+    /* worker:0 checkpoints and ends; worker:1 ignores it: the grace (1 s) ends */
+    send_kv(a[1], TFOS_MSG_EXITED, 3, "code", "0", "kind", "exit", "stopped", "0");
+    for (int i = 0; i < 3; i += 2) { /* the stop, answered */
+        CHECK_EQ(wait_frame(c, a[i], &f, 3000), 0);
+        CHECK_EQ(f.type, TFOS_MSG_STOP);
+        tfos__link_consume(a[i]);
+        send_kv(a[i], TFOS_MSG_EXITED, 3, "code", "143", "kind", "signal", "stopped", "1");
+    }
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
+    CHECK(!tfos_coord_drained(c));
+    CHECK(strstr(tfos_coord_failure(c), "the grace of 1 s ended with worker:1 still running"));
+    for (int i = 0; i < 3; i++)
+        tfos__link_close(a[i]);
+    tfos_coord_close(c);
+
+    /* every rank ends after its checkpoint: DONE and drained; ps stopped */
+    c = open_coord(2, 1, 10, 30);
+    form_cluster(c, a, 3, 3);
+    report(a[1], "step=7", "1000");
+    report(a[2], "step=7", "1000");
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_drain(c, "test notice", 30, 0), 0);
+    for (int i = 1; i < 3; i++) {
+        CHECK_EQ(expect_drain(c, a[i], 2000), LLONG_MIN);
+        report(a[i], "step=8", "0"); /* the probe's answer: no wait for its deadline */
+    }
+    long long first = 0;
+    for (int i = 1; i < 3; i++) {
+        long long d = expect_drain(c, a[i], 2000); /* 8, 1 step/s: + 1 s of steps + 1 */
+        CHECK(d >= 10 && d <= 11);
+        CHECK(i == 1 || d == first);
+        first = d;
+        send_kv(a[i], TFOS_MSG_EXITED, 3, "code", "0", "kind", "exit", "stopped", "0");
+    }
+    CHECK_EQ(wait_frame(c, a[0], &f, 3000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_STOP);
+    tfos__link_consume(a[0]);
+    send_kv(a[0], TFOS_MSG_EXITED, 3, "code", "143", "kind", "signal", "stopped", "1");
+    CHECK(wait_state(c, TFOS_COORD_DONE, 3000));
+    CHECK(tfos_coord_drained(c));
+    for (int i = 0; i < 3; i++)
+        tfos__link_close(a[i]);
+    tfos_coord_close(c);
+
+    /* no program reported a step: stopped as before, unless forced (step -1) */
+    for (int force = 0; force < 2; force++) {
+        c = open_coord(1, 0, 10, 30);
+        form_cluster(c, a, 1, 1);
+        CHECK_EQ(tfos_coord_drain(c, "interrupted by signal 15", 30, force), 0);
+        CHECK_EQ(expect_drain(c, a[0], 2000), LLONG_MIN); /* the probe (no report to wait for) */
+        if (force) {
+            CHECK_EQ(expect_drain(c, a[0], 2000), -1);
+            CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
+        } else {
+            CHECK_EQ(wait_frame(c, a[0], &f, 2000), 0);
+            CHECK_EQ(f.type, TFOS_MSG_STOP);
+            CHECK_EQ(tfos_coord_drain_step(c), -2);
+            CHECK(strstr(tfos_coord_failure(c), "interrupted by signal 15"));
+        }
+        tfos__link_close(a[0]);
+        tfos_coord_close(c);
+    }
+}
+
 int main(void)
 {
     tfos_set_logger(capture, NULL);
@@ -787,5 +897,6 @@ int main(void)
     RUN(failure_while_stopping);
     RUN(start_kinds);
     RUN(clients);
+    RUN(drain);
     return 0;
 }

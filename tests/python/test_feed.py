@@ -508,6 +508,7 @@ def test_checkpoint_saves_the_position_only_when_the_block_succeeds(tmp_path, mo
     monkeypatch.setenv("TFOS_ATTEMPT", "1")
     monkeypatch.setenv("TFOS_JOB_NAME", "worker")
     monkeypatch.setenv("TFOS_TASK_INDEX", "0")
+    monkeypatch.delenv("TFOS_CLUSTER_ID", raising=False)   # under tfos, the cluster id ends the name
     mgr = feed.FeedManager.__new__(feed.FeedManager)   # the position needs no rings
     mgr.consumed, mgr.partial = [0, 1], {2: 40}
     pos = tmp_path / feed.POSITION_DIR / "attempt-1-worker-0.json"

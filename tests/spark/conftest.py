@@ -53,7 +53,10 @@ def _start_timeout() -> float:
 
 @pytest.fixture(scope="session")
 def spark_cluster():
-    cluster = SparkCluster(n_workers=2, worker_cores=1, worker_memory="1g")
+    # decommission enabled: a worker given SIGPWR decommissions (test_drain.py);
+    # inert otherwise
+    cluster = SparkCluster(n_workers=2, worker_cores=1, worker_memory="1g",
+                           worker_opts="-Dspark.decommission.enabled=true")
     cluster.start(timeout=_start_timeout())
     try:
         yield cluster

@@ -439,6 +439,41 @@ class SparkCluster:
         self.start_seconds = time.monotonic() - t0
         return self
 
+    def worker_pid(self, i: int) -> int:
+        """The pid (and process group) of worker i's JVM launcher."""
+        return self._procs[f"worker{i}"].pid
+
+    def restart_worker(self, i: int, timeout: float = 60.0) -> None:
+        """Stop worker i (its executors with it) and start a fresh one in
+        its place, with the same settings; returns once the master counts
+        every worker alive again (bounded)."""
+        name = f"worker{i}"
+        p = self._procs[name]
+        before = {w.get("id") for w in self.alive_workers()}
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(15)
+        wdir = os.path.join(self.tmp_dir, "work", name)
+        self._spawn(name, [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host", HOST, "--cores", str(self.worker_cores),
+            "--memory", self.worker_memory, "--webui-port", "0",
+            "--work-dir", wdir, self.master_url,
+        ], self._worker_env(self._env(), i), wdir)
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = {w.get("id") for w in self.alive_workers()}
+            if len(alive) >= self.n_workers and alive - before:
+                return
+            if time.monotonic() > deadline:
+                raise SparkClusterError(f"{name} did not come back within {timeout:g} s\n" + self.log_tails())
+            time.sleep(0.25)
+
     @classmethod
     def attach(cls, master_url: str, tmp_dir: Optional[str] = None, n_workers: int = 2,
                worker_cores: int = 1) -> "SparkCluster":

@@ -73,7 +73,7 @@ def cause_code(name):
     return CAUSES.get(str(name or "").lower(), _tfos.CAUSE_EXIT)
 
 
-class Snapshot(collections.namedtuple("Snapshot", "state failure cause decision summary stopped record")):
+class Snapshot(collections.namedtuple("Snapshot", "state failure cause decision summary stopped record drained")):
     """One look at an attempt, as an engine reports it.
 
     state: the coordinator's ``_tfos.STATE_*``; failure: its failure text
@@ -83,10 +83,12 @@ class Snapshot(collections.namedtuple("Snapshot", "state failure cause decision 
     controller asks it); summary: the failure's one line; stopped: True once
     every node of the attempt has stopped; record: what else the engine
     knows of the failure, as ``RestartPolicy.decide``'s keywords (node, job,
-    exception, where; {} when it knows nothing more)."""
+    exception, where; {} when it knows nothing more); drained: the attempt
+    ended DONE by a drain on notice (every node checkpointed at the drain
+    step and ended), summary saying why it was drained."""
 
-    def __new__(cls, state, failure="", cause=0, decision=0, summary="", stopped=False, record=None):
-        return super().__new__(cls, state, failure, cause, decision, summary, stopped, record or {})
+    def __new__(cls, state, failure="", cause=0, decision=0, summary="", stopped=False, record=None, drained=False):
+        return super().__new__(cls, state, failure, cause, decision, summary, stopped, record or {}, drained)
 
     @property
     def failed(self):
@@ -241,6 +243,8 @@ class AttemptController(object):
         snap = self.engine.snapshot()
         if snap.failed:
             return self._after_failure(snap)
+        if snap.state == _tfos.STATE_DONE and snap.drained:
+            return self._after_drain(snap)
         if snap.state == _tfos.STATE_DONE:
             if not snap.stopped:
                 self._wait_stopped()
@@ -263,6 +267,25 @@ class AttemptController(object):
         self.engine.release()
         self.error = self.engine.error(failure_text(self.policy, snap.failure or "the cluster stopped",
                                                     self.context))
+        return State.FAILED
+
+    def _after_drain(self, snap):
+        """The attempt drained (a Spark executor was decommissioned): every
+        node checkpointed at the drain step and ended. The cluster is formed
+        again, on the executors Spark has then, and resumes from that
+        checkpoint with no step lost; it counts as a restart of the budget
+        (cause: executor lost), and without one left the run fails."""
+        if not snap.stopped:
+            self._wait_stopped()
+        self.last_failure = snap
+        decision = _tfos.RAISE
+        if self.restart:
+            decision = self.policy.decide(_tfos.CAUSE_EXECUTOR_LOST, summary=snap.summary,
+                                          progress=self.engine.progress())
+        if decision == _tfos.RESTART and self.restart:
+            return State.RESTARTING
+        self.engine.release()
+        self.error = self.engine.error(failure_text(self.policy, snap.summary, self.context))
         return State.FAILED
 
     def _restart(self):

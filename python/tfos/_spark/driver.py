@@ -292,6 +292,7 @@ class DriverEngine(Engine):
         self.node_thread = None      # the thread running the node stage
         self.driver_agents = []      # ps agents on this driver (driver_ps_nodes=True)
         self.partitions_refed = 0
+        self.drain_reason = None     # this attempt's drain (an executor decommissioned), or None
 
     def error(self, text):
         return TFClusterError(text)
@@ -314,6 +315,7 @@ class DriverEngine(Engine):
         coord.set_status(attempt=attempt, max_restarts=conf["max_restarts"],
                          partitions_refed=self.partitions_refed, node_log_dir=spec.log_dir)
         self.driver = _Driver(coord, conf.get("status_port", -1))
+        self.drain_reason = None
         if first and self.driver.status_port >= 0:
             conf["status_port"] = self.driver.status_port  # the same port on every attempt
             logger.info("status page at %s", self.status_url())
@@ -325,6 +327,10 @@ class DriverEngine(Engine):
         self.node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], node_errors)
         _wait_formed(self.driver, node_errors, conf["reservation_timeout"])
         logger.info("cluster %s attempt %d formed", spec.cluster_id, attempt)
+        # between run() and shutdown() nobody steps the attempts: a thread of
+        # the attempt watches for decommissioned executors
+        threading.Thread(target=self._watch_decommission, args=(self.driver,), name="tfos-decommission",
+                         daemon=True).start()
 
     def snapshot(self):
         d = self.driver
@@ -339,7 +345,34 @@ class DriverEngine(Engine):
             summary = info.get("summary") or failure.splitlines()[0]
         stopped = state in (_tfos.STATE_DONE, _tfos.STATE_FAILED) and all(
             n["state"] in ("exited", "waiting") for n in d.status()["nodes"])
-        return Snapshot(state, failure, cause, decision, summary, stopped)
+        drained = state == _tfos.STATE_DONE and bool(d.call(lambda: d.coord.drained))
+        if drained:
+            summary = "drained: %s" % self.drain_reason
+        return Snapshot(state, failure, cause, decision, summary, stopped, drained=drained)
+
+    def _watch_decommission(self, d):
+        """Spark decommissions an executor (spark.decommission.enabled: a
+        standalone worker given SIGPWR, a Kubernetes pod going, YARN's
+        graceful decommission): the coordinator drains the cluster, so every
+        node checkpoints at one step and ends before the executor goes, and
+        the next attempt resumes there. Looked at once a second while the
+        attempt runs."""
+        while True:
+            time.sleep(1.0)
+            try:
+                if d.closed or d.state() != _tfos.STATE_RUNNING:
+                    return
+                gone = decommissioned_executors(self.sc)
+                if not gone:
+                    continue
+                reason = "Spark executor%s %s decommissioned" % ("s" if len(gone) > 1 else "", ", ".join(gone))
+                if d.call(d.coord.drain, reason, self.conf.get("drain_grace", 0.0)):
+                    self.drain_reason = reason
+                    logger.warning("%s: draining the cluster (every node checkpoints at one step and ends; the "
+                                   "next attempt resumes from there)", reason)
+                return
+            except TFClusterError:  # shut down meanwhile
+                return
 
     def end_feed(self):
         self.driver.call(self.driver.coord.end_feed)
@@ -372,6 +405,19 @@ class DriverEngine(Engine):
         self.partitions_refed = count
         if self.driver is not None and not self.driver.closed:
             self.driver.call(self.driver.coord.set_status, partitions_refed=count)
+
+
+def decommissioned_executors(sc):
+    """Ids of the application's executors being decommissioned, as Spark's
+    scheduler knows them ([] when it cannot say: Spark Connect, an old
+    Spark)."""
+    try:
+        jsc = sc._jsc.sc()
+        ids = [e for e in str(jsc.getExecutorIds().mkString(",")).split(",") if e]
+        sched = jsc.taskScheduler()
+        return sorted(e for e in ids if sched.getExecutorDecommissionState(e).isDefined())
+    except Exception:  # noqa: BLE001 -- py4j's errors, a scheduler without the method
+        return []
 
 
 def _start_node_job(sc, spec, spark_ids, errors):

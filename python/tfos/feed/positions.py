@@ -66,7 +66,7 @@ POSITION_DIR = _tfos.FEED_POSITION_DIR  # under the checkpoint dir (feed/positio
 def save_position(partitions, checkpoint_dir=None, partial=None):
     """Write the feed position of this node for the current attempt,
     atomically: ``<checkpoint_dir>/tfos-feed-position/
-    attempt-<A>-<job>-<index>.json`` with the partitions consumed whole and,
+    attempt-<A>-<job>-<index>-<cluster>.json`` with the partitions consumed whole and,
     for a partition being read, the rows of it handed out in this attempt.
     See :meth:`FeedManager.save_position`."""
     import json
@@ -82,7 +82,10 @@ def save_position(partitions, checkpoint_dir=None, partial=None):
     os.makedirs(d, exist_ok=True)
     attempt = int(os.environ.get("TFOS_ATTEMPT", "1"))
     node = "%s-%s" % (os.environ.get("TFOS_JOB_NAME", "node"), os.environ.get("TFOS_TASK_INDEX", "0"))
-    path = os.path.join(d, "attempt-%d-%s.json" % (attempt, node))
+    # the cluster id tells runs apart: a drained run's positions count in the
+    # run that resumes it, whose attempts count from 1 again
+    cluster = os.environ.get("TFOS_CLUSTER_ID", "")
+    path = os.path.join(d, "attempt-%d-%s%s.json" % (attempt, node, "-" + cluster if cluster else ""))
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "w") as f:
         json.dump({"attempt": attempt, "node": node, "time": time.time(), "partitions": sorted(set(partitions)),
