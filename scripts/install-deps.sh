@@ -14,6 +14,9 @@ python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # jansson: JSON lines input and `tfos status` read JSON with it
 test -f /usr/include/jansson.h || dpkg -s libjansson-dev >/dev/null 2>&1 || need+=(libjansson-dev)
+# tests/slurm's cluster (make test-slurm): Debian's Slurm and munge
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v munged >/dev/null || need+=(munge)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
