@@ -127,3 +127,22 @@ def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigte
     # the time limit's warning and tfos slurm cancel signal the batch shell only
     for name in ("timelimit", "cancel"):
         assert "stopped: exit code 0" in results[name][1], results[name]
+
+
+def test_nothing_outlives_a_launcher_killed_with_sigkill(slurm_cluster, tmp_path):
+    """tfos run (the batch shell) SIGKILLed mid-run: its sruns get SIGTERM
+    (PR_SET_PDEATHSIG) and forward it, Slurm ends the job and its steps;
+    no_leftovers then finds no job and no process of it."""
+    (tmp_path / "train.py").write_text(TRAINING)
+    r = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "2", "--no-follow", "--", sys.executable, "train.py")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    out = tmp_path / ("tfos-slurm-%s.out" % job)
+    wait_for(lambda: read(out).count("] training") == 2, 60, "both programs training")
+    launcher = [pid for pid, cmd in slurm_cluster.processes() if " run --backend slurm " in cmd]
+    assert len(launcher) == 1, slurm_cluster.processes()
+    os.kill(launcher[0], 9)
+    wait_for(lambda: not slurm_cluster.jobs() and not slurm_cluster.processes(), 60,
+             "job %s and its processes gone" % job)
+    s = tfos_slurm(slurm_cluster, tmp_path, "status", job)
+    assert "exit code 137" in s.stdout, s.stdout  # the batch shell's SIGKILL, as Slurm records it
