@@ -197,14 +197,16 @@ static int job_info(const char *job, char *info, size_t len)
 }
 
 /* Whether squeue still lists the job (queued, running or completing): 1,
- * 0, or -1 when squeue itself failed. */
-static int job_queued(const char *job)
+ * 0, or -1 when squeue itself failed; *pending: whether it waits still. */
+static int job_queued(const char *job, int *pending)
 {
     char out[256];
     char *argv[] = {"squeue", "-h", "-j", (char *)job, "-o", "%T", NULL};
     int rc = run_capture(argv, NULL, out, sizeof out);
+    *pending = 0;
     if (rc)
         return -1; /* an unknown job id makes squeue fail too: the caller asks scontrol */
+    *pending = !strncmp(out + strspn(out, " \n"), "PENDING", 7);
     return strspn(out, " \n") != strlen(out);
 }
 
@@ -242,10 +244,13 @@ static void copy_new(const char *path, long *off)
 static int follow(const char *job, const char *output)
 {
     long off = 0;
-    int cancels = 0, unknown = 0;
+    int cancels = 0, unknown = 0, started = 0;
     volatile int *stop = tfos__stop_flag();
     for (;;) {
-        copy_new(output, &off);
+        /* read only once the job has started: its output file is truncated
+         * then, and until then may be an older job's of the same name */
+        if (started)
+            copy_new(output, &off);
         if (*stop && cancels < 2) {
             int outright = cancels == 1;
             fprintf(stderr, "tfos slurm: %s job %s (scancel%s)\n", outright ? "cancelling" : "stopping", job,
@@ -257,9 +262,13 @@ static int follow(const char *job, const char *output)
             cancels++;
             *stop = 0;
         }
-        int q = job_queued(job);
+        int pending, q = job_queued(job, &pending);
         if (q == 0 || (q < 0 && ++unknown >= 5))
             break;
+        if (q > 0 && !pending && !started) {
+            started = 1;
+            continue; /* its first lines at once */
+        }
         struct timespec ts = {1, 0};
         nanosleep(&ts, NULL); /* a signal cuts it short */
     }
