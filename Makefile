@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -172,13 +172,19 @@ test-dist: dist
 test-yarn: install yarn yarn-minicluster
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=5 tests/yarn
 
+# tfos on a real Slurm cluster: munged, slurmctld and two slurmd on 127.0.0.1
+# (tests/slurm; docs/SLURM.md). Needs root, slurm-wlm and munge.
+test-slurm: install
+	@scripts/install-deps.sh --test
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=0 tests/slurm
+
 # The fast tier for the edit-test loop (a few minutes): the C unit tests and
 # the Python tests that start no framework program (tests/python/conftest.py
 # marks the others "heavy"). `make test` is the whole suite CI runs.
 check: install test-c
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs -m "not heavy" tests/python --ignore=tests/python/test_pip_install.py
 
-test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn
+test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm
 
 demo: build $(VENV)/.demo-installed
 	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \

@@ -16,6 +16,9 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 test -f /usr/include/jansson.h || dpkg -s libjansson-dev >/dev/null 2>&1 || need+=(libjansson-dev)
 # libcurl's header: tfos loads libcurl at run time for MLflow (src/platform/httpc.c)
 test -f /usr/include/curl/curl.h || dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need+=(libcurl4-openssl-dev)
+# tests/slurm's cluster (make test-slurm passes --test; make demo does not need them): Debian's Slurm and munge
+[ "${1:-}" != --test ] || command -v slurmctld >/dev/null || need+=(slurm-wlm)
+[ "${1:-}" != --test ] || command -v munged >/dev/null || need+=(munge)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -15,9 +15,10 @@ int tfos__cmd_yarn_pack(int argc, char **argv);      /* yarn_pack.c: tfos yarn p
 int tfos__cmd_yarn_am(int argc, char **argv);        /* yarn_am.c (internal) */
 int tfos__cmd_yarn_container(int argc, char **argv); /* yarn_container.c (internal) */
 int tfos__cmd_guard(int argc, char **argv);          /* guard.c (internal) */
+int tfos__cmd_slurm(int argc, char **argv);          /* slurm.c: also slurm status|logs|cancel */
 
 extern const char tfos__run_help[], tfos__node_help[], tfos__coordinator_help[], tfos__status_help[],
     tfos__logs_help[], tfos__serve_help[], tfos__yarn_help[], tfos__yarn_am_help[], tfos__yarn_container_help[],
-    tfos__guard_help[];
+    tfos__guard_help[], tfos__slurm_help[];
 
 #endif

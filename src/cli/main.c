@@ -31,6 +31,7 @@ static const char top_help[] =
     "  status    tfos status [URL | LOG_DIR] [--json]: a running or finished run's state\n"
     "  logs      tfos logs [-f] [NODE] [--log-dir D]: a run's node logs\n"
     "  yarn      tfos yarn [options] [--] PROGRAM [ARGS...]: the cluster in YARN containers\n"
+    "  slurm     tfos slurm [options] [--] PROGRAM [ARGS...]: the cluster as a Slurm batch job\n"
     "  serve     tfos serve --model NAME=DIR [options]: models over HTTP (Open Inference Protocol)\n"
     "  version   tfos version (also -V, --version): the installed tfos\n"
     "\n"
@@ -55,6 +56,7 @@ static const struct command {
     {"yarn-am", tfos__cmd_yarn_am, tfos__yarn_am_help},
     {"yarn-container", tfos__cmd_yarn_container, tfos__yarn_container_help},
     {"serve", tfos__cmd_serve, tfos__serve_help},
+    {"slurm", tfos__cmd_slurm, tfos__slurm_help},
 };
 
 static const struct command *find(const char *name)

@@ -10,8 +10,10 @@
 #include "launch/launch.h"
 #include "tfos/tfos.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,14 @@ const char tfos__run_help[] =
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
     "  --csv-delimiter C        CSV field separator: one ASCII character, or 'tab' (default ',')\n"
     "  --quiet                  no feed progress lines on stderr\n"
+    "\n"
+    "Slurm (inside sbatch or salloc; docs/SLURM.md):\n"
+    "  --backend B              local (default): nodes are children here; slurm: each node is a job\n"
+    "                           step (srun --nodes=1 --ntasks=1 --exact) of the allocation\n"
+    "                           ($SLURM_JOB_ID), one per task unless --workers/--ps/--chief say\n"
+    "  --bind HOST              (slurm) the address the allocation's nodes reach this host at;\n"
+    "                           the coordinator and status page listen there (default: this\n"
+    "                           host's name, resolved)\n"
     "\n"
     "Options take their value as the next argument or after '=' (--workers=2).\n";
 
@@ -225,25 +235,97 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .tensorboard_logdir = r->tensorboard_logdir};
 }
 
+/* tfos run's own options beyond the shared ones (tfos__run_extra_fn). */
+typedef struct run_only {
+    const char *backend, *bind;
+} run_only;
+
 /* tfos run takes neither tfos yarn's client options nor tfos yarn-am's. */
 static int run_refuses(void *user, tfos__args *it, const char *a)
 {
-    (void)user;
-    (void)it;
-    if (!strcmp(a, "--am-socket") || !strcmp(a, "--bind") || !strcmp(a, "--resources"))
-        return tfos__usage_error("%s", "--am-socket, --bind and --resources are for tfos yarn-am");
+    run_only *ro = user;
+    if (!strcmp(a, "--backend")) {
+        if (!(ro->backend = tfos__args_value(it)) || (strcmp(ro->backend, "local") && strcmp(ro->backend, "slurm")))
+            return tfos__usage_error("--backend takes local or slurm; got '%s'", ro->backend ? ro->backend : "");
+        return 1;
+    }
+    if (!strcmp(a, "--bind"))
+        return tfos__opt_need(a, ro->bind = tfos__args_value(it), "an address") ? 2 : 1;
+    if (!strcmp(a, "--am-socket") || !strcmp(a, "--resources"))
+        return tfos__usage_error("%s", "--am-socket and --resources are for tfos yarn-am");
     return tfos__yarn_option_elsewhere(a);
+}
+
+/* This host's address as its name resolves (IPv4 first), for the
+ * allocation's other nodes to reach the coordinator at: 0, or -1. */
+static int host_address(char *buf, size_t len)
+{
+    char name[256];
+    if (gethostname(name, sizeof name))
+        return -1;
+    name[sizeof name - 1] = 0;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(name, NULL, &hints, &res) || !res)
+        return -1;
+    const struct sockaddr_in *sin = (const void *)res->ai_addr;
+    int bad = !inet_ntop(AF_INET, &sin->sin_addr, buf, (socklen_t)len);
+    freeaddrinfo(res);
+    return bad ? -1 : 0;
+}
+
+/* --backend slurm: the allocation is there, the cluster fits its tasks
+ * (one node per task by default), the coordinator has an address. 0 or 2. */
+static int slurm_check(tfos__run_cli *r, run_only *ro, char *bind, size_t len)
+{
+    const char *job = getenv("SLURM_JOB_ID"), *nt = getenv("SLURM_NTASKS");
+    if (!job || !*job)
+        return tfos__usage_error("%s", "--backend slurm runs inside a Slurm allocation (an sbatch script or "
+                                       "salloc's shell), and $SLURM_JOB_ID is not set here; to submit a job "
+                                       "from here, use tfos slurm (docs/SLURM.md)");
+    int ntasks = 0;
+    if (!nt || tfos__parse_int(nt, 1, 1 << 20, &ntasks))
+        return tfos__usage_error("--backend slurm: $SLURM_NTASKS is '%s': ask sbatch for tasks "
+                                 "(--ntasks, or --nodes with --ntasks-per-node), one per node of the cluster",
+                                 nt ? nt : "");
+    tfos_layout *lay = &r->cluster.layout;
+    if (!r->cluster.have_workers && !lay->chief && !lay->num_ps && !lay->evaluator)
+        lay->num_workers = ntasks, r->cluster.have_workers = 1; /* one agent per task, as srun's would be */
+    int total = tfos_layout_total(lay);
+    if (total > ntasks) {
+        fprintf(stderr,
+                "tfos: --backend slurm: the cluster has %d nodes, and the allocation (job %s) %d tasks: each "
+                "node is a one-task job step; ask sbatch for --ntasks %d (or fewer nodes)\n",
+                total, job, ntasks, total);
+        return 2;
+    }
+    if (ro->bind)
+        snprintf(bind, len, "%s", ro->bind);
+    else if (host_address(bind, len)) {
+        fprintf(stderr, "tfos: --backend slurm: this host's name does not resolve to an address; pass --bind "
+                        "with the address the allocation's nodes reach this host at\n");
+        return 2;
+    }
+    return 0;
 }
 
 int tfos__cmd_run(int argc, char **argv)
 {
     tfos__run_cli r;
-    int rc = tfos__run_parse(&r, argc, argv, run_refuses, NULL);
+    run_only ro = {0};
+    int rc = tfos__run_parse(&r, argc, argv, run_refuses, &ro);
     if (rc == TFOS__HELP) {
         fputs(tfos__run_help, stdout);
         return 0;
     }
-    if (rc || (rc = tfos__run_check(&r)))
+    if (rc)
+        return rc;
+    int on_slurm = ro.backend && !strcmp(ro.backend, "slurm");
+    if (ro.bind && !on_slurm)
+        return tfos__usage_error("%s", "--bind is for --backend slurm (tfos run's nodes are on this machine)");
+    char bind[INET6_ADDRSTRLEN + 256];
+    if (on_slurm && r.argv && r.argv[0] && (rc = slurm_check(&r, &ro, bind, sizeof bind)))
+        return rc;
+    if ((rc = tfos__run_check(&r)))
         return rc;
     char exe[PATH_MAX];
     if (tfos__self_path(exe, sizeof exe)) {
@@ -259,7 +341,9 @@ int tfos__cmd_run(int argc, char **argv)
         }
     /* a program that cannot start fails here, once, before any node runs:
      * not once per node and attempt (the restart policy would not retry it
-     * either; exit 1 as for a failed run) */
+     * either; exit 1 as for a failed run). Under Slurm this host is the
+     * batch host, whose software is the nodes' on a cluster's shared
+     * install: checked here too. */
     char why[1024];
     if (tfos__launch_check(&o, why, sizeof why)) {
         fprintf(stderr, "tfos: %s\ntfos: no node was started: a program that cannot start is not retried\n", why);
@@ -267,7 +351,19 @@ int tfos__cmd_run(int argc, char **argv)
     }
     tfos__catch_stop_signals();
     int code = 1;
-    rc = tfos_run_local(&o, tfos__stop_flag(), &code);
+    if (!on_slurm) {
+        rc = tfos_run_local(&o, tfos__stop_flag(), &code);
+    } else {
+        tfos__launch_opts lo = {0};
+        tfos__slurm_cfg cfg;
+        tfos__launch_on_slurm(&o, &lo, &cfg, bind);
+        tfos_local *l;
+        if (!(rc = tfos__launch_open(&l, &o, &lo))) {
+            if (!(rc = tfos__launch_start(l)))
+                tfos__launch_run(l, tfos__stop_flag(), &code);
+            tfos_local_close(l);
+        }
+    }
     if (rc) {
         fprintf(stderr, "tfos: could not start the cluster: %s\n", tfos_strerror(rc));
         return 1;

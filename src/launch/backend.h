@@ -8,7 +8,9 @@
  *   backend_local.c  a child process on this machine (tfos run, tfos serve)
  *   backend_yarn.c   a stand-in child that has YARN run the agent in a
  *                    container of its own (tfos yarn's ApplicationMaster)
- * Slurm's job steps or an elastic resize would be one more file each.
+ *   backend_slurm.c  an srun per node: a job step of the Slurm allocation
+ *                    the launcher runs in (tfos run --backend slurm)
+ * An elastic resize would be one more file.
  *
  * Every op runs on the launcher's thread and loop. The backend's state is
  * opened once per attempt and closed when the attempt is over: node ids are
@@ -84,5 +86,14 @@ typedef struct tfos__yarn_cfg {
     const char *resources;  /* "worker=MB:VCORES:GPUS,ps=...": each role's container */
 } tfos__yarn_cfg;
 extern const tfos__backend_ops tfos__backend_yarn;
+
+/* Inside a Slurm allocation: each node's agent is a job step, `SRUN
+ * --nodes=1 --ntasks=1 --exact ... -- AGENT-ARGV...` (docs/SLURM.md). The
+ * sruns are local children as above: SIGTERM to one is forwarded to its
+ * agent, SIGKILL ends its step (slurmstepd kills the step's tasks). */
+typedef struct tfos__slurm_cfg {
+    const char *srun;       /* srun's path ($TFOS_SRUN, else "srun" on PATH) */
+} tfos__slurm_cfg;
+extern const tfos__backend_ops tfos__backend_slurm;
 
 #endif

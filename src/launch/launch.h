@@ -95,4 +95,11 @@ void tfos__launch_run(tfos_local *l, volatile int *stop_signal, int *exit_code);
 void tfos__launch_on_yarn(tfos_run_opts *o, tfos__launch_opts *lo, tfos__yarn_cfg *cfg, const char *exe,
                           const char *am_socket, const char *resources, const char *bind, const char *address_file);
 
+/* Set a launcher up inside a Slurm allocation (backend_slurm.c): nodes as
+ * job steps (tfos__backend_slurm with cfg, which the caller keeps while the
+ * launcher lives), the coordinator on bind (an address the allocation's
+ * other nodes reach this host at), and the status page too unless
+ * o->status_host is set. */
+void tfos__launch_on_slurm(tfos_run_opts *o, tfos__launch_opts *lo, tfos__slurm_cfg *cfg, const char *bind);
+
 #endif

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import PY, run_tfos
 
-USER_COMMANDS = ("run", "status", "logs", "yarn", "serve")
+USER_COMMANDS = ("run", "status", "logs", "yarn", "slurm", "serve")
 INTERNAL_COMMANDS = ("node", "coordinator", "guard", "yarn-am", "yarn-container")
 
 # Writes its argv and torchrun's variables to OUT/<RANK>.json. With FAIL_FIRST
@@ -50,7 +50,7 @@ def test_top_level_help_lists_user_commands_only(flag):
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout.startswith("usage: tfos ")
     listed = re.findall(r"^  (\w+) ", r.stdout.split("commands:\n", 1)[1].split("\n\n", 1)[0], re.M)
-    assert listed == ["run", "status", "logs", "yarn", "serve", "version"]
+    assert listed == ["run", "status", "logs", "yarn", "slurm", "serve", "version"]
     for cmd in INTERNAL_COMMANDS:
         assert "tfos %s" % cmd not in r.stdout and not re.search(r"^\s+%s\b" % cmd, r.stdout, re.M)
     assert "guard" not in r.stdout and "coordinator" not in r.stdout

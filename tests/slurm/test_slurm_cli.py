@@ -1,0 +1,148 @@
+"""tfos slurm: submit, follow, status, logs, cancel; Slurm's signals
+(scancel, the time limit's warning) reaching tfos run as SIGTERM; a
+program's error reported with its traceback and node (docs/SLURM.md)."""
+
+import os
+import subprocess
+import sys
+import time
+
+from conftest import REPO
+from test_slurm_run import read, wait_for
+
+CLI = os.path.abspath(os.environ.get("TFOS_CLI", os.path.join(REPO, "build", "tfos")))
+
+FAILING = r'''
+import os, time
+print("started", flush=True)
+if os.environ["TFOS_TASK_INDEX"] == "1":
+    def load_shard(n):
+        raise ValueError("bad shard %d" % n)
+    load_shard(7)
+time.sleep(1)
+'''
+
+# trains until SIGTERM, then "checkpoints" and exits 0, as a program that
+# saves on SIGTERM does
+TRAINING = r'''
+import os, signal, sys, time
+def on_term(sig, frame):
+    print("SIGTERM: checkpoint saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("training", flush=True)
+for _ in range(1200):
+    time.sleep(0.1)
+'''
+
+
+def tfos_slurm(cluster, cwd, *args, **kw):
+    return cluster.run([CLI, "slurm"] + list(args), cwd=str(cwd), timeout=kw.pop("timeout", 120), **kw)
+
+
+def job_of(text):
+    for line in text.splitlines():
+        if line.startswith("tfos slurm: submitted job "):
+            return line.split()[4]
+    raise AssertionError("no job id in:\n" + text)
+
+
+def test_a_program_error_is_reported_with_its_traceback_and_node(slurm_cluster, tmp_path):
+    (tmp_path / "fails.py").write_text(FAILING)
+    r = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "2", "--job-name", "fails", "--max-restarts", "0",
+                   "--", sys.executable, "fails.py")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out  # tfos run's exit code, through the job's
+    job = job_of(r.stderr)
+    # the traceback, live, with its node; the summary names the node too
+    assert "[worker:1] ValueError: bad shard 7" in r.stdout, out
+    assert '[worker:1]   File "%s", line 6, in load_shard' % (tmp_path / "fails.py") in r.stdout, out
+    assert "worker:1 (executor 1, host 127.0.0.1" in r.stdout and "failed: exit code 1" in r.stdout, out
+    assert "tfos slurm: job %s FAILED, exit code 1" % job in r.stderr, out
+
+    s = tfos_slurm(slurm_cluster, tmp_path, "status", job)
+    assert s.returncode == 0 and "job %s: FAILED, exit code 1 on n[1-2]" % job in s.stdout, s.stdout + s.stderr
+    lg = tfos_slurm(slurm_cluster, tmp_path, "logs", job)
+    assert lg.returncode == 0 and "[worker:1] ValueError: bad shard 7" in lg.stdout, lg.stdout + lg.stderr
+    bad = tfos_slurm(slurm_cluster, tmp_path, "status", "99999")
+    assert bad.returncode == 1 and "Slurm does not know job 99999" in bad.stderr, bad.stderr
+    # a mistake in tfos run's options is caught before anything is submitted
+    u = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "1", "--wokrers", "2", "--", sys.executable, "fails.py")
+    assert u.returncode == 2 and "unknown option '--wokrers'" in u.stderr and "submitted" not in u.stderr, u.stderr
+
+
+def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigterm(slurm_cluster, tmp_path):
+    (tmp_path / "train.py").write_text(TRAINING)
+    prog = ["--", sys.executable, "train.py"]
+    env = slurm_cluster.env()
+
+    def submit(name, *opts):
+        return subprocess.Popen([CLI, "slurm", "--job-name", name] + list(opts) + prog, cwd=str(tmp_path),
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # three jobs at once on the fixture's 4 CPUs: one node of 2 tasks, two of 1
+    follow = {
+        "scancel": submit("scancel", "--nodes", "1", "--ntasks-per-node", "2"),
+        # the warning at the earliest Slurm allows: 58 s before a 1 min limit
+        "timelimit": submit("timelimit", "--nodes", "1", "--time", "1", "--signal-before", "58"),
+        "cancel": submit("cancel", "--nodes", "1"),
+    }
+
+    def job_ids():
+        r = slurm_cluster.run(["squeue", "-h", "-o", "%j %i %T"])
+        return {n: (i, st) for n, i, st in (line.split() for line in r.stdout.splitlines() if line.strip())}
+
+    jobs = wait_for(lambda: (lambda j: j if len(j) == 3 and all(st == "RUNNING" for _, st in j.values())
+                             else None)(job_ids()), 60, "three running jobs")
+    outs = {n: tmp_path / ("tfos-slurm-%s.out" % jobs[n][0]) for n in follow}
+    wait_for(lambda: read(outs["scancel"]).count("] training") == 2 and "] training" in read(outs["cancel"]), 60,
+             "the programs training")
+    # the user's own scancel, and tfos slurm cancel
+    assert slurm_cluster.run(["scancel", jobs["scancel"][0]]).returncode == 0
+    c = tfos_slurm(slurm_cluster, tmp_path, "cancel", jobs["cancel"][0])
+    assert c.returncode == 0, c.stderr
+
+    results = {}
+    for name, p in follow.items():
+        out, err = p.communicate(timeout=120)
+        results[name] = (p.returncode, out, err)
+    for name, (code, out, err) in results.items():
+        text = out + err
+        # the batch shell, tfos run, got SIGTERM and took the path it takes
+        # on a terminal: every node asked to stop with its grace
+        assert code == 143, (name, text)
+        assert "interrupted by signal 15" in out, (name, text)
+        workers = ["worker:0", "worker:1"] if name == "scancel" else ["worker:0"]
+        for w in workers:
+            # the program saw SIGTERM once and saved: not killed, not signalled twice
+            assert out.count("[%s] SIGTERM: checkpoint saved" % w) == 1, (name, text)
+        assert "sending SIGKILL" not in out, (name, text)
+        # no restart: a stop is not a failure to retry
+        assert "starting again" not in out, (name, text)
+        assert "exit code 143" in err, (name, text)
+    # scancel signals the steps themselves too (Slurm's CANCELLED notes):
+    # each program still saw one SIGTERM (above); a node whose step Slurm
+    # signalled first may be reported failed by that signal (docs/SLURM.md)
+    assert "STEP %s.0 ON" % jobs["scancel"][0] in results["scancel"][1] + results["scancel"][2]
+    # the time limit's warning and tfos slurm cancel signal the batch shell only
+    for name in ("timelimit", "cancel"):
+        assert "stopped: exit code 0" in results[name][1], results[name]
+
+
+def test_nothing_outlives_a_launcher_killed_with_sigkill(slurm_cluster, tmp_path):
+    """tfos run (the batch shell) SIGKILLed mid-run: its sruns get SIGTERM
+    (PR_SET_PDEATHSIG) and forward it, Slurm ends the job and its steps;
+    no_leftovers then finds no job and no process of it."""
+    (tmp_path / "train.py").write_text(TRAINING)
+    r = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "2", "--no-follow", "--", sys.executable, "train.py")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    out = tmp_path / ("tfos-slurm-%s.out" % job)
+    wait_for(lambda: read(out).count("] training") == 2, 60, "both programs training")
+    launcher = [pid for pid, cmd in slurm_cluster.processes() if " run --backend slurm " in cmd]
+    assert len(launcher) == 1, slurm_cluster.processes()
+    os.kill(launcher[0], 9)
+    wait_for(lambda: not slurm_cluster.jobs() and not slurm_cluster.processes(), 60,
+             "job %s and its processes gone" % job)
+    s = tfos_slurm(slurm_cluster, tmp_path, "status", job)
+    assert "exit code 137" in s.stdout, s.stdout  # the batch shell's SIGKILL, as Slurm records it
