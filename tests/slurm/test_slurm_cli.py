@@ -3,6 +3,7 @@
 program's error reported with its traceback and node (docs/SLURM.md)."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -33,6 +34,22 @@ signal.signal(signal.SIGTERM, on_term)
 print("training", flush=True)
 for _ in range(1200):
     time.sleep(0.1)
+'''
+
+# reports its steps and drains on notice (docs/RELIABILITY.md, "Drain on
+# notice"): checkpoints at the drain step the coordinator chose, exits 0
+DRAINING = r'''
+import sys, time
+import tfos
+ctx = tfos.TFNode.get_context()
+for step in range(1, 100000):
+    time.sleep(0.05)
+    ctx.report(step=step)
+    if step == 40:  # a few heartbeats have carried a step to the coordinator
+        print("training", flush=True)
+    if ctx.should_checkpoint(step):
+        print("checkpoint at drain step %d" % step, flush=True)
+        sys.exit(0)
 '''
 
 
@@ -73,10 +90,11 @@ def test_a_program_error_is_reported_with_its_traceback_and_node(slurm_cluster, 
 
 def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigterm(slurm_cluster, tmp_path):
     (tmp_path / "train.py").write_text(TRAINING)
-    prog = ["--", sys.executable, "train.py"]
+    (tmp_path / "drain.py").write_text(DRAINING)
     env = slurm_cluster.env()
 
     def submit(name, *opts):
+        prog = ["--", sys.executable, "drain.py" if name == "cancel" else "train.py"]
         return subprocess.Popen([CLI, "slurm", "--job-name", name] + list(opts) + prog, cwd=str(tmp_path),
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -106,6 +124,14 @@ def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigte
     for name, p in follow.items():
         out, err = p.communicate(timeout=120)
         results[name] = (p.returncode, out, err)
+    # a program that reports its steps is drained (issue 41's mechanism, the
+    # same SIGTERM path): it checkpoints at the announced step, and tfos run
+    # exits 75, "drained: run the same command again to continue"
+    code, out, err = results.pop("cancel")
+    assert code == 75, out + err
+    m = re.search(r"\[worker:0\] checkpoint at drain step (\d+)", out)
+    assert m and out.count("checkpoint at drain step") == 1, out + err
+    assert "sending SIGKILL" not in out and "starting again" not in out, out + err
     for name, (code, out, err) in results.items():
         text = out + err
         # the batch shell, tfos run, got SIGTERM and took the path it takes
@@ -125,8 +151,7 @@ def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigte
     # signalled first may be reported failed by that signal (docs/SLURM.md)
     assert "STEP %s.0 ON" % jobs["scancel"][0] in results["scancel"][1] + results["scancel"][2]
     # the time limit's warning and tfos slurm cancel signal the batch shell only
-    for name in ("timelimit", "cancel"):
-        assert "stopped: exit code 0" in results[name][1], results[name]
+    assert "stopped: exit code 0" in results["timelimit"][1], results["timelimit"]
 
 
 def test_nothing_outlives_a_launcher_killed_with_sigkill(slurm_cluster, tmp_path):
