@@ -124,3 +124,58 @@ def test_reservation_server_ports_from_the_environment():
         reservation.Server(0)
     with pytest.raises(TimeoutError, match="0 of 1 registered"):
         s1.await_reservations(timeout=0.2)
+
+
+def test_tfsparknode_run_registers_nodes_and_runs_fn_with_their_context():
+    """TFoS's node function by hand: two nodes (chief, worker) register with
+    one reservation server, each runs fn with its ctx (the cluster spec from
+    both reservations, a feed manager), GPUs by TFoS's rules."""
+    import argparse
+    from tfos import TFSparkNode, gpu_info
+    server = reservation.Server(2)
+    addr = server.start()
+    meta = {"id": 7, "cluster_template": {"chief": [0], "worker": [1]}, "num_executors": 2,
+            "default_fs": "file://", "working_dir": ".", "server_addr": addr}
+    seen, errors = {}, []
+
+    def fn(args, ctx):
+        seen[ctx.executor_id] = (ctx.job_name, ctx.task_index, ctx.cluster_spec, ctx.num_workers,
+                                 isinstance(ctx.mgr, TFManager.TFManager))
+
+    args = argparse.Namespace()
+
+    def node(i):
+        try:
+            TFSparkNode.run(fn, args, meta, False, None, ["input"], False)([i])
+        except Exception as exc:
+            errors.append(exc)
+
+    with mock.patch.object(gpu_info, "is_gpu_available", return_value=False), \
+            mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": "x"}):
+        threads = [threading.Thread(target=node, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == ""            # no GPU: none visible, as TFoS
+    assert not errors
+    spec = seen[0][2]
+    assert sorted(spec) == ["chief", "worker"] and len(spec["chief"]) == len(spec["worker"]) == 1
+    assert seen == {0: ("chief", 0, spec, 2, True), 1: ("worker", 0, spec, 2, True)}
+    reservation.Client(addr).request_stop()
+
+    # GPUs: num_gpus asked for and found (index among this host's nodes), or not found: an error
+    server = reservation.Server(1)
+    meta = dict(meta, cluster_template={"chief": [0]}, server_addr=server.start())
+    with mock.patch.object(gpu_info, "is_gpu_available", return_value=True), \
+            mock.patch.object(gpu_info, "get_gpus", return_value=["3", "4"]) as get_gpus, \
+            mock.patch.dict(os.environ, {}):
+        TFSparkNode.run(fn, argparse.Namespace(num_gpus=2), meta, False, None, ["input"], False)([0])
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,4"
+        get_gpus.assert_called_with(2, 0, format=gpu_info.AS_LIST)
+        get_gpus.return_value = []
+        with pytest.raises(RuntimeError, match="2 GPU.*asked for"):
+            TFSparkNode.run(fn, argparse.Namespace(num_gpus=2), meta, False, None, ["input"], False)([0])
+    with pytest.raises(ValueError, match="background=True.*TFCluster.run"):
+        TFSparkNode.run(fn, args, meta, False, None, ["input"], True)
+    reservation.Client(meta["server_addr"]).request_stop()
