@@ -46,7 +46,7 @@ def test_keras3_instance_from_the_driver_is_refused():
     def fn(args, ctx):
         return opt
 
-    with pytest.raises(_payload.KerasMismatch, match="an instance of keras.src.optimizers.adam.Adam made on the driver with Keras 3.*"
-                                                     "TF_USE_LEGACY_KERAS=1.*keras='3'"):
+    with pytest.raises(_payload.KerasMismatch, match="an instance of keras.src.optimizers.adam.Adam made on the "
+                                                     "driver with Keras 3.*TF_USE_LEGACY_KERAS=1.*keras='3'"):
         _payload.dumps((fn, {}), keras="auto")
     assert _payload.dumps((fn, {}), keras="3")
