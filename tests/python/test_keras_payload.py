@@ -50,3 +50,30 @@ def test_keras3_instance_from_the_driver_is_refused():
                                                      "driver with Keras 3.*TF_USE_LEGACY_KERAS=1.*keras='3'"):
         _payload.dumps((fn, {}), keras="auto")
     assert _payload.dumps((fn, {}), keras="3")
+
+
+_LR = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+if sys.argv[1] == "install":
+    from tfos import _tfkeras
+    _tfkeras.install()
+import tensorflow as tf
+o = tf.keras.optimizers
+print([round(float(x.learning_rate), 4) for x in
+       (o.Adam(lr=0.2), o.SGD(lr=0.3), o.Adam(lr=0.2, learning_rate=0.05), o.Adam(), o.SGD())])
+"""
+
+
+def test_tf_keras_nodes_take_tfos_lr_again():
+    """TFoS programs compile with Adam(lr=0.2); tf-keras drops lr (0.001).
+    On tf-keras nodes, _sparkprog installs tfos._tfkeras: lr is the rate
+    again where learning_rate is not given. Without it: the defaults."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("tf_keras")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", _LR, "install"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "[0.2, 0.3, 0.05, 0.001, 0.01]", out.stderr[-2000:]
