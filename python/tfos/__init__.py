@@ -25,7 +25,7 @@ _jax.install()  # jax.distributed.initialize() with no arguments in a tfos node
 # imported on first use (``tfos.TFCluster``, ``from tfos import compat``):
 # a node program imports tfos at its start, on cores a first feed shares,
 # and needs none of them (they were a third of the package's import time)
-_LAZY = ("TFCluster", "TFParallel", "compat", "dfutil", "gpu_info", "models", "util")
+_LAZY = ("TFCluster", "TFManager", "TFParallel", "compat", "dfutil", "gpu_info", "models", "reservation", "util")
 
 
 def __getattr__(name):
@@ -37,5 +37,5 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["run", "ClusterError", "agent_path", "TFNode", "TFCluster", "TFParallel", "compat", "dfutil", "gpu_info", "models", "util",
+__all__ = ["run", "ClusterError", "agent_path", "TFNode", "TFCluster", "TFManager", "TFParallel", "reservation", "compat", "dfutil", "gpu_info", "models", "util",
            "__version__"]

@@ -76,6 +76,9 @@ def _stop_tensorboard(tb):
 
 def main():
     from . import TFNode
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+        from . import _tfkeras
+        _tfkeras.install()  # TFoS programs' Adam(lr=...) (tfos._tfkeras)
     map_fun, tf_args = _read_payload()
     ctx = TFNode.get_context()
     tb = None

@@ -447,7 +447,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), hadoop_user(),
                                                                 cluster_id)
     spec = NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
-                                _payload.dumps((map_fun, tf_args)), local, float(reservation_timeout),
+                                _payload.dumps((map_fun, tf_args), keras), local, float(reservation_timeout),
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
                                 tb_logdir=log_dir, default_fs=default_fs,
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,

@@ -84,15 +84,77 @@ class _NodeLock(object):
         self.sock.close()
 
 
-def _explain(spec, executor_id, partition, exc):
-    """A FeedTaskError for a failed feed; ``cluster_failed`` tells whether
-    the coordinator has recorded a failure (the node went with its cluster).
-    A node that is alive but sent no results (ResultsMissing) has nothing
-    for its agent to report: the coordinator is asked once, not for 5 s
-    (each of Spark's attempts of the task waited them out)."""
+def _cause(exc):
+    """The exception's text with the ring's reason for it (``.reason``, from
+    the libtfos code), which the bare text ("writing to the feed ring") lacks."""
+    reason = getattr(exc, "reason", None)
+    text = str(exc) or type(exc).__name__
+    return "%s (%s)" % (text, reason) if reason and reason not in text else text
+
+
+def _ring_state(client):
+    """What the node's input ring says of its reader, in words (None if it
+    cannot be read)."""
+    try:
+        st = client.input.stats()
+    except Exception:
+        return None
+    said = []
+    if st.get("shut"):
+        said.append("its agent shut the feed (the program ended)")
+    if st.get("consumer_terminated"):
+        said.append("the program called terminate()")
+    elif st.get("consumer_closed"):
+        said.append("the program closed its feed")
+    if st.get("feed_ended"):
+        said.append("the feed was ended")
+    said.append("the program took %d of the %d rows written" % (st.get("rows_out", 0), st.get("rows_in", 0)))
+    return ", ".join(said)
+
+
+def _node_words(spec, executor_id):
+    """The coordinator's view of the node, in words (None if unknown)."""
+    try:
+        st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+    except Exception:
+        return None
+    for nd in st.get("nodes", []):
+        if nd.get("executor_id") == executor_id:
+            words = "state %s" % nd.get("state")
+            if nd.get("exit"):
+                words += ", " + nd["exit"]
+            return words
+    return None
+
+
+def _program_gone(client):
+    """True where the node's program can read no more of its feed: its
+    agent shut the ring, or the program closed or terminated it. A feed
+    task that meets this cannot succeed by being run again."""
+    try:
+        st = client.input.stats()
+    except Exception:
+        return False
+    return bool(st.get("shut") or st.get("consumer_closed") or st.get("consumer_terminated"))
+
+
+def _explain(spec, executor_id, partition, exc, client=None):
+    """A FeedTaskError for a failed feed, carrying its cause: the ring's
+    reason, the ring's view of its reader and the coordinator's of the node;
+    ``cluster_failed`` tells whether the coordinator has recorded a failure
+    (the node went with its cluster). A node that is alive but sent no
+    results (ResultsMissing) has nothing for its agent to report: the
+    coordinator is asked once, not for 5 s (each of Spark's attempts of the
+    task waited them out)."""
     failure = _cluster_failure(spec, wait=0 if isinstance(exc, _feed.ResultsMissing) else 5.0)
     what = "feeding partition %d to %s (executor %d) failed: %s" % (partition, spec.label(executor_id),
-                                                                     executor_id, exc)
+                                                                     executor_id, _cause(exc))
+    ring = _ring_state(client) if client is not None else None
+    if ring:
+        what += "\nthe node's feed: " + ring
+    node = _node_words(spec, executor_id)
+    if node:
+        what += "\nthe node: " + node
     if failure:
         what += "\nthe cluster failed: " + failure
     err = FeedTaskError(what)
@@ -184,12 +246,22 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
             for _ in iterator:
                 pass
         else:
-            outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
+            outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc, client)))})
     except (_feed.FeedError, TimeoutError) as exc:
-        failure = _cluster_failure(spec, wait=1.0)
+        # the node's program is gone (its agent shut the ring): no retry of
+        # this task can succeed, so it is not raised to Spark (which ran it
+        # 4 times); it is an outcome the driver raises with the node's
+        # failure, once the coordinator has it (up to 5 s), or a
+        # "terminated" when the program ended without reading on
+        gone = _program_gone(client)
+        failure = _cluster_failure(spec, wait=5.0 if gone else 1.0)
+        err = _explain(spec, executor_id, partition, exc, client)
+        if failure is None and not gone:
+            raise err
         if failure is None:
-            raise _explain(spec, executor_id, partition, exc)
-        outcomes.add({partition: ("aborted", str(_explain(spec, executor_id, partition, exc)))})
+            outcomes.add({partition: ("terminated", None)})
+        else:
+            outcomes.add({partition: ("aborted", str(err))})
     finally:
         client.close()
     return rows
@@ -268,7 +340,7 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
             return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort) \
                 if count else []
         except (_feed.FeedError, TimeoutError) as exc:
-            raise _explain(spec, executor_id, partition, exc)
+            raise _explain(spec, executor_id, partition, exc, client)
         finally:
             client.close(detach_output=True)
 

@@ -427,6 +427,12 @@ class DataFeed(object):
 
         return ds.flat_map(cut)
 
+    @property
+    def done_feeding(self):
+        """TensorFlowOnSpark's attribute: True once the feed has ended and
+        every row was read (the same as ``should_stop()``)."""
+        return self.should_stop()
+
     def should_stop(self):
         """True once the feed has ended (or was terminated, or closed for good:
         FeedClosed) and every row was read."""
