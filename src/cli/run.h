@@ -16,6 +16,7 @@ typedef struct tfos__run_cli {
     int status_port, max_restarts, quiet, tensorboard;
     int status_given;        /* --status-port or --status-host was given (tfos yarn refuses them) */
     double hang_timeout;
+    const char *mlflow, *mlflow_experiment, *mlflow_run_name; /* --mlflow* */
     char **argv;             /* the program: after --, or from the first argument that is not an option */
 } tfos__run_cli;
 
