@@ -392,9 +392,7 @@ static int start_attempt(tfos_local *l)
         return rc;
     }
     if (l->tracker) {
-        char n[16];
-        snprintf(n, sizeof n, "%d", attempt);
-        tfos__tracker_tag(l->tracker, "tfos.attempts", n);
+        tfos__tracker_history(l->tracker, l->policy);
         tfos__coord_on_report(l->coord, on_report, l);
     }
     char **env = child_env(l);
@@ -796,20 +794,12 @@ static void finish(tfos_local *l)
         if (tfos_policy_count(l->policy)) {
             TFOS_INFO("all nodes finished successfully on attempt %d, after:\n%s", tfos_policy_attempt(l->policy),
                       l->history);
-            tfos__tracker_tag(l->tracker, "tfos.restart_history", l->history);
         }
         TFOS_INFO("all nodes finished successfully; logs in %s", l->log_dir);
     } else {
         int code = tfos_coord_failure_code(c);
         l->exit_code = l->stop_signo ? 128 + l->stop_signo : code == TFOS_ETIMEDOUT ? 124 : 1;
         const char *verdict = tfos_policy_verdict(l->policy);
-        if (l->tracker) {
-            tfos_failure f;
-            tfos_coord_failure_info(c, &f);
-            tfos__tracker_failure(l->tracker, &f);
-            if (tfos_policy_count(l->policy))
-                tfos__tracker_tag(l->tracker, "tfos.restart_history", l->history);
-        }
         if (tfos_policy_count(l->policy) > 1)
             snprintf(l->summary, sizeof l->summary, "failed %d times (--max-restarts %d):\n%s%s%s%slast failure:\n%s",
                      tfos_policy_count(l->policy), l->opts.max_restarts, l->history, *verdict ? "not restarted: " : "",
@@ -837,8 +827,6 @@ static int conclude(tfos_local *l)
         tfos_coord_failure_info(l->coord, &f);
         TFOS_WARN("restarting every node (attempt %d of %d) after: %s", tfos_policy_attempt(l->policy),
                   l->opts.max_restarts + 1, f.summary);
-        tfos__tracker_failure(l->tracker, &f);
-        tfos__tracker_tag(l->tracker, "tfos.restart_history", l->history);
         end_attempt(l);
         if (start_attempt(l) == 0)
             return 0;
@@ -862,6 +850,7 @@ static void end_tracking(tfos_local *l)
     char exit_code[16];
     snprintf(exit_code, sizeof exit_code, "%d", l->exit_code);
     tfos__tracker_tag(l->tracker, "tfos.exit_code", exit_code);
+    tfos__tracker_history(l->tracker, l->policy);
     tfos__tracker_end(l->tracker, l->stop_signo ? "KILLED" : l->exit_code == 0 ? "FINISHED" : "FAILED", NULL, 0);
 }
 

@@ -178,6 +178,11 @@ static int send_batch(tfos__tracker *t, item *batch, size_t n, char *err, size_t
         return TFOS_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         item *it = &batch[i];
+        int later = 0; /* a tag set again in this batch: its last value only (MLflow refuses a key twice) */
+        for (size_t j = i + 1; j < n && it->kind == K_TAG && !later; j++)
+            later = batch[j].kind == K_TAG && !strcmp(batch[j].key, it->key);
+        if (later)
+            continue;
         json_t *o = it->kind == K_METRIC
                         ? json_pack("{sssfsIsI}", "key", it->key, "value", it->value, "timestamp",
                                     (json_int_t)it->wall_ms, "step", (json_int_t)it->step)
@@ -449,23 +454,38 @@ void tfos__tracker_figures(tfos__tracker *t, const char *prefix, const char *jso
     json_decref(root);
 }
 
-void tfos__tracker_failure(tfos__tracker *t, const tfos_failure *f)
+void tfos__tracker_history(tfos__tracker *t, const tfos_policy *p)
 {
-    if (!t || !f)
+    if (!t || !p)
         return;
-    char key[64], where[480];
-    snprintf(key, sizeof key, "tfos.attempt.%d.cause", f->attempt);
-    tfos__tracker_tag(t, key, tfos_cause_name(f->cause));
-    snprintf(key, sizeof key, "tfos.attempt.%d.summary", f->attempt);
-    tfos__tracker_tag(t, key, f->summary);
-    if (f->node[0]) {
-        snprintf(key, sizeof key, "tfos.attempt.%d.node", f->attempt);
-        tfos__tracker_tag(t, key, f->node);
+    char key[64], v[480];
+    snprintf(v, sizeof v, "%d", tfos_policy_attempt(p));
+    tfos__tracker_tag(t, "tfos.attempts", v);
+    int n = tfos_policy_count(p);
+    for (int i = 0; i < n; i++) {
+        const tfos_attempt_record *r = tfos_policy_record(p, i);
+        const tfos_failure *f = &r->failure;
+        snprintf(key, sizeof key, "tfos.attempt.%d.cause", f->attempt);
+        tfos__tracker_tag(t, key, tfos_cause_name(f->cause));
+        snprintf(key, sizeof key, "tfos.attempt.%d.summary", f->attempt);
+        tfos__tracker_tag(t, key, f->summary);
+        snprintf(key, sizeof key, "tfos.attempt.%d.decision", f->attempt);
+        tfos__tracker_tag(t, key, r->decision == TFOS_RESTART ? "restart" : "raise");
+        if (f->node[0]) {
+            snprintf(key, sizeof key, "tfos.attempt.%d.node", f->attempt);
+            tfos__tracker_tag(t, key, f->node);
+        }
+        if (f->exc_type[0]) {
+            snprintf(key, sizeof key, "tfos.attempt.%d.exception", f->attempt);
+            snprintf(v, sizeof v, "%s at %s", f->exc_type, f->exc_where);
+            tfos__tracker_tag(t, key, v);
+        }
     }
-    if (f->exc_type[0]) {
-        snprintf(key, sizeof key, "tfos.attempt.%d.exception", f->attempt);
-        snprintf(where, sizeof where, "%s at %s", f->exc_type, f->exc_where);
-        tfos__tracker_tag(t, key, where);
+    if (n) {
+        char *text = tfos_policy_render(p);
+        if (text)
+            tfos__tracker_tag(t, "tfos.restart_history", text);
+        free(text);
     }
 }
 

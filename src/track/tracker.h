@@ -58,10 +58,15 @@ void tfos__tracker_report(tfos__tracker *t, int rank, const char *report, int64_
  * deeper levels skipped), at step 0. */
 void tfos__tracker_figures(tfos__tracker *t, const char *prefix, const char *json);
 
-/* A failed attempt, as tags "tfos.attempt.<n>.cause" (tfos_cause_name),
- * ".node", ".exception" (type at where) and ".summary". */
-struct tfos_failure;
-void tfos__tracker_failure(tfos__tracker *t, const struct tfos_failure *f);
+/* The restart policy's history as tags, for every launcher (launch.c,
+ * the Spark attempt loop through the extension): "tfos.attempts" (the
+ * current attempt), per failed attempt n "tfos.attempt.<n>.cause"
+ * (tfos_cause_name), ".node", ".exception" (type at where), ".summary"
+ * and ".decision" (restart or raise), and "tfos.restart_history" (the
+ * policy's rendering). Tags are set again with each call (MLflow keeps the
+ * last value). */
+struct tfos_policy;
+void tfos__tracker_history(tfos__tracker *t, const struct tfos_policy *p);
 
 /* End the run: send what is queued (10 s at most; what is left then is
  * counted as not logged), set the run's status ("FINISHED", "FAILED" or
