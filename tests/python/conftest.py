@@ -20,7 +20,8 @@ PY = sys.executable
 # or long process scenarios: `make check`, the fast tier for the edit-test
 # loop, leaves them out (-m "not heavy"); `make test` runs everything.
 HEAVY = {"test_serve.py", "test_doc_snippets.py", "test_tensorflow.py", "test_torch.py", "test_restart.py",
-         "test_hardening.py", "test_export.py", "test_readme.py", "test_jax.py", "test_pip_install.py"}
+         "test_hardening.py", "test_export.py", "test_readme.py", "test_jax.py", "test_pip_install.py",
+         "test_tracking.py"}
 
 
 def pytest_configure(config):

@@ -181,8 +181,9 @@ class AttemptController(object):
     #: feed task sees a dead node a moment before the node's agent says why)
     FAILURE_WAIT = 10.0
 
-    def __init__(self, engine, policy, name="cluster"):
+    def __init__(self, engine, policy, name="cluster", tracker=None):
         self.engine = engine
+        self.tracker = tracker       # the job's MLflow run (_tfos.Tracker), or None: ended with the loop
         self.policy = policy
         engine.policy = policy
         self.name = name
@@ -223,6 +224,23 @@ class AttemptController(object):
         if nxt is not prev:
             self.transitions.append((prev, nxt))
             logger.debug("%s attempt %d: %s -> %s", self.name, self.attempt, prev.value, nxt.value)
+            if self.tracker is not None:
+                self._track(nxt)
+
+    def _track(self, nxt):
+        """The MLflow run (``mlflow=``) follows the loop: the policy's
+        history as tags at each move (libtfos's tfos__tracker_history), and
+        the run's end with the loop's: FINISHED or FAILED."""
+        self.tracker.history(self.policy)
+        if nxt in TERMINAL:
+            self.tracker.metric("tfos.partitions_refed", float(self.partitions_refed))
+            self.tracker.end("FINISHED" if nxt is State.DONE else "FAILED")
+
+    def fed(self, rows, seconds):
+        """A feed's totals (feed_until_delivered) to the MLflow run."""
+        if self.tracker is not None:
+            self.tracker.metric("tfos.feed.rows", float(rows))
+            self.tracker.metric("tfos.feed.rows_per_s", rows / seconds if seconds > 0 else 0.0)
 
     def _form(self):
         try:
@@ -452,6 +470,7 @@ def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):
         logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
     secs = time.monotonic() - t0
     logger.info("fed %d rows in %.1f s (%.0f rows/s)", rows, secs, rows / secs if secs > 0 else 0.0)
+    controller.fed(rows, secs)
     return FeedResult(rows, terminated, secs)
 
 
