@@ -382,6 +382,7 @@ def checkpointing_reader(args, ctx):
     while not feed.should_stop():
         fresh.extend(int(r[0]) for r in feed.next_batch(30))
         done = len(feed.mgr.consumed)
+        ctx.report(step=done, rows=len(state) + len(fresh))  # to the MLflow run, with mlflow=
         if done - at_ckpt >= args["every"]:
             # the checkpoint and its feed position go together: a stop
             # (SIGTERM) waits until both are written

@@ -43,7 +43,7 @@ from .._log import log as logger
 from .wait import LOCAL, WaitTimeout, wait_until
 
 __all__ = ["State", "Snapshot", "Engine", "AttemptController", "FeedRound", "FeedResult", "feed_until_delivered",
-           "cause_code", "failure_text"]
+           "cause_code", "failure_text", "open_tracker", "tracker_env"]
 
 
 class State(enum.Enum):
@@ -149,6 +149,32 @@ class Engine(object):
     def refed(self, count):
         """``count`` partitions in all have been fed again after failures
         (for the engine's status page); nothing by default."""
+
+
+def open_tracker(uri, experiment, run_name, params, tags):
+    """The job's MLflow run for a Spark launcher's ``mlflow=`` (a
+    ``_tfos.Tracker``), made before any node starts, with ``params`` and
+    ``tags``; None without ``uri``. A URI that is not a tracking server's
+    raises ValueError; a server that cannot be reached only warns."""
+    if uri is None:
+        return None
+    tracker = _tfos.Tracker(str(uri), None if experiment is None else str(experiment), run_name)
+    for key, value in sorted(params.items()):
+        tracker.param(key, str(value))
+    for key, value in sorted(tags.items()):
+        tracker.tag(key, str(value))
+    return tracker
+
+
+def tracker_env(tracker):
+    """What the nodes of a tracked job get in their environment (their own
+    mlflow.log_* lands in the job's run)."""
+    if tracker is None:
+        return {}
+    env = {"MLFLOW_TRACKING_URI": tracker.uri}
+    if tracker.run_id:
+        env["MLFLOW_RUN_ID"] = tracker.run_id
+    return env
 
 
 def failure_text(policy, failure, context=""):

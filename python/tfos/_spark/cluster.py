@@ -9,7 +9,8 @@ import uuid
 
 from .. import _payload, _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
-from .attempts import AttemptController, FeedRound, State, feed_until_delivered, failure_text
+from .attempts import (AttemptController, FeedRound, State, feed_until_delivered, failure_text, open_tracker,
+                       tracker_env)
 from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, master_kind
@@ -363,21 +364,6 @@ def _layout(num_executors, num_ps, master_node, eval_node):
     return {"num_ps": num_ps, "num_workers": workers, "chief": chief, "evaluator": bool(eval_node)}
 
 
-def _open_tracker(uri, experiment, run_name, cluster_id, params):
-    """The job's MLflow run (``mlflow=``), made before any node starts, with
-    ``params``; None without ``uri``. A URI that is not a tracking server's
-    raises ValueError here; a server that cannot be reached only warns."""
-    if uri is None:
-        return None
-    tracker = _tfos.Tracker(str(uri), None if experiment is None else str(experiment),
-                            run_name or "tfos-spark-%s" % cluster_id)
-    for key, value in sorted(params.items()):
-        tracker.param(key, str(value))
-    tracker.tag("tfos.cluster_id", cluster_id)
-    tracker.tag("tfos.backend", "spark")
-    return tracker
-
-
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
         log_dir=None, driver_ps_nodes=False, master_node=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_spark"], queues=("input", "output", "error"),
@@ -449,10 +435,11 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                      int(input_mode) == InputMode.SPARK)
 
     cluster_id = uuid.uuid4().hex[:12]
-    tracker = _open_tracker(mlflow, mlflow_experiment, mlflow_run_name, cluster_id, {
+    tracker = open_tracker(mlflow, mlflow_experiment, mlflow_run_name or "tfos-spark-%s" % cluster_id, {
         "num_executors": num_executors, "num_ps": num_ps, "input_mode": int(input_mode),
         "max_restarts": max_restarts, "tensorboard": bool(tensorboard), "master_node": master_node,
-        "eval_node": bool(eval_node), "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout})
+        "eval_node": bool(eval_node), "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout},
+        {"tfos.cluster_id": cluster_id, "tfos.backend": "spark"})
     listen, advertise = _bind_host(sc)
     try:
         hconf = sc._jsc.hadoopConfiguration()
@@ -485,10 +472,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
                                 hand_port=not release_port, keras=keras,
                                 max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs)
-    if tracker is not None:
-        spec.env = {"MLFLOW_TRACKING_URI": tracker.uri}
-        if tracker.run_id:
-            spec.env["MLFLOW_RUN_ID"] = tracker.run_id
+    spec.env = tracker_env(tracker)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
