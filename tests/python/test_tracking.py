@@ -136,3 +136,9 @@ def test_uri_that_is_not_a_tracking_server_is_refused_at_start(tmp_path, marker)
     assert "ran" not in r.stdout and "starting" not in r.stderr
     assert "MLflow tracking URI file:///tmp/mlruns" in r.stderr and "http://" in r.stderr
     assert "mlflow server" in r.stderr  # how to fix it
+    # tfos yarn checks it before submitting (the ApplicationMaster's launcher
+    # makes the run), and keeps credentials off YARN's command lines
+    r = run_tfos(["yarn", "--workers", "1", "--mlflow", "file:///tmp/mlruns", "--", "true"])
+    assert r.returncode == 2 and "MLflow tracking URI file:///tmp/mlruns" in r.stderr
+    r = run_tfos(["yarn", "--workers", "1", "--mlflow", "http://u:secret@127.0.0.1:5000", "--", "true"])
+    assert r.returncode == 2 and "without user:password@" in r.stderr and "secret" not in r.stderr
