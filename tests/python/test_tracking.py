@@ -142,3 +142,26 @@ def test_uri_that_is_not_a_tracking_server_is_refused_at_start(tmp_path, marker)
     assert r.returncode == 2 and "MLflow tracking URI file:///tmp/mlruns" in r.stderr
     r = run_tfos(["yarn", "--workers", "1", "--mlflow", "http://u:secret@127.0.0.1:5000", "--", "true"])
     assert r.returncode == 2 and "without user:password@" in r.stderr and "secret" not in r.stderr
+
+
+def test_models_md_tracking_snippets_as_written(tmp_path, marker, mlflow_server):
+    """docs/MODELS.md, "Tracking": train.py as written, the tfos run command
+    and the read-back, against the tests' server in place of 127.0.0.1:5000."""
+    from test_doc_snippets import block, venv_active
+    doc_url = "http://127.0.0.1:5000"
+    (tmp_path / "train.py").write_text(block("docs/MODELS.md", "ctx.report(step=step, loss=loss)"))
+    command = block("docs/MODELS.md", "tfos run --workers 2 --mlflow").replace(doc_url, mlflow_server.url)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **venv_active())
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", command.strip() + " " + marker], cwd=str(tmp_path), env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_id = re.search(r"MLflow run (\w+) \(experiment \"demo\"\) at \S+: FINISHED", r.stderr).group(1)
+    read = block("docs/MODELS.md", "MlflowClient(").replace(doc_url, mlflow_server.url)
+    r = subprocess.run([PY, "-c", read], cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "FINISHED 2 0.01", r.stdout
+    history = eval(lines[1])  # rank 1's losses: 1/step + 1 at the steps the coordinator saw, the last among them
+    assert history and (3, pytest.approx(1 + 1 / 3)) in history, r.stdout
+    assert all(v == pytest.approx(1 + 1.0 / s) for s, v in history), r.stdout
+    assert MlflowClient(mlflow_server.url).get_run(run_id).data.params["learning_rate"] == "0.01"
