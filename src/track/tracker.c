@@ -532,10 +532,14 @@ void tfos__tracker_end(tfos__tracker *t, const char *status, char *summary, size
             if (t->lost[k] && o < sizeof what)
                 o += (size_t)snprintf(what + o, sizeof what - o, "%s%llu of %llu %s", o ? ", " : "",
                                       (unsigned long long)t->lost[k], (unsigned long long)t->queued[k], kind_names[k]);
-        snprintf(t->summary, sizeof t->summary, "MLflow: not logged to %s%s%s: %s%s%s (%s)",
-                 tfos__mlflow_shown(t->ml), t->run_id[0] ? " run " : "", t->run_id, what,
-                 status_set ? "" : *what ? "; the run's status " : "the run's status ",
-                 status_set ? "" : status, t->error[0] ? t->error : "no reason given");
+        if (!t->run_id[0])
+            snprintf(t->summary, sizeof t->summary, "MLflow: no run was made at %s, so nothing was logged (%s): %s",
+                     tfos__mlflow_shown(t->ml), what, t->error[0] ? t->error : "no reason given");
+        else
+            snprintf(t->summary, sizeof t->summary, "MLflow: not logged to %s run %s: %s%s%s%s (%s)",
+                     tfos__mlflow_shown(t->ml), t->run_id, what, status_set ? "" : *what ? "; " : "",
+                     status_set ? "" : "the run's status, ", status_set ? "" : status,
+                     t->error[0] ? t->error : "no reason given");
         TFOS_WARN("%s", t->summary);
     }
     if (summary)

@@ -57,9 +57,8 @@ int main(void)
     char summary[1024];
     tfos__tracker_end(t, "FINISHED", summary, sizeof summary);
     CHECK_EQ(warnings, 2); /* the one at the start, and the end's summary */
-    CHECK(strstr(summary, "not logged"));
+    CHECK(strstr(summary, "no run was made at ") && strstr(summary, uri) && strstr(summary, "nothing was logged"));
     CHECK(strstr(summary, "150 of 150 metrics") && strstr(summary, "1 of 1 params") && strstr(summary, "1 of 1 tags"));
-    CHECK(strstr(summary, "the run's status FINISHED") || !strstr(summary, "run "));
     tfos__tracker_close(t);
     printf("ok\n");
     return 0;

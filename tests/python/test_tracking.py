@@ -126,7 +126,7 @@ def test_server_stopped_mid_run_warns_once_and_the_job_goes_on(tmp_path, marker,
     assert err.count("MLflow: cannot log to %s" % server.url) == 1, err[-3000:]
     m = re.search(r"MLflow: not logged to %s run %s: (.*)" % (re.escape(server.url), run.info.run_id), err)
     assert m, err[-3000:]
-    assert re.search(r"\d+ of \d+ metrics", m.group(1)) and "the run's status FINISHED" in m.group(1), m.group(1)
+    assert re.search(r"\d+ of \d+ metrics", m.group(1)) and "the run's status, FINISHED" in m.group(1), m.group(1)
 
 
 def test_uri_that_is_not_a_tracking_server_is_refused_at_start(tmp_path, marker):
