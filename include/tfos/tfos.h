@@ -493,6 +493,11 @@ typedef struct tfos_run_opts {
     const char *tensorboard_logdir; /* NULL: <that node's log dir>/tensorboard */
     bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
                                  * summary): the launcher logs it at debug level, not error */
+    /* MLflow tracking (docs/MODELS.md "Tracking"): one run for the whole job
+     * on the tracking server at this http(s):// URI; NULL: none */
+    const char *mlflow;
+    const char *mlflow_experiment; /* NULL: $MLFLOW_EXPERIMENT_NAME, else "Default" */
+    const char *mlflow_run_name;   /* NULL: "tfos-<program>-<time>" */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

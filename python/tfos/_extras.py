@@ -20,6 +20,7 @@ EXTRAS = {
     "jax": ("jax",),
     "hdfs": ("fsspec", "requests"),
     "serve": (),
+    "mlflow": ("mlflow",),  # mlflow-skinny
 }
 #: modules of tfos's own dependencies (``pip install tfos`` brings them)
 CORE = ("numpy",)

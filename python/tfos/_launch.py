@@ -41,7 +41,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_local"], grace=_DEFAULTS["stop_grace"],
         heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
         max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, input=None, epochs=1, status_port=0,
-        quiet=False, keras="env"):
+        quiet=False, keras="env", mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -62,6 +62,13 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     none), ``quiet`` (``--quiet``: no feed progress lines) and ``keras``
     (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``).
 
+    ``mlflow`` (``--mlflow``): the http(s):// URI of an MLflow tracking server;
+    the whole job, restarts included, is one MLflow run there (in experiment
+    ``mlflow_experiment``, default ``$MLFLOW_EXPERIMENT_NAME`` else
+    "Default"; named ``mlflow_run_name``) with the launch parameters, every
+    rank's ``ctx.report`` metrics and the restart history (docs/MODELS.md,
+    "Tracking"). A server that cannot be reached does not fail the job.
+
     Must be called from a thread that outlives the run: agents are tied to the
     launching thread and end with it (they get a parent-death signal).
     """
@@ -74,7 +81,9 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  inputs=None if input is None else [str(p) for p in (
                                      [input] if isinstance(input, (str, bytes, os.PathLike)) else input)],
                                  epochs=int(epochs), status_port=int(status_port), quiet=bool(quiet),
-                                 keras=keras, caller_reports=bool(check))
+                                 keras=keras, caller_reports=bool(check),
+                                 mlflow=None if mlflow is None else str(mlflow),
+                                 mlflow_experiment=mlflow_experiment, mlflow_run_name=mlflow_run_name)
     interrupted = None
     try:
         while True:

@@ -33,7 +33,7 @@ from ._extras import spark_extra
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
-from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered
+from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered, open_tracker, tracker_env
 from ._spark.client import SessionEngine
 from ._spark.progress import JobProgress, Ticker
 from ._spark.nodes import NodeSpec, master_kind
@@ -67,6 +67,11 @@ class Cluster(object):
     on a Spark Connect session and on a classic one whose executors are not
     in this process (a local master's already print here). ``quiet``: no
     progress lines while the client waits (feeding, forming, finishing).
+    ``mlflow``: the http(s):// URI of an MLflow tracking server; the job,
+    restarts included, is one MLflow run there (``mlflow_experiment``,
+    ``mlflow_run_name``), as with TFCluster.run (docs/MODELS.md,
+    "Tracking"); the nodes' reports are sampled each time the client looks
+    at the cluster.
     """
 
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
@@ -75,7 +80,7 @@ class Cluster(object):
                  failure_grace=_DEFAULTS["failure_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None,
-                 show_output=None, quiet=False):
+                 show_output=None, quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
         from ._extras import require
         # a Spark Connect client is told tfos[connect], a classic driver tfos[spark]
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy", extra=spark_extra(spark))
@@ -103,6 +108,11 @@ class Cluster(object):
                              feed_mb=int(feed_mb), log_dir=node_log_dir, heartbeat_timeout=float(heartbeat_timeout),
                              spark_ids=list(range(self.num_nodes)), checkpoint_dir=checkpoint_dir, keras=keras,
                              tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)
+        tracker = open_tracker(mlflow, mlflow_experiment, mlflow_run_name or "tfos-spark-%s" % self.cluster_id,
+                               {"num_nodes": self.num_nodes, "chief": bool(chief), "max_restarts": max_restarts,
+                                "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout},
+                               {"tfos.cluster_id": self.cluster_id, "tfos.backend": "spark"})
+        self.spec.env = tracker_env(tracker)
         self.spec.grace = float(grace)
         self.spec.failure_grace = float(failure_grace)
         # the one restart policy (libtfos), asked by the attempt loop: each
@@ -114,7 +124,9 @@ class Cluster(object):
         self.quiet = bool(quiet)
         self._engine = SessionEngine(spark, self.spec, self.num_nodes, self.lease_timeout, checkpoint_dir,
                                      output=show_output)
-        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % self.cluster_id)
+        self._engine.tracker = tracker
+        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % self.cluster_id,
+                                           tracker=tracker)
         self._stop_keepalive = threading.Event()
         self._keepalive = None
 

@@ -146,7 +146,10 @@ class TorchDistributor(object):
     (kept across restarts), ``log_dir`` (every rank's log; local mode),
     ``status_port`` (0: any free port, -1: no status page), ``quiet`` (no
     feed progress lines) and ``spark`` (the SparkSession for
-    ``local_mode=False``; default: the active one). ``local_mode=False``
+    ``local_mode=False``; default: the active one), ``mlflow`` and
+    ``mlflow_experiment`` (each run() one MLflow run on that tracking
+    server, every rank's ``ctx.report`` in it: docs/MODELS.md,
+    "Tracking"). ``local_mode=False``
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
@@ -155,7 +158,7 @@ class TorchDistributor(object):
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
                  max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, log_dir=None, status_port=0,
-                 quiet=False, spark=None):
+                 quiet=False, spark=None, mlflow=None, mlflow_experiment=None):
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
             raise ValueError("TorchDistributor: num_processes must be a positive int, got %r" % (num_processes,))
         self.num_processes = num_processes
@@ -167,6 +170,7 @@ class TorchDistributor(object):
         self.status_port = int(status_port)
         self.quiet = bool(quiet)
         self.spark = spark
+        self.mlflow = {"mlflow": mlflow, "mlflow_experiment": mlflow_experiment}
         self.cluster = None  # the last Spark run's TFCluster, or tfos.spark.Cluster over Connect (status, history)
 
     # -- checks
@@ -245,7 +249,8 @@ class TorchDistributor(object):
                 result = os.path.join(work, "result.pkl")
                 argv = [sys.executable, "-m", "tfos._torchprog", payload, result]
             run_local(argv, workers=self.num_processes, log_dir=self.log_dir, max_restarts=self.max_restarts,
-                      checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet)
+                      checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet,
+                      **self.mlflow)
             if result is None or not os.path.exists(result):
                 return None
             with open(result, "rb") as f:
@@ -279,7 +284,7 @@ class TorchDistributor(object):
         mode = spark_cluster.InputMode.SPARK if df is not None else spark_cluster.InputMode.TENSORFLOW
         cluster = spark_cluster.run(sc, _spark_node, payload, self.num_processes, input_mode=mode,
                                     max_restarts=self.max_restarts, checkpoint_dir=self.checkpoint_dir,
-                                    status_port=self.status_port, quiet=self.quiet, keras="env")
+                                    status_port=self.status_port, quiet=self.quiet, keras="env", **self.mlflow)
         self.cluster = cluster
         try:
             if df is not None:
@@ -298,7 +303,7 @@ class TorchDistributor(object):
         from ._spark.driver import TFClusterError
         from .spark import Cluster
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
-                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet)
+                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet, **self.mlflow)
         self.cluster = cluster
         try:
             cluster.start()

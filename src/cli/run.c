@@ -71,6 +71,14 @@ const char tfos__run_help[] =
     "  --csv-header, --no-csv-header   whether CSV files start with a header (default: detect)\n"
     "  --csv-delimiter C        CSV field separator: one ASCII character, or 'tab' (default ',')\n"
     "  --quiet                  no feed progress lines on stderr\n"
+    "  --mlflow URI             track the job as one MLflow run on the tracking server at URI\n"
+    "                           (http:// or https://; credentials from MLFLOW_TRACKING_TOKEN or\n"
+    "                           _USERNAME/_PASSWORD): parameters, every rank's ctx.report metrics\n"
+    "                           (rank<N>/<name> and their mean <name>), restarts, the run's\n"
+    "                           figures; nodes get MLFLOW_TRACKING_URI and MLFLOW_RUN_ID.\n"
+    "                           A server that cannot be reached does not stop the job (docs/MODELS.md)\n"
+    "  --mlflow-experiment NAME its experiment (default $MLFLOW_EXPERIMENT_NAME, else Default)\n"
+    "  --mlflow-run-name NAME   the run's name (default tfos-<program>-<time>)\n"
     "\n"
     "Slurm (inside sbatch or salloc; docs/SLURM.md):\n"
     "  --backend B              local (default): nodes are children here; slurm: each node is a job\n"
@@ -102,6 +110,12 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
         r->status_given = 1;
         return tfos__opt_int(a, tfos__args_value(it), -1, 65535, &r->status_port) ? 2 : 1;
     }
+    if (!strcmp(a, "--mlflow"))
+        return tfos__opt_need(a, r->mlflow = tfos__args_value(it), "a tracking server's URI") ? 2 : 1;
+    if (!strcmp(a, "--mlflow-experiment"))
+        return tfos__opt_need(a, r->mlflow_experiment = tfos__args_value(it), "an experiment name") ? 2 : 1;
+    if (!strcmp(a, "--mlflow-run-name"))
+        return tfos__opt_need(a, r->mlflow_run_name = tfos__args_value(it), "a run name") ? 2 : 1;
     if (!strcmp(a, "--max-restarts"))
         return tfos__opt_int(a, tfos__args_value(it), 0, 1000, &r->max_restarts) ? 2 : 1;
     if (!strcmp(a, "--hang-timeout"))
@@ -232,7 +246,8 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
                          .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
                          .drain_force = r->drain_force,
-                         .tensorboard_logdir = r->tensorboard_logdir};
+                         .tensorboard_logdir = r->tensorboard_logdir, .mlflow = r->mlflow,
+                         .mlflow_experiment = r->mlflow_experiment, .mlflow_run_name = r->mlflow_run_name};
 }
 
 /* tfos run's own options beyond the shared ones (tfos__run_extra_fn). */

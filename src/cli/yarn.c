@@ -28,6 +28,7 @@
 #include "core/auth.h"
 #include "platform/clock.h"
 #include "platform/proc.h"
+#include "track/mlrest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,9 @@ const char tfos__yarn_help[] =
     TFOS__CLUSTER_OPTIONS
     "  --max-restarts N, --checkpoint-dir D, --keras MODE, --hang-timeout S, --feed-mb N,\n"
     "  --ps-runs-program, --python PY, --quiet: as for tfos run\n"
+    "  --mlflow URI, --mlflow-experiment NAME, --mlflow-run-name NAME: as for tfos run; the\n"
+    "                           ApplicationMaster reaches the tracking server (no credentials\n"
+    "                           in URI or environment go to YARN)\n"
     "yarn options:\n"
     "  --queue Q                the YARN queue (default: default)\n"
     "  --name N                 the application's name (default tfos)\n"
@@ -597,6 +601,21 @@ static int yarn_submit(int argc, char **argv)
     if (r->status_given)
         return tfos__usage_error("%s", "--status-port and --status-host are chosen in the ApplicationMaster's "
                                        "container on YARN (the application's tracking URL)");
+    if (r->mlflow) {
+        /* checked here, before anything is submitted; the ApplicationMaster's
+         * launcher makes the run. Its argv is on YARN's records: no
+         * credentials in the URI (nor are MLFLOW_TRACKING_* sent along) */
+        tfos__mlflow *m;
+        char err[600];
+        if (tfos__mlflow_open(&m, r->mlflow, 0, err, sizeof err))
+            return tfos__usage_error("--mlflow: %s", err);
+        int creds = strcmp(tfos__mlflow_shown(m), r->mlflow) != 0 && strchr(r->mlflow, '@') != NULL;
+        tfos__mlflow_close(m);
+        if (creds)
+            return tfos__usage_error("%s", "--mlflow: on YARN the URI goes on the ApplicationMaster's command "
+                                           "line: give it without user:password@ and let the tracking server "
+                                           "accept the cluster's hosts");
+    }
 
     char secret[TFOS_HEX_SECRET_LEN + 1], resources[256];
     strv args = {0};

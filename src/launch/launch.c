@@ -29,6 +29,7 @@
 #include "platform/fs.h"
 #include "platform/proc.h"
 #include "roles/coord.h"
+#include "track/tracker.h"
 #include "tfos/tfos.h"
 #include "web/http.h"
 #include "web/status.h"
@@ -88,6 +89,7 @@ struct tfos_local {
     tfos__http *http;
     tfos__status_src status;
     tfos__logbuf lines;      /* the nodes' forwarded output (backends that forward: tfos yarn) */
+    tfos__tracker *tracker;  /* --mlflow: the job's MLflow run; NULL: none */
 };
 
 /* Is host a loopback address (the status page needs no token there)? */
@@ -365,6 +367,14 @@ static void on_node_log(void *user, const char *node, const char *line, unsigned
     tfos__logbuf_add(&l->lines, node, line, dropped);
 }
 
+/* A node's new ctx.report: to the job's MLflow run (tracker.h says how
+ * ranks are told apart). On the loop; queueing does not block. */
+static void on_report(void *user, int node, const char *report, long long age_ms)
+{
+    tfos_local *l = user;
+    tfos__tracker_report(l->tracker, node, report, age_ms);
+}
+
 /* Form the cluster anew: a fresh coordinator, cluster id and agents; the
  * attempt number comes from the policy. */
 static int start_attempt(tfos_local *l)
@@ -383,6 +393,10 @@ static int start_attempt(tfos_local *l)
     if (rc) {
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
         return rc;
+    }
+    if (l->tracker) {
+        tfos__tracker_history(l->tracker, l->policy);
+        tfos__coord_on_report(l->coord, on_report, l);
     }
     char **env = child_env(l);
     if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->n, agent_ended, l))) {
@@ -484,6 +498,75 @@ static int open_status_page(tfos_local *l)
 }
 
 static void read_marker(tfos_local *l);
+/* --mlflow: the job's run, made before any node starts so that its id is
+ * in their environment (a program's own mlflow.log_* lands in it), with
+ * the launch's parameters. A URI that is not a tracking server's fails the
+ * launch; a server that cannot be reached only warns (tracker.h). */
+static int open_tracking(tfos_local *l)
+{
+    const tfos_run_opts *o = &l->opts;
+    char err[600], name[256], v[64];
+    const char *prog = o->argv[0];
+    const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
+    if (!strncmp(base, "python", 6) && o->argv[1])
+        base = strrchr(o->argv[1], '/') ? strrchr(o->argv[1], '/') + 1 : o->argv[1];
+    if (o->mlflow_run_name) {
+        snprintf(name, sizeof name, "%s", o->mlflow_run_name);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        char stamp[32];
+        localtime_r(&now, &tm);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+        snprintf(name, sizeof name, "tfos-%.100s-%s", base, stamp);
+    }
+    int rc = tfos__tracker_open(&l->tracker, o->mlflow, o->mlflow_experiment, name, err, sizeof err);
+    if (rc) {
+        TFOS_ERROR("%s", err);
+        return rc;
+    }
+    if ((rc = tfos__launch_setenv(l, "MLFLOW_TRACKING_URI", tfos__tracker_uri(l->tracker))))
+        return rc;
+    if (*tfos__tracker_run_id(l->tracker) &&
+        (rc = tfos__launch_setenv(l, "MLFLOW_RUN_ID", tfos__tracker_run_id(l->tracker))))
+        return rc;
+    tfos__tracker *t = l->tracker;
+    char cmd[2048] = "";
+    size_t len = 0;
+    for (int i = 0; o->argv[i] && len < sizeof cmd; i++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%s%s", i ? " " : "", o->argv[i]);
+    tfos__tracker_param(t, "program", cmd);
+#define PARAM_INT(key, val) (snprintf(v, sizeof v, "%d", (int)(val)), tfos__tracker_param(t, key, v))
+#define PARAM_NUM(key, val) (snprintf(v, sizeof v, "%g", (double)(val)), tfos__tracker_param(t, key, v))
+    PARAM_INT("workers", o->layout.num_workers);
+    PARAM_INT("ps", o->layout.num_ps);
+    PARAM_INT("chief", o->layout.chief);
+    PARAM_INT("evaluator", o->layout.evaluator);
+    PARAM_INT("max_restarts", o->max_restarts);
+    PARAM_NUM("heartbeat_timeout", l->opts.heartbeat_timeout);
+    PARAM_NUM("reservation_timeout", l->opts.reservation_timeout);
+    if (o->hang_timeout > 0)
+        PARAM_NUM("hang_timeout", o->hang_timeout);
+    if (o->ninputs > 0) {
+        len = 0;
+        cmd[0] = 0;
+        for (int i = 0; i < o->ninputs && len < sizeof cmd; i++)
+            len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%s%s", i ? " " : "", o->inputs[i]);
+        tfos__tracker_param(t, "input", cmd);
+        PARAM_INT("epochs", o->epochs > 0 ? o->epochs : 1);
+        PARAM_INT("feed_mb", l->opts.feed_mb > 0 ? l->opts.feed_mb : 64);
+        if (o->batch_rows > 0)
+            PARAM_INT("batch_rows", o->batch_rows);
+    }
+#undef PARAM_INT
+#undef PARAM_NUM
+    tfos__tracker_param(t, "checkpoint_dir", l->checkpoint_dir);
+    tfos__tracker_tag(t, "tfos.log_dir", l->log_dir);
+    tfos__tracker_tag(t, "tfos.backend", l->ops->name);
+    TFOS_INFO("MLflow: this job is run %s at %s", *tfos__tracker_run_id(t) ? tfos__tracker_run_id(t) : "(none)",
+              tfos__tracker_uri(t));
+    return 0;
+}
 
 int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__launch_opts *lopts)
 {
@@ -580,9 +663,14 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     l->status.policy = l->policy;
     l->status.attempt = 1;
     render_history(l);
+    if (opts->mlflow && (rc = open_tracking(l)))
+        goto fail;
     *out = l;
     return 0;
 fail:
+    tfos__tracker_close(l->tracker);
+    for (int i = 0; i < l->nenv_extra; i++)
+        free(l->env_extra[i]);
     tfos__logbuf_fini(&l->lines);
     tfos__http_close(l->http);
     tfos__feed_meter_fini(&l->meter);
@@ -697,6 +785,7 @@ static void save_final_status(tfos_local *l)
         text = NULL; /* asprintf leaves it undefined */
     if (text && tfos__write_file_whole(path, text))
         TFOS_WARN("cannot write the run's final status to %s: %s", path, strerror(errno));
+    tfos__tracker_figures(l->tracker, "tfos.", json); /* the page's figures: feed rows and rates, nodes */
     free(text);
     free(json);
 }
@@ -770,9 +859,10 @@ static void finish(tfos_local *l)
         l->exit_code = 0;
         l->summary[0] = 0;
         write_marker(l, 0);
-        if (tfos_policy_count(l->policy))
+        if (tfos_policy_count(l->policy)) {
             TFOS_INFO("all nodes finished successfully on attempt %d, after:\n%s", tfos_policy_attempt(l->policy),
                       l->history);
+        }
         TFOS_INFO("all nodes finished successfully; logs in %s", l->log_dir);
     } else {
         int code = tfos_coord_failure_code(c);
@@ -821,6 +911,19 @@ static int conclude(tfos_local *l)
     return 1;
 }
 
+/* The run is over: its MLflow run ends with the run's outcome (sending what
+ * is queued: 10 s at most, once the nodes are gone). */
+static void end_tracking(tfos_local *l)
+{
+    if (!l->tracker)
+        return;
+    char exit_code[16];
+    snprintf(exit_code, sizeof exit_code, "%d", l->exit_code);
+    tfos__tracker_tag(l->tracker, "tfos.exit_code", exit_code);
+    tfos__tracker_history(l->tracker, l->policy);
+    tfos__tracker_end(l->tracker, l->stop_signo ? "KILLED" : l->exit_code == 0 ? "FINISHED" : "FAILED", NULL, 0);
+}
+
 int tfos_local_step(tfos_local *l, int timeout_ms)
 {
     if (l->finished)
@@ -854,7 +957,10 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
         if (now < l->killed_deadline)
             return 0; /* their ends come through the backend */
     }
-    return conclude(l);
+    int over = conclude(l);
+    if (over)
+        end_tracking(l);
+    return over;
 }
 
 int tfos_local_drain(tfos_local *l, const char *reason, int signo)
@@ -924,6 +1030,7 @@ void tfos_local_close(tfos_local *l)
     for (int64_t until = tfos__now_ms() + 2000; tfos__http_busy(l->http) && tfos__now_ms() < until;)
         tfos__loop_run(l->loop, 50);
     tfos__http_close(l->http);
+    tfos__tracker_close(l->tracker);
     tfos__logbuf_fini(&l->lines);
     tfos__timer_disarm(l->loop, &l->meter_timer);
     tfos__feed_meter_fini(&l->meter);

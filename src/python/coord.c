@@ -13,6 +13,7 @@
 #include "core/loop.h"
 #include "platform/clock.h"
 #include "roles/coord.h"
+#include "track/tracker.h"
 #include "tfos/tfos.h"
 #include "web/http.h"
 #include "web/status.h"
@@ -27,6 +28,7 @@ typedef struct {
     tfos__loop *loop;
     tfos_coord *coord;
     PyObject *policy;         /* the RestartPolicy handed in, or NULL */
+    PyObject *tracker;        /* the Tracker handed in (every report goes to it), or NULL */
     tfos__http *http;         /* NULL: no status page */
     tfos__status_src src;
     tfos__feed_meter meter;
@@ -64,25 +66,34 @@ static void unlock(CoordObject *self)
     pthread_mutex_unlock(&self->mu);
 }
 
+static void on_report(void *user, int node, const char *report, long long age_ms)
+{
+    tfos__tracker_report(user, node, report, age_ms);
+}
+
 static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"workers", "secret", "ps", "chief", "evaluator", "bind_host", "port",
                              "reservation_timeout", "grace", "heartbeat_timeout", "attempt", "policy",
-                             "checkpoint_dir", "failure_grace", NULL};
+                             "checkpoint_dir", "failure_grace", "tracker", NULL};
     int workers, ps = 0, chief = 0, evaluator = 0, port = 0, attempt = 1;
     const char *secret, *bind_host = "127.0.0.1", *ckpt = NULL;
     double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK, grace = TFOS_DEFAULT_STOP_GRACE,
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT, fgrace = TFOS_DEFAULT_FAILURE_GRACE;
-    PyObject *policy = Py_None;
+    PyObject *policy = Py_None, *tracker = Py_None;
     if (self->coord) {
         PyErr_SetString(PyExc_RuntimeError, "Coordinator is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzd", kwlist, &workers, &secret, &ps, &chief,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzdO", kwlist, &workers, &secret, &ps, &chief,
                                      &evaluator, &bind_host, &port, &rt, &grace, &hb, &attempt, &policy, &ckpt,
-                                     &fgrace))
+                                     &fgrace, &tracker))
         return -1;
     module_state *st = PyType_GetModuleState(Py_TYPE(self));
+    if (tracker != Py_None && (!PyObject_TypeCheck(tracker, st->tracker_type) || !tfos__py_tracker(tracker))) {
+        PyErr_SetString(PyExc_TypeError, "tracker must be an open Tracker");
+        return -1;
+    }
     if (policy != Py_None && !PyObject_TypeCheck(policy, st->policy_type)) {
         PyErr_SetString(PyExc_TypeError, "policy must be a RestartPolicy");
         return -1;
@@ -112,6 +123,13 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     self->src.policy = self->policy ? tfos__py_policy(self->policy) : NULL;
+    if (tracker != Py_None) {
+        /* reports reach the tracker on the loop's thread, without the GIL:
+         * the reference kept here keeps it open while the coordinator lives */
+        Py_INCREF(tracker);
+        self->tracker = tracker;
+        tfos__coord_on_report(self->coord, on_report, tfos__py_tracker(tracker));
+    }
     return 0;
 }
 
@@ -403,6 +421,7 @@ static PyObject *Coord_get_failure_info(CoordObject *self, void *Py_UNUSED(c))
 static int Coord_traverse(CoordObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->policy);
+    Py_VISIT(self->tracker);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -417,6 +436,7 @@ static void Coord_dealloc(CoordObject *self)
         pthread_cond_destroy(&self->cv);
     }
     Py_CLEAR(self->policy);
+    Py_CLEAR(self->tracker);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -472,7 +492,7 @@ static PyGetSetDef Coord_getset[] = {
 static PyType_Slot Coord_slots[] = {
     {Py_tp_doc, "Coordinator(workers, secret, ps=0, chief=False, evaluator=False, *, bind_host='127.0.0.1', "
                 "port=0, reservation_timeout=600, grace=5, heartbeat_timeout=30, attempt=1, policy=None, "
-                "checkpoint_dir=None, failure_grace=0)"},
+                "checkpoint_dir=None, failure_grace=0, tracker=None)"},
     {Py_tp_init, Coord_init},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, Coord_dealloc},

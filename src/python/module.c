@@ -604,6 +604,9 @@ static int module_exec(PyObject *m)
     st->policy_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_policy_spec, NULL);
     if (!st->policy_type || PyModule_AddType(m, st->policy_type) < 0)
         return -1;
+    st->tracker_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_tracker_spec, NULL);
+    if (!st->tracker_type || PyModule_AddType(m, st->tracker_type) < 0)
+        return -1;
     st->link_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tfos__py_link_spec, NULL);
     if (!st->link_type || tfos__py_link_setup(st->link_type) < 0 || PyModule_AddType(m, st->link_type) < 0)
         return -1;
@@ -670,6 +673,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->local_type);
     Py_VISIT(st->coord_type);
     Py_VISIT(st->policy_type);
+    Py_VISIT(st->tracker_type);
     Py_VISIT(st->link_type);
     Py_VISIT(st->ring_type);
     Py_VISIT(st->buffer_type);
@@ -686,6 +690,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->local_type);
     Py_CLEAR(st->coord_type);
     Py_CLEAR(st->policy_type);
+    Py_CLEAR(st->tracker_type);
     Py_CLEAR(st->link_type);
     Py_CLEAR(st->ring_type);
     Py_CLEAR(st->buffer_type);

@@ -27,6 +27,7 @@ typedef struct {
     PyTypeObject *mapping_type;
     PyTypeObject *policy_type;
     PyTypeObject *link_type;
+    PyTypeObject *tracker_type;
     /* recycled FeedBuffer memory: large records land in memory that is
      * already faulted in instead of fresh pages the kernel must zero */
     void *pool_mem[POOL_SLOTS];
@@ -88,6 +89,10 @@ extern PyType_Spec tfos__py_mapping_spec; /* tfos._tfos.RingMapping (buffer.c) *
 extern PyType_Spec tfos__py_buffer_spec; /* tfos._tfos.FeedBuffer (buffer.c) */
 extern PyType_Spec tfos__py_policy_spec; /* tfos._tfos.RestartPolicy (policy.c) */
 extern PyType_Spec tfos__py_link_spec;   /* tfos._tfos.Link (link.c) */
+extern PyType_Spec tfos__py_tracker_spec; /* tfos._tfos.Tracker (tracker.c) */
+/* The tracker of a Tracker object (tracker.c; NULL once closed). */
+struct tfos__tracker;
+struct tfos__tracker *tfos__py_tracker(PyObject *obj);
 /* Link's class attributes: the frame types Python sends and receives. */
 int tfos__py_link_setup(PyTypeObject *t);
 

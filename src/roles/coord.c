@@ -162,6 +162,8 @@ struct tfos_coord {
     int decision;
     tfos_failure info;
     char failure[8192];
+    tfos__coord_report_fn on_report; /* tfos__coord_on_report */
+    void *report_user;
 };
 
 static void schedule(tfos_coord *c);
@@ -561,8 +563,9 @@ static void take_step(cnode *nd)
 /* A heartbeat's or an exit report's progress keys (agent.c add_progress).
  * The waits are fractions of the time since the sample taken at least 2 s
  * before, so one beat's jitter does not swing them. */
-static void take_progress(cnode *nd, const tfos__frame *f)
+static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
 {
+    cnode *nd = &c->nodes[node];
     long long v;
     const char *p = f->payload;
     size_t n = f->len;
@@ -599,9 +602,14 @@ static void take_progress(cnode *nd, const tfos__frame *f)
     if (tfos__kv_str(p, n, "report", text, sizeof text) == 0 && tfos__report_check(text, NULL) == 0) {
         long long age = 0;
         tfos__kv_int(p, n, "report_age_ms", 0, INT64_MAX / 2, &age);
+        /* a new report: other text, or the same made later (an unchanged
+         * one's make time moves by the beats' latency only) */
+        int fresh = strcmp(nd->report, text) != 0 || now - age > nd->report_at + 500;
         snprintf(nd->report, sizeof nd->report, "%s", text);
         nd->report_at = now - age;
         take_step(nd);
+        if (fresh && c->on_report)
+            c->on_report(c->report_user, node, text, age);
     }
 }
 
@@ -610,7 +618,7 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     if (p->node < 0)
         return;
     cnode *nd = &c->nodes[p->node];
-    take_progress(nd, f);
+    take_progress(c, p->node, f);
     long long code = -1;
     tfos__kv_int(f->payload, f->len, "code", -1, 1 << 16, &code);
     nd->exit_code = (int)code;
@@ -796,7 +804,7 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
     switch (f->type) {
     case TFOS_MSG_HEARTBEAT:
         nd->last_heartbeat = tfos__now_ms();
-        take_progress(nd, f);
+        take_progress(c, p->node, f);
         if (c->probing)
             check_probe(c, 0);
         return NULL;
@@ -1120,6 +1128,12 @@ fail:
 int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
 {
     return tfos__coord_open_on(out, opts, NULL);
+}
+
+void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user)
+{
+    c->on_report = fn;
+    c->report_user = user;
 }
 
 tfos__loop *tfos__coord_loop(tfos_coord *c)

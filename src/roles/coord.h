@@ -13,6 +13,14 @@
  * and runs whenever the loop's owner runs the loop. */
 int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loop *loop);
 
+/* Call fn(user, node, report, age_ms) on the coordinator's loop for each
+ * new report a node's heartbeat or exit brings (report.h's text, checked;
+ * made age_ms ago): the MLflow tracker's feed (track/tracker.h). The
+ * heartbeat samples: a program reporting faster than once a beat (1 s) is
+ * seen at its latest report of each beat. */
+typedef void (*tfos__coord_report_fn)(void *user, int node, const char *report, long long age_ms);
+void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user);
+
 /* The loop the coordinator runs on. */
 tfos__loop *tfos__coord_loop(tfos_coord *c);
 

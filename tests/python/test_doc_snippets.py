@@ -59,6 +59,11 @@ RUN_BY = {
         "tests/python/test_doc_snippets.py::test_digits_readme_model_fit",
     ("examples/digits/README.md", "serve_client.py --url"):
         "tests/python/test_doc_snippets.py::test_digits_readme_serve",
+    ("docs/MODELS.md", "ctx.report(step=step, loss=loss)"):
+        "tests/python/test_tracking.py::test_models_md_tracking_snippets_as_written",
+    ("docs/MODELS.md", "tfos run --workers 2 --mlflow"):
+        "tests/python/test_tracking.py::test_models_md_tracking_snippets_as_written",
+    ("docs/MODELS.md", "MlflowClient("): "tests/python/test_tracking.py::test_models_md_tracking_snippets_as_written",
     ("docs/SPARK.md", "spark-submit --master spark://HOST:7077"):
         "tests/spark/test_doc_snippets.py::test_spark_submit_command_from_spark_md",
 }

@@ -17,7 +17,7 @@ from tfos import _extras
 # here runs them yet (docs/PACKAGING.md says why for each).
 NOT_PINNED = {"torch"}
 # distribution -> the module it installs, where the names differ
-MODULE_OF = {"tensorflow-cpu": "tensorflow", "tf-keras": "tf_keras"}
+MODULE_OF = {"tensorflow-cpu": "tensorflow", "tf-keras": "tf_keras", "mlflow-skinny": "mlflow"}
 
 
 def load_pyproject():

@@ -33,6 +33,16 @@ def record_ctx(args, ctx):
         json.dump(info, f)
 
 
+def report_steps(args, ctx):
+    """Report 3 steps (loss = step + executor id); write the MLflow run the
+    node was given."""
+    for step in range(1, 4):
+        ctx.report(step=step, loss=float(step + ctx.executor_id))
+        time.sleep(0.4)
+    with open(os.path.join(args["out"], "mlflow-%d.json" % ctx.executor_id), "w") as f:
+        json.dump({k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID")}, f)
+
+
 def count_rows(args, ctx):
     """Read the feed to its end; write how many rows and their sum."""
     feed = TFNode.DataFeed(ctx.mgr, True)
@@ -121,6 +131,33 @@ def test_tensorflow_mode_cluster_spec(spark, tmp_path):
         assert info["abs"] == "file://%s/data/x" % info["working_dir"]
     # the two nodes ran on different executors (different working dirs)
     assert infos[0]["working_dir"] != infos[1]["working_dir"]
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_mlflow_one_run_with_every_ranks_reports(spark, tmp_path, mlflow_server):
+    """Issue 39: TFCluster.run(mlflow=) is one MLflow run: parameters, each
+    node's ctx.report as rank<N>/loss, the run id in the nodes' environment,
+    FINISHED at shutdown."""
+    MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
+    experiment = "spark-" + os.path.basename(str(tmp_path))
+    cluster = TFCluster.run(spark.sparkContext, report_steps, {"out": str(tmp_path)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=60,
+                            mlflow=mlflow_server.url, mlflow_experiment=experiment)
+    cluster.shutdown(timeout=120)
+    client = MlflowClient(mlflow_server.url)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["num_executors"] == "2" and run.data.tags["tfos.backend"] == "spark"
+    assert run.data.tags["tfos.attempts"] == "1"
+    for rank in (0, 1):
+        hist = client.get_metric_history(run.info.run_id, "rank%d/loss" % rank)
+        assert hist and all(m.value == m.step + rank for m in hist)
+        assert max(m.step for m in hist) == 3  # the last report comes with the node's exit
+        env = json.load(open(tmp_path / ("mlflow-%d.json" % rank)))
+        assert env == {"MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_RUN_ID": run.info.run_id}
+    assert client.get_metric_history(run.info.run_id, "loss")
     assert wait_no_tfos_processes(30) == []
 
 
@@ -345,6 +382,7 @@ def checkpointing_reader(args, ctx):
     while not feed.should_stop():
         fresh.extend(int(r[0]) for r in feed.next_batch(30))
         done = len(feed.mgr.consumed)
+        ctx.report(step=done, rows=len(state) + len(fresh))  # to the MLflow run, with mlflow=
         if done - at_ckpt >= args["every"]:
             # the checkpoint and its feed position go together: a stop
             # (SIGTERM) waits until both are written

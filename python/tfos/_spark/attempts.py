@@ -43,7 +43,7 @@ from .._log import log as logger
 from .wait import LOCAL, WaitTimeout, wait_until
 
 __all__ = ["State", "Snapshot", "Engine", "AttemptController", "FeedRound", "FeedResult", "feed_until_delivered",
-           "cause_code", "failure_text"]
+           "cause_code", "failure_text", "open_tracker", "tracker_env"]
 
 
 class State(enum.Enum):
@@ -153,6 +153,32 @@ class Engine(object):
         (for the engine's status page); nothing by default."""
 
 
+def open_tracker(uri, experiment, run_name, params, tags):
+    """The job's MLflow run for a Spark launcher's ``mlflow=`` (a
+    ``_tfos.Tracker``), made before any node starts, with ``params`` and
+    ``tags``; None without ``uri``. A URI that is not a tracking server's
+    raises ValueError; a server that cannot be reached only warns."""
+    if uri is None:
+        return None
+    tracker = _tfos.Tracker(str(uri), None if experiment is None else str(experiment), run_name)
+    for key, value in sorted(params.items()):
+        tracker.param(key, str(value))
+    for key, value in sorted(tags.items()):
+        tracker.tag(key, str(value))
+    return tracker
+
+
+def tracker_env(tracker):
+    """What the nodes of a tracked job get in their environment (their own
+    mlflow.log_* lands in the job's run)."""
+    if tracker is None:
+        return {}
+    env = {"MLFLOW_TRACKING_URI": tracker.uri}
+    if tracker.run_id:
+        env["MLFLOW_RUN_ID"] = tracker.run_id
+    return env
+
+
 def failure_text(policy, failure, context=""):
     """A failed cluster's message: the failure, ``context``, the restart
     policy's verdict and the attempts' history (every engine)."""
@@ -183,8 +209,9 @@ class AttemptController(object):
     #: feed task sees a dead node a moment before the node's agent says why)
     FAILURE_WAIT = 10.0
 
-    def __init__(self, engine, policy, name="cluster"):
+    def __init__(self, engine, policy, name="cluster", tracker=None):
         self.engine = engine
+        self.tracker = tracker       # the job's MLflow run (_tfos.Tracker), or None: ended with the loop
         self.policy = policy
         engine.policy = policy
         self.name = name
@@ -225,6 +252,23 @@ class AttemptController(object):
         if nxt is not prev:
             self.transitions.append((prev, nxt))
             logger.debug("%s attempt %d: %s -> %s", self.name, self.attempt, prev.value, nxt.value)
+            if self.tracker is not None:
+                self._track(nxt)
+
+    def _track(self, nxt):
+        """The MLflow run (``mlflow=``) follows the loop: the policy's
+        history as tags at each move (libtfos's tfos__tracker_history), and
+        the run's end with the loop's: FINISHED or FAILED."""
+        self.tracker.history(self.policy)
+        if nxt in TERMINAL:
+            self.tracker.metric("tfos.partitions_refed", float(self.partitions_refed))
+            self.tracker.end("FINISHED" if nxt is State.DONE else "FAILED")
+
+    def fed(self, rows, seconds):
+        """A feed's totals (feed_until_delivered) to the MLflow run."""
+        if self.tracker is not None:
+            self.tracker.metric("tfos.feed.rows", float(rows))
+            self.tracker.metric("tfos.feed.rows_per_s", rows / seconds if seconds > 0 else 0.0)
 
     def _form(self):
         try:
@@ -475,6 +519,7 @@ def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):
         logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
     secs = time.monotonic() - t0
     logger.info("fed %d rows in %.1f s (%.0f rows/s)", rows, secs, rows / secs if secs > 0 else 0.0)
+    controller.fed(rows, secs)
     return FeedResult(rows, terminated, secs)
 
 

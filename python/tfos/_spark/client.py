@@ -50,6 +50,8 @@ class SessionEngine(Engine):
         self.logs = {}        # executor_id -> [executor key, log path, offset read up to, label]
         self.logs_read_at = 0.0
         self.read_at_end = None  # (attempt, state, failed) of the last forced read
+        self.tracker = None   # the job's MLflow run (mlflow=), or None
+        self.reports = {}     # (attempt, executor_id) -> (report text, when made): those sent to it
 
     # -- the coordinator, through Spark jobs
     def query(self, command=None, reason=None):
@@ -63,7 +65,27 @@ class SessionEngine(Engine):
             raise ClusterError("the cluster's coordinator at %s cannot be reached: %s" % (self.spec.coord_addr,
                                                                                            row["error"]), 1, None)
         self.last = json.loads(row["status"])
+        if self.tracker is not None:
+            self._track_reports(self.last)
         return self.last
+
+    def _track_reports(self, st):
+        """Each node's report this status brings that was not sent yet, to
+        the MLflow run. The coordinator is on an executor: a report is seen
+        at the looks (one Spark job each), the latest of each."""
+        now = time.time()
+        for n in st.get("nodes") or ():
+            rep = n.get("report")
+            if not rep or n.get("executor_id") is None:
+                continue
+            text = " ".join("%s=%s" % (k, v) for k, v in rep.items())
+            age = float(n.get("report_age_s") or 0.0)
+            key = (self.spec.attempt, int(n["executor_id"]))
+            prev = self.reports.get(key)
+            if prev is not None and prev[0] == text and abs(prev[1] - (now - age)) < 0.5:
+                continue  # the same report, seen again
+            self.reports[key] = (text, now - age)
+            self.tracker.report(key[1], text, int(age * 1000))
 
     # -- Engine
     def form(self, attempt, first):

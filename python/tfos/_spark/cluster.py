@@ -9,7 +9,8 @@ import uuid
 
 from .. import _payload, _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
-from .attempts import AttemptController, FeedRound, State, feed_until_delivered, failure_text
+from .attempts import (AttemptController, FeedRound, State, feed_until_delivered, failure_text, open_tracker,
+                       tracker_env)
 from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, master_kind
@@ -43,7 +44,8 @@ class TFCluster(object):
         # applies it when a node fails; the attempt loop acts on its decision
         self.policy = _tfos.RestartPolicy(conf["max_restarts"])
         self._engine = DriverEngine(sc, spec, conf)
-        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % spec.cluster_id)
+        self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % spec.cluster_id,
+                                           tracker=conf.get("tracker"))
         self.cluster_id = spec.cluster_id
         self.cluster_info = None
         self.cluster_meta = {"id": spec.cluster_id, "cluster_template": None, "num_executors": conf["total"],
@@ -312,6 +314,9 @@ class TFCluster(object):
 
     def _close(self):
         self._engine.release()  # agents still connected lose their coordinator and stop
+        tracker = self._conf.get("tracker")
+        if tracker is not None:  # ended with the attempt loop; KILLED if shut down before that
+            tracker.close()
 
     def tensorboard_url(self):
         """URL of the TensorBoard started on the chief (or worker 0) with
@@ -366,7 +371,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         node_log_dir="tfos-logs",
-        status_port=0, keras="auto", quiet=False):
+        status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -405,6 +410,14 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     progress lines that :meth:`TFCluster.train` logs every 5 s (as ``tfos run
     --quiet``); the status page still shows the feed. The driver's lines go to
     the logger ``"tfos"`` (see docs/DESIGN.md, "Logs").
+
+    ``mlflow``: the http(s):// URI of an MLflow tracking server; the job,
+    restarts included, is one MLflow run there (``mlflow_experiment``,
+    default ``$MLFLOW_EXPERIMENT_NAME`` else "Default"; ``mlflow_run_name``)
+    with the parameters, every node's ``ctx.report`` metrics by rank and
+    their mean, the restart history and the feed's totals; the nodes get
+    ``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID``. It ends when the cluster
+    does (:meth:`TFCluster.shutdown`). See docs/MODELS.md, "Tracking".
     """
     from .._extras import require
     require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
@@ -422,6 +435,11 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                      int(input_mode) == InputMode.SPARK)
 
     cluster_id = uuid.uuid4().hex[:12]
+    tracker = open_tracker(mlflow, mlflow_experiment, mlflow_run_name or "tfos-spark-%s" % cluster_id, {
+        "num_executors": num_executors, "num_ps": num_ps, "input_mode": int(input_mode),
+        "max_restarts": max_restarts, "tensorboard": bool(tensorboard), "master_node": master_node,
+        "eval_node": bool(eval_node), "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout},
+        {"tfos.cluster_id": cluster_id, "tfos.backend": "spark"})
     listen, advertise = _bind_host(sc)
     try:
         hconf = sc._jsc.hadoopConfiguration()
@@ -454,11 +472,12 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
                                 hand_port=not release_port, keras=keras,
                                 max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs)
+    spec.env = tracker_env(tracker)
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
-            "quiet": bool(quiet)}
+            "quiet": bool(quiet), "tracker": tracker}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

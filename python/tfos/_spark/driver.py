@@ -308,7 +308,8 @@ class DriverEngine(Engine):
                                   evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
                                   reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
                                   heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
-                                  checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"])
+                                  checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"],
+                                  tracker=conf.get("tracker"))
         if first:
             conf["port"] = int(coord.address.rsplit(":", 1)[1])
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])

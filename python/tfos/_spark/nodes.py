@@ -461,6 +461,7 @@ def start_node(spec, executor_id):
             # started after the cluster formed, 0.08-0.21 s on a busy machine)
             import importlib.util
             env["TFOS_HAS_TF_KERAS"] = "1" if importlib.util.find_spec("tf_keras") is not None else "0"
+        env.update(getattr(spec, "env", None) or {})  # MLFLOW_TRACKING_URI, MLFLOW_RUN_ID (mlflow=)
         if getattr(spec, "webhdfs", None) and "TFOS_WEBHDFS" not in os.environ:
             env["TFOS_WEBHDFS"] = spec.webhdfs
         gpus = gpu_addresses()
