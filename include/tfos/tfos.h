@@ -260,7 +260,18 @@ typedef struct tfos_coord_opts {
      * before this one). Called on the coordinator's loop; NULL: ignored. */
     void (*on_log)(void *user, const char *node, const char *line, unsigned long long dropped);
     void *log_user;
+    /* What each agent is sent of the cluster (tfos_framework_spec_form):
+     * TFOS_SPEC_FULL (0) every node's address, as TF_CONFIG needs: O(N)
+     * bytes per node; TFOS_SPEC_RANKS the node's rank, the counts and rank
+     * 0's address, all torch and JAX need: O(1) per node. */
+    int spec_form;
 } tfos_coord_opts;
+
+enum { TFOS_SPEC_FULL = 0, TFOS_SPEC_RANKS = 1 };
+/* The spec form of a framework: "tf" (and NULL, "": TensorFlow stays the
+ * default where the framework is not known) TFOS_SPEC_FULL; "torch" and
+ * "jax" TFOS_SPEC_RANKS; anything else -1. */
+int tfos_framework_spec_form(const char *framework);
 
 /* Cluster state as the coordinator sees it. */
 enum {
@@ -467,6 +478,8 @@ typedef struct tfos_run_opts {
     const char *tensorboard_logdir; /* NULL: <that node's log dir>/tensorboard */
     bool caller_reports;        /* the caller reports the failure itself (tfos.run raises it with the
                                  * summary): the launcher logs it at debug level, not error */
+    int spec_form;           /* what each node is sent of the cluster: TFOS_SPEC_FULL (TensorFlow, the
+                              * default) or TFOS_SPEC_RANKS (torch, JAX): tfos_framework_spec_form */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -41,7 +41,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_local"], grace=_DEFAULTS["stop_grace"],
         heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
         max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, input=None, epochs=1, status_port=0,
-        quiet=False, keras="env"):
+        quiet=False, keras="env", framework="tf"):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -60,7 +60,9 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     chief and workers, ``--input``; format by extension), ``epochs``
     (``--epochs``), ``status_port`` (``--status-port``: 0 any free port, -1
     none), ``quiet`` (``--quiet``: no feed progress lines) and ``keras``
-    (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``).
+    (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``), ``framework``
+    (``--framework``: ``"tf"``, every node's address in TF_CONFIG; ``"torch"``
+    or ``"jax"``, the rank, the counts and rank 0's address only).
 
     Must be called from a thread that outlives the run: agents are tied to the
     launching thread and end with it (they get a parent-death signal).
@@ -74,7 +76,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  inputs=None if input is None else [str(p) for p in (
                                      [input] if isinstance(input, (str, bytes, os.PathLike)) else input)],
                                  epochs=int(epochs), status_port=int(status_port), quiet=bool(quiet),
-                                 keras=keras, caller_reports=bool(check))
+                                 keras=keras, caller_reports=bool(check), framework=framework)
     interrupted = None
     try:
         while True:

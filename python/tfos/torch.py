@@ -245,7 +245,8 @@ class TorchDistributor(object):
                 result = os.path.join(work, "result.pkl")
                 argv = [sys.executable, "-m", "tfos._torchprog", payload, result]
             run_local(argv, workers=self.num_processes, log_dir=self.log_dir, max_restarts=self.max_restarts,
-                      checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet)
+                      checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet,
+                      framework="torch")
             if result is None or not os.path.exists(result):
                 return None
             with open(result, "rb") as f:

@@ -375,6 +375,7 @@ static int start_attempt(tfos_local *l)
                           .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
+                          .spec_form = l->opts.spec_form,
                           .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {

@@ -29,26 +29,31 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"argv", "agent_path", "workers", "ps", "chief", "evaluator", "log_dir",
                              "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
                              "max_restarts", "checkpoint_dir", "inputs", "epochs", "status_port", "quiet",
-                             "keras", "caller_reports", NULL};
+                             "keras", "caller_reports", "framework", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
     int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
     double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, grace = TFOS_DEFAULT_STOP_GRACE,
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
-    const char *ckpt = NULL, *keras = NULL;
+    const char *ckpt = NULL, *keras = NULL, *framework = NULL;
     PyObject *inputs_obj = NULL;
     int epochs = 0, status_port = 0, quiet = 0, caller_reports = 0;
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipzp", kwlist, &argv_obj, &agent_path, &workers,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipzpz", kwlist, &argv_obj, &agent_path, &workers,
                                      &ps, &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
                                      &max_restarts, &ckpt, &inputs_obj, &epochs, &status_port, &quiet, &keras,
-                                     &caller_reports))
+                                     &caller_reports, &framework))
         return -1;
     if (keras && tfos__keras_mode_valid(keras)) {
         PyErr_Format(PyExc_ValueError, "keras='%s': use 'env', 'auto', 'legacy' or '3'", keras);
+        return -1;
+    }
+    int spec_form = tfos_framework_spec_form(framework);
+    if (spec_form < 0) {
+        PyErr_Format(PyExc_ValueError, "framework='%s': use 'tf', 'torch' or 'jax'", framework);
         return -1;
     }
     int ninputs = 0;
@@ -73,7 +78,7 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                        .ps_runs_program = ps_runs, .python = self->python, .max_restarts = max_restarts,
                        .checkpoint_dir = self->checkpoint_dir, .inputs = self->inputs, .ninputs = ninputs,
                        .csv_header = -1, .epochs = epochs, .status_port = status_port, .quiet = quiet, .keras = self->keras,
-                       .caller_reports = caller_reports};
+                       .caller_reports = caller_reports, .spec_form = spec_form};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_local_open(&self->local, &o);

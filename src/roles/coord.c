@@ -118,6 +118,7 @@ struct tfos_coord {
     cnode *nodes;
     peer **peers;
     int npeers;
+    unsigned long long spec_bytes; /* the cluster spec frames' bytes, all nodes together */
     peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
@@ -345,12 +346,64 @@ static void stop_cluster(tfos_coord *c, int code, const char *reason)
     c->stop_deadline = tfos__now_ms() + 5000;
 }
 
+int tfos_framework_spec_form(const char *framework)
+{
+    if (!framework || !*framework || !strcmp(framework, "tf"))
+        return TFOS_SPEC_FULL;
+    if (!strcmp(framework, "torch") || !strcmp(framework, "jax"))
+        return TFOS_SPEC_RANKS;
+    return -1;
+}
+
+/* The compact spec (TFOS_SPEC_RANKS): the node itself, rank 0's node and
+ * the counts, computed here once for all in O(N log N). */
+static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_SPEC);
+    tfos__msg_add(&m, "self", "%d", 0);
+    tfos__msg_add(&m, "attempt", "%d", c->opts.attempt);
+    tfos__msg_add(&m, "coord", "%s", c->address);
+    tfos__msg_add(&m, "form", "%s", "ranks");
+    tfos__msg_add(&m, "nodes", "%d", rk->nodes);
+    tfos__msg_add(&m, "world", "%d", rk->world);
+    tfos__msg_add(&m, "rank", "%d", rk->rank);
+    tfos__msg_add(&m, "local_rank", "%d", rk->local_rank);
+    tfos__msg_add(&m, "local_world", "%d", rk->local_world);
+    tfos__msg_add(&m, "master", "%d", rk->master < 0 ? -1 : rk->master == i ? 0 : 1);
+    int list[2] = {i, rk->master}, k = rk->master >= 0 && rk->master != i ? 2 : 1;
+    for (int j = 0; j < k; j++) {
+        const tfos__node_addr *a = &c->nodes[list[j]].addr;
+        tfos__msg_add(&m, "node", "%s %d %d %s %d", a->job, a->index, a->executor_id, a->host, a->port);
+    }
+    c->spec_bytes += m.len;
+    send_msg(c, c->nodes[i].peer, &m);
+}
+
 static void publish_spec(tfos_coord *c)
 {
-    TFOS_INFO("coordinator: all %d nodes registered; publishing the cluster spec", c->n);
+    TFOS_INFO("coordinator: all %d nodes registered; publishing the cluster spec (%s)", c->n,
+              c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "every node");
     c->state = TFOS_COORD_RUNNING;
     int64_t now = tfos__now_ms();
+    tfos__spec_ranks *ranks = NULL;
+    if (c->opts.spec_form == TFOS_SPEC_RANKS) {
+        tfos__node_addr *addrs = malloc((size_t)c->n * sizeof *addrs);
+        ranks = malloc((size_t)c->n * sizeof *ranks);
+        for (int i = 0; addrs && i < c->n; i++)
+            addrs[i] = c->nodes[i].addr;
+        if (!addrs || !ranks || tfos__spec_ranks_all(addrs, c->n, ranks)) {
+            free(ranks);
+            ranks = NULL; /* out of memory: the full form still works */
+        }
+        free(addrs);
+    }
     for (int i = 0; i < c->n; i++) {
+        if (ranks) {
+            c->nodes[i].last_heartbeat = now;
+            send_rank_spec(c, i, &ranks[i]);
+            continue;
+        }
         cnode *nd = &c->nodes[i];
         nd->last_heartbeat = now;
         tfos__msg m;
@@ -362,8 +415,10 @@ static void publish_spec(tfos_coord *c)
             const tfos__node_addr *a = &c->nodes[j].addr;
             tfos__msg_add(&m, "node", "%s %d %d %s %d", a->job, a->index, a->executor_id, a->host, a->port);
         }
+        c->spec_bytes += m.len;
         send_msg(c, nd->peer, &m);
     }
+    free(ranks);
 }
 
 static int host_valid(const char *h)
@@ -1170,8 +1225,9 @@ char *tfos_coord_status_json(const tfos_coord *c)
         return NULL;
     fprintf(f, "{\"state\": \"%s\", \"address\": ", states[c->state]);
     tfos__json_str(f, c->address);
-    fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"failure\": ", c->opts.attempt,
-            c->registered, c->n);
+    fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"spec_form\": \"%s\", "
+               "\"spec_bytes\": %llu, \"failure\": ", c->opts.attempt, c->registered, c->n,
+            c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "full", c->spec_bytes);
     tfos__json_str(f, tfos_coord_failure(c));
     fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"failure_record\": ",
             tfos_cause_name(c->failed ? c->info.cause : TFOS_CAUSE_NONE),
