@@ -699,6 +699,11 @@ static void finish(tfos_local *l)
 {
     tfos_coord *c = l->coord;
     save_final_status(l);
+    /* how the (last attempt's) nodes started: a slow start names its phase
+     * and its slowest nodes */
+    char start[1024];
+    if (!tfos__coord_start_summary(c, start, sizeof start))
+        TFOS_INFO("%s", start);
     if (tfos_coord_state(c) == TFOS_COORD_DONE) {
         l->exit_code = 0;
         l->summary[0] = 0;

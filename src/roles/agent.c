@@ -152,6 +152,7 @@ struct agent {
     int child_done;
     int child_status;
     int64_t child_started_ms; /* when the program (last) started */
+    int64_t born_ms;          /* when this agent started: its REGISTER says how long each step took since */
     int respawns;             /* times it was started again here (tfos_agent_opts.respawn) */
     linebuf lb[2];
     int logfd;
@@ -956,6 +957,7 @@ static int connect_and_register(agent *a)
             backoff_ms *= 2;
     }
     a->connected = a->link != NULL;
+    int64_t hello_ms = tfos__now_ms() - a->born_ms; /* connected and greeted */
     if (rc) {
         TFOS_ERROR("agent %d: %s (after %d tries)", o->executor_id, err, tries);
         return rc;
@@ -963,6 +965,7 @@ static int connect_and_register(agent *a)
     tfos__msg m;
     tfos__link_hello(a->link, &m, TFOS_MSG_REGISTER, o->secret);
     tfos__msg_add(&m, "executor_id", "%d", o->executor_id);
+    tfos__msg_add(&m, "t_hello", "%lld", (long long)hello_ms);
     char local[TFOS_HOST_MAX] = "127.0.0.1";
     if (o->host && strcmp(o->host, "auto"))
         snprintf(local, sizeof local, "%s", o->host);
@@ -982,6 +985,7 @@ static int connect_and_register(agent *a)
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
     if (a->tb_port > 0)
         tfos__msg_add(&m, "tb_port", "%d", a->tb_port);
+    tfos__msg_add(&m, "t_register", "%lld", (long long)(tfos__now_ms() - a->born_ms));
     return send_msg(a, &m);
 }
 
@@ -1266,6 +1270,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     if (o->hang_timeout > 0)
         setenv("PYTHONFAULTHANDLER", "1", 0);
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
+    a.born_ms = tfos__now_ms();
     *exit_code = 1;
 
     sigset_t mask, old;

@@ -89,6 +89,9 @@ typedef struct cnode {
     double wait_data, wait_room;             /* fractions of the last interval */
     char report[TFOS_RING_REPORT_MAX + 1];   /* checked; "" none */
     int64_t report_at;                       /* when the program made it (coordinator's clock) */
+    /* how the node started, on the coordinator's clock (tfos__now_ms; 0:
+     * not known): see "Start telemetry" in docs/DESIGN.md */
+    int64_t at_agent, at_connected, at_registered, at_program, at_first_io;
 } cnode;
 
 /* A peer that has sent its first frame (those still to authenticate are
@@ -119,6 +122,7 @@ struct tfos_coord {
     peer **peers;
     int npeers;
     unsigned long long spec_bytes; /* the cluster spec frames' bytes, all nodes together */
+    int64_t opened_at, spec_at;    /* tfos__now_ms when it opened, when it sent the spec (0: not yet) */
     peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
@@ -386,6 +390,7 @@ static void publish_spec(tfos_coord *c)
               c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "every node");
     c->state = TFOS_COORD_RUNNING;
     int64_t now = tfos__now_ms();
+    c->spec_at = now;
     tfos__spec_ranks *ranks = NULL;
     if (c->opts.spec_form == TFOS_SPEC_RANKS) {
         tfos__node_addr *addrs = malloc((size_t)c->n * sizeof *addrs);
@@ -496,6 +501,22 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
     nd->agent_pid = (int)pid;
     nd->tb_port = (int)tb_port;
     nd->state = N_REGISTERED;
+    /* the agent's own times, ms since it started (optional: older agents
+     * send none), put on this clock as if the REGISTER took no time to
+     * arrive: a network adds its one-way latency to "register" */
+    long long t_hello = -1, t_reg = -1;
+    int64_t now = tfos__now_ms();
+    nd->at_registered = now;
+    if (!tfos__kv_int(f->payload, f->len, "t_register", 0, 1LL << 40, &t_reg)) {
+        if (tfos__kv_int(f->payload, f->len, "t_hello", 0, t_reg, &t_hello))
+            t_hello = t_reg;
+        nd->at_agent = now - t_reg;
+        nd->at_connected = now - (t_reg - t_hello);
+        if (nd->at_agent < c->opened_at) /* an agent started before this coordinator (a restart's redial) */
+            nd->at_agent = c->opened_at;
+        if (nd->at_connected < nd->at_agent)
+            nd->at_connected = nd->at_agent;
+    }
     nd->peer = p;
     p->node = (int)id;
     c->registered++;
@@ -581,12 +602,16 @@ static void take_progress(cnode *nd, const tfos__frame *f)
         nd->prev_wait_room_ns = nd->wait_room_ns;
     }
     nd->progress_at = now;
+    if (!nd->at_first_io && nd->rows_out > 0)
+        nd->at_first_io = now; /* the first heartbeat that saw a row taken: within its 1 s */
     char text[TFOS_RING_REPORT_MAX + 1];
     if (tfos__kv_str(p, n, "report", text, sizeof text) == 0 && tfos__report_check(text, NULL) == 0) {
         long long age = 0;
         tfos__kv_int(p, n, "report_age_ms", 0, INT64_MAX / 2, &age);
         snprintf(nd->report, sizeof nd->report, "%s", text);
         nd->report_at = now - age;
+        if (!nd->at_first_io || nd->report_at < nd->at_first_io)
+            nd->at_first_io = nd->report_at;
     }
 }
 
@@ -787,6 +812,8 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
         long long pid = 0;
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid);
         nd->prog_pid = (int)pid;
+        if (!nd->at_program)
+            nd->at_program = tfos__now_ms();
         if (nd->state == N_REGISTERED)
             nd->state = N_RUNNING;
         nd->last_heartbeat = tfos__now_ms();
@@ -1008,6 +1035,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     if (!c)
         return TFOS_ENOMEM;
     c->opts = *opts;
+    c->opened_at = tfos__now_ms();
     c->warn = (tfos__warn_limit){.who = "coordinator", .per_window = WARN_PER_WINDOW, .window_ms = WARN_WINDOW_MS};
     if (!c->opts.bind_host)
         c->opts.bind_host = "127.0.0.1";
@@ -1215,7 +1243,174 @@ static void node_feed_json(FILE *f, const cnode *nd)
             nd->feed_ended ? "true" : "false", (double)(tfos__now_ms() - nd->progress_at) / 1000.0);
 }
 
+/* ---- start telemetry -------------------------------------------------- */
+
+/* A node's start, stamp by stamp: ms since the coordinator opened, -1 not
+ * known (yet). Stamps are in order: each is at least the one before. */
+enum { ST_AGENT, ST_CONNECTED, ST_REGISTERED, ST_SPEC, ST_PROGRAM, ST_FIRST_IO, ST_N };
+static const char *const stamp_names[ST_N] = {"agent", "connected", "registered", "spec", "program", "first_io"};
+/* phase k runs from stamp k-1 (k = 0: the coordinator's opening) to stamp k */
+static const char *const phase_names[ST_N] = {"spawn", "connect", "register", "wait_cluster", "start_program",
+                                              "first_io"};
+
+static void node_stamps(const tfos_coord *c, const cnode *nd, int64_t st[ST_N])
+{
+    int64_t at[ST_N] = {nd->at_agent, nd->at_connected, nd->at_registered, nd->at_registered ? c->spec_at : 0,
+                        nd->at_program, nd->at_first_io};
+    int64_t prev = 0;
+    for (int k = 0; k < ST_N; k++) {
+        st[k] = at[k] ? at[k] - c->opened_at : -1;
+        if (st[k] >= 0 && st[k] < prev) /* clocks of two processes: never before the stamp before */
+            st[k] = prev;
+        if (st[k] >= 0)
+            prev = st[k];
+    }
+}
+
+typedef struct phase_stat {
+    int nodes;               /* nodes with both ends of the phase known */
+    int64_t p50, p99, max;
+    int slowest[3];          /* node indexes, slowest first; -1 none */
+} phase_stat;
+
+typedef struct dur {
+    int64_t ms;
+    int node;
+} dur;
+
+static int by_ms(const void *x, const void *y)
+{
+    const dur *a = x, *b = y;
+    return (a->ms > b->ms) - (a->ms < b->ms);
+}
+
+/* Per phase: p50, p99, max over the nodes, and the three slowest. */
+static int start_stats(const tfos_coord *c, phase_stat ps[ST_N])
+{
+    dur *d = malloc((size_t)c->n * sizeof *d);
+    if (!d)
+        return TFOS_ENOMEM;
+    for (int k = 0; k < ST_N; k++) {
+        int m = 0;
+        for (int i = 0; i < c->n; i++) {
+            int64_t st[ST_N];
+            node_stamps(c, &c->nodes[i], st);
+            int64_t from = k ? st[k - 1] : 0;
+            if (st[k] >= 0 && from >= 0)
+                d[m++] = (dur){st[k] - from, i};
+        }
+        qsort(d, (size_t)m, sizeof *d, by_ms);
+        phase_stat *p = &ps[k];
+        *p = (phase_stat){.nodes = m, .slowest = {-1, -1, -1}};
+        if (!m)
+            continue;
+        p->p50 = d[(m - 1) / 2].ms;
+        p->p99 = d[(int)((double)(m - 1) * 0.99)].ms;
+        p->max = d[m - 1].ms;
+        for (int j = 0; j < 3 && j < m; j++)
+            p->slowest[j] = d[m - 1 - j].node;
+    }
+    free(d);
+    return 0;
+}
+
+/* The phase that took longest at its slowest node, of those a node spends
+ * on its own (wait_cluster is the others' slowness); -1 none known. */
+static int slowest_phase(const phase_stat ps[ST_N])
+{
+    int best = -1;
+    for (int k = 0; k < ST_N; k++)
+        if (k != ST_SPEC && ps[k].nodes && (best < 0 || ps[k].max > ps[best].max))
+            best = k;
+    return best;
+}
+
+int tfos__coord_start_summary(const tfos_coord *c, char *buf, size_t len)
+{
+    phase_stat ps[ST_N];
+    buf[0] = 0;
+    if (start_stats(c, ps))
+        return TFOS_ENOMEM;
+    int k = slowest_phase(ps);
+    if (k < 0)
+        return TFOS_EAGAIN;
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "start: spec sent %lld ms after launch", c->spec_at ?
+                          (long long)(c->spec_at - c->opened_at) : -1LL);
+    for (int j = 0; j < ST_N && o < len; j++)
+        if (ps[j].nodes)
+            o += (size_t)snprintf(buf + o, len - o, "; %s p50 %lld/p99 %lld/max %lld ms", phase_names[j], (long long)ps[j].p50, (long long)ps[j].p99, (long long)ps[j].max);
+    if (o < len)
+        o += (size_t)snprintf(buf + o, len - o, "; slowest phase: %s (%lld ms at", phase_names[k],
+                              (long long)ps[k].max);
+    for (int j = 0; j < 3 && ps[k].slowest[j] >= 0 && o < len; j++) {
+        char label[48];
+        node_label(&c->nodes[ps[k].slowest[j]], label, sizeof label);
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", j ? ", " : " ", label);
+    }
+    if (o < len)
+        snprintf(buf + o, len - o, ")");
+    return 0;
+}
+
+static void start_json(FILE *f, const tfos_coord *c)
+{
+    phase_stat ps[ST_N];
+    if (start_stats(c, ps)) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"spec_ms\": ");
+    if (c->spec_at)
+        fprintf(f, "%lld", (long long)(c->spec_at - c->opened_at));
+    else
+        fputs("null", f);
+    fprintf(f, ", \"phases\": [");
+    for (int k = 0; k < ST_N; k++) {
+        fprintf(f, "%s{\"phase\": \"%s\", \"until\": \"%s\", \"nodes\": %d", k ? ", " : "", phase_names[k],
+                stamp_names[k], ps[k].nodes);
+        if (ps[k].nodes)
+            fprintf(f, ", \"p50_ms\": %lld, \"p99_ms\": %lld, \"max_ms\": %lld", (long long)ps[k].p50,
+                    (long long)ps[k].p99, (long long)ps[k].max);
+        else
+            fputs(", \"p50_ms\": null, \"p99_ms\": null, \"max_ms\": null", f);
+        fputs(", \"slowest\": [", f);
+        for (int j = 0; j < 3 && ps[k].slowest[j] >= 0; j++) {
+            char label[48];
+            node_label(&c->nodes[ps[k].slowest[j]], label, sizeof label);
+            fprintf(f, "%s\"%s\"", j ? ", " : "", label);
+        }
+        fputs("]}", f);
+    }
+    int k = slowest_phase(ps);
+    fprintf(f, "], \"slowest_phase\": ");
+    if (k >= 0)
+        fprintf(f, "\"%s\"}", phase_names[k]);
+    else
+        fputs("null}", f);
+}
+
+static void node_start_json(FILE *f, const tfos_coord *c, const cnode *nd)
+{
+    int64_t st[ST_N];
+    node_stamps(c, nd, st);
+    fputc('{', f);
+    for (int k = 0; k < ST_N; k++) {
+        fprintf(f, "%s\"%s\": ", k ? ", " : "", stamp_names[k]);
+        if (st[k] >= 0)
+            fprintf(f, "%lld", (long long)st[k]);
+        else
+            fputs("null", f);
+    }
+    fputc('}', f);
+}
+
 char *tfos_coord_status_json(const tfos_coord *c)
+{
+    return tfos__coord_status_json_page(c, 0, -1);
+}
+
+char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
 {
     static const char *const states[] = {"reserving", "running", "stopping", "done", "failed"};
     char *buf = NULL;
@@ -1250,10 +1445,30 @@ char *tfos_coord_status_json(const tfos_coord *c)
     } else {
         fputs("null", f);
     }
-    fprintf(f, ", \"nodes\": [");
+    /* the nodes by state, so a page of a large cluster still says how
+     * all of them are */
+    int counts[4] = {0}, failed = 0;
     for (int i = 0; i < c->n; i++) {
+        counts[c->nodes[i].state]++;
+        failed += c->nodes[i].state == N_EXITED && c->nodes[i].exit_code != 0;
+    }
+    fprintf(f, ", \"counts\": {");
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "\"%s\": %d, ", node_state_names[k], counts[k]);
+    fprintf(f, "\"failed\": %d}", failed);
+    int paged = last >= 0;
+    if (!paged)
+        first = 0, last = c->n - 1;
+    if (first < 0)
+        first = 0;
+    if (last >= c->n)
+        last = c->n - 1;
+    if (paged)
+        fprintf(f, ", \"nodes_page\": {\"first\": %d, \"last\": %d, \"total\": %d}", first, last, c->n);
+    fprintf(f, ", \"nodes\": [");
+    for (int i = first; i <= last; i++) {
         const cnode *nd = &c->nodes[i];
-        fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",
+        fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i > first ? ", " : "",
                 nd->addr.executor_id, nd->addr.job, nd->addr.index);
         tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
         fprintf(f, ", \"log_error\": ");
@@ -1267,11 +1482,16 @@ char *tfos_coord_status_json(const tfos_coord *c)
         fprintf(f, ", \"report\": ");
         tfos__report_json(f, nd->report[0] ? nd->report : NULL);
         if (nd->report[0])
-            fprintf(f, ", \"report_age_s\": %.1f}", (double)(tfos__now_ms() - nd->report_at) / 1000.0);
+            fprintf(f, ", \"report_age_s\": %.1f", (double)(tfos__now_ms() - nd->report_at) / 1000.0);
         else
-            fprintf(f, ", \"report_age_s\": null}");
+            fprintf(f, ", \"report_age_s\": null");
+        fprintf(f, ", \"start\": ");
+        node_start_json(f, c, nd);
+        fputc('}', f);
     }
-    fprintf(f, "]}");
+    fprintf(f, "], \"start\": ");
+    start_json(f, c);
+    fputc('}', f);
     fclose(f);
     return buf;
 }

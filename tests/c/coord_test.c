@@ -444,7 +444,7 @@ static void tensorboard_port(void)
     CHECK_EQ(ni.tb_port, 0);
     char *js = tfos_coord_status_json(c);
     CHECK(strstr(js, "\"pid\": 0, \"exit_code\": -1, \"exit\": \"\", \"tensorboard_port\": 6006, \"feed\": null, "
-                     "\"report\": null, \"report_age_s\": null}"));
+                     "\"report\": null, \"report_age_s\": null, \"start\": {"));
     CHECK(strstr(js, "\"tensorboard_port\": 0, \"feed\": null"));
     free(js);
     /* heartbeats carry the node's ring counters and its program's report;
