@@ -268,6 +268,10 @@ typedef struct tfos_coord_opts {
 } tfos_coord_opts;
 
 enum { TFOS_SPEC_FULL = 0, TFOS_SPEC_RANKS = 1 };
+/* The most nodes a coordinator takes (tfos run's own limit is lower: one
+ * machine's processes; tfos coordinator and the simulated agents of
+ * bench/simagents.c go this far). */
+#define TFOS_MAX_NODES 65536
 /* The spec form of a framework: "tf" (and NULL, "": TensorFlow stays the
  * default where the framework is not known) TFOS_SPEC_FULL; "torch" and
  * "jax" TFOS_SPEC_RANKS; anything else -1. */

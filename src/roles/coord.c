@@ -49,7 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_PEERS 1024
+/* Peers that have sent their first frame: every node's agent and, beside
+ * them, up to this many status and command clients at once. */
+#define EXTRA_PEERS 256
 /* Connections that have not authenticated yet: bounded on their own by the
  * listener (core/link.h: the oldest is evicted for a newcomer once its
  * grace is over) so a flood of idle connections never takes the slots
@@ -122,6 +124,8 @@ struct tfos_coord {
     peer **peers;
     int npeers;
     unsigned long long spec_bytes; /* the cluster spec frames' bytes, all nodes together */
+    int done_scan;                 /* check_done's cursor: nodes before it have finished */
+    int64_t hb_check_at;           /* when the heartbeats are checked next (hb_period) */
     int64_t opened_at, spec_at;    /* tfos__now_ms when it opened, when it sent the spec (0: not yet) */
     peer *graveyard;
     int64_t reserve_deadline;
@@ -137,6 +141,7 @@ struct tfos_coord {
 };
 
 static void schedule(tfos_coord *c);
+static int64_t hb_period(const tfos_coord *c);
 
 static const char *node_label(const cnode *nd, char *buf, size_t len)
 {
@@ -391,6 +396,7 @@ static void publish_spec(tfos_coord *c)
     c->state = TFOS_COORD_RUNNING;
     int64_t now = tfos__now_ms();
     c->spec_at = now;
+    c->hb_check_at = now + hb_period(c);
     tfos__spec_ranks *ranks = NULL;
     if (c->opts.spec_form == TFOS_SPEC_RANKS) {
         tfos__node_addr *addrs = malloc((size_t)c->n * sizeof *addrs);
@@ -530,9 +536,16 @@ static void check_done(tfos_coord *c)
 {
     if (c->state != TFOS_COORD_RUNNING)
         return;
-    for (int i = 0; i < c->n; i++)
-        if (is_tracked(&c->nodes[i]) && (c->nodes[i].state != N_EXITED || c->nodes[i].exit_code != 0))
+    /* nodes before done_scan are finished for good (a node that exited 0
+     * stays so): each exit moves the cursor, not a scan of every node, so a
+     * cluster's exits cost O(N) in all, not O(N^2) (16,384 simulated nodes
+     * spent seconds here) */
+    while (c->done_scan < c->n) {
+        const cnode *nd = &c->nodes[c->done_scan];
+        if (is_tracked(nd) && (nd->state != N_EXITED || nd->exit_code != 0))
             return;
+        c->done_scan++;
+    }
     TFOS_INFO("coordinator: every chief/worker/evaluator finished; stopping the rest");
     enter_stopping(c);
 }
@@ -861,7 +874,7 @@ static void on_peer_frame(tfos__link *k, const tfos__frame *f, void *user)
     tfos_coord *c = user;
     peer *p = tfos__link_data(k);
     if (!p) {
-        if (c->npeers >= MAX_PEERS) {
+        if (c->npeers >= c->n + EXTRA_PEERS) {
             tfos__warn_limited(&c->warn, "refused %s: too many connections", tfos__link_name(k));
             tfos__link_close(k);
             return;
@@ -948,7 +961,8 @@ static void check_timers(tfos_coord *c)
         TFOS_WARN("coordinator: stopping: %s", c->failure);
         stop_cluster(c, TFOS_ESTOPPED, c->failure);
     }
-    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0) {
+    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && now >= c->hb_check_at) {
+        c->hb_check_at = now + hb_period(c);
         for (int i = 0; i < c->n; i++) {
             cnode *nd = &c->nodes[i];
             if (nd->state == N_EXITED || !nd->peer)
@@ -989,6 +1003,17 @@ static void on_timer(tfos__loop *l, tfos__timer *t, void *user)
     schedule(c);
 }
 
+/* How often the heartbeats are checked: every node's at once, a tenth of
+ * the timeout (1 s at most) apart, so a node is found silent at most that
+ * late. Not after every frame: a scan of every node per frame made a
+ * cluster's heartbeats cost O(N^2) a second (16,384 simulated nodes kept
+ * the coordinator busy for seconds after they formed). */
+static int64_t hb_period(const tfos_coord *c)
+{
+    int64_t p = (int64_t)(c->opts.heartbeat_timeout * 100);
+    return p < 1 ? 1 : p > 1000 ? 1000 : p;
+}
+
 /* Arm the one timer for the earliest deadline, or act now when one is due
  * (the STOPPING state ends as soon as its last agent is gone). */
 static void schedule(tfos_coord *c)
@@ -1011,13 +1036,8 @@ static void schedule(tfos_coord *c)
         at = c->stop_deadline;
     if (lease_running(c) && lease_deadline(c) < at)
         at = lease_deadline(c);
-    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
-        for (int i = 0; i < c->n; i++) {
-            const cnode *nd = &c->nodes[i];
-            int64_t d = nd->last_heartbeat + (int64_t)(c->opts.heartbeat_timeout * 1000);
-            if (nd->state != N_EXITED && nd->peer && d < at)
-                at = d;
-        }
+    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && c->hb_check_at < at)
+        at = c->hb_check_at;
     if (at == INT64_MAX)
         tfos__timer_disarm(c->loop, &c->timer);
     else
@@ -1029,7 +1049,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     if (!out || !opts || !opts->secret || !*opts->secret)
         return TFOS_EINVAL;
     int n = tfos_layout_total(&opts->layout);
-    if (n <= 0 || opts->layout.num_ps < 0 || opts->layout.num_workers < 0 || n > 4096)
+    if (n <= 0 || opts->layout.num_ps < 0 || opts->layout.num_workers < 0 || n > TFOS_MAX_NODES)
         return TFOS_EINVAL;
     tfos_coord *c = calloc(1, sizeof *c);
     if (!c)
@@ -1057,7 +1077,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->secret = strdup(opts->secret);
     c->checkpoint_dir = opts->checkpoint_dir ? strdup(opts->checkpoint_dir) : NULL;
     c->nodes = calloc((size_t)n, sizeof *c->nodes);
-    c->peers = calloc(MAX_PEERS, sizeof *c->peers);
+    c->peers = calloc((size_t)n + EXTRA_PEERS, sizeof *c->peers);
     if (!c->secret || !c->nodes || !c->peers || (opts->checkpoint_dir && !c->checkpoint_dir))
         goto fail;
     c->opts.secret = c->secret;

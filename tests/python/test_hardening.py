@@ -102,6 +102,24 @@ def test_a_cluster_larger_than_the_unauthenticated_places_forms(tmp_path, marker
     assert wait_for(lambda: not pids_with(marker), 10)
 
 
+def test_simulated_agents_form_a_cluster_beyond_one_machines_processes():
+    # bench/simagents.c: 2,048 agents' protocol in one process, each with its
+    # own connection and the HMAC handshake, against a real `tfos
+    # coordinator` (more nodes than it took before: 1,024 peers at most);
+    # each checks that its spec gives its own rank of 2,048
+    import resource
+    n = 2048
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < n + 64:
+        pytest.skip("the open files limit's hard maximum is below %d" % (n + 64))
+    sim = os.path.join(os.path.dirname(tfos_cli()), "tfos-simagents")
+    r = subprocess.run([sim, "--tfos", tfos_cli(), "-n", str(n)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert re.search(r"N=2048 form=ranks formed_s=[\d.]+ ended_s=[\d.]+ redials=\d+ failed=0 ", r.stdout), r.stdout
+    # the coordinator's start line: the phases measured for every node
+    assert re.search(r"start: spec sent \d+ ms after launch; spawn p50 \d+/p99 \d+/max \d+ ms;.*slowest phase: ",
+                     r.stdout), r.stdout
+
+
 SILENT_FEED = textwrap.dedent('''
     import os, sys, time
     from tfos import TFNode
