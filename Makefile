@@ -213,7 +213,7 @@ bench-drain: install
 
 # Cluster formation up to the CLI's 1,000 nodes against N bare processes.
 bench-scale: install
-	$(VPY) bench/formation.py --tfos $(BUILD)/tfos
+	$(VPY) bench/formation.py --tfos $(BUILD)/tfos --simulated 4096,16384
 
 # A feed-bound model on an NVIDIA GPU (never in tests or CI): device-resident
 # data, a DataLoader over the file, tfos run --input, and local Spark through

@@ -8,7 +8,18 @@ distinct index and a distinct port, and no process of the run may be left
 afterwards (the run's marker in argv, looked for in /proc).
 
 Prints a table: N, tfos s, bare s, ratio, overhead per node (ms).
+
+With --simulated 4096,16384 it then forms clusters beyond one machine's
+processes with bench/simagents.c (build/tfos-simagents): that many agents'
+protocol in one process, each with its own connection and the real HMAC
+handshake, against a real `tfos coordinator`; --framework torch (the ranks
+spec) unless --sim-framework tf. Each size runs --rounds times (at most 3);
+the medians of formed (launch -> every node has its spec) and ended, and
+the coordinator's peak RSS and CPU, are printed, with the start line of the
+median run (the phases' p50/p99/max).
+
 Usage: bench/formation.py --tfos build/tfos [--sizes 2,8,64,256,1000] [--rounds 5]
+                          [--simulated 4096,16384 [--simagents build/tfos-simagents]]
 """
 import argparse
 import os
@@ -62,14 +73,35 @@ def check(tfos, n):
         sys.exit("N=%d: processes left running: %s" % (n, left_running(marker)))
 
 
+def simulated(simagents, tfos, n, rounds, framework):
+    """Median formed/ended seconds, peak RSS (MB), CPU (s) and a start line
+    of `tfos-simagents -n N` over `rounds` runs."""
+    runs = []
+    for _ in range(rounds):
+        r = subprocess.run([simagents, "--tfos", tfos, "-n", str(n), "--framework", framework], capture_output=True,
+                           text=True, timeout=900)
+        if r.returncode != 0:
+            sys.exit("tfos-simagents -n %d failed:\n%s%s" % (n, r.stdout[-2000:], r.stderr[-2000:]))
+        m = re.search(r"formed_s=([\d.]+) ended_s=([\d.]+) redials=(\d+) failed=0 coord_peak_rss_mb=([\d.]+) "
+                      r"coord_cpu_s=([\d.]+)", r.stdout)
+        start = next((ln for ln in r.stdout.splitlines() if "start: spec sent" in ln), "")
+        runs.append((float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4)), float(m.group(5)),
+                     start))
+    runs.sort()
+    return runs[len(runs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tfos", required=True)
     ap.add_argument("--sizes", default="2,8,64,256,1000")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--simulated", default="", help="sizes of simulated clusters, e.g. 4096,16384")
+    ap.add_argument("--simagents", default=None, help="the tfos-simagents binary (default: beside --tfos)")
+    ap.add_argument("--sim-framework", default="torch", choices=["torch", "jax", "tf"])
     a = ap.parse_args()
     rows = []
-    for n in [int(s) for s in a.sizes.split(",")]:
+    for n in [int(s) for s in a.sizes.split(",") if s]:
         check(a.tfos, n)
         rounds = a.rounds if n < 256 else max(1, min(a.rounds, 3))
         tf, bare = [], []
@@ -85,6 +117,23 @@ def main():
     print("|---:|---:|---:|---:|---:|")
     for n, t, b in rows:
         print("| %d | %.2f | %.2f | %.1f | %.1f |" % (n, t, b, t / b, (t - b) / n * 1000))
+    if a.simulated:
+        sim = a.simagents or os.path.join(os.path.dirname(os.path.abspath(a.tfos)), "tfos-simagents")
+        srows = []
+        for n in [int(s) for s in a.simulated.split(",") if s]:
+            formed, ended, redials, rss, cpu, start = simulated(sim, a.tfos, n, max(1, min(a.rounds, 3)),
+                                                                a.sim_framework)
+            srows.append((n, formed, ended, rss, cpu))
+            print("N=%d simulated: formed %.3f s, ended %.3f s, %d redials, coordinator %.1f MB peak, %.2f s CPU"
+                  % (n, formed, ended, redials, rss, cpu), flush=True)
+            print("  " + start.strip(), flush=True)
+        print()
+        print("| simulated nodes | formed (s) | ended (s) | coordinator peak RSS (MB) | coordinator CPU (s) | "
+              "per node (us CPU, KB) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for n, formed, ended, rss, cpu in srows:
+            print("| %d | %.2f | %.2f | %.0f | %.2f | %.0f, %.1f |" % (n, formed, ended, rss, cpu, cpu / n * 1e6,
+                                                                    rss * 1024 / n))
 
 
 if __name__ == "__main__":

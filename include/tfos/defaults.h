@@ -44,6 +44,11 @@
 #define TFOS_EXIT_DRAINED 75
 /* A running node whose agent is silent this long has failed. */
 #define TFOS_DEFAULT_HEARTBEAT_TIMEOUT 30.0
+/* /status lists at most this many nodes unasked (the first ones; a larger
+ * cluster's rest by /status?nodes=FIRST-LAST), and at most
+ * TFOS_STATUS_PAGE_MAX in one page: a page stays about 0.6 KB a node. */
+#define TFOS_STATUS_PAGE_NODES 256
+#define TFOS_STATUS_PAGE_MAX 1024
 /* How often an agent beats, in milliseconds. */
 #define TFOS_HEARTBEAT_INTERVAL_MS 1000
 /* Seconds an agent keeps trying to reach its coordinator. */

@@ -259,7 +259,22 @@ typedef struct tfos_coord_opts {
      * before this one). Called on the coordinator's loop; NULL: ignored. */
     void (*on_log)(void *user, const char *node, const char *line, unsigned long long dropped);
     void *log_user;
+    /* What each agent is sent of the cluster (tfos_framework_spec_form):
+     * TFOS_SPEC_FULL (0) every node's address, as TF_CONFIG needs: O(N)
+     * bytes per node; TFOS_SPEC_RANKS the node's rank, the counts and rank
+     * 0's address, all torch and JAX need: O(1) per node. */
+    int spec_form;
 } tfos_coord_opts;
+
+enum { TFOS_SPEC_FULL = 0, TFOS_SPEC_RANKS = 1 };
+/* The most nodes a coordinator takes (tfos run's own limit is lower: one
+ * machine's processes; tfos coordinator and the simulated agents of
+ * bench/simagents.c go this far). */
+#define TFOS_MAX_NODES 65536
+/* The spec form of a framework: "tf" (and NULL, "": TensorFlow stays the
+ * default where the framework is not known) TFOS_SPEC_FULL; "torch" and
+ * "jax" TFOS_SPEC_RANKS; anything else -1. */
+int tfos_framework_spec_form(const char *framework);
 
 /* Cluster state as the coordinator sees it. */
 enum {
@@ -498,6 +513,8 @@ typedef struct tfos_run_opts {
     const char *mlflow;
     const char *mlflow_experiment; /* NULL: $MLFLOW_EXPERIMENT_NAME, else "Default" */
     const char *mlflow_run_name;   /* NULL: "tfos-<program>-<time>" */
+    int spec_form;           /* what each node is sent of the cluster: TFOS_SPEC_FULL (TensorFlow, the
+                              * default) or TFOS_SPEC_RANKS (torch, JAX): tfos_framework_spec_form */
 } tfos_run_opts;
 
 typedef struct tfos_local tfos_local;

@@ -41,7 +41,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_local"], grace=_DEFAULTS["stop_grace"],
         heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
         max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, input=None, epochs=1, status_port=0,
-        quiet=False, keras="env", mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
+        quiet=False, keras="env", mlflow=None, mlflow_experiment=None, mlflow_run_name=None, framework="tf"):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -60,7 +60,9 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     chief and workers, ``--input``; format by extension), ``epochs``
     (``--epochs``), ``status_port`` (``--status-port``: 0 any free port, -1
     none), ``quiet`` (``--quiet``: no feed progress lines) and ``keras``
-    (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``).
+    (``--keras``: ``"env"``, ``"auto"``, ``"legacy"`` or ``"3"``), ``framework``
+    (``--framework``: ``"tf"``, every node's address in TF_CONFIG; ``"torch"``
+    or ``"jax"``, the rank, the counts and rank 0's address only).
 
     ``mlflow`` (``--mlflow``): the http(s):// URI of an MLflow tracking server;
     the whole job, restarts included, is one MLflow run there (in experiment
@@ -83,7 +85,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  epochs=int(epochs), status_port=int(status_port), quiet=bool(quiet),
                                  keras=keras, caller_reports=bool(check),
                                  mlflow=None if mlflow is None else str(mlflow),
-                                 mlflow_experiment=mlflow_experiment, mlflow_run_name=mlflow_run_name)
+                                 mlflow_experiment=mlflow_experiment, mlflow_run_name=mlflow_run_name, framework=framework)
     interrupted = None
     try:
         while True:

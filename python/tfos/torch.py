@@ -250,7 +250,7 @@ class TorchDistributor(object):
                 argv = [sys.executable, "-m", "tfos._torchprog", payload, result]
             run_local(argv, workers=self.num_processes, log_dir=self.log_dir, max_restarts=self.max_restarts,
                       checkpoint_dir=self.checkpoint_dir, status_port=self.status_port, quiet=self.quiet,
-                      **self.mlflow)
+                      framework="torch", **self.mlflow)
             if result is None or not os.path.exists(result):
                 return None
             with open(result, "rb") as f:

@@ -296,10 +296,10 @@ int tfos__cluster_option(tfos__cluster_cli *c, tfos__args *it, const char *a)
 {
     if (!strcmp(a, "--workers")) {
         c->have_workers = 1;
-        return tfos__opt_int(a, tfos__args_value(it), 0, 1000, &c->layout.num_workers) ? 2 : 1;
+        return tfos__opt_int(a, tfos__args_value(it), 0, TFOS_MAX_NODES, &c->layout.num_workers) ? 2 : 1;
     }
     if (!strcmp(a, "--ps"))
-        return tfos__opt_int(a, tfos__args_value(it), 0, 1000, &c->layout.num_ps) ? 2 : 1;
+        return tfos__opt_int(a, tfos__args_value(it), 0, TFOS_MAX_NODES, &c->layout.num_ps) ? 2 : 1;
     if (!strcmp(a, "--chief") || !strcmp(a, "--evaluator")) {
         if (tfos__args_flag(it))
             return 2;

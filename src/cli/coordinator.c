@@ -6,6 +6,7 @@
 #include "cli/common.h"
 #include "cli/yarn_opts.h"
 #include "core/auth.h"
+#include "core/log.h"
 #include "core/loop.h"
 #include "platform/clock.h"
 #include "platform/fs.h"
@@ -30,6 +31,8 @@ const char tfos__coordinator_help[] =
     "  --listen HOST:PORT       address to listen on (default 127.0.0.1:0)\n"
     "  --address-file F         also write HOST:PORT to F (atomically, once listening)\n"
     "  --attempt N              the attempt the nodes are told (TFOS_ATTEMPT; default 1)\n"
+    "  --framework F            tf (default), torch or jax: what each node is sent of the cluster\n"
+    "                           (tfos run --help)\n"
     "  --lease S                stop the cluster when no status query came for S seconds (the\n"
     "                           client that queries is gone; default: no lease)\n"
     "  --linger S               once the cluster is over, keep answering status queries for up to\n"
@@ -37,7 +40,7 @@ const char tfos__coordinator_help[] =
 
 typedef struct coordinator_cli {
     tfos__cluster_cli cluster;
-    const char *listen, *address_file;
+    const char *listen, *address_file, *framework;
     int attempt;
     double lease, linger;
     char **argv; /* a program given: refused */
@@ -50,6 +53,13 @@ static int coordinator_option(coordinator_cli *c, tfos__args *it, const char *a)
         return tfos__opt_need(a, c->listen = tfos__args_value(it), "HOST:PORT") ? 2 : 1;
     if (!strcmp(a, "--address-file"))
         return tfos__opt_need(a, c->address_file = tfos__args_value(it), "a file name") ? 2 : 1;
+    if (!strcmp(a, "--framework")) {
+        c->framework = tfos__args_value(it);
+        if (!c->framework || tfos_framework_spec_form(c->framework) < 0)
+            return tfos__usage_error("--framework takes tf, torch or jax; got '%s'",
+                                     c->framework ? c->framework : "");
+        return 1;
+    }
     if (!strcmp(a, "--attempt"))
         return tfos__opt_int(a, tfos__args_value(it), 1, INT_MAX, &c->attempt) ? 2 : 1;
     if (!strcmp(a, "--lease"))
@@ -124,7 +134,8 @@ int tfos__cmd_coordinator(int argc, char **argv)
     tfos_coord_opts o = {.layout = cl->layout, .bind_host = host, .port = port, .secret = secret,
                          .reservation_timeout = cl->reservation_timeout, .stop_grace = cl->grace,
                          .failure_grace = cl->failure_grace, .heartbeat_timeout = cl->heartbeat_timeout,
-                         .lease_timeout = c.lease, .attempt = c.attempt};
+                         .lease_timeout = c.lease, .attempt = c.attempt,
+                         .spec_form = tfos_framework_spec_form(c.framework)};
     tfos_coord *co;
     rc = tfos_coord_open(&co, &o);
     if (rc) {
@@ -154,6 +165,9 @@ int tfos__cmd_coordinator(int argc, char **argv)
     int64_t linger_until = tfos__now_ms() + (int64_t)(c.linger * 1000);
     while (c.linger > 0 && !*got_signal && !tfos_coord_released(co) && tfos__now_ms() < linger_until)
         tfos__loop_run(tfos__coord_loop(co), 100);
+    char start[1024];
+    if (!tfos__coord_start_summary(co, start, sizeof start))
+        TFOS_INFO("%s", start);
     int code = 0;
     if (tfos_coord_state(co) == TFOS_COORD_FAILED) {
         fprintf(stderr, "tfos: the cluster failed:\n%s\n", tfos_coord_failure(co));

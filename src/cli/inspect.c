@@ -234,6 +234,36 @@ static void report_text(const json_t *n, char *buf, size_t len)
     }
 }
 
+/* How the nodes started: each phase's p50/p99/max and its slowest nodes
+ * (the coordinator's "start" object). */
+static void print_start(const json_t *start)
+{
+    const json_t *phases = json_object_get(start, "phases"), *p;
+    size_t i;
+    if (!json_array_size(phases))
+        return;
+    printf("START (ms)       %-8s %-8s %-8s %s\n", "P50", "P99", "MAX", "SLOWEST");
+    json_array_foreach(phases, i, p) {
+        if (!json_is_integer(json_object_get(p, "max_ms")))
+            continue;
+        char name[32], p50[24], p99[24], mx[24], slow[200] = "";
+        const json_t *s, *sl = json_object_get(p, "slowest");
+        size_t j, used = 0;
+        json_array_foreach(sl, j, s) {
+            int w = snprintf(slow + used, sizeof slow - used, "%s%s", j ? ", " : "",
+                             json_is_string(s) ? json_string_value(s) : "?");
+            if (w < 0 || (size_t)w >= sizeof slow - used)
+                break;
+            used += (size_t)w;
+        }
+        printf("  %-14s %-8s %-8s %-8s %s\n", text_of(p, "phase", name, sizeof name), text_of(p, "p50_ms", p50, sizeof p50),
+               text_of(p, "p99_ms", p99, sizeof p99), text_of(p, "max_ms", mx, sizeof mx), slow);
+    }
+    const json_t *slowest = json_object_get(start, "slowest_phase");
+    if (json_is_string(slowest))
+        printf("slowest start phase: %s\n", json_string_value(slowest));
+}
+
 /* The table of `tfos status`, from a /status document. */
 static void print_status(const json_t *st, const char *where)
 {
@@ -272,6 +302,14 @@ static void print_status(const json_t *st, const char *where)
                where_, text_of(n, "state", nst, sizeof nst), text_of(n, "pid", pid, sizeof pid), exit_code, written,
                consumed, progress);
     }
+    const json_t *page = json_object_get(cluster, "nodes_page");
+    if (json_is_object(page))
+        printf("(nodes %" JSON_INTEGER_FORMAT "-%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+               "; the rest with --json on URL/status?nodes=FIRST-LAST)\n",
+               json_integer_value(json_object_get(page, "first")), json_integer_value(json_object_get(page, "last")),
+               json_integer_value(json_object_get(cluster, "size")));
+    if (json_is_object(json_object_get(cluster, "start")))
+        print_start(json_object_get(cluster, "start"));
     const json_t *feed = json_object_get(st, "feed");
     if (json_is_object(feed))
         print_feed(feed);

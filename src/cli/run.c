@@ -45,6 +45,10 @@ const char tfos__run_help[] =
     "  --log-dir D              per-node logs (default tfos-logs/run-<time>-<pid>)\n"
     "  --ps-runs-program        run PROGRAM on ps nodes too (default: a built-in TF server)\n"
     "  --python PY              interpreter for the built-in ps server\n"
+    "  --framework F            tf (default), torch or jax: what each node is sent of the cluster.\n"
+    "                           tf: every node's address (TF_CONFIG, TFOS_CLUSTER_SPEC, the host\n"
+    "                           lists); torch, jax: its rank, the counts and rank 0's address only\n"
+    "                           (RANK, WORLD_SIZE, MASTER_ADDR/PORT, JAX_*): O(1) per node\n"
     "  --keras MODE             which Keras tf.keras is: env (default: as the environment\n"
     "                           says, TensorFlow's Keras 3), legacy (tf-keras, Keras 2:\n"
     "                           TF_USE_LEGACY_KERAS=1; model.fit under MultiWorkerMirroredStrategy),\n"
@@ -172,6 +176,12 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
         r->csv_delimiter = v[0];
         return 1;
     }
+    if (!strcmp(a, "--framework")) {
+        if (!(r->framework = tfos__args_value(it)) || tfos_framework_spec_form(r->framework) < 0)
+            return tfos__usage_error("--framework takes tf, torch or jax; got '%s'",
+                                     r->framework ? r->framework : "");
+        return 1;
+    }
     if (!strcmp(a, "--keras")) {
         if (!(r->keras = tfos__args_value(it)) || tfos__keras_mode_valid(r->keras))
             return tfos__usage_error("--keras takes env, auto, legacy or 3; got '%s'", r->keras ? r->keras : "");
@@ -245,7 +255,7 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .checkpoint_dir = r->checkpoint_dir, .status_port = r->status_port,
                          .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
                          .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
-                         .drain_force = r->drain_force,
+                         .drain_force = r->drain_force, .spec_form = tfos_framework_spec_form(r->framework),
                          .tensorboard_logdir = r->tensorboard_logdir, .mlflow = r->mlflow,
                          .mlflow_experiment = r->mlflow_experiment, .mlflow_run_name = r->mlflow_run_name};
 }

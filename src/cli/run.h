@@ -8,7 +8,7 @@
 
 typedef struct tfos__run_cli {
     tfos__cluster_cli cluster;
-    const char *log_dir, *python, *checkpoint_dir, *status_host, *keras, *tensorboard_logdir;
+    const char *log_dir, *python, *checkpoint_dir, *status_host, *keras, *tensorboard_logdir, *framework;
     int ps_runs_program, feed_mb, input_format, csv_header, csv_delimiter, epochs, batch_rows;
     char *inputs[256];
     int ninputs;

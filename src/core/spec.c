@@ -270,7 +270,75 @@ static int trainer_rank(const tfos__node_addr *nodes, int self, int has_chief)
     return nodes[self].index + has_chief;
 }
 
-char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx)
+/* Ranks of every node: trainers by rank, and by (host, rank) for the
+ * local ranks. */
+typedef struct rank_key {
+    const char *host;
+    int rank, node;
+} rank_key;
+
+static int by_host_rank(const void *x, const void *y)
+{
+    const rank_key *a = x, *b = y;
+    int c = strcmp(a->host, b->host);
+    return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+int tfos__spec_ranks_all(const tfos__node_addr *nodes, int n, tfos__spec_ranks *ranks)
+{
+    int has_chief = 0, world = 0, master = -1;
+    for (int i = 0; i < n && !has_chief; i++)
+        has_chief = !strcmp(nodes[i].job, "chief");
+    rank_key *keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+    if (!keys)
+        return TFOS_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        int r = trainer_rank(nodes, i, has_chief);
+        ranks[i] = (tfos__spec_ranks){.nodes = n, .rank = r, .master = -1};
+        if (r < 0)
+            continue;
+        if (r == 0)
+            master = i;
+        keys[world++] = (rank_key){nodes[i].host, r, i};
+    }
+    qsort(keys, (size_t)world, sizeof *keys, by_host_rank);
+    for (int i = 0; i < world;) {
+        int j = i;
+        while (j < world && !strcmp(keys[j].host, keys[i].host))
+            j++;
+        for (int k = i; k < j; k++) {
+            ranks[keys[k].node].local_rank = k - i;
+            ranks[keys[k].node].local_world = j - i;
+        }
+        i = j;
+    }
+    /* a node that is not a trainer counts the trainers on its host (as the
+     * full form does) */
+    for (int i = 0; i < n; i++) {
+        ranks[i].world = world;
+        ranks[i].master = master;
+        if (ranks[i].rank < 0) {
+            rank_key probe = {nodes[i].host, -1, i};
+            rank_key *lo = keys, *hi = keys + world; /* first key of this host */
+            while (lo < hi) {
+                rank_key *mid = lo + (hi - lo) / 2;
+                if (by_host_rank(mid, &probe) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            int c = 0;
+            while (lo + c < keys + world && !strcmp(lo[c].host, nodes[i].host))
+                c++;
+            ranks[i].local_world = c;
+        }
+    }
+    free(keys);
+    return 0;
+}
+
+static char **spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self,
+                       const tfos__spec_ranks *rk, int full, const tfos__ctx_env *ctx)
 {
     envv e = {0};
     int tf_log_level_set = 0;
@@ -288,40 +356,26 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
         env_set(&e, "TF_CPP_MIN_LOG_LEVEL", "%s", TFOS_DEFAULT_TF_CPP_MIN_LOG_LEVEL);
 
     const tfos__node_addr *me = &nodes[self];
-    int has_chief = 0;
-    for (int i = 0; i < n && !has_chief; i++)
-        has_chief = !strcmp(nodes[i].job, "chief");
-    int world = 0, rank0 = -1, rank = trainer_rank(nodes, self, has_chief);
-    int local_rank = 0, local_world = 0;
-    for (int i = 0; i < n; i++) {
-        int r = trainer_rank(nodes, i, has_chief);
-        if (r < 0)
-            continue;
-        world++;
-        if (r == 0)
-            rank0 = i;
-        if (!strcmp(nodes[i].host, me->host)) {
-            local_world++;
-            if (rank >= 0 && r < rank)
-                local_rank++;
-        }
-    }
+    int world = rk->world, rank0 = rk->master, rank = rk->rank;
+    int local_rank = rk->local_rank, local_world = rk->local_world;
 
-    char *tfc = tfos__tf_config(nodes, n, self);
-    char *cluster = tfos__cluster_json(nodes, n);
-    if (!tfc || !cluster)
-        e.oom = 1;
-    else {
-        env_set(&e, "TF_CONFIG", "%s", tfc);
-        env_set(&e, "TFOS_CLUSTER_SPEC", "%s", cluster);
+    if (full) {
+        char *tfc = tfos__tf_config(nodes, n, self);
+        char *cluster = tfos__cluster_json(nodes, n);
+        if (!tfc || !cluster)
+            e.oom = 1;
+        else {
+            env_set(&e, "TF_CONFIG", "%s", tfc);
+            env_set(&e, "TFOS_CLUSTER_SPEC", "%s", cluster);
+        }
+        free(tfc);
+        free(cluster);
     }
-    free(tfc);
-    free(cluster);
 
     /* the host lists of TensorFlow-on-YARN (ps, wk), for programs that do
      * not read TF_CONFIG: HOST:PORT,... by task index; set when the job has nodes */
     static const char *const listed[][2] = {{"ps", "TFOS_PS_HOSTS"}, {"worker", "TFOS_WORKER_HOSTS"}};
-    for (size_t j = 0; j < sizeof listed / sizeof *listed && !e.oom; j++) {
+    for (size_t j = 0; full && j < sizeof listed / sizeof *listed && !e.oom; j++) {
         int *slots;
         int count = job_slots(nodes, n, listed[j][0], &slots);
         if (count < 0) {
@@ -355,7 +409,7 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
     env_set(&e, "TFOS_EXECUTOR_ID", "%d", me->executor_id);
     env_set(&e, "TFOS_WORKER_NUM", "%d", me->executor_id);
     env_set(&e, "TFOS_NUM_WORKERS", "%d", world);
-    env_set(&e, "TFOS_NUM_NODES", "%d", n);
+    env_set(&e, "TFOS_NUM_NODES", "%d", rk->nodes);
     env_set(&e, "TFOS_HOST", "%s", me->host);
     env_set(&e, "TFOS_PORT", "%d", me->port);
     env_set(&e, "TFOS_ATTEMPT", "%d", ctx->attempt);
@@ -405,6 +459,26 @@ char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, in
     if (!e.v) /* empty base and nothing set cannot happen, but stay total */
         env_push(&e, strdup("TFOS_EMPTY=1"));
     return e.v;
+}
+
+char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx)
+{
+    tfos__spec_ranks *all = malloc((size_t)n * sizeof *all);
+    if (!all || tfos__spec_ranks_all(nodes, n, all)) {
+        free(all);
+        return NULL;
+    }
+    char **env = spec_env(base, nodes, n, self, &all[self], 1, ctx);
+    free(all);
+    return env;
+}
+
+char **tfos__spec_env_ranks(char *const *base, const tfos__node_addr *nodes, int n, int self,
+                            const tfos__spec_ranks *ranks, const tfos__ctx_env *ctx)
+{
+    if (n < 1 || self < 0 || self >= n || ranks->master >= n)
+        return NULL;
+    return spec_env(base, nodes, n, self, ranks, 0, ctx);
 }
 
 /* ---- the program's Python and its Keras ------------------------------------ */

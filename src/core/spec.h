@@ -40,6 +40,25 @@ char *tfos__tf_config(const tfos__node_addr *nodes, int n, int self);
 /* The "cluster" object alone (TFoS's ctx.cluster_spec). Caller frees. */
 char *tfos__cluster_json(const tfos__node_addr *nodes, int n);
 
+/* What a node needs of the cluster: the whole list (TF_CONFIG names every
+ * address, so TensorFlow nodes need it: O(N) bytes per node, O(N^2) for the
+ * cluster) or, for torch and JAX, which rendezvous at rank 0's address, only
+ * its rank and the counts (O(1) per node). The coordinator decides which by
+ * the cluster's framework (tfos_coord_opts.spec_form) and computes the
+ * ranks for the compact form; the agent builds the same variables either way. */
+typedef struct tfos__spec_ranks {
+    int nodes;        /* nodes in the cluster */
+    int world;        /* trainers (chief + workers) */
+    int rank;         /* this node's torch rank; -1: not a trainer */
+    int local_rank;   /* among the trainers on this node's host */
+    int local_world;
+    int master;       /* index in the node list given with it of rank 0's node; -1: no trainer */
+} tfos__spec_ranks;
+
+/* The ranks of every node of nodes[0..n-1] (ranks[n]) in O(n log n):
+ * master is an index in `nodes`. 0 or TFOS_ENOMEM. */
+int tfos__spec_ranks_all(const tfos__node_addr *nodes, int n, tfos__spec_ranks *ranks);
+
 /* Context the agent adds to the program's environment. */
 typedef struct tfos__ctx_env {
     const char *coord_addr;
@@ -61,6 +80,11 @@ typedef struct tfos__ctx_env {
  * `self`. Returns a NULL-terminated array of malloc'd strings (free with
  * tfos__env_free) or NULL on out of memory. */
 char **tfos__spec_env(char *const *base, const tfos__node_addr *nodes, int n, int self, const tfos__ctx_env *ctx);
+/* The same from the compact form: `nodes` lists this node and rank 0's
+ * only (n is 1 or 2), `ranks` the rest. No TF_CONFIG, TFOS_CLUSTER_SPEC,
+ * TFOS_PS_HOSTS or TFOS_WORKER_HOSTS: they would list every node. */
+char **tfos__spec_env_ranks(char *const *base, const tfos__node_addr *nodes, int n, int self,
+                            const tfos__spec_ranks *ranks, const tfos__ctx_env *ctx);
 void tfos__env_free(char **env);
 
 /* The Python interpreter of a program: `python` when given, else argv[0]

@@ -29,8 +29,11 @@
 
 enum {
     TFOS_MSG_HELLO = 1,     /* coord -> peer: nonce, protocol */
-    TFOS_MSG_REGISTER = 2,  /* agent -> coord: mac, executor_id, host, port, pid[, tb_port] */
-    TFOS_MSG_SPEC = 3,      /* coord -> agent: role and the whole cluster */
+    TFOS_MSG_REGISTER = 2,  /* agent -> coord: mac, executor_id, host, port, pid[, tb_port][, t_hello,
+                             * t_register: ms since the agent began] */
+    TFOS_MSG_SPEC = 3,      /* coord -> agent: self, attempt, coord and a node= per node; or with
+                             * form=ranks: nodes, world, rank, local_rank, local_world, master and the
+                             * node= of this node and of rank 0 only */
     TFOS_MSG_STARTED = 4,   /* agent -> coord: program pid */
     TFOS_MSG_EXITED = 5,    /* agent -> coord: status, exit code/signal, tail lines */
     TFOS_MSG_HEARTBEAT = 6, /* agent -> coord */

@@ -388,6 +388,7 @@ static int start_attempt(tfos_local *l)
                           .reservation_timeout = l->opts.reservation_timeout, .stop_grace = l->opts.stop_grace,
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
+                          .spec_form = l->opts.spec_form,
                           .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {
@@ -848,6 +849,11 @@ static void finish(tfos_local *l)
 {
     tfos_coord *c = l->coord;
     save_final_status(l);
+    /* how the (last attempt's) nodes started: a slow start names its phase
+     * and its slowest nodes */
+    char start[1024];
+    if (!tfos__coord_start_summary(c, start, sizeof start))
+        TFOS_INFO("%s", start);
     if (tfos_coord_state(c) == TFOS_COORD_DONE && tfos_coord_drained(c)) {
         l->exit_code = TFOS_EXIT_DRAINED;
         l->summary[0] = 0;

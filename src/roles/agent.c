@@ -151,6 +151,8 @@ struct agent {
     int port;
     tfos__node_addr *nodes;
     int n, self, attempt;
+    int compact;            /* the spec came in its ranks form (torch, JAX): nodes lists self and rank 0 */
+    tfos__spec_ranks ranks; /* with compact */
     char coord[TFOS_HOST_MAX + 16];
     char label[48];
     char prefix[64];
@@ -158,6 +160,7 @@ struct agent {
     int child_done;
     int child_status;
     int64_t child_started_ms; /* when the program (last) started */
+    int64_t born_ms;          /* when this agent started: its REGISTER says how long each step took since */
     int respawns;             /* times it was started again here (tfos_agent_opts.respawn) */
     linebuf lb[2];
     int logfd;
@@ -695,7 +698,8 @@ static void start_program(agent *a)
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
                          .feed_out_fd = a->out_fd, .port_fd = a->o->hand_port ? a->resv_fd : -1,
                          .legacy_keras = a->legacy_keras, .max_restarts = a->o->max_restarts};
-    char **env = tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
+    char **env = a->compact ? tfos__spec_env_ranks(environ, a->nodes, a->n, a->self, &a->ranks, &ctx)
+                            : tfos__spec_env(environ, a->nodes, a->n, a->self, &ctx);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int rc = TFOS_ENOMEM;
     if (!env)
@@ -888,6 +892,27 @@ static int handle_frame(agent *a, const tfos__frame *f)
         a->n = count;
         a->self = (int)self;
         a->attempt = (int)attempt;
+        char form[16] = "";
+        tfos__kv_str(f->payload, f->len, "form", form, sizeof form);
+        if (!strcmp(form, "ranks")) {
+            long long nn, world, rank, lr, lw, master;
+            if (tfos__kv_int(f->payload, f->len, "nodes", 1, 1 << 24, &nn) ||
+                tfos__kv_int(f->payload, f->len, "world", 0, nn, &world) ||
+                tfos__kv_int(f->payload, f->len, "rank", -1, world - 1, &rank) ||
+                tfos__kv_int(f->payload, f->len, "local_rank", 0, nn, &lr) ||
+                tfos__kv_int(f->payload, f->len, "local_world", 0, nn, &lw) ||
+                tfos__kv_int(f->payload, f->len, "master", -1, count - 1, &master)) {
+                TFOS_ERROR("agent %d: malformed ranks in the cluster spec", a->o->executor_id);
+                return 1;
+            }
+            a->compact = 1;
+            a->ranks = (tfos__spec_ranks){.nodes = (int)nn, .world = (int)world, .rank = (int)rank,
+                                          .local_rank = (int)lr, .local_world = (int)lw, .master = (int)master};
+        } else if (form[0]) {
+            TFOS_ERROR("agent %d: the cluster spec's form '%s' is not known to this agent (an older tfos?)",
+                       a->o->executor_id, form);
+            return 1;
+        }
         if (a->nodes[self].executor_id != a->o->executor_id) {
             TFOS_ERROR("agent %d: the cluster spec is for executor %d", a->o->executor_id,
                        a->nodes[self].executor_id);
@@ -975,6 +1000,7 @@ static int connect_and_register(agent *a)
             backoff_ms *= 2;
     }
     a->connected = a->link != NULL;
+    int64_t hello_ms = tfos__now_ms() - a->born_ms; /* connected and greeted */
     if (rc) {
         TFOS_ERROR("agent %d: %s (after %d tries)", o->executor_id, err, tries);
         return rc;
@@ -982,6 +1008,7 @@ static int connect_and_register(agent *a)
     tfos__msg m;
     tfos__link_hello(a->link, &m, TFOS_MSG_REGISTER, o->secret);
     tfos__msg_add(&m, "executor_id", "%d", o->executor_id);
+    tfos__msg_add(&m, "t_hello", "%lld", (long long)hello_ms);
     char local[TFOS_HOST_MAX] = "127.0.0.1";
     if (o->host && strcmp(o->host, "auto"))
         snprintf(local, sizeof local, "%s", o->host);
@@ -1001,6 +1028,7 @@ static int connect_and_register(agent *a)
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
     if (a->tb_port > 0)
         tfos__msg_add(&m, "tb_port", "%d", a->tb_port);
+    tfos__msg_add(&m, "t_register", "%lld", (long long)(tfos__now_ms() - a->born_ms));
     return send_msg(a, &m);
 }
 
@@ -1285,6 +1313,7 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
     if (o->hang_timeout > 0)
         setenv("PYTHONFAULTHANDLER", "1", 0);
     snprintf(a.label, sizeof a.label, "executor %d", o->executor_id);
+    a.born_ms = tfos__now_ms();
     *exit_code = 1;
 
     sigset_t mask, old;

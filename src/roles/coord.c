@@ -65,7 +65,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_PEERS 1024
+/* Peers that have sent their first frame: every node's agent and, beside
+ * them, up to this many status and command clients at once. */
+#define EXTRA_PEERS 256
 /* Connections that have not authenticated yet: bounded on their own by the
  * listener (core/link.h: the oldest is evicted for a newcomer once its
  * grace is over) so a flood of idle connections never takes the slots
@@ -111,6 +113,9 @@ typedef struct cnode {
     int64_t step_at;                         /* report_at of that step */
     int64_t started_at;                      /* when its program started (STARTED) */
     double step_rate;                        /* steps per second between the last two steps seen; 0 unknown */
+    /* how the node started, on the coordinator's clock (tfos__now_ms; 0:
+     * not known): see "Start telemetry" in docs/DESIGN.md */
+    int64_t at_agent, at_connected, at_registered, at_program, at_first_io;
 } cnode;
 
 /* A peer that has sent its first frame (those still to authenticate are
@@ -140,6 +145,10 @@ struct tfos_coord {
     cnode *nodes;
     peer **peers;
     int npeers;
+    unsigned long long spec_bytes; /* the cluster spec frames' bytes, all nodes together */
+    int done_scan;                 /* check_done's cursor: nodes before it have finished */
+    int64_t hb_check_at;           /* when the heartbeats are checked next (hb_period) */
+    int64_t opened_at, spec_at;    /* tfos__now_ms when it opened, when it sent the spec (0: not yet) */
     peer *graveyard;
     int64_t reserve_deadline;
     int64_t stop_deadline;
@@ -168,6 +177,7 @@ struct tfos_coord {
 
 static void schedule(tfos_coord *c);
 static void check_probe(tfos_coord *c, int timed_out);
+static int64_t hb_period(const tfos_coord *c);
 
 static const char *node_label(const cnode *nd, char *buf, size_t len)
 {
@@ -381,12 +391,66 @@ static void stop_cluster(tfos_coord *c, int code, const char *reason)
     c->stop_deadline = tfos__now_ms() + 5000;
 }
 
+int tfos_framework_spec_form(const char *framework)
+{
+    if (!framework || !*framework || !strcmp(framework, "tf"))
+        return TFOS_SPEC_FULL;
+    if (!strcmp(framework, "torch") || !strcmp(framework, "jax"))
+        return TFOS_SPEC_RANKS;
+    return -1;
+}
+
+/* The compact spec (TFOS_SPEC_RANKS): the node itself, rank 0's node and
+ * the counts, computed here once for all in O(N log N). */
+static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_SPEC);
+    tfos__msg_add(&m, "self", "%d", 0);
+    tfos__msg_add(&m, "attempt", "%d", c->opts.attempt);
+    tfos__msg_add(&m, "coord", "%s", c->address);
+    tfos__msg_add(&m, "form", "%s", "ranks");
+    tfos__msg_add(&m, "nodes", "%d", rk->nodes);
+    tfos__msg_add(&m, "world", "%d", rk->world);
+    tfos__msg_add(&m, "rank", "%d", rk->rank);
+    tfos__msg_add(&m, "local_rank", "%d", rk->local_rank);
+    tfos__msg_add(&m, "local_world", "%d", rk->local_world);
+    tfos__msg_add(&m, "master", "%d", rk->master < 0 ? -1 : rk->master == i ? 0 : 1);
+    int list[2] = {i, rk->master}, k = rk->master >= 0 && rk->master != i ? 2 : 1;
+    for (int j = 0; j < k; j++) {
+        const tfos__node_addr *a = &c->nodes[list[j]].addr;
+        tfos__msg_add(&m, "node", "%s %d %d %s %d", a->job, a->index, a->executor_id, a->host, a->port);
+    }
+    c->spec_bytes += m.len;
+    send_msg(c, c->nodes[i].peer, &m);
+}
+
 static void publish_spec(tfos_coord *c)
 {
-    TFOS_INFO("coordinator: all %d nodes registered; publishing the cluster spec", c->n);
+    TFOS_INFO("coordinator: all %d nodes registered; publishing the cluster spec (%s)", c->n,
+              c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "every node");
     c->state = TFOS_COORD_RUNNING;
     int64_t now = tfos__now_ms();
+    c->spec_at = now;
+    c->hb_check_at = now + hb_period(c);
+    tfos__spec_ranks *ranks = NULL;
+    if (c->opts.spec_form == TFOS_SPEC_RANKS) {
+        tfos__node_addr *addrs = malloc((size_t)c->n * sizeof *addrs);
+        ranks = malloc((size_t)c->n * sizeof *ranks);
+        for (int i = 0; addrs && i < c->n; i++)
+            addrs[i] = c->nodes[i].addr;
+        if (!addrs || !ranks || tfos__spec_ranks_all(addrs, c->n, ranks)) {
+            free(ranks);
+            ranks = NULL; /* out of memory: the full form still works */
+        }
+        free(addrs);
+    }
     for (int i = 0; i < c->n; i++) {
+        if (ranks) {
+            c->nodes[i].last_heartbeat = now;
+            send_rank_spec(c, i, &ranks[i]);
+            continue;
+        }
         cnode *nd = &c->nodes[i];
         nd->last_heartbeat = now;
         tfos__msg m;
@@ -398,8 +462,10 @@ static void publish_spec(tfos_coord *c)
             const tfos__node_addr *a = &c->nodes[j].addr;
             tfos__msg_add(&m, "node", "%s %d %d %s %d", a->job, a->index, a->executor_id, a->host, a->port);
         }
+        c->spec_bytes += m.len;
         send_msg(c, nd->peer, &m);
     }
+    free(ranks);
 }
 
 static int host_valid(const char *h)
@@ -477,6 +543,22 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
     nd->agent_pid = (int)pid;
     nd->tb_port = (int)tb_port;
     nd->state = N_REGISTERED;
+    /* the agent's own times, ms since it started (optional: older agents
+     * send none), put on this clock as if the REGISTER took no time to
+     * arrive: a network adds its one-way latency to "register" */
+    long long t_hello = -1, t_reg = -1;
+    int64_t now = tfos__now_ms();
+    nd->at_registered = now;
+    if (!tfos__kv_int(f->payload, f->len, "t_register", 0, 1LL << 40, &t_reg)) {
+        if (tfos__kv_int(f->payload, f->len, "t_hello", 0, t_reg, &t_hello))
+            t_hello = t_reg;
+        nd->at_agent = now - t_reg;
+        nd->at_connected = now - (t_reg - t_hello);
+        if (nd->at_agent < c->opened_at) /* an agent started before this coordinator (a restart's redial) */
+            nd->at_agent = c->opened_at;
+        if (nd->at_connected < nd->at_agent)
+            nd->at_connected = nd->at_agent;
+    }
     nd->peer = p;
     p->node = (int)id;
     c->registered++;
@@ -490,9 +572,16 @@ static void check_done(tfos_coord *c)
 {
     if (c->state != TFOS_COORD_RUNNING)
         return;
-    for (int i = 0; i < c->n; i++)
-        if (is_tracked(&c->nodes[i]) && (c->nodes[i].state != N_EXITED || c->nodes[i].exit_code != 0))
+    /* nodes before done_scan are finished for good (a node that exited 0
+     * stays so): each exit moves the cursor, not a scan of every node, so a
+     * cluster's exits cost O(N) in all, not O(N^2) (16,384 simulated nodes
+     * spent seconds here) */
+    while (c->done_scan < c->n) {
+        const cnode *nd = &c->nodes[c->done_scan];
+        if (is_tracked(nd) && (nd->state != N_EXITED || nd->exit_code != 0))
             return;
+        c->done_scan++;
+    }
     if (c->draining) {
         c->drained = 1;
         TFOS_INFO("coordinator: drained: every chief/worker/evaluator ended after its checkpoint%s, %.1f s after "
@@ -598,6 +687,8 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
         nd->prev_wait_room_ns = nd->wait_room_ns;
     }
     nd->progress_at = now;
+    if (!nd->at_first_io && nd->rows_out > 0)
+        nd->at_first_io = now; /* the first heartbeat that saw a row taken: within its 1 s */
     char text[TFOS_RING_REPORT_MAX + 1];
     if (tfos__kv_str(p, n, "report", text, sizeof text) == 0 && tfos__report_check(text, NULL) == 0) {
         long long age = 0;
@@ -610,6 +701,8 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
         take_step(nd);
         if (fresh && c->on_report)
             c->on_report(c->report_user, node, text, age);
+        if (!nd->at_first_io || nd->report_at < nd->at_first_io)
+            nd->at_first_io = nd->report_at;
     }
 }
 
@@ -813,6 +906,8 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid);
         nd->prog_pid = (int)pid;
         nd->started_at = tfos__now_ms();
+        if (!nd->at_program)
+            nd->at_program = tfos__now_ms();
         if (nd->state == N_REGISTERED)
             nd->state = N_RUNNING;
         nd->last_heartbeat = tfos__now_ms();
@@ -860,7 +955,7 @@ static void on_peer_frame(tfos__link *k, const tfos__frame *f, void *user)
     tfos_coord *c = user;
     peer *p = tfos__link_data(k);
     if (!p) {
-        if (c->npeers >= MAX_PEERS) {
+        if (c->npeers >= c->n + EXTRA_PEERS) {
             tfos__warn_limited(&c->warn, "refused %s: too many connections", tfos__link_name(k));
             tfos__link_close(k);
             return;
@@ -947,7 +1042,8 @@ static void check_timers(tfos_coord *c)
         TFOS_WARN("coordinator: stopping: %s", c->failure);
         stop_cluster(c, TFOS_ESTOPPED, c->failure);
     }
-    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0) {
+    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && now >= c->hb_check_at) {
+        c->hb_check_at = now + hb_period(c);
         for (int i = 0; i < c->n; i++) {
             cnode *nd = &c->nodes[i];
             if (nd->state == N_EXITED || !nd->peer)
@@ -1009,6 +1105,17 @@ static void on_timer(tfos__loop *l, tfos__timer *t, void *user)
     schedule(c);
 }
 
+/* How often the heartbeats are checked: every node's at once, a tenth of
+ * the timeout (1 s at most) apart, so a node is found silent at most that
+ * late. Not after every frame: a scan of every node per frame made a
+ * cluster's heartbeats cost O(N^2) a second (16,384 simulated nodes kept
+ * the coordinator busy for seconds after they formed). */
+static int64_t hb_period(const tfos_coord *c)
+{
+    int64_t p = (int64_t)(c->opts.heartbeat_timeout * 100);
+    return p < 1 ? 1 : p > 1000 ? 1000 : p;
+}
+
 /* Arm the one timer for the earliest deadline, or act now when one is due
  * (the STOPPING state ends as soon as its last agent is gone). */
 static void schedule(tfos_coord *c)
@@ -1035,13 +1142,8 @@ static void schedule(tfos_coord *c)
         at = c->probe_deadline;
     if (lease_running(c) && lease_deadline(c) < at)
         at = lease_deadline(c);
-    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0)
-        for (int i = 0; i < c->n; i++) {
-            const cnode *nd = &c->nodes[i];
-            int64_t d = nd->last_heartbeat + (int64_t)(c->opts.heartbeat_timeout * 1000);
-            if (nd->state != N_EXITED && nd->peer && d < at)
-                at = d;
-        }
+    if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && c->hb_check_at < at)
+        at = c->hb_check_at;
     if (at == INT64_MAX)
         tfos__timer_disarm(c->loop, &c->timer);
     else
@@ -1053,12 +1155,13 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     if (!out || !opts || !opts->secret || !*opts->secret)
         return TFOS_EINVAL;
     int n = tfos_layout_total(&opts->layout);
-    if (n <= 0 || opts->layout.num_ps < 0 || opts->layout.num_workers < 0 || n > 4096)
+    if (n <= 0 || opts->layout.num_ps < 0 || opts->layout.num_workers < 0 || n > TFOS_MAX_NODES)
         return TFOS_EINVAL;
     tfos_coord *c = calloc(1, sizeof *c);
     if (!c)
         return TFOS_ENOMEM;
     c->opts = *opts;
+    c->opened_at = tfos__now_ms();
     c->warn = (tfos__warn_limit){.who = "coordinator", .per_window = WARN_PER_WINDOW, .window_ms = WARN_WINDOW_MS};
     if (!c->opts.bind_host)
         c->opts.bind_host = "127.0.0.1";
@@ -1080,7 +1183,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->secret = strdup(opts->secret);
     c->checkpoint_dir = opts->checkpoint_dir ? strdup(opts->checkpoint_dir) : NULL;
     c->nodes = calloc((size_t)n, sizeof *c->nodes);
-    c->peers = calloc(MAX_PEERS, sizeof *c->peers);
+    c->peers = calloc((size_t)n + EXTRA_PEERS, sizeof *c->peers);
     if (!c->secret || !c->nodes || !c->peers || (opts->checkpoint_dir && !c->checkpoint_dir))
         goto fail;
     c->opts.secret = c->secret;
@@ -1381,7 +1484,174 @@ static void node_feed_json(FILE *f, const cnode *nd)
             nd->feed_ended ? "true" : "false", (double)(tfos__now_ms() - nd->progress_at) / 1000.0);
 }
 
+/* ---- start telemetry -------------------------------------------------- */
+
+/* A node's start, stamp by stamp: ms since the coordinator opened, -1 not
+ * known (yet). Stamps are in order: each is at least the one before. */
+enum { ST_AGENT, ST_CONNECTED, ST_REGISTERED, ST_SPEC, ST_PROGRAM, ST_FIRST_IO, ST_N };
+static const char *const stamp_names[ST_N] = {"agent", "connected", "registered", "spec", "program", "first_io"};
+/* phase k runs from stamp k-1 (k = 0: the coordinator's opening) to stamp k */
+static const char *const phase_names[ST_N] = {"spawn", "connect", "register", "wait_cluster", "start_program",
+                                              "first_io"};
+
+static void node_stamps(const tfos_coord *c, const cnode *nd, int64_t st[ST_N])
+{
+    int64_t at[ST_N] = {nd->at_agent, nd->at_connected, nd->at_registered, nd->at_registered ? c->spec_at : 0,
+                        nd->at_program, nd->at_first_io};
+    int64_t prev = 0;
+    for (int k = 0; k < ST_N; k++) {
+        st[k] = at[k] ? at[k] - c->opened_at : -1;
+        if (st[k] >= 0 && st[k] < prev) /* clocks of two processes: never before the stamp before */
+            st[k] = prev;
+        if (st[k] >= 0)
+            prev = st[k];
+    }
+}
+
+typedef struct phase_stat {
+    int nodes;               /* nodes with both ends of the phase known */
+    int64_t p50, p99, max;
+    int slowest[3];          /* node indexes, slowest first; -1 none */
+} phase_stat;
+
+typedef struct dur {
+    int64_t ms;
+    int node;
+} dur;
+
+static int by_ms(const void *x, const void *y)
+{
+    const dur *a = x, *b = y;
+    return (a->ms > b->ms) - (a->ms < b->ms);
+}
+
+/* Per phase: p50, p99, max over the nodes, and the three slowest. */
+static int start_stats(const tfos_coord *c, phase_stat ps[ST_N])
+{
+    dur *d = malloc((size_t)c->n * sizeof *d);
+    if (!d)
+        return TFOS_ENOMEM;
+    for (int k = 0; k < ST_N; k++) {
+        int m = 0;
+        for (int i = 0; i < c->n; i++) {
+            int64_t st[ST_N];
+            node_stamps(c, &c->nodes[i], st);
+            int64_t from = k ? st[k - 1] : 0;
+            if (st[k] >= 0 && from >= 0)
+                d[m++] = (dur){st[k] - from, i};
+        }
+        qsort(d, (size_t)m, sizeof *d, by_ms);
+        phase_stat *p = &ps[k];
+        *p = (phase_stat){.nodes = m, .slowest = {-1, -1, -1}};
+        if (!m)
+            continue;
+        p->p50 = d[(m - 1) / 2].ms;
+        p->p99 = d[(int)((double)(m - 1) * 0.99)].ms;
+        p->max = d[m - 1].ms;
+        for (int j = 0; j < 3 && j < m; j++)
+            p->slowest[j] = d[m - 1 - j].node;
+    }
+    free(d);
+    return 0;
+}
+
+/* The phase that took longest at its slowest node, of those a node spends
+ * on its own (wait_cluster is the others' slowness); -1 none known. */
+static int slowest_phase(const phase_stat ps[ST_N])
+{
+    int best = -1;
+    for (int k = 0; k < ST_N; k++)
+        if (k != ST_SPEC && ps[k].nodes && (best < 0 || ps[k].max > ps[best].max))
+            best = k;
+    return best;
+}
+
+int tfos__coord_start_summary(const tfos_coord *c, char *buf, size_t len)
+{
+    phase_stat ps[ST_N];
+    buf[0] = 0;
+    if (start_stats(c, ps))
+        return TFOS_ENOMEM;
+    int k = slowest_phase(ps);
+    if (k < 0)
+        return TFOS_EAGAIN;
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "start: spec sent %lld ms after launch", c->spec_at ?
+                          (long long)(c->spec_at - c->opened_at) : -1LL);
+    for (int j = 0; j < ST_N && o < len; j++)
+        if (ps[j].nodes)
+            o += (size_t)snprintf(buf + o, len - o, "; %s p50 %lld/p99 %lld/max %lld ms", phase_names[j], (long long)ps[j].p50, (long long)ps[j].p99, (long long)ps[j].max);
+    if (o < len)
+        o += (size_t)snprintf(buf + o, len - o, "; slowest phase: %s (%lld ms at", phase_names[k],
+                              (long long)ps[k].max);
+    for (int j = 0; j < 3 && ps[k].slowest[j] >= 0 && o < len; j++) {
+        char label[48];
+        node_label(&c->nodes[ps[k].slowest[j]], label, sizeof label);
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", j ? ", " : " ", label);
+    }
+    if (o < len)
+        snprintf(buf + o, len - o, ")");
+    return 0;
+}
+
+static void start_json(FILE *f, const tfos_coord *c)
+{
+    phase_stat ps[ST_N];
+    if (start_stats(c, ps)) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"spec_ms\": ");
+    if (c->spec_at)
+        fprintf(f, "%lld", (long long)(c->spec_at - c->opened_at));
+    else
+        fputs("null", f);
+    fprintf(f, ", \"phases\": [");
+    for (int k = 0; k < ST_N; k++) {
+        fprintf(f, "%s{\"phase\": \"%s\", \"until\": \"%s\", \"nodes\": %d", k ? ", " : "", phase_names[k],
+                stamp_names[k], ps[k].nodes);
+        if (ps[k].nodes)
+            fprintf(f, ", \"p50_ms\": %lld, \"p99_ms\": %lld, \"max_ms\": %lld", (long long)ps[k].p50,
+                    (long long)ps[k].p99, (long long)ps[k].max);
+        else
+            fputs(", \"p50_ms\": null, \"p99_ms\": null, \"max_ms\": null", f);
+        fputs(", \"slowest\": [", f);
+        for (int j = 0; j < 3 && ps[k].slowest[j] >= 0; j++) {
+            char label[48];
+            node_label(&c->nodes[ps[k].slowest[j]], label, sizeof label);
+            fprintf(f, "%s\"%s\"", j ? ", " : "", label);
+        }
+        fputs("]}", f);
+    }
+    int k = slowest_phase(ps);
+    fprintf(f, "], \"slowest_phase\": ");
+    if (k >= 0)
+        fprintf(f, "\"%s\"}", phase_names[k]);
+    else
+        fputs("null}", f);
+}
+
+static void node_start_json(FILE *f, const tfos_coord *c, const cnode *nd)
+{
+    int64_t st[ST_N];
+    node_stamps(c, nd, st);
+    fputc('{', f);
+    for (int k = 0; k < ST_N; k++) {
+        fprintf(f, "%s\"%s\": ", k ? ", " : "", stamp_names[k]);
+        if (st[k] >= 0)
+            fprintf(f, "%lld", (long long)st[k]);
+        else
+            fputs("null", f);
+    }
+    fputc('}', f);
+}
+
 char *tfos_coord_status_json(const tfos_coord *c)
+{
+    return tfos__coord_status_json_page(c, 0, -1);
+}
+
+char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
 {
     static const char *const states[] = {"reserving", "running", "stopping", "done", "failed"};
     char *buf = NULL;
@@ -1391,8 +1661,9 @@ char *tfos_coord_status_json(const tfos_coord *c)
         return NULL;
     fprintf(f, "{\"state\": \"%s\", \"address\": ", states[c->state]);
     tfos__json_str(f, c->address);
-    fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"failure\": ", c->opts.attempt,
-            c->registered, c->n);
+    fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"spec_form\": \"%s\", "
+               "\"spec_bytes\": %llu, \"failure\": ", c->opts.attempt, c->registered, c->n,
+            c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "full", c->spec_bytes);
     tfos__json_str(f, tfos_coord_failure(c));
     fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"failure_record\": ",
             tfos_cause_name(c->failed ? c->info.cause : TFOS_CAUSE_NONE),
@@ -1418,10 +1689,30 @@ char *tfos_coord_status_json(const tfos_coord *c)
     if (c->draining)
         fprintf(f, ", \"drain\": {\"step\": %lld, \"drained\": %s, \"age_s\": %.1f}", c->drain_step,
                 c->drained ? "true" : "false", (double)(tfos__now_ms() - c->drain_at) / 1000.0);
-    fprintf(f, ", \"nodes\": [");
+    /* the nodes by state, so a page of a large cluster still says how
+     * all of them are */
+    int counts[4] = {0}, failed = 0;
     for (int i = 0; i < c->n; i++) {
+        counts[c->nodes[i].state]++;
+        failed += c->nodes[i].state == N_EXITED && c->nodes[i].exit_code != 0;
+    }
+    fprintf(f, ", \"counts\": {");
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "\"%s\": %d, ", node_state_names[k], counts[k]);
+    fprintf(f, "\"failed\": %d}", failed);
+    int paged = last >= 0;
+    if (!paged)
+        first = 0, last = c->n - 1;
+    if (first < 0)
+        first = 0;
+    if (last >= c->n)
+        last = c->n - 1;
+    if (paged)
+        fprintf(f, ", \"nodes_page\": {\"first\": %d, \"last\": %d, \"total\": %d}", first, last, c->n);
+    fprintf(f, ", \"nodes\": [");
+    for (int i = first; i <= last; i++) {
         const cnode *nd = &c->nodes[i];
-        fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i ? ", " : "",
+        fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i > first ? ", " : "",
                 nd->addr.executor_id, nd->addr.job, nd->addr.index);
         tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
         fprintf(f, ", \"log_error\": ");
@@ -1435,11 +1726,16 @@ char *tfos_coord_status_json(const tfos_coord *c)
         fprintf(f, ", \"report\": ");
         tfos__report_json(f, nd->report[0] ? nd->report : NULL);
         if (nd->report[0])
-            fprintf(f, ", \"report_age_s\": %.1f}", (double)(tfos__now_ms() - nd->report_at) / 1000.0);
+            fprintf(f, ", \"report_age_s\": %.1f", (double)(tfos__now_ms() - nd->report_at) / 1000.0);
         else
-            fprintf(f, ", \"report_age_s\": null}");
+            fprintf(f, ", \"report_age_s\": null");
+        fprintf(f, ", \"start\": ");
+        node_start_json(f, c, nd);
+        fputc('}', f);
     }
-    fprintf(f, "]}");
+    fprintf(f, "], \"start\": ");
+    start_json(f, c);
+    fputc('}', f);
     fclose(f);
     return buf;
 }

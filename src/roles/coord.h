@@ -21,6 +21,16 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
 typedef void (*tfos__coord_report_fn)(void *user, int node, const char *report, long long age_ms);
 void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user);
 
+/* One line on how the nodes started (docs/DESIGN.md, "Start telemetry"):
+ * each phase's p50/p99/max and the slowest phase with its slowest nodes.
+ * 0, TFOS_EAGAIN (nothing known yet) or TFOS_ENOMEM. */
+int tfos__coord_start_summary(const tfos_coord *c, char *buf, size_t len);
+
+/* tfos_coord_status_json with only nodes first..last (clamped to the
+ * cluster) and a "nodes_page" object saying which; last < 0: every node and
+ * no "nodes_page". The "counts" and "start" objects cover every node. */
+char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last);
+
 /* The loop the coordinator runs on. */
 tfos__loop *tfos__coord_loop(tfos_coord *c);
 

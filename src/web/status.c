@@ -19,11 +19,15 @@
 #include "web/status.h"
 
 #include "core/json.h"
+#include "roles/coord.h"
 #include "platform/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define TFOS__STATUS_STR2(x) #x
+#define TFOS__STATUS_STR(x) TFOS__STATUS_STR2(x)
 
 /* The live page: no external resources, no libraries. render() and chart()
  * draw only from the JSON of /status and /feed/history (the chart is inline
@@ -39,6 +43,7 @@ static const char page[] =
     "<th>log</th><th>TensorBoard</th><th>rows written</th><th>rows consumed</th><th>buffered</th><th>who waits</th>\n"
     "<th>progress (ctx.report)</th></tr></thead>\n"
     "<tbody id=\"nodes\"></tbody></table>\n"
+    "<p id=\"paging\"></p>\n"
     "<p class=\"hint\">rows written: into the node's feed ring; consumed: taken by its program; buffered: written, not yet\n"
     "taken (and how full the ring is). Who waits: the share of the last seconds the trainer slept on an empty ring\n"
     "(it waits on data), or the feeders slept on its full ring (the data waits on the trainer; one feeder that\n"
@@ -46,6 +51,8 @@ static const char page[] =
     "<h2>feed</h2><p id=\"feed\">no feed (tfos run --input FILE feeds files to the chief and workers)</p>\n"
     "<svg id=\"feedchart\" width=\"680\" height=\"200\" viewBox=\"0 0 680 200\" role=\"img\"\n"
     " aria-label=\"feed throughput\"></svg>\n"
+    "<h2>start</h2><table><thead><tr><th>phase</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th><th>slowest nodes</th>\n"
+    "</tr></thead><tbody id=\"start\"></tbody></table><p id=\"startsum\" class=\"hint\"></p>\n"
     "<h2>history</h2><pre id=\"history\">(no failure)</pre>\n"
     "<script>\n"
     "function esc(s){return String(s).replace(/[&<>\"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c]));}\n"
@@ -89,8 +96,23 @@ static const char page[] =
     " if(f.eta_s!=null)t+=' | ETA '+dur(f.eta_s);\n"
     " return t;\n"
     "}\n"
+    "let first=0;const PAGE=" TFOS__STATUS_STR(TFOS_STATUS_PAGE_NODES) ";\n"
+    "function page(d){first=Math.max(0,first+d*PAGE);refresh();return false;}\n"
+    "function paging(c){const p=c&&c.nodes_page,e=document.getElementById('paging');\n"
+    " if(!p){e.innerHTML='';return;}\n"
+    " e.innerHTML='nodes '+p.first+'\u2013'+p.last+' of '+p.total+' '+\n"
+    "  (p.first>0?'<a href=\"#\" id=\"prev\" onclick=\"return page(-1)\">previous</a> ':'')+\n"
+    "  (p.last+1<p.total?'<a href=\"#\" id=\"next\" onclick=\"return page(1)\">next</a>':'');}\n"
+    "function startTable(c){const st=c&&c.start,b=document.getElementById('start'),t=document.getElementById('startsum');\n"
+    " if(!st){b.innerHTML='';t.textContent='';return;}\n"
+    " b.innerHTML=st.phases.filter(p=>p.nodes).map(p=>'<tr'+(p.phase===st.slowest_phase?' class=\"failed\"':'')+'><td>'+\n"
+    "  esc(p.phase)+'</td><td class=\"n\">'+p.p50_ms+'</td><td class=\"n\">'+p.p99_ms+'</td><td class=\"n\">'+p.max_ms+\n"
+    "  '</td><td>'+esc(p.slowest.join(', '))+'</td></tr>').join('');\n"
+    " t.textContent=(st.spec_ms!=null?'every node had its spec '+st.spec_ms+' ms after launch; ':'')+\n"
+    "  (st.slowest_phase?'slowest phase: '+st.slowest_phase:'');}\n"
     "function render(s){\n"
     " const c=s.cluster;\n"
+    " paging(c);startTable(c);\n"
     " const of=' of '+(s.max_restarts+1);\n"
     " document.getElementById('summary').textContent=c?'state: '+c.state+' | attempt '+s.attempt+of+\n"
     "  ' | coordinator '+c.address:'attempt '+s.attempt+of+': the cluster is forming again';\n"
@@ -132,8 +154,8 @@ static const char page[] =
     " svg.innerHTML=g;\n"
     "}\n"
     "async function refresh(){\n"
-    " try{const q=location.search;\n"
-    "  const r=await (q?fetch('/status'+q):fetch('/status'));render(await r.json());\n"
+    " try{const q=location.search,pq=first?(q?q+'&':'?')+'nodes='+first+'-'+(first+PAGE-1):q;\n"
+    "  const r=await (pq?fetch('/status'+pq):fetch('/status'));render(await r.json());\n"
     "  const h=await (q?fetch('/feed/history'+q):fetch('/feed/history'));chart(await h.json());\n"
     " }catch(e){document.getElementById('summary').textContent='not reachable: '+e;}\n"
     "}\n"
@@ -240,12 +262,17 @@ static char *feed_history(const tfos__feed_meter *m)
 
 char *tfos__status_json(const tfos__status_src *src)
 {
+    return tfos__status_json_page(src, 0, -1);
+}
+
+char *tfos__status_json_page(const tfos__status_src *src, int first, int last)
+{
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    char *cluster = src->coord ? tfos_coord_status_json(src->coord) : NULL;
+    char *cluster = src->coord ? tfos__coord_status_json_page(src->coord, first, last) : NULL;
     fprintf(f, "{\"attempt\": %d, \"max_restarts\": %d, \"log_dir\": ", src->attempt, src->max_restarts);
     if (src->log_dir)
         tfos__json_str(f, src->log_dir);
@@ -446,11 +473,53 @@ static char *node_log(const tfos__status_src *src, const char *name, int *status
 
 /* ---- the routes ---------------------------------------------------------- */
 
+/* The nodes= of a query ("nodes=A-B" or "nodes=A", among other
+ * parameters): 1 with the range, 0 when absent, -1 malformed. */
+static int nodes_param(const char *q, int *first, int *last)
+{
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, "nodes=", 6))
+            continue;
+        char *end;
+        long a = strtol(p + 6, &end, 10), b = a;
+        if (end == p + 6 || a < 0 || a > 1 << 24)
+            return -1;
+        if (*end == '-') {
+            const char *s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || b < a || b > 1 << 24)
+                return -1;
+        }
+        if (*end && *end != '&')
+            return -1;
+        *first = (int)a;
+        *last = (int)b;
+        return 1;
+    }
+    return 0;
+}
+
+/* /status: a large cluster's nodes a page at a time (?nodes=FIRST-LAST),
+ * so that neither the answer nor the page that polls it every second grows
+ * with the cluster; the counts and the start statistics cover every node. */
 static int route_status(const tfos__http_req *rq, tfos__http_resp *rs, void *user)
 {
-    (void)rq;
+    const tfos__status_src *src = user;
+    int first = 0, last = -1;
+    int has = nodes_param(rq->query, &first, &last);
+    if (has < 0 || (has && last - first + 1 > TFOS_STATUS_PAGE_MAX)) {
+        char bad[160];
+        snprintf(bad, sizeof bad, "nodes=FIRST-LAST: two executor ids, FIRST <= LAST, at most %d nodes a page "
+                 "(e.g. /status?nodes=0-%d)\n", TFOS_STATUS_PAGE_MAX, TFOS_STATUS_PAGE_NODES - 1);
+        rs->status = 400;
+        rs->ctype = "text/plain";
+        rs->body = strdup(bad);
+        return 0;
+    }
+    if (!has && src->coord && tfos_coord_node_count(src->coord) > TFOS_STATUS_PAGE_NODES)
+        last = TFOS_STATUS_PAGE_NODES - 1;
     rs->ctype = "application/json";
-    rs->body = tfos__status_json(user);
+    rs->body = tfos__status_json_page(src, first, last);
     rs->status = rs->body ? 200 : 500;
     return 0;
 }

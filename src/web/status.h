@@ -41,6 +41,9 @@ typedef struct tfos__status_src {
 
 /* The /status document (malloc'd; NULL: out of memory). */
 char *tfos__status_json(const tfos__status_src *src);
+/* The same with the cluster's nodes first..last only (last < 0: all; see
+ * tfos__coord_status_json_page): what GET /status?nodes=FIRST-LAST answers. */
+char *tfos__status_json_page(const tfos__status_src *src, int first, int last);
 
 /* Add the page's routes to h (GET only; src borrowed): /status, /metrics,
  * /feed/history, / and /index.html, /logs/<job>-<index>.log (with a

@@ -445,7 +445,7 @@ static void tensorboard_port(void)
     CHECK_EQ(ni.tb_port, 0);
     char *js = tfos_coord_status_json(c);
     CHECK(strstr(js, "\"pid\": 0, \"exit_code\": -1, \"exit\": \"\", \"tensorboard_port\": 6006, \"feed\": null, "
-                     "\"report\": null, \"report_age_s\": null}"));
+                     "\"report\": null, \"report_age_s\": null, \"start\": {"));
     CHECK(strstr(js, "\"tensorboard_port\": 0, \"feed\": null"));
     free(js);
     /* heartbeats carry the node's ring counters and its program's report;
@@ -880,6 +880,60 @@ static void drain(void)
     }
 }
 
+/* The spec's bytes at N = 256: the ranks form (torch, JAX) costs each node
+ * a constant, the full form (TF) grows with N. */
+static unsigned long long spec_bytes_at(int form, int n, int *max_frame)
+{
+    tfos_coord_opts o = {.layout = {.num_workers = n}, .secret = SECRET, .reservation_timeout = 30,
+                         .stop_grace = 1, .heartbeat_timeout = 30, .spec_form = form};
+    tfos_coord *c;
+    CHECK_EQ(tfos_coord_open(&c, &o), 0);
+    tfos__link **a = calloc((size_t)n, sizeof *a);
+    for (int i = 0; i < n; i++)
+        do_register(c, &a[i], i, SECRET, 5000 + i);
+    *max_frame = 0;
+    for (int i = 0; i < n; i++) {
+        tfos__frame f;
+        CHECK_EQ(wait_frame(c, a[i], &f, 5000), 0);
+        CHECK_EQ(f.type, TFOS_MSG_SPEC);
+        if ((int)f.len > *max_frame)
+            *max_frame = (int)f.len;
+        if (form == TFOS_SPEC_RANKS) {
+            long long rank, world;
+            CHECK_EQ(tfos__kv_int(f.payload, f.len, "rank", 0, n, &rank), 0);
+            CHECK_EQ(tfos__kv_int(f.payload, f.len, "world", 0, n, &world), 0);
+            CHECK_EQ(rank, i);
+            CHECK_EQ(world, n);
+        }
+        tfos__link_consume(a[i]);
+    }
+    char *js = tfos_coord_status_json(c);
+    unsigned long long total = 0;
+    const char *p = strstr(js, "\"spec_bytes\": ");
+    CHECK(p);
+    total = strtoull(p + 14, NULL, 10);
+    CHECK(strstr(js, form == TFOS_SPEC_RANKS ? "\"spec_form\": \"ranks\"" : "\"spec_form\": \"full\""));
+    free(js);
+    for (int i = 0; i < n; i++)
+        tfos__link_close(a[i]);
+    free(a);
+    tfos_coord_close(c);
+    return total;
+}
+
+static void spec_bytes(void)
+{
+    int n = 256, max_ranks, max_full;
+    unsigned long long ranks = spec_bytes_at(TFOS_SPEC_RANKS, n, &max_ranks);
+    unsigned long long full = spec_bytes_at(TFOS_SPEC_FULL, n, &max_full);
+    fprintf(stderr, "spec bytes at N=%d: ranks %llu (%llu/node, frame <= %d), full %llu (%llu/node)\n", n, ranks,
+            ranks / (unsigned)n, max_ranks, full, full / (unsigned)n);
+    CHECK(max_ranks < 256);                       /* O(1) per node */
+    CHECK(ranks < 256ULL * (unsigned)n);
+    CHECK(max_full > 20 * n);                    /* O(N) per node: every address */
+    CHECK(full > 20ULL * (unsigned)n * (unsigned)n);
+}
+
 int main(void)
 {
     tfos_set_logger(capture, NULL);
@@ -898,5 +952,6 @@ int main(void)
     RUN(start_kinds);
     RUN(clients);
     RUN(drain);
+    RUN(spec_bytes);
     return 0;
 }

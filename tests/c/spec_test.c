@@ -108,10 +108,59 @@ static void env_vars(void)
     tfos__env_free(env);
 }
 
+/* The compact form (torch, JAX) gives every node the same rank variables as
+ * the full list does, with none of the variables that list every node. */
+static void ranks_form(void)
+{
+    static const char *const same[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                       "MASTER_PORT", "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                       "JAX_PROCESS_ID", "GROUP_RANK", "TFOS_NUM_NODES", "TFOS_NUM_WORKERS",
+                                       "TFOS_JOB_NAME", "TFOS_TASK_INDEX", "TFOS_EXECUTOR_ID", "TFOS_HOST",
+                                       "TFOS_PORT"};
+    char *base[] = {"PATH=/bin", NULL};
+    tfos__ctx_env ctx = {.attempt = 1, .feed_in_fd = -1, .feed_out_fd = -1};
+    tfos__spec_ranks rk[5];
+    CHECK_EQ(tfos__spec_ranks_all(nodes, 5, rk), 0);
+    CHECK_EQ(rk[0].rank, -1); /* ps */
+    CHECK_EQ(rk[1].rank, 0);  /* chief */
+    CHECK_EQ(rk[3].local_rank, 1); /* worker:0 after the chief on 10.0.0.1 */
+    CHECK_EQ(rk[3].local_world, 2);
+    for (int self = 0; self < 5; self++) {
+        char **full = tfos__spec_env(base, nodes, 5, self, &ctx);
+        /* what the coordinator sends: this node, and rank 0's */
+        tfos__node_addr two[2] = {nodes[self], nodes[rk[self].master]};
+        tfos__spec_ranks r = rk[self];
+        int n = rk[self].master == self ? 1 : 2;
+        r.master = rk[self].master == self ? 0 : 1;
+        char **compact = tfos__spec_env_ranks(base, two, n, 0, &r, &ctx);
+        CHECK(full && compact);
+        for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+            const char *a = getv(full, same[i]), *b = getv(compact, same[i]);
+            if (!a != !b || (a && strcmp(a, b))) {
+                fprintf(stderr, "node %d: %s is '%s' from the full spec, '%s' from the ranks\n", self, same[i],
+                        a ? a : "(unset)", b ? b : "(unset)");
+                exit(1);
+            }
+        }
+        CHECK(getv(full, "TF_CONFIG") && getv(full, "TFOS_CLUSTER_SPEC"));
+        CHECK(!getv(compact, "TF_CONFIG") && !getv(compact, "TFOS_CLUSTER_SPEC") &&
+              !getv(compact, "TFOS_WORKER_HOSTS") && !getv(compact, "TFOS_PS_HOSTS"));
+        tfos__env_free(full);
+        tfos__env_free(compact);
+    }
+    CHECK(tfos__spec_env_ranks(base, nodes, 1, 0, &(tfos__spec_ranks){.master = 1}, &ctx) == NULL);
+    CHECK_EQ(tfos_framework_spec_form(NULL), TFOS_SPEC_FULL);
+    CHECK_EQ(tfos_framework_spec_form("tf"), TFOS_SPEC_FULL);
+    CHECK_EQ(tfos_framework_spec_form("torch"), TFOS_SPEC_RANKS);
+    CHECK_EQ(tfos_framework_spec_form("jax"), TFOS_SPEC_RANKS);
+    CHECK_EQ(tfos_framework_spec_form("mxnet"), -1);
+}
+
 int main(void)
 {
     RUN(roles);
     RUN(tf_config);
     RUN(env_vars);
+    RUN(ranks_form);
     return 0;
 }

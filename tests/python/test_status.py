@@ -348,7 +348,16 @@ CANNED_STATUS = {
                            "feed": {"rows_written": 15000, "rows_consumed": 15000, "rows_buffered": 0,
                                     "ring_bytes": 1048576, "ring_used": 0, "ring_fill": 0.0, "wait_data": 0.82,
                                     "wait_trainer": 0.0, "ended": False, "age_s": 0.4},
-                           "report": None, "report_age_s": None}]},
+                           "report": None, "report_age_s": None}],
+                # a page of a larger cluster, and how its nodes started
+                "nodes_page": {"first": 0, "last": 1, "total": 600},
+                "start": {"spec_ms": 812, "slowest_phase": "start_program",
+                          "phases": [{"phase": "spawn", "until": "agent", "nodes": 600, "p50_ms": 40, "p99_ms": 90,
+                                      "max_ms": 95, "slowest": ["worker:7", "worker:3"]},
+                                     {"phase": "start_program", "until": "program", "nodes": 600, "p50_ms": 30,
+                                      "p99_ms": 400, "max_ms": 1200, "slowest": ["worker:511", "chief:0"]},
+                                     {"phase": "first_io", "until": "first_io", "nodes": 0, "p50_ms": None,
+                                      "p99_ms": None, "max_ms": None, "slowest": []}]}},
 }
 CANNED_HISTORY = {"interval_s": 1, "window_s": 5, "now": 4.0,
                   "samples": [{"t": float(t), "rows": 1000 * t, "rows_per_s": 1000.0 + 100 * t, "bytes": 24000 * t,
@@ -430,6 +439,12 @@ def test_page_renders_tensorboard_links_and_chart_from_status_json(tmp_path, mar
     assert consumed and len(consumed.group(1).split()) == 5
     assert ">1400 rows/s</text>" in dom and ">700 rows/s</text>" in dom  # the y axis's top and middle
     assert ">-60 s</text>" in dom and ">now</text>" in dom and "— consumed</text>" in dom
+    # a large cluster's page: which nodes it shows, a link to the next page; the start phases known
+    assert re.search(r'<p id="paging">nodes 0\u20131 of 600 <a href="#" id="next"', dom), dom[-3000:]
+    assert ('<tr class="failed"><td>start_program</td><td class="n">30</td><td class="n">400</td>'
+            '<td class="n">1200</td><td>worker:511, chief:0</td></tr>') in dom
+    assert "<td>first_io</td>" not in dom
+    assert "every node had its spec 812 ms after launch; slowest phase: start_program" in dom
 
 
 def test_quiet_run_prints_no_feed_progress(tmp_path, marker):
@@ -641,3 +656,44 @@ def test_page_shows_a_trainer_waiting_on_data(tmp_path, marker):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+REPORTER = ("import os\n"
+            "from tfos import TFNode\n"
+            "assert 'TF_CONFIG' not in os.environ and os.environ['WORLD_SIZE'] == '2', dict(os.environ)\n"
+            "TFNode.get_context().report(step=1, loss=0.5)\n")
+
+
+def test_start_telemetry_of_a_two_node_run(tmp_path, marker):
+    """Each node's start, stamp by stamp, and the phases' distribution: in
+    the final status, `tfos status` and the run's last lines, which name the
+    slowest phase and its slowest nodes."""
+    logs = tmp_path / "logs"
+    r = run_tfos(["run", "--workers", "2", "--framework", "torch", "--max-restarts", "0", "--log-dir", str(logs),
+                  "--", PY, "-c", REPORTER, marker], timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = json.loads((logs / "status.json").read_text())["cluster"]
+    stamps = ["agent", "connected", "registered", "spec", "program", "first_io"]
+    for n in c["nodes"]:
+        st = n["start"]
+        assert list(st) == stamps, st
+        values = [st[k] for k in stamps]
+        assert all(isinstance(v, int) and v >= 0 for v in values), st  # ctx.report made first_io known
+        assert values == sorted(values), st
+        assert st["spec"] == c["start"]["spec_ms"]
+    phases = c["start"]["phases"]
+    assert [p["phase"] for p in phases] == ["spawn", "connect", "register", "wait_cluster", "start_program",
+                                            "first_io"]
+    for p in phases:
+        assert p["nodes"] == 2 and 0 <= p["p50_ms"] <= p["p99_ms"] <= p["max_ms"], p
+        assert sorted(p["slowest"]) == ["worker:0", "worker:1"]
+    slowest = c["start"]["slowest_phase"]
+    assert slowest in {p["phase"] for p in phases} and slowest != "wait_cluster"
+    worst = max((p for p in phases if p["phase"] != "wait_cluster"), key=lambda p: p["max_ms"])
+    assert worst["max_ms"] == next(p for p in phases if p["phase"] == slowest)["max_ms"]
+    line = next(ln for ln in r.stderr.splitlines() if "start: spec sent" in ln)
+    assert "slowest phase: %s (%d ms at %s" % (slowest, worst["max_ms"], worst["slowest"][0]) in line, line
+    out = run_tfos(["status", str(logs)], timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "slowest start phase: %s" % slowest in out.stdout
+    assert re.search(r"^  start_program +\d+ +\d+ +\d+ +worker:\d, worker:\d$", out.stdout, re.M), out.stdout
