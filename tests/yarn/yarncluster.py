@@ -40,8 +40,9 @@ def classpath() -> str:
 
 
 class YarnCluster:
-    def __init__(self, plain: bool = False):
+    def __init__(self, plain: bool = False, secure: bool = False):
         self.plain = plain
+        self.secure = secure  # MiniCluster.java --secure: a MiniKdc and Kerberos everywhere
         self.tmp_dir = tempfile.mkdtemp(prefix="tfos-yarn-")
         self.conf_dir = os.path.join(self.tmp_dir, "conf")
         self.log_path = os.path.join(self.tmp_dir, "minicluster.log")
@@ -57,7 +58,8 @@ class YarnCluster:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [java, "-Xmx1g", "-cp", classpath(), "tfos.test.MiniCluster",
-             os.path.join(self.tmp_dir, "base"), self.conf_dir] + (["--plain"] if self.plain else []),
+             os.path.join(self.tmp_dir, "base"), self.conf_dir] + (["--plain"] if self.plain else [])
+            + (["--secure"] if self.secure else []),
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = t0 + timeout

@@ -44,8 +44,9 @@ public final class MiniCluster {
 
     public static void main(String[] args) throws Exception {
         boolean plain = args.length == 3 && args[2].equals("--plain");
-        if (args.length != 2 && !plain) {
-            System.err.println("usage: MiniCluster BASE_DIR CONF_DIR [--plain]");
+        boolean secure = args.length == 3 && args[2].equals("--secure");
+        if (args.length != 2 && !plain && !secure) {
+            System.err.println("usage: MiniCluster BASE_DIR CONF_DIR [--plain|--secure]");
             System.exit(2);
         }
         File base = new File(args[0]).getAbsoluteFile();
@@ -54,6 +55,9 @@ public final class MiniCluster {
         System.setProperty("hadoop.log.dir", new File(base, "logs").getPath());
 
         Configuration hdfsConf = new Configuration();
+        if (secure) {
+            Kerberos.setUp(base, confDir, hdfsConf);
+        }
         hdfsConf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(base, "dfs").getPath());
         hdfsConf.setInt("dfs.replication", 1);
         hdfsConf.setBoolean("dfs.permissions.enabled", false);
@@ -61,7 +65,7 @@ public final class MiniCluster {
         dfs.waitActive();
         String defaultFs = dfs.getFileSystem().getUri().toString();
 
-        YarnConfiguration conf = new YarnConfiguration();
+        YarnConfiguration conf = new YarnConfiguration(hdfsConf);
         conf.set("fs.defaultFS", defaultFs);
         // the CapacityScheduler with the DominantResourceCalculator: the FIFO scheduler allocates by
         // memory alone and gives no GPUs; one queue with the whole cluster, AMs may take all of it

@@ -1,0 +1,63 @@
+package tfos.test;
+
+import java.io.File;
+import java.nio.file.Files;
+import java.util.Properties;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.minikdc.MiniKdc;
+import org.apache.hadoop.security.UserGroupInformation;
+
+/**
+ * --secure mode: a MiniKdc in this JVM, service principals for HDFS and YARN
+ * with their keytab, and the settings a Kerberized cluster has (authentication,
+ * authorization, block tokens, SASL on data transfer). Writes CONF_DIR/krb5.conf
+ * and CONF_DIR/user.keytab for the test principal "tfos@REALM".
+ */
+final class Kerberos {
+    private Kerberos() {
+    }
+
+    static void setUp(File base, File confDir, Configuration conf) throws Exception {
+        Properties kdcConf = MiniKdc.createConf();
+        File kdcDir = new File(base, "kdc");
+        Files.createDirectories(kdcDir.toPath());
+        MiniKdc kdc = new MiniKdc(kdcConf, kdcDir);
+        kdc.start();
+        Runtime.getRuntime().addShutdownHook(new Thread(kdc::stop));
+        String realm = kdc.getRealm();
+        File keytab = new File(kdcDir, "service.keytab");
+        kdc.createPrincipal(keytab, "hdfs/localhost", "yarn/localhost", "HTTP/localhost");
+        Files.createDirectories(confDir.toPath());
+        kdc.createPrincipal(new File(confDir, "user.keytab"), "tfos");
+        Files.copy(kdc.getKrb5conf().toPath(), new File(confDir, "krb5.conf").toPath(),
+                java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+        String svc = keytab.getAbsolutePath();
+        conf.set("hadoop.security.authentication", "kerberos");
+        conf.setBoolean("hadoop.security.authorization", true);
+        conf.set("dfs.namenode.kerberos.principal", "hdfs/localhost@" + realm);
+        conf.set("dfs.namenode.keytab.file", svc);
+        conf.set("dfs.datanode.kerberos.principal", "hdfs/localhost@" + realm);
+        conf.set("dfs.datanode.keytab.file", svc);
+        conf.set("dfs.web.authentication.kerberos.principal", "HTTP/localhost@" + realm);
+        conf.set("dfs.web.authentication.kerberos.keytab", svc);
+        conf.setBoolean("dfs.block.access.token.enable", true);
+        conf.set("dfs.data.transfer.protection", "authentication");
+        conf.set("dfs.http.policy", "HTTP_ONLY");
+        conf.setBoolean("ignore.secure.ports.for.testing", true);
+        // short token lifetimes: renewal has to work for a test to pass
+        conf.setLong("dfs.namenode.delegation.token.renew-interval",
+                Long.getLong("tfos.token.renew.ms", 60000L));
+        conf.setLong("dfs.namenode.delegation.token.max-lifetime",
+                Long.getLong("tfos.token.max.ms", 120000L));
+        conf.set("yarn.resourcemanager.principal", "yarn/localhost@" + realm);
+        conf.set("yarn.resourcemanager.keytab", svc);
+        conf.set("yarn.nodemanager.principal", "yarn/localhost@" + realm);
+        conf.set("yarn.nodemanager.keytab", svc);
+        conf.set("hadoop.proxyuser.yarn.hosts", "*");
+        conf.set("hadoop.proxyuser.yarn.groups", "*");
+        UserGroupInformation.setConfiguration(conf);
+        UserGroupInformation.loginUserFromKeytab("hdfs/localhost@" + realm, svc);
+        System.out.println("KDC " + realm + " " + kdc.getHost() + ":" + kdc.getPort());
+    }
+}
