@@ -11,7 +11,7 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -184,7 +184,25 @@ test-slurm: install
 check: install test-c
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs -m "not heavy" tests/python --ignore=tests/python/test_pip_install.py
 
-test: install test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm
+# make test runs in two lanes after the C tests: lane B, the suites of the
+# daemon clusters (YARN + HDFS, Slurm) and the wheel's install check, runs
+# beside lane A, the Python and Spark suites. Lane B's time is mostly waiting
+# on daemons, containers and job steps, so on 2 cores the two lanes together
+# take about lane A's time (docs/TESTING.md). Lane B's output is kept in
+# $(BUILD)/test-lane-b.log and printed when both lanes are done; make test
+# fails when either lane failed. Each lane is also a target of its own.
+LANE_A := test-py test-py-asan test-spark test-spark-compat
+LANE_B := test-dist test-yarn test-slurm
+test-lane-a: $(LANE_A)
+test-lane-b: $(LANE_B)
+test: install test-c test-asan test-tsan
+	@rm -f $(BUILD)/test-lane-b.rc; \
+	 ( $(MAKE) --no-print-directory test-lane-b >$(BUILD)/test-lane-b.log 2>&1; echo $$? >$(BUILD)/test-lane-b.rc ) & \
+	 $(MAKE) --no-print-directory test-lane-a; a=$$?; \
+	 wait; b=$$(cat $(BUILD)/test-lane-b.rc 2>/dev/null || echo 1); \
+	 echo "==== lane B ($(LANE_B)), exit $$b: $(BUILD)/test-lane-b.log"; cat $(BUILD)/test-lane-b.log; \
+	 echo "==== make test: lane A ($(LANE_A)) exit $$a, lane B exit $$b"; \
+	 [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 demo: build $(VENV)/.demo-installed
 	TF_CPP_MIN_LOG_LEVEL=2 $(BUILD)/tfos run --workers 2 --log-dir $(BUILD)/demo-logs -- \
