@@ -312,6 +312,15 @@ static int slurm_check(tfos__run_cli *r, run_only *ro, char *bind, size_t len)
         return tfos__usage_error("--backend slurm: $SLURM_NTASKS is '%s': ask sbatch for tasks "
                                  "(--ntasks, or --nodes with --ntasks-per-node), one per node of the cluster",
                                  nt ? nt : "");
+    /* --input's feeder hands each node its rings through this host's shared
+     * memory (feed/feedrun.h): the nodes must run here */
+    const char *nn = getenv("SLURM_JOB_NUM_NODES");
+    int nnodes = 1;
+    if (r->ninputs && nn && !tfos__parse_int(nn, 1, 1 << 20, &nnodes) && nnodes > 1)
+        return tfos__usage_error("--backend slurm: --input feeds the nodes through shared memory on this host, "
+                                 "and the allocation spans %s hosts: ask for one (sbatch --nodes 1), or read "
+                                 "the files from a shared file system in the program (docs/SLURM.md)",
+                                 nn);
     tfos_layout *lay = &r->cluster.layout;
     if (!r->cluster.have_workers && !lay->chief && !lay->num_ps && !lay->evaluator)
         lay->num_workers = ntasks, r->cluster.have_workers = 1; /* one agent per task, as srun's would be */

@@ -406,6 +406,10 @@ static int submit(int argc, char **argv)
         rc = 2;
     if (!rc && (!r.argv || !r.argv[0]))
         rc = tfos__usage_error("%s", "slurm needs a program (tfos slurm [options] [--] PROGRAM [ARGS...])");
+    if (!rc && r.ninputs && s.nodes && strcmp(s.nodes, "1"))
+        rc = tfos__usage_error("--input feeds the nodes through shared memory on the batch host, and --nodes %s "
+                               "spans hosts: use --nodes 1, or read the files from a shared file system in "
+                               "the program (docs/SLURM.md)", s.nodes);
     if (rc) {
         free(rest);
         return rc;

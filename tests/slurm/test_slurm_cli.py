@@ -52,6 +52,21 @@ for step in range(1, 100000):
         sys.exit(0)
 '''
 
+# counts the rows tfos run --input feeds it (docs/FEED.md)
+COUNT = r'''
+from tfos import TFNode
+ctx = TFNode.get_context()
+df = TFNode.DataFeed(ctx.mgr)
+n = total = 0
+while not df.should_stop():
+    rows = df.next_batch(100)
+    if not rows:
+        break
+    n += len(rows)
+    total += sum(int(r[0]) for r in rows)
+print("rows %d sum %d" % (n, total), flush=True)
+'''
+
 
 def tfos_slurm(cluster, cwd, *args, **kw):
     return cluster.run([CLI, "slurm"] + list(args), cwd=str(cwd), timeout=kw.pop("timeout", 120), **kw)
@@ -171,3 +186,21 @@ def test_nothing_outlives_a_launcher_killed_with_sigkill(slurm_cluster, tmp_path
              "job %s and its processes gone" % job)
     s = tfos_slurm(slurm_cluster, tmp_path, "status", job)
     assert "exit code 137" in s.stdout, s.stdout  # the batch shell's SIGKILL, as Slurm records it
+
+
+def test_input_feeds_a_one_host_allocation_and_is_refused_across_hosts(slurm_cluster, tmp_path):
+    """--input's rings are shared memory on the batch host: a one-node
+    allocation's tasks are fed every row once; an allocation of several
+    hosts is refused before anything is submitted (docs/SLURM.md)."""
+    (tmp_path / "count.py").write_text(COUNT)
+    data = tmp_path / "n.csv"
+    data.write_text("".join("%d\n" % i for i in range(3000)))
+    r = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "1", "--ntasks-per-node", "2", "--job-name", "feed",
+                   "--input", str(data), "--partition-rows", "500", "--", sys.executable, "count.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {w: (int(n), int(t)) for w, n, t in re.findall(r"\[(worker:\d)\] rows (\d+) sum (\d+)", r.stdout)}
+    assert set(got) == {"worker:0", "worker:1"}, r.stdout
+    assert all(n > 0 for n, _ in got.values()), got
+    assert sum(n for n, _ in got.values()) == 3000 and sum(t for _, t in got.values()) == sum(range(3000)), got
+    u = tfos_slurm(slurm_cluster, tmp_path, "--nodes", "2", "--input", str(data), "--", sys.executable, "count.py")
+    assert u.returncode == 2 and "--nodes 2 spans hosts" in u.stderr and "submitted" not in u.stderr, u.stderr
