@@ -34,19 +34,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.heavy)
 
 
-# The tests' MLflow tracking server (tests/support/mlflowserver.py), started
-# on first use and shared by the session.
+# The tests' MLflow tracking server (tests/support/mlflowserver.py): its
+# session fixture, started on first use.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-
-
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    from mlflowserver import MlflowServer
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+from mlflowserver import mlflow_server  # noqa: E402,F401  (a fixture)
 
 
 def tfos_cli():

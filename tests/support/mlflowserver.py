@@ -10,6 +10,10 @@ included).
 
     server = MlflowServer(tmp_dir); server.start(); ... server.url ...; server.stop()
 
+or, in a test, the session fixture `mlflow_server` below (the suites'
+conftest.py files import it: one server per pytest session, started on
+first use).
+
 Starting takes about 10 s here (the SQLite schema is made on first start);
 the server and its uvicorn worker hold about 600 MB.
 """
@@ -23,6 +27,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -113,3 +119,12 @@ class MlflowServer:
             pass
         self.proc.wait()
         self.proc = None
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
