@@ -1296,6 +1296,31 @@ static long long drain_step(const tfos_coord *c, int64_t now)
     return best;
 }
 
+/* A DRAIN frame to every chief, worker and evaluator still running: the
+ * probe (answer with a fresh report) or the drain step with what is left
+ * of the grace. How many were sent. */
+static int send_drain(tfos_coord *c, int probe, int64_t now)
+{
+    int sent = 0;
+    for (int i = 0; i < c->n; i++) {
+        cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
+            continue;
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
+        if (probe) {
+            tfos__msg_add(&m, "probe", "1");
+        } else {
+            tfos__msg_add(&m, "step", "%lld", c->drain_step);
+            tfos__msg_add(&m, "grace_ms", "%lld", (long long)(c->drain_deadline - now));
+            tfos__msg_add(&m, "reason", "%s", c->drain_reason);
+        }
+        send_msg(c, nd->peer, &m);
+        sent++;
+    }
+    return sent;
+}
+
 /* The fresh reports asked for by tfos_coord_drain are in (every tracked
  * running node's progress came after the probe) or their time is up: send
  * the drain step. */
@@ -1325,19 +1350,7 @@ static void check_probe(tfos_coord *c, int timed_out)
         return;
     }
     c->drain_sent = 1;
-    int told = 0;
-    for (int i = 0; i < c->n; i++) {
-        cnode *nd = &c->nodes[i];
-        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
-            continue;
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
-        tfos__msg_add(&m, "step", "%lld", c->drain_step);
-        tfos__msg_add(&m, "grace_ms", "%lld", (long long)(c->drain_deadline - now));
-        tfos__msg_add(&m, "reason", "%s", c->drain_reason);
-        send_msg(c, nd->peer, &m);
-        told++;
-    }
+    int told = send_drain(c, 0, now);
     if (c->drain_step >= 0)
         TFOS_WARN("coordinator: draining (%s): %d node(s) checkpoint at step %lld and end, within %g s",
                   c->drain_reason, told, c->drain_step, c->drain_grace);
@@ -1363,15 +1376,7 @@ int tfos_coord_drain(tfos_coord *c, const char *reason, double grace, int force)
     c->probe_deadline = now + TFOS_DRAIN_PROBE_MS;
     c->drain_deadline = now + (int64_t)(grace * 1000);
     snprintf(c->drain_reason, sizeof c->drain_reason, "%s", reason && *reason ? reason : "asked");
-    for (int i = 0; i < c->n; i++) {
-        cnode *nd = &c->nodes[i];
-        if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
-            continue;
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
-        tfos__msg_add(&m, "probe", "1");
-        send_msg(c, nd->peer, &m);
-    }
+    send_drain(c, 1, now);
     check_probe(c, 0); /* nobody to wait for (no feed rings: no reports) */
     bury(c);
     schedule(c);
