@@ -11,6 +11,13 @@ CMAKE     := cmake
 SOURCES   := $(shell find src include -name '*.[ch]') CMakeLists.txt
 PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 
+# The tests' MLflow tracking server (issue 39; tests/support/mlflowserver.py):
+# `mlflow` at requirements.txt's mlflow-skinny version, in a venv of its own
+# (the server's package caps pyarrow below requirements.txt's pin; the
+# server is a separate process, as it is for users).
+MLFLOW_VERSION := $(shell sed -n 's/^mlflow-skinny==//p' requirements.txt)
+VENV_MLFLOW := .venv-mlflow
+
 .PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
@@ -131,12 +138,8 @@ test-spark-compat: $(VENV35)/.deps
 	$(VENV35)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(PYSPARK_COMPAT)', pyspark.__version__"
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV35)/bin/python -m pytest -q -rs tests/spark/test_tfcluster.py -k "$(SPARK_SMOKE)"
 
-# The tests' MLflow tracking server (issue 39; tests/support/mlflowserver.py):
-# `mlflow` at requirements.txt's mlflow-skinny version, in a venv of its own
-# (the server's package caps pyarrow below requirements.txt's pin; the
-# server is a separate process, as it is for users).
-MLFLOW_VERSION := $(shell sed -n 's/^mlflow-skinny==//p' requirements.txt)
-VENV_MLFLOW := .venv-mlflow
+# The tests' MLflow server's venv (the variables are at the top: test-py
+# and test-spark name it as a prerequisite).
 $(VENV_MLFLOW)/.deps: requirements.txt
 	rm -rf $(VENV_MLFLOW) && $(PY) -m venv $(VENV_MLFLOW)
 	$(VENV_MLFLOW)/bin/python -m pip install -q --upgrade pip
