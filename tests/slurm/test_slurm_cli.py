@@ -152,7 +152,14 @@ def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigte
         # the batch shell, tfos run, got SIGTERM and took the path it takes
         # on a terminal: every node asked to stop with its grace
         assert code == 143, (name, text)
-        assert "interrupted by signal 15" in out, (name, text)
+        if name == "scancel":
+            # a plain scancel signals the steps at the moment it signals the
+            # batch shell: whichever tfos run hears first names the stop (a
+            # node "failed: signal 15", or the interruption; docs/SLURM.md);
+            # both are exit 143 with no restart, asserted here and below
+            assert "interrupted by signal 15" in out or "failed: signal 15" in out, (name, text)
+        else:
+            assert "interrupted by signal 15" in out, (name, text)
         workers = ["worker:0", "worker:1"] if name == "scancel" else ["worker:0"]
         for w in workers:
             # the program saw SIGTERM once and saved: not killed, not signalled twice
