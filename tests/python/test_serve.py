@@ -728,7 +728,8 @@ def test_the_local_socket_under_abuse(tmp_path, marker):
         assert c.recv(256)[:4] == b"TFOS"
         sent, chunk = 0, bytes(1 << 20)
         try:
-            c.sendall(b"TFOS" + bytes([2, 17, 0, 0]) + (1 << 30).to_bytes(4, "big"))  # SERVE_JOIN, protocol 2
+            from tfos import _tfos  # SERVE_JOIN (17) in this build's protocol
+            c.sendall(b"TFOS" + bytes([_tfos.PROTOCOL_VERSION, 17, 0, 0]) + (1 << 30).to_bytes(4, "big"))
             while sent < 512 << 20:
                 sent += c.send(chunk)
         except OSError:
