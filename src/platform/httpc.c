@@ -33,10 +33,30 @@ static struct {
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
+/* RTLD_DEEPBIND: libcurl's calls to its own functions and to its TLS
+ * library must reach the libraries it was linked with. Without it they
+ * bind to the first global definition, and TensorFlow's
+ * libtensorflow_framework.so (loaded RTLD_GLOBAL by `import tensorflow`)
+ * exports a curl of its own: curl_easy_perform then jumped into TF's
+ * curl_multi_add_handle and crashed the process (a Spark driver that had
+ * imported TensorFlow, then logged to MLflow). The sanitizers' runtimes
+ * refuse RTLD_DEEPBIND; their builds go without it and must not import
+ * TensorFlow in the same process. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CURL_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CURL_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#endif
+#endif
+#ifndef CURL_DLOPEN_FLAGS
+#define CURL_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+#endif
+
 static void load(void)
 {
     const char *names[] = {"libcurl.so.4", "libcurl-gnutls.so.4", "libcurl.so", NULL};
-    for (int i = 0; names[i] && !C.lib; i++) C.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    for (int i = 0; names[i] && !C.lib; i++) C.lib = dlopen(names[i], CURL_DLOPEN_FLAGS);
     if (!C.lib) {
         snprintf(C.why, sizeof C.why,
                  "libcurl is not installed (libcurl.so.4 not found): install it (Debian: apt-get install libcurl4)");

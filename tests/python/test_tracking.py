@@ -165,3 +165,25 @@ def test_models_md_tracking_snippets_as_written(tmp_path, marker, mlflow_server)
     assert history and (3, pytest.approx(1 + 1 / 3)) in history, r.stdout
     assert all(v == pytest.approx(1 + 1.0 / s) for s, v in history), r.stdout
     assert MlflowClient(mlflow_server.url).get_run(run_id).data.params["learning_rate"] == "0.01"
+
+
+def test_a_driver_that_imported_tensorflow_logs_to_mlflow(tmp_path, mlflow_server):
+    """`import tensorflow` loads TF's own curl into the global symbol
+    scope; libtfos's libcurl must still call its own functions (it crashed
+    the Spark driver: curl_easy_perform reached TF's curl_multi_add_handle).
+    In a child process, so a crash fails this test and not the session."""
+    pytest.importorskip("tensorflow")
+    experiment = "tf-driver-%s" % uuid.uuid4().hex[:8]
+    code = ("import tensorflow\n"
+            "from tfos import _tfos\n"
+            "t = _tfos.Tracker(%r, %r, 'driver')\n"
+            "t.param('framework', 'tensorflow')\n"
+            "t.end('FINISHED')\n"
+            "t.close()\n"
+            "print('logged')\n" % (mlflow_server.url, experiment))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "logged" in done.stdout, (done.returncode, done.stderr[-3000:])
+    run = only_run(MlflowClient(mlflow_server.url), experiment)
+    assert run.data.params == {"framework": "tensorflow"}
+    assert run.info.status == "FINISHED"
