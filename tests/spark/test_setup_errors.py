@@ -50,7 +50,7 @@ def test_local_cluster_masters_get_advice_that_fits_them(spark_cluster):
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                SPARK_HOME=spark_cluster.spark_home, JAVA_HOME=spark_cluster.java_home)
     out = subprocess.run([sys.executable, os.path.join(HERE, "progs", "driver_masters.py"), "2",
-                          "local-cluster[1,1,512]", "local-cluster[3,1,512]"],
+                          "local-cluster[1,1,512]", "local-cluster[3,1,512]@120"],
                          capture_output=True, text=True, env=env, timeout=300)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("MASTER", "ERROR", "FORMED"))]
     assert len(lines) == 4, (out.stdout[-3000:], out.stderr[-3000:])

@@ -128,15 +128,20 @@ def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise TFClusterError("TFCluster.run needs a fixed set of executors, one per node: set "
                              "spark.dynamicAllocation.enabled=false")
+    shape = local_cluster_shape(sc.master)
+    # local-cluster[N,..] says how many executors come: in SPARK mode wait
+    # for all N, so that too many are seen (and refused) however slowly
+    # their JVMs start, not only the first n_tasks
+    target = max(n_tasks, shape[0]) if shape and spark_mode else n_tasks
+
     def enough():
         count = _executor_count(sc)
-        return count if count >= n_tasks else None
+        return count if count >= target else None
 
     try:
-        count = wait_until(enough, wait_s, "%d Spark executors to register" % n_tasks, JOB)
+        count = wait_until(enough, wait_s, "%d Spark executors to register" % target, JOB)
     except WaitTimeout:
         count = _executor_count(sc)
-    shape = local_cluster_shape(sc.master)
     if shape:  # N executor JVMs of C cores on this machine: the master URL is what to change
         ask = "use the master local-cluster[%d,1,%d] (one executor per node, one core each)"
     else:
