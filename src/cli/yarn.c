@@ -54,6 +54,8 @@ static const char *const role_names[YARN_ROLES] = {"worker", "ps", "chief", "eva
 const char tfos__yarn_help[] =
     "usage: tfos yarn [options] [--] PROGRAM [ARGS...]\n"
     "       tfos yarn status|kill APPLICATION_ID\n"
+    "       tfos yarn kill --graceful APPLICATION_ID   (drain: every node checkpoints at one step,\n"
+    "                                                   exit 75; killed if not ended within 120 s)\n"
     "       tfos yarn logs APPLICATION_ID [--follow]   (the nodes' output: live while it runs, else\n"
     "                                                   YARN's aggregated logs)\n"
     "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
@@ -64,7 +66,8 @@ const char tfos__yarn_help[] =
     "relative to the container's working directory, where --archive and --file are unpacked.\n"
     "Follows the application to its end and exits as tfos run does: 0; 1 a node failed; 124 a\n"
     "reservation or accept timeout; 128+N stopped by signal N (Ctrl-C kills the application: 130);\n"
-    "143 the application was killed (tfos yarn kill, or by YARN), as tfos run stopped by SIGTERM.\n"
+    "143 the application was killed (tfos yarn kill, or by YARN), as tfos run stopped by SIGTERM;\n"
+    "75 drained (tfos yarn kill --graceful): submit the same command again to continue.\n"
     "Needs java, and Hadoop's client jars and configuration: --hadoop-classpath, else\n"
     "$TFOS_HADOOP_CLASSPATH, else `hadoop classpath`; $HADOOP_CONF_DIR (or $YARN_CONF_DIR) with the\n"
     "cluster's yarn-site.xml (docs/YARN.md).\n"
@@ -730,7 +733,25 @@ int tfos__cmd_yarn(int argc, char **argv)
                                            "(tfos yarn logs APPLICATION_ID [--follow])");
         return client_command("logs", argv[1], follow ? "--follow" : NULL);
     }
-    if (argc == 2 && (!strcmp(argv[0], "status") || !strcmp(argv[0], "kill")))
+    if (argc == 2 && argv[1][0] != '-' && (!strcmp(argv[0], "status") || !strcmp(argv[0], "kill")))
         return client_command(argv[0], argv[1], NULL);
+    if (argc >= 1 && !strcmp(argv[0], "kill")) {
+        /* kill --graceful APP, or kill APP --graceful */
+        const char *app = NULL;
+        int graceful = 0;
+        for (int i = 1; i < argc; i++) {
+            if (!strcmp(argv[i], "--graceful"))
+                graceful = 1;
+            else if (argv[i][0] != '-' && !app)
+                app = argv[i];
+            else
+                return tfos__usage_error("yarn kill: unexpected '%s' (tfos yarn kill [--graceful] APPLICATION_ID)",
+                                         argv[i]);
+        }
+        if (!app)
+            return tfos__usage_error("%s", "yarn kill takes an application id (tfos yarn kill [--graceful] "
+                                           "APPLICATION_ID)");
+        return client_command("kill", app, graceful ? "--graceful" : NULL);
+    }
     return yarn_submit(argc, argv);
 }

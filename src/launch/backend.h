@@ -46,7 +46,7 @@ typedef struct tfos__backend_ops {
      * for the status page's /logs/stream. */
     int forward_logs;
     /* Make the state for n nodes on loop (borrowed; it outlives the state).
-     * cfg: the backend's own options (NULL for local; tfos__yarn_cfg),
+     * cfg: the backend's own options (tfos__local_cfg or NULL; tfos__yarn_cfg),
      * borrowed for the state's life. ended: see above. Does not block. 0,
      * TFOS_ENOMEM, TFOS_EINVAL (cfg missing what the backend needs). */
     int (*open)(void **out, tfos__loop *loop, const void *cfg, int n, tfos__node_ended_fn ended, void *user);
@@ -73,6 +73,15 @@ typedef struct tfos__backend_ops {
  * (if the launcher dies, even by SIGKILL, every agent stops its program and
  * exits), watched with a pidfd (kernels without: a 100 ms reap timer). */
 extern const tfos__backend_ops tfos__backend_local;
+
+/* tfos__backend_local's cfg (NULL: all 0). new_pgroup: each node's process
+ * leads a process group of its own, so a signal to the launcher's group
+ * (YARN's GRACEFUL_SHUTDOWN to the ApplicationMaster's container) reaches
+ * the launcher alone, which then drains its nodes; the parent-death signal
+ * still ends them with the launcher. */
+typedef struct tfos__local_cfg {
+    int new_pgroup;
+} tfos__local_cfg;
 
 /* The YARN ApplicationMaster's container: each node's agent is started by a
  * local stand-in, `EXE yarn-container --am-socket S --resources R --role

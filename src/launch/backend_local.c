@@ -33,6 +33,7 @@ typedef struct local {
     tfos__node_ended_fn ended;
     void *user;
     tfos__timer reap_timer;
+    int new_pgroup; /* tfos__local_cfg */
 } local;
 
 static void unwatch(local *b, lnode *x)
@@ -73,12 +74,13 @@ static void on_reap_timer(tfos__loop *loop, tfos__timer *t, void *user)
 
 static int local_open(void **out, tfos__loop *loop, const void *cfg, int n, tfos__node_ended_fn ended, void *user)
 {
-    (void)cfg;
     local *b = calloc(1, sizeof *b);
     if (!b || !(b->nodes = calloc((size_t)(n > 0 ? n : 1), sizeof *b->nodes))) {
         free(b);
         return TFOS_ENOMEM;
     }
+    if (cfg)
+        b->new_pgroup = ((const tfos__local_cfg *)cfg)->new_pgroup;
     b->loop = loop;
     b->n = n;
     b->ended = ended;
@@ -96,7 +98,7 @@ static int local_start(void *state, const tfos__node_launch *spec)
         return TFOS_EINVAL;
     lnode *x = &b->nodes[spec->id];
     tfos__spawn_opts so = {.argv = spec->argv, .envp = spec->envp, .stdin_fd = -1, .stdout_fd = -1,
-                           .stderr_fd = -1, .new_pgroup = 0, .pdeathsig = SIGTERM};
+                           .stderr_fd = -1, .new_pgroup = b->new_pgroup, .pdeathsig = SIGTERM};
     int rc = tfos__spawn(&so, &x->pid);
     if (rc)
         return rc;

@@ -36,7 +36,11 @@ static int yarn_open(void **out, tfos__loop *loop, const void *cfg, int n, tfos_
     yarn *y = calloc(1, sizeof *y);
     if (!y)
         return TFOS_ENOMEM;
-    int rc = tfos__backend_local.open(&y->local, loop, NULL, n, ended, user);
+    /* the stand-ins out of the container's process group: YARN's
+     * GRACEFUL_SHUTDOWN (tfos yarn kill --graceful) signals that group, and
+     * the launcher alone must take it (it drains the nodes) */
+    static const tfos__local_cfg own_groups = {.new_pgroup = 1};
+    int rc = tfos__backend_local.open(&y->local, loop, &own_groups, n, ended, user);
     if (rc) {
         free(y);
         return rc;

@@ -177,12 +177,58 @@ def test_killed_client_kills_the_application(yarn_cluster, tmp_path):
     # and no_leftovers checks that no agent or program survived
 
 
+def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
+    """tfos yarn kill --graceful (issue 41): YARN's GRACEFUL_SHUTDOWN
+    signal to the ApplicationMaster's container reaches the launcher as a
+    notice; both nodes checkpoint at the one drain step and the application
+    ends with exit code 75 (KILLED, not FAILED), with no restart."""
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "2"] + SMALL +
+                             ["--file", os.path.join(HERE, "progs", "drain.py"), "--", sys.executable, "drain.py"],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        app = None
+        while time.monotonic() < deadline:
+            text = out_path.read_text()
+            m = APP_RE.search(text)
+            app = app or (m and m.group(1))
+            if app and "[worker:0] training" in text and "[worker:1] training" in text:
+                break
+            assert p.poll() is None, text
+            time.sleep(0.5)
+        text = out_path.read_text()
+        assert app and "[worker:0] training" in text and "[worker:1] training" in text, text
+        k = tfos_yarn(yarn_cluster, ["kill", "--graceful", app])
+        assert k.returncode == 0, k.stderr
+        code = p.wait(timeout=120)
+        assert "asked %s to drain" % app in k.stderr and "drained and ended" in k.stderr, \
+            k.stderr + out_path.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    text = out_path.read_text()
+    assert code == 75, text
+    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", text)
+    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"], text
+    assert len({s for _, s in steps}) == 1, steps  # one step for both
+    assert "starting again" not in text and "sending SIGKILL" not in text, text
+    assert "%s drained (exit code 75)" % app in text, text
+    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
+                           timeout=60).stdout
+    assert re.search(r"state\s+FINISHED \(KILLED\)", state), state  # YARN: ended on request
+
+
 @pytest.mark.parametrize("args, message", [
     (["--workers", "2", "--input", "x.csv", "--", "prog"], "--input feeds files on this machine"),
     (["--workers", "2", "--status-port", "8080", "--", "prog"], "--status-port and --status-host"),
     (["--workers", "2", "--worker-memory", "lots", "--", "prog"], "--worker-memory takes a size"),
     (["--", "prog"], "yarn needs --workers"),
     (["pack", "-x"], "yarn pack: unknown option -x"),
+    (["kill", "--graceful"], "yarn kill takes an application id"),
+    (["kill", "--now", "application_1_1"], "yarn kill: unexpected '--now'"),
     (["pack", "a", "b"], "'b' is one too many"),
     (["pack", "/"], "/ is not a virtual environment: cannot read //pyvenv.cfg"),
     (["serve", "--worker-memory", "1g"], "serve needs --model NAME=DIR"),

@@ -73,6 +73,8 @@ import org.apache.hadoop.yarn.util.Apps;
  */
 public final class ApplicationMaster {
     static final String EXIT_MARK = "tfos exit code ";
+    /** The launcher's exit code for a drained cluster (tfos run's: TFOS_EXIT_DRAINED). */
+    static final int DRAINED_EXIT = 75;
     /** Between the ApplicationMaster's own notes and the launcher's last lines in the diagnostics. */
     static final String TAIL_MARK = "\n-- the launcher's last lines:\n";
     /** The queue the client submitted to, for the notes. */
@@ -194,6 +196,18 @@ public final class ApplicationMaster {
         }
         launcher = pb.start();
         Runtime.getRuntime().addShutdownHook(new Thread(this::stopLauncher));
+        // SIGTERM without a kill behind it (YARN's GRACEFUL_SHUTDOWN, tfos yarn kill --graceful) goes to
+        // the container's process group: the launcher has it too and drains the cluster. The JVM's own
+        // handler would run the shutdown hook (a second SIGTERM, which stops the launcher at once, and a
+        // SIGKILL 20 s later); this one keeps the JVM up to unregister with the launcher's exit code.
+        // A kill is SIGTERM then SIGKILL to the group, as before.
+        try {
+            sun.misc.Signal.handle(new sun.misc.Signal("TERM"), sig -> System.err.println(
+                    "tfos-am: SIGTERM: the launcher drains the cluster (every node checkpoints at one step)"));
+        } catch (IllegalArgumentException e) {
+            System.err.println("tfos-am: cannot handle SIGTERM (" + e.getMessage() + "): a graceful kill stops "
+                    + "the cluster without draining it");
+        }
         Thread stderr = new Thread(this::relayStderr, "tfos-launcher-stderr");
         stderr.setDaemon(true);
         stderr.start();
@@ -254,7 +268,9 @@ public final class ApplicationMaster {
                 diag.append(line).append("\n");
             }
         }
-        FinalApplicationStatus fin = code == 0 ? FinalApplicationStatus.SUCCEEDED : FinalApplicationStatus.FAILED;
+        // drained (a graceful kill, a preemption notice): stopped on request, not failed
+        FinalApplicationStatus fin = code == 0 ? FinalApplicationStatus.SUCCEEDED
+                : code == DRAINED_EXIT ? FinalApplicationStatus.KILLED : FinalApplicationStatus.FAILED;
         amrm.unregisterApplicationMaster(fin, diag.toString(), trackingUrl);
         amrm.stop();
         nm.stop();

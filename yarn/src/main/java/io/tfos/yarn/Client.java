@@ -32,12 +32,14 @@ import org.apache.hadoop.yarn.api.ApplicationConstants;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.ApplicationReport;
 import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
+import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.LocalResource;
 import org.apache.hadoop.yarn.api.records.LocalResourceType;
 import org.apache.hadoop.yarn.api.records.LogAggregationStatus;
 import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.SignalContainerCommand;
 import org.apache.hadoop.yarn.api.records.YarnApplicationState;
 import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.YarnClientApplication;
@@ -96,9 +98,13 @@ public final class Client {
                     code = logs(yarn, conf, args);
                     break;
                 case "kill":
-                    yarn.killApplication(appId(args));
-                    System.err.println("tfos: killed " + args[1]);
-                    code = 0;
+                    if (args.length > 2 && "--graceful".equals(args[2])) {
+                        code = killGracefully(yarn, appId(args));
+                    } else {
+                        yarn.killApplication(appId(args));
+                        System.err.println("tfos: killed " + args[1]);
+                        code = 0;
+                    }
                     break;
                 default:
                     usage("submit, status, logs or kill, not '" + args[0] + "'");
@@ -108,6 +114,59 @@ public final class Client {
             yarn.stop();
         }
         System.exit(code);
+    }
+
+    /**
+     * How long `kill --graceful` waits for a drained application to end before it kills it: the
+     * launcher's drain grace (25 s by default, --drain-grace), the nodes' stop grace and the
+     * ApplicationMaster's unregistering, with room to spare.
+     */
+    static final long GRACEFUL_WAIT_S = 120;
+
+    /**
+     * `tfos yarn kill --graceful APP`: YARN's GRACEFUL_SHUTDOWN signal to the ApplicationMaster's
+     * container (SIGTERM to its process group, nothing killed), which the launcher in it takes as a
+     * notice: every node checkpoints at one step and the application ends with exit code 75. Waits for
+     * it to end, bounded, then kills it. An application whose ApplicationMaster has not started is
+     * killed at once (there is nothing to drain).
+     */
+    private static int killGracefully(YarnClient yarn, ApplicationId id)
+            throws IOException, YarnException, InterruptedException {
+        ApplicationReport r = yarn.getApplicationReport(id);
+        if (finished(r.getYarnApplicationState())) {
+            System.err.println("tfos: " + id + " has already ended (" + r.getYarnApplicationState() + ")");
+            return 0;
+        }
+        ContainerId am = null;
+        if (r.getCurrentApplicationAttemptId() != null) {
+            am = yarn.getApplicationAttemptReport(r.getCurrentApplicationAttemptId()).getAMContainerId();
+        }
+        if (am == null || r.getYarnApplicationState() != YarnApplicationState.RUNNING) {
+            yarn.killApplication(id);
+            System.err.println("tfos: killed " + id + " (" + r.getYarnApplicationState().name().toLowerCase()
+                    + ": its ApplicationMaster has not started, there is nothing to drain)");
+            return 0;
+        }
+        yarn.signalToContainer(am, SignalContainerCommand.GRACEFUL_SHUTDOWN);
+        System.err.println("tfos: asked " + id + " to drain (SIGTERM to its ApplicationMaster, container " + am
+                + "): every node checkpoints at one step, then it ends; waiting up to " + GRACEFUL_WAIT_S
+                + " s for that");
+        long deadline = System.nanoTime() + GRACEFUL_WAIT_S * 1_000_000_000L;
+        while (System.nanoTime() < deadline) {
+            r = yarn.getApplicationReport(id);
+            if (finished(r.getYarnApplicationState())) {
+                boolean drained = r.getDiagnostics() != null
+                        && r.getDiagnostics().contains(ApplicationMaster.EXIT_MARK + ApplicationMaster.DRAINED_EXIT);
+                System.err.println("tfos: " + id + (drained ? " drained and ended: submit the same command again "
+                        + "to continue from its checkpoint" : " ended (" + r.getFinalApplicationStatus() + ")"));
+                return 0;
+            }
+            Thread.sleep(1000);
+        }
+        yarn.killApplication(id);
+        System.err.println("tfos: " + id + " did not end within " + GRACEFUL_WAIT_S + " s of the drain request: "
+                + "killed it (its last checkpoint stands)");
+        return 1;
     }
 
     /** How long the client tries a service that does not answer, unless the configuration says. */
@@ -216,7 +275,8 @@ public final class Client {
     }
 
     private static ApplicationId appId(String[] args) {
-        if (args.length != 2) {
+        boolean graceful = args.length == 3 && args[0].equals("kill") && args[2].equals("--graceful");
+        if (args.length != 2 && !graceful) {
             usage("one application id");
         }
         try {
@@ -430,7 +490,9 @@ public final class Client {
         Apps.addToEnvironment(amEnv, ApplicationConstants.Environment.CLASSPATH.name(),
                 amClasspath(conf, confZip != null), ApplicationConstants.CLASS_PATH_SEPARATOR);
 
-        StringBuilder cmd = new StringBuilder(ApplicationConstants.Environment.JAVA_HOME.$$() + "/bin/java");
+        // exec: the JVM is the container's process, not a child of YARN's `bash -c`, which a graceful
+        // kill's SIGTERM would end (and the NodeManager would take the container for gone)
+        StringBuilder cmd = new StringBuilder("exec " + ApplicationConstants.Environment.JAVA_HOME.$$() + "/bin/java");
         cmd.append(" -Xmx").append(Math.max(128, amMemory * 3 / 5)).append('m');
         cmd.append(" ").append(ApplicationMaster.class.getName()).append(" --");
         for (String a : amArgs) {
@@ -708,7 +770,10 @@ public final class Client {
             }
             int code = Integer.parseInt(rest.substring(0, end));
             rest = rest.substring(end);
-            if (code != 0) {
+            if (code == ApplicationMaster.DRAINED_EXIT) {
+                System.err.println("tfos: " + id + " drained (exit code " + code + "): every node wrote its checkpoint "
+                        + "at one step; submit the same command again to continue");
+            } else if (code != 0) {
                 int tail = rest.indexOf(ApplicationMaster.TAIL_MARK);
                 String notes = tail < 0 ? rest : rest.substring(0, tail);
                 String launcher = tail < 0 ? "" : rest.substring(tail + ApplicationMaster.TAIL_MARK.length());
