@@ -213,10 +213,12 @@ def test_client_gone_leaves_nothing(session, how):
     assert wait_for(lambda: all(not os.path.exists("/proc/%d" % p) for p in agents), 5)
 
 
-def test_killed_node_restarts_and_resumes(session, tmp_path):
+def test_killed_node_restarts_and_resumes(session, tmp_path, mlflow_server):
     """kill -9 of a node's program mid-feed: the cluster is formed again
     (attempt 2, a new coordinator), the feed resumes where the surviving
-    checkpoint stands, and the model state has every row once per epoch."""
+    checkpoint stands, and the model state has every row once per epoch.
+    With mlflow= (issue 39) the job is one MLflow run: both attempts in it,
+    the kill in its restart history, each rank's reports, FINISHED."""
     connect_covers_it(session)
     import collections
     import json
@@ -229,8 +231,10 @@ def test_killed_node_restarts_and_resumes(session, tmp_path):
     out.mkdir()
     args = {"out": str(out), "every": 2, "die_after": 5, "slow": 0.01}
     # failure_grace: the survivor's SIGTERM waits until its checkpoint and feed position are both written
+    experiment = "session-" + os.path.basename(str(tmp_path))
     with Cluster(spark, checkpointing_reader, args, 2, max_restarts=2, checkpoint_dir=str(tmp_path / "ckpt"),
-                 reservation_timeout=60, failure_grace=10) as cluster:
+                 reservation_timeout=60, failure_grace=10, mlflow=mlflow_server.url,
+                 mlflow_experiment=experiment) as cluster:
         cluster.train(df, epochs=epochs, feed_timeout=300)
         attempt, refed = cluster.attempt, cluster.partitions_refed
     assert attempt == 2
@@ -241,6 +245,15 @@ def test_killed_node_restarts_and_resumes(session, tmp_path):
     missing = [i for i in range(n) if i not in counts]
     assert (out / "lost-worker-1.txt").exists()
     assert not missing and not wrong, (missing[:5], list(wrong.items())[:5], refed)
+    client = pytest.importorskip("mlflow.tracking").MlflowClient(mlflow_server.url)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 1  # both attempts in one run
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tfos.attempts"] == "2" and run.data.tags["tfos.attempt.1.cause"] == "signal"
+    assert "-> restarted" in run.data.tags["tfos.restart_history"]
+    assert "rank0/rows" in run.data.metrics and "rank1/rows" in run.data.metrics
+    assert run.data.metrics["tfos.feed.rows"] > 0
     assert wait_no_tfos_processes(30) == []
 
 
