@@ -179,7 +179,7 @@ test-dist: dist
 	TFOS_DIST=$(CURDIR)/$(DIST) $(VPY) -m pytest -q tests/python/test_pip_install.py
 
 # tfos yarn on a real YARN + HDFS minicluster (tests/yarn; docs/YARN.md).
-test-yarn: install yarn yarn-minicluster
+test-yarn: install yarn yarn-minicluster $(VENV_MLFLOW)/.deps
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=5 tests/yarn
 
 # tfos on a real Slurm cluster: munged, slurmctld and two slurmd on 127.0.0.1

@@ -16,11 +16,17 @@ TFOS_YARN_KEEP_TMP=1 keeps the cluster's directory (container logs).
 """
 
 import os
+import sys
 
 import pytest
 
 from yarncluster import YarnCluster, tfos_yarn_processes
 from tfoshelpers import check_no_leftovers
+
+# The tests' MLflow tracking server (tests/support/mlflowserver.py): its
+# session fixture, started on first use
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from mlflowserver import mlflow_server  # noqa: E402,F401  (a fixture)
 
 
 @pytest.fixture(scope="session")

@@ -221,6 +221,31 @@ def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
     assert re.search(r"state\s+FINISHED \(KILLED\)", state), state  # YARN: ended on request
 
 
+def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):
+    """tfos yarn --mlflow (issue 39): the launcher in the ApplicationMaster's
+    container makes one MLflow run for the application, with each rank's
+    reports, their mean, rank 0's own mlflow.log_param (MLFLOW_RUN_ID in the
+    containers' environment) and FINISHED."""
+    client_mod = pytest.importorskip("mlflow.tracking")
+    experiment = "yarn-" + str(int(time.time() * 1000))
+    r = tfos_yarn(yarn_cluster, ["--workers", "2"] + SMALL +
+                  ["--mlflow", mlflow_server.url, "--mlflow-experiment", experiment, "--mlflow-run-name", "on-yarn",
+                   "--file", os.path.join(HERE, "progs", "report.py"), "--", sys.executable, "report.py"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    client = client_mod.MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, out
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1, [x.info.run_id for x in runs]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == "on-yarn"
+    assert run.data.metrics["rank0/loss"] == pytest.approx(1.0 / 3)
+    assert run.data.metrics["rank1/loss"] == pytest.approx(1.0 + 1.0 / 3)
+    assert 0 < run.data.metrics["loss"] < 2.5  # the mean over the ranks
+    assert run.data.params.get("lr") == "0.01", run.data.params
+
+
 @pytest.mark.parametrize("args, message", [
     (["--workers", "2", "--input", "x.csv", "--", "prog"], "--input feeds files on this machine"),
     (["--workers", "2", "--status-port", "8080", "--", "prog"], "--status-port and --status-host"),
