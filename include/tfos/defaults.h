@@ -29,6 +29,10 @@
  * are stopped (--grace) and the run falls back to its last checkpoint. 25 s
  * fits inside the shortest cloud notice (30 s) with the stop after it. */
 #define TFOS_DEFAULT_DRAIN_GRACE 25.0
+/* A node ended by SIGTERM: milliseconds the restart waits for a stop of
+ * the run itself (a scheduler cancelling the whole job signals its parts
+ * one after another; launch.c, conclude). */
+#define TFOS_DEFAULT_RESTART_SETTLE_MS 2000
 /* How far ahead of the ranks' estimated step the drain step is put, in
  * milliseconds of their step rate: the DRAIN frame must reach every
  * program before it passes that step (a frame takes well under 1 ms; the

@@ -66,6 +66,7 @@ struct tfos_local {
     int stop_signo;
     int64_t agents_deadline; /* after the coordinator ended: reap agents by then */
     int64_t killed_deadline; /* agents past that were killed: wait for them until then */
+    int64_t settle_until;    /* a node ended by SIGTERM: the restart waits until then (conclude) */
     int finished;
     int exit_code;
     tfos__feedrun *feed;
@@ -356,7 +357,7 @@ static void end_attempt(tfos_local *l)
         tfos_coord_close(l->coord);
     l->coord = NULL;
     l->status.coord = NULL;
-    l->agents_deadline = l->killed_deadline = 0;
+    l->agents_deadline = l->killed_deadline = l->settle_until = 0;
 }
 
 /* A line of a node's output, forwarded by its agent (tfos yarn): kept for
@@ -901,6 +902,22 @@ static int conclude(tfos_local *l)
         !l->stop_signo && !l->draining) {
         tfos_failure f;
         tfos_coord_failure_info(l->coord, &f);
+        /* A node ended by SIGTERM is most often a stop of the whole job on
+         * its way here too: Slurm's scancel signals the steps and the batch
+         * shell at once, a cluster manager stops containers before their
+         * launcher. Wait TFOS_DEFAULT_RESTART_SETTLE_MS for it: a stop signal then
+         * ends the run (no restart of a cancelled job); else restart. */
+        int64_t now = tfos__now_ms();
+        if (f.cause == TFOS_CAUSE_SIGNAL && f.signo == SIGTERM) {
+            if (!l->settle_until) {
+                l->settle_until = now + TFOS_DEFAULT_RESTART_SETTLE_MS;
+                TFOS_INFO("%s ended by SIGTERM: restarting in %d s unless this run is stopped too (a job "
+                          "cancelled by its scheduler)", f.node[0] ? f.node : "a node",
+                          TFOS_DEFAULT_RESTART_SETTLE_MS / 1000);
+            }
+            if (now < l->settle_until)
+                return 0;
+        }
         TFOS_WARN("restarting every node (attempt %d of %d) after: %s", tfos_policy_attempt(l->policy),
                   l->opts.max_restarts + 1, f.summary);
         end_attempt(l);
