@@ -201,15 +201,17 @@ check: install test-c
 # lanes together take about lane A's time (docs/TESTING.md); the Python
 # suite's other half, the short ASan and Spark 3.5 passes ride in lane B too. Lane B's output is kept in
 # $(BUILD)/test-lane-b.log and printed when both lanes are done; make test
-# fails when either lane failed. Each lane is also a target of its own.
+# fails when either lane failed; each lane goes on past a failed suite
+# (make -k), so one run shows every failure. Each lane is also a target of
+# its own.
 LANE_A := test-py-a test-spark
 LANE_B := test-dist test-yarn test-slurm test-py-b test-py-asan test-spark-compat
 test-lane-a: $(LANE_A)
 test-lane-b: $(LANE_B)
 test: install $(VENV_MLFLOW)/.deps test-c test-asan test-tsan
 	@rm -f $(BUILD)/test-lane-b.rc; \
-	 ( $(MAKE) --no-print-directory test-lane-b >$(BUILD)/test-lane-b.log 2>&1; echo $$? >$(BUILD)/test-lane-b.rc ) & \
-	 $(MAKE) --no-print-directory test-lane-a; a=$$?; \
+	 ( $(MAKE) -k --no-print-directory test-lane-b >$(BUILD)/test-lane-b.log 2>&1; echo $$? >$(BUILD)/test-lane-b.rc ) & \
+	 $(MAKE) -k --no-print-directory test-lane-a; a=$$?; \
 	 wait; b=$$(cat $(BUILD)/test-lane-b.rc 2>/dev/null || echo 1); \
 	 echo "==== lane B ($(LANE_B)), exit $$b: $(BUILD)/test-lane-b.log"; cat $(BUILD)/test-lane-b.log; \
 	 echo "==== make test: lane A ($(LANE_A)) exit $$a, lane B exit $$b"; \
