@@ -37,6 +37,11 @@ static int forwarded(const char *entry, const char *keys)
         return 0;
     if (!strncmp(entry, "TFOS_", 5))
         return 1;
+    /* the job's MLflow run (tfos yarn --mlflow), for the programs' own
+     * mlflow.log_*: the URI carries no credentials (tfos yarn refuses
+     * user:password@), and MLFLOW_TRACKING_TOKEN and the like stay here */
+    if (!strncmp(entry, "MLFLOW_TRACKING_URI=", 20) || !strncmp(entry, "MLFLOW_RUN_ID=", 14))
+        return 1;
     for (const char *k = keys; k && *k;) {
         size_t n = strcspn(k, ",");
         if (n == klen && !strncmp(k, entry, n))
