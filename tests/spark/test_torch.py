@@ -61,7 +61,10 @@ def _node_logs(spark_cluster, spark):
     return text
 
 
-def test_dataframe_ddp_trains_and_a_killed_rank_resumes(spark, spark_cluster, tmp_path, capfd, caplog):
+def test_dataframe_ddp_trains_and_a_killed_rank_resumes(spark, spark_cluster, tmp_path, capfd, caplog,
+                                                        mlflow_server):
+    """... and with TorchDistributor(mlflow=) (issue 39) the whole call is
+    one MLflow run: both attempts in it, the kill in its history, FINISHED."""
     import spark_ddp
     ckpt = tmp_path / "ckpt"
     killed = {}
@@ -80,8 +83,10 @@ def test_dataframe_ddp_trains_and_a_killed_rank_resumes(spark, spark_cluster, tm
     from tfos.torch import TorchDistributor
     orig = TorchDistributor.__init__
 
-    def init(self, *a, **kw):  # the example's distributor, with this test's checkpoint dir
-        orig(self, *a, **dict(kw, checkpoint_dir=str(ckpt)))
+    experiment = "torch-" + os.path.basename(str(tmp_path))
+
+    def init(self, *a, **kw):  # the example's distributor, with this test's checkpoint dir and tracking
+        orig(self, *a, **dict(kw, checkpoint_dir=str(ckpt), mlflow=mlflow_server.url, mlflow_experiment=experiment))
 
     TorchDistributor.__init__ = init
     try:
@@ -99,6 +104,12 @@ def test_dataframe_ddp_trains_and_a_killed_rank_resumes(spark, spark_cluster, tm
     resumed = [int(s) for s in re.findall(r"resumed from \S+ at step (\d+)", logs)]
     assert resumed and min(resumed) >= 40, logs[-4000:]  # attempt 2 did not start from step 0
     assert re.search(r"rank 1 of 2, pid \d+, attempt 2", logs), logs[-4000:]
+    client = pytest.importorskip("mlflow.tracking").MlflowClient(mlflow_server.url)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 1, [r.info.run_id for r in runs]  # both attempts in one run
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tfos.attempts"] == "2" and run.data.tags["tfos.attempt.1.cause"] == "signal"
 
 
 def test_rank_exception_comes_back_with_its_traceback(spark):
