@@ -733,10 +733,10 @@ int tfos__cmd_yarn(int argc, char **argv)
                                            "(tfos yarn logs APPLICATION_ID [--follow])");
         return client_command("logs", argv[1], follow ? "--follow" : NULL);
     }
-    if (argc == 2 && argv[1][0] != '-' && (!strcmp(argv[0], "status") || !strcmp(argv[0], "kill")))
+    if (argc == 2 && argv[1][0] != '-' && !strcmp(argv[0], "status"))
         return client_command(argv[0], argv[1], NULL);
     if (argc >= 1 && !strcmp(argv[0], "kill")) {
-        /* kill --graceful APP, or kill APP --graceful */
+        /* kill APP; kill --graceful APP, or kill APP --graceful */
         const char *app = NULL;
         int graceful = 0;
         for (int i = 1; i < argc; i++) {
