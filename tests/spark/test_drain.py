@@ -56,7 +56,7 @@ def test_a_decommissioned_worker_drains_the_cluster_and_the_next_attempt_resumes
         sc = spark.sparkContext
         cluster = TFCluster.run(sc, drain_stepper, {"out": str(out), "steps": 200}, num_executors=2, num_ps=0,
                                 input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=120, max_restarts=2,
-                                checkpoint_dir=str(tmp_path / "ckpt"))
+                                checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40)
         nodes = ("worker-0", "worker-1")
         assert wait_for(lambda: all((out / ("at30-1-" + n)).exists() for n in nodes), 120)
         os.kill(spark_cluster.worker_pid(1), signal.SIGPWR)   # Spark's decommission-worker.sh does this
@@ -74,5 +74,5 @@ def test_a_decommissioned_worker_drains_the_cluster_and_the_next_attempt_resumes
     said = [r.getMessage() for r in caplog.records]
     assert any("drained: Spark executor" in m and "decommissioned; re-forming the cluster (attempt 2" in m
                for m in said), said
-    assert any("checkpoint at step %d and end" % step in m for m in said), said
+    assert any("checkpoint at step %d and end, within 40 s" % step in m for m in said), said  # drain_grace
     assert wait_no_tfos_processes(30) == []

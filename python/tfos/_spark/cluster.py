@@ -370,7 +370,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         eval_node=False, release_port=True, max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None,
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
-        node_log_dir="tfos-logs",
+        drain_grace=None, node_log_dir="tfos-logs",
         status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
@@ -395,6 +395,11 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     ``hang_timeout`` (> 0: a node whose map_fun neither reads its feed nor
     calls ``ctx.heartbeat()`` for this many seconds is hung: its Python
     stacks go into the failure and the restart policy applies; 0: off),
+    ``drain_grace`` (seconds the nodes get to reach the drain step, write
+    their checkpoint and end when Spark decommissions an executor; default
+    None: 25 s, as ``tfos run --drain-grace``; 0: never drain, the
+    executor's node is lost as before; see docs/RELIABILITY.md, "Drain on
+    notice"),
     ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none)
@@ -477,7 +482,9 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
-            "quiet": bool(quiet), "tracker": tracker}
+            "quiet": bool(quiet), "tracker": tracker,
+            # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
+            "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

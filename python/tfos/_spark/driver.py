@@ -363,6 +363,8 @@ class DriverEngine(Engine):
         node checkpoints at one step and ends before the executor goes, and
         the next attempt resumes there. Looked at once a second while the
         attempt runs."""
+        if self.conf.get("drain_grace", 0.0) < 0:  # drain_grace=0: never drain
+            return
         while True:
             time.sleep(1.0)
             try:
