@@ -140,8 +140,8 @@ class Server(MessageSocket):
         elif kind == "QINFO":
             self.send(sock, self.reservations.get())
         elif kind == "STOP":
+            self.done = True  # before the answer: a client that has its "OK" sees the server done
             self.send(sock, "OK")
-            self.done = True
         else:
             self.send(sock, "ERR")
 
