@@ -582,6 +582,18 @@ static void check_done(tfos_coord *c)
             return;
         c->done_scan++;
     }
+    if (c->draining && !c->drain_sent) {
+        /* every program ended before a drain step was chosen: none wrote a
+         * checkpoint at one (the notice's own signal reached them first, as
+         * Slurm's scancel signals the steps with the batch shell): a stop,
+         * not a drain */
+        set_failure(c, TFOS_CAUSE_STOPPED, NULL, NULL, 0, "%s", c->drain_reason);
+        TFOS_WARN("coordinator: stopping: %s (every program ended before a drain step was sent: not drained)",
+                  c->drain_reason);
+        c->draining = c->probing = 0;
+        stop_cluster(c, TFOS_ESTOPPED, c->failure);
+        return;
+    }
     if (c->draining) {
         c->drained = 1;
         TFOS_INFO("coordinator: drained: every chief/worker/evaluator ended after its checkpoint%s, %.1f s after "

@@ -878,6 +878,23 @@ static void drain(void)
         tfos__link_close(a[0]);
         tfos_coord_close(c);
     }
+
+    /* every program ends (exit 0) while the drain still probes: the notice's
+     * signal reached them too; no step was sent, so nothing drained: stopped */
+    c = open_coord(1, 0, 10, 30);
+    form_cluster(c, a, 1, 1);
+    report(a[0], "step=7", "1000");
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_drain(c, "interrupted by signal 15", 30, 0), 0);
+    CHECK_EQ(expect_drain(c, a[0], 2000), LLONG_MIN); /* the probe */
+    send_kv(a[0], TFOS_MSG_EXITED, 3, "code", "0", "kind", "exit", "stopped", "0");
+    CHECK(wait_state(c, TFOS_COORD_FAILED, 3000));
+    CHECK(!tfos_coord_drained(c));
+    CHECK_EQ(tfos_coord_drain_step(c), -2);
+    CHECK_EQ(tfos_coord_failure_code(c), TFOS_ESTOPPED);
+    CHECK(strstr(tfos_coord_failure(c), "interrupted by signal 15"));
+    tfos__link_close(a[0]);
+    tfos_coord_close(c);
 }
 
 /* The spec's bytes at N = 256: the ranks form (torch, JAX) costs each node
