@@ -947,6 +947,22 @@ static void end_tracking(tfos_local *l)
     tfos__tracker_end(l->tracker, l->stop_signo ? "KILLED" : l->exit_code == 0 ? "FINISHED" : "FAILED", NULL, 0);
 }
 
+/* The attempt is over: a node that never registered has no coordinator to
+ * tell it so, and would wait out the agents' deadline. Ask it to stop now:
+ * on YARN its request is withdrawn at this moment, before the containers
+ * the others give back let YARN allocate it after all (the AM's account of
+ * what YARN never allocated is then that of the reservation's end). */
+static void stop_unregistered(tfos_local *l)
+{
+    tfos_node_info nd;
+    if (!l->backend)
+        return;
+    for (int i = 0; i < tfos_coord_node_count(l->coord); i++)
+        if (!tfos_coord_node(l->coord, i, &nd) && !strcmp(nd.state, "waiting") && nd.executor_id >= 0 &&
+            nd.executor_id < l->n && l->ops->observe(l->backend, nd.executor_id, NULL) == TFOS_NODE_RUNNING)
+            l->ops->stop(l->backend, nd.executor_id, 0);
+}
+
 int tfos_local_step(tfos_local *l, int timeout_ms)
 {
     if (l->finished)
@@ -964,8 +980,10 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
     tfos__feedrun_close(l->feed);
     l->feed = NULL;
     int64_t now = tfos__now_ms();
-    if (!l->agents_deadline)
+    if (!l->agents_deadline) {
         l->agents_deadline = now + 5000;
+        stop_unregistered(l);
+    }
     if (!all_agents_done(l)) {
         if (now < l->agents_deadline)
             return 0;

@@ -137,6 +137,9 @@ def test_unsatisfiable_reservation_fails_in_time_and_names_the_request(yarn_clus
     assert ("YARN did not allocate 1 of the containers asked for within the reservation timeout (15.0 s): "
             "a worker container of 1500 MB, 1 vcores") in out, out
     assert "reservation" in out and "worker:" in out, out
+    # the missing node's request is withdrawn as the reservation ends: the
+    # containers the others give back do not get it allocated after all
+    assert "registered after the cluster was formed" not in out, out
     assert took < 90, "took %.0f s" % took
     status = subprocess.run([TFOS, "yarn", "status", app_id(out)], env=yarn_cluster.env(), capture_output=True,
                             text=True, timeout=60)
