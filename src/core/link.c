@@ -918,6 +918,12 @@ static void on_accept(tfos__loop *l, int lfd, int events, void *user)
                 ls->paused = 1;
                 break;
             }
+            /* room is made only for a connection that waits: with nobody
+             * in the backlog the oldest keeps its place (it may be a real
+             * peer whose handshake is slow) */
+            struct pollfd waiting = {.fd = lfd, .events = POLLIN};
+            if (poll(&waiting, 1, 0) != 1)
+                break;
             end(ls->head, TFOS_EFULL, "too many connections waiting to authenticate; dropped the oldest");
         }
         int fd, uid;

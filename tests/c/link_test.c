@@ -337,6 +337,26 @@ static void deadline_and_pending_bound(void)
     for (int i = 0; i < 10; i++)
         close(silent[i]);
     srv_close_all(&s);
+
+    /* four places taken in one accept, one more waits: past the grace the
+     * oldest makes room for it, and only it: the other three, as old, keep
+     * their places while nobody else waits (before, the accept loop dropped
+     * the next oldest too, for no one) */
+    next_grace_ms = 200;
+    srv_open(&s, "127.0.0.1:0", 5000, 4, 0);
+    CHECK_EQ(tfos__parse_hostport(tfos__listener_address(s.ls), host, sizeof host, &port), 0);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(tfos__tcp_connect(host, port, 2000, &silent[i]), 0);
+    t0 = tfos__now_ms();
+    while (s.closes < 1 && tfos__now_ms() - t0 < 3000)
+        tfos__loop_run(s.loop, 10);
+    run_for(&s, 100);
+    CHECK_EQ(s.closes, 1);
+    pf.fd = silent[4];
+    CHECK_EQ(poll(&pf, 1, 0), 1); /* the one that waited was greeted */
+    for (int i = 0; i < 5; i++)
+        close(silent[i]);
+    srv_close_all(&s);
 }
 
 /* ---- two wrapped ends of a socketpair on one loop ----------------------- */
