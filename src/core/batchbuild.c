@@ -81,6 +81,10 @@ int tfos__batch_build_finish(tfos__batch_build *b, uint32_t flags, const void **
         return TFOS_ETOOBIG;
     if (grow((void **)&b->out, &b->out_cap, (size_t)total, 1))
         return TFOS_ENOMEM;
+    /* the padding between the regions too: no byte of an earlier batch
+     * (or of the heap) goes out with this one (a memset is ~1% of a
+     * parsed batch's time) */
+    memset(b->out, 0, (size_t)total);
     tfos__batch_write_header(b->out, total, b->nrows, (uint32_t)b->ncols, flags, desc);
     for (int i = 0; i < b->ncols; i++) {
         tfos__build_col *c = &b->cols[i];

@@ -754,6 +754,77 @@ static void fuzz(void)
     }
 }
 
+extern int tfos__jsonl_fast; /* input_jsonl.c: 0 sends every row through jansson */
+
+/* The whole read of path: its batches' bytes one after the other, the
+ * final rc (TFOS_EEND when it read to the end) and its error. */
+static size_t read_whole(const char *path, uint8_t *out, size_t cap, int *rc, char *err)
+{
+    tfos__input *in;
+    size_t used = 0;
+    err[0] = 0;
+    if ((*rc = tfos__input_open(&in, path, TFOS_FMT_JSONL, -1, err, 256)))
+        return 0;
+    const void *b;
+    size_t len;
+    uint64_t first;
+    while ((*rc = tfos__input_next(in, 3, &b, &len, &first, err, 256)) == 0) {
+        CHECK(used + len <= cap);
+        memcpy(out + used, b, len);
+        used += len;
+    }
+    tfos__input_close(in);
+    return used;
+}
+
+/* The fast path (rows after the first) and jansson alone agree, row for
+ * row: the same batches, the same error at the same line, on the edges of
+ * numbers, strings, escapes, UTF-8 and layout, and on mutations of them. */
+static void jsonl_fast_path_agrees_with_jansson(void)
+{
+    static const char *seeds[] = {
+        "[1, 2.5, \"a\", true, [1, 2]]\n[-0, 1e308, \"\\u00e9\\ud83d\\ude00\\\"\\\\\\/\\b\\f\\n\\r\\t\", false, [3,4]]\n"
+        "[ 9223372036854775807 ,-1E-400,\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",true,[ -9223372036854775808 , 0 ]]\n"
+        "[9223372036854775808, 1, \"x\", true, [1, 2]]\n",
+        "{\"id\": 1, \"x\": 0.5, \"k\\u0061\": \"s\", \"v\": [1.5, 2]}\n{\"id\": 2, \"x\": 1, \"ka\": \"\\u0000\", "
+        "\"v\": [3, 4.25e-3]}\n\t{ \"id\" : -3 , \"x\" : -0.0 , \"ka\" : \"\" , \"v\" : [ 5 , 6 ] }\r\n"
+        "{\"id\": 4, \"x\": 2, \"k\\u0061\": \"t\", \"v\": [7, 8]}\n{\"id\": 5, \"x\": 1e999, \"ka\": \"u\", \"v\": [1, 2]}\n",
+        "[\"a\", 1]\n[\"\\ud800\", 1]\n[\"\\udc00x\", 2]\n[\"\xed\xa0\x80\", 3]\n[\"\xc0\xaf\", 4]\n[\"\xf4\x90\x80\x80\", 5]\n",
+        "{\"a\": 1}\n{\"a\": 1, \"a\": 2}\n{\"\\u0000\": 1}\n{\"a\": 01}\n{\"a\": 1.}\n{\"a\": .5}\n{\"a\": +1}\n",
+    };
+    static uint8_t fast[1 << 16], slow[1 << 16];
+    char buf[512], ferr[256], serr[256];
+    int fuzzed = 0;
+    for (int s = 0; s < (int)(sizeof seeds / sizeof *seeds); s++) {
+        for (int iter = 0; iter < 1500; iter++) {
+            size_t n = strlen(seeds[s]);
+            memcpy(buf, seeds[s], n);
+            if (iter) {
+                for (int m = 0; m < 1 + (int)(next_rand() % 3) && n > 0; m++) {
+                    size_t at = next_rand() % n;
+                    buf[at] = "\",\n\\[]{}:0a9eE-.+ u\x00\xc3\xa9\xed\xff\tdtf"[next_rand() % 27];
+                }
+                fuzzed++;
+            }
+            const char *p = write_file("agree.jsonl", buf, n);
+            int frc, src;
+            tfos__jsonl_fast = 1;
+            size_t fn = read_whole(p, fast, sizeof fast, &frc, ferr);
+            tfos__jsonl_fast = 0;
+            size_t sn = read_whole(p, slow, sizeof slow, &src, serr);
+            tfos__jsonl_fast = 1;
+            if (frc != src || strcmp(ferr, serr) || fn != sn || memcmp(fast, slow, fn)) {
+                fprintf(stderr, "seed %d iter %d: fast rc %d '%s' (%zu bytes), jansson rc %d '%s' (%zu bytes)\n%.*s\n",
+                        s, iter, frc, ferr, fn, src, serr, sn, (int)n, buf);
+                exit(1);
+            }
+            if (iter == 0 && s < 2)
+                CHECK_EQ(frc, TFOS_EPROTO); /* each of these seeds ends in a row jansson refuses */
+        }
+    }
+    CHECK(fuzzed > 5000);
+}
+
 /* Mutations of a .npy header: the dict parser refuses or reads, and what it
  * reads gives valid batches. */
 static void fuzz_npy_header(void)
@@ -806,6 +877,7 @@ int main(void)
     RUN(fifo_waits_are_stoppable);
     RUN(fuzz);
     RUN(fuzz_npy_header);
+    RUN(jsonl_fast_path_agrees_with_jansson);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK_EQ(system(cmd), 0);
