@@ -11,7 +11,9 @@
  * LINE" (a node is always "job:index"), which tfos yarn prints as its own
  * "tfos: LINE" on stderr. The ApplicationMaster's notes (YARN allocating
  * containers, a container's exit in YARN's words) arrive on stdin, "NOTE
- * TEXT" lines, and are logged as the launcher's. And while the cluster runs,
+ * TEXT" lines, and are logged as the launcher's; its "DRAIN REASON" (YARN
+ * preempting a container of the application) drains the cluster as SIGTERM
+ * does. And while the cluster runs,
  * a timer says when the programs have started and, until the first line of
  * theirs arrives, that it waits for it. */
 #include "cli/commands.h"
@@ -28,6 +30,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +131,7 @@ static void term_close(void)
 typedef struct am_watch {
     tfos_local *l;
     int fd;              /* the notes; -1 once they ended */
+    int drain_off;       /* --drain-grace 0: a notice is told, not drained */
     char buf[8192];
     size_t have;
     tfos__timer timer;
@@ -136,6 +140,32 @@ typedef struct am_watch {
     int64_t started_at, quiet_said;
     unsigned long long lines_at_start; /* the nodes' lines in the stream then */
 } am_watch;
+
+/* "DRAIN REASON": the ApplicationMaster's notice that YARN preempts a
+ * container of this application (sent once). Taken as tfos__launch_run
+ * takes SIGTERM: drained, with signo SIGTERM (no restart after it; exit 75
+ * when every node checkpointed) and YARN's reason in the coordinator's
+ * lines; where no drain can start (the cluster forms, or its attempt is
+ * ending) stopped. Two differences: a drain under way (a graceful kill
+ * came first) goes on, where a second SIGTERM would stop it; and with
+ * --drain-grace 0 the notice is only told: the container's loss is then a
+ * node failure, restarted under --max-restarts, rather than a stop. */
+static void drain_on_notice(am_watch *w, const char *reason)
+{
+    if (w->drain_off) {
+        TFOS_WARN("%s: not drained (--drain-grace 0): its loss will be a node failure", reason);
+        return;
+    }
+    int rc = tfos_local_drain(w->l, reason, SIGTERM);
+    tfos_coord *c = tfos_local_coord(w->l);
+    if (rc == TFOS_EINVAL && c && tfos_coord_state(c) == TFOS_COORD_RUNNING) {
+        TFOS_INFO("%s: the cluster drains already", reason);
+    } else if (rc) {
+        TFOS_WARN("%s: %s; stopping the cluster", reason,
+                  rc == TFOS_EAGAIN ? "the cluster forms, no program runs to checkpoint" : "no drain can start now");
+        tfos_local_stop(w->l, reason, SIGTERM);
+    }
+}
 
 static void on_notes(tfos__loop *loop, int fd, int events, void *user)
 {
@@ -158,6 +188,8 @@ static void on_notes(tfos__loop *loop, int fd, int events, void *user)
             *nl = '\0';
         if (!strncmp(start, "NOTE ", 5))
             TFOS_INFO("%s", start + 5);
+        else if (nl && !strncmp(start, "DRAIN ", 6))
+            drain_on_notice(w, start + 6);
         start = nl ? nl + 1 : w->buf + w->have;
     }
     w->have = strlen(start);
@@ -271,7 +303,7 @@ int tfos__cmd_yarn_am(int argc, char **argv)
         return 1;
     }
     term_open(l);
-    am_watch w = {.l = l, .fd = notes};
+    am_watch w = {.l = l, .fd = notes, .drain_off = o.drain_grace < 0};
     tfos__loop *loop = tfos__launch_loop(l);
     if (w.fd >= 0 && tfos__loop_watch(loop, w.fd, TFOS_EV_READ, on_notes, &w)) {
         close(w.fd);

@@ -224,6 +224,63 @@ def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
     assert re.search(r"state\s+FINISHED \(KILLED\)", state), state  # YARN: ended on request
 
 
+def test_preemption_for_another_queue_drains_every_node_at_one_step(yarn_cluster, tmp_path):
+    """YARN's CapacityScheduler preempting a container (issue 41): an
+    application of queue default fills the cluster (2 workers of 1500 MB,
+    the NodeManagers have 2048 MB each) and one of queue urgent, guaranteed
+    half the cluster, asks for a worker of 1024 MB. The preemption monitor
+    (yarncluster.py) tells the first application's ApplicationMaster which
+    container it takes back, 30 s before it kills it: the AM names it on the
+    client's terminal and the cluster drains as on a graceful kill (both
+    workers checkpoint at one step, exit 75, KILLED); the capacity it gives
+    back lets the urgent application run to its end."""
+    out_path = tmp_path / "default.out"
+    urgent = None
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "2", "--worker-memory", "1500m", "--am-memory", "384m",
+                              "--file", os.path.join(HERE, "progs", "drain.py"), "--", sys.executable, "drain.py"],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            text = out_path.read_text()
+            if "[worker:0] training" in text and "[worker:1] training" in text:
+                break
+            assert p.poll() is None, text
+            time.sleep(0.5)
+        text = out_path.read_text()
+        assert "[worker:0] training" in text and "[worker:1] training" in text, text
+        app = app_id(text)
+        urgent = tfos_yarn(yarn_cluster, ["--queue", "urgent", "--workers", "1", "--worker-memory", "1024m",
+                                          "--am-memory", "384m", "--", sys.executable, "-c",
+                                          "print('urgent done', flush=True)"])
+        code = p.wait(timeout=60)  # it ended before the urgent application could
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    text = out_path.read_text()
+    assert urgent is not None and urgent.returncode == 0, (urgent and urgent.stdout + urgent.stderr, text)
+    assert "to queue urgent" in urgent.stderr and "[worker:0] urgent done" in urgent.stdout, urgent.stderr
+    assert code == 75, text
+    # the note names the container YARN takes back: one of this application's worker containers
+    ts, seq = app.split("_")[1:]
+    m = re.search(r"^tfos: YARN is preempting a worker container, (container_(?:e\d+_)?%s_%s_\d+_\d+) on \S+ "
+                  r".*max_wait_before_kill.*: draining the cluster$" % (ts, seq), text, re.M)
+    assert m, text
+    assert "draining (YARN preempts a worker container, %s" % m.group(1) in text, text
+    assert len(re.findall(r"YARN is preempting", text)) == 1, text  # one notice, one drain
+    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", text)
+    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"], text
+    assert len({s for _, s in steps}) == 1, steps  # one step for both
+    # drained before YARN killed anything: no restart, no container ended by YARN
+    assert "restarting" not in text and "container exited with status" not in text, text
+    assert "%s drained (exit code 75)" % app in text, text
+    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
+                           timeout=60).stdout
+    assert re.search(r"state\s+FINISHED \(KILLED\)", state), state
+
+
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):
     """tfos yarn --mlflow (issue 39): the launcher in the ApplicationMaster's
     container makes one MLflow run for the application, with each rank's

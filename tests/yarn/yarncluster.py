@@ -3,7 +3,9 @@
 One JVM (tests/yarn/minicluster, Hadoop 3.5's minicluster artifacts from
 Maven Central) runs a MiniDFSCluster (1 NameNode, 1 DataNode) and a
 MiniYARNCluster (1 ResourceManager, 2 NodeManagers of 2 GiB, 4 vcores and 2
-declared GPUs, CapacityScheduler with the DominantResourceCalculator). It writes the client configuration to ``conf_dir`` and
+declared GPUs, CapacityScheduler with the DominantResourceCalculator, queues
+default and urgent guaranteed half each, its preemption monitor on). It
+writes the client configuration to ``conf_dir`` and
 prints ``READY``; it stops when its stdin closes (or on SIGTERM). Its stdin
 is a pipe only this process holds, so if pytest dies the pipe closes and the
 JVM stops itself.

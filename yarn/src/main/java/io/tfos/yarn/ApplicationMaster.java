@@ -19,8 +19,10 @@ import java.util.ArrayList;
 import java.util.Deque;
 import java.util.HashMap;
 import java.util.Iterator;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
@@ -41,6 +43,8 @@ import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.LocalResource;
 import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.PreemptionContainer;
+import org.apache.hadoop.yarn.api.records.PreemptionMessage;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
@@ -65,6 +69,12 @@ import org.apache.hadoop.yarn.util.Apps;
  * memoryMB vcores gpus", then "ENV K=V" and "ARG a" lines, then "GO". AM to
  * stand-in: "ALLOCATED containerId host resource", "STARTED", then "EXITED status
  * diagnostics" or "FAILED message".
+ *
+ * YARN's notice that it preempts one of the application's containers (the
+ * CapacityScheduler's preemption monitor, for a queue below its guaranteed
+ * capacity) drains the cluster as a graceful kill does: the first such
+ * notice is told to the user and asks the launcher to drain ("DRAIN reason"
+ * on its stdin, see drain()); later ones are ignored.
  *
  * When the launcher exits, every container left is stopped and the
  * application unregisters: SUCCEEDED for exit code 0, else FAILED, with
@@ -97,8 +107,10 @@ public final class ApplicationMaster {
     private double reservationTimeout = 60;
     private volatile Process launcher;
     private volatile String fatal;
-    /** Notes for the user, to the launcher's stdin (see note()). */
+    /** Lines to the launcher's stdin, "NOTE text" (see note()) and "DRAIN reason" (see drain()). */
     private final BlockingQueue<String> notes = new ArrayBlockingQueue<>(256);
+    /** YARN has said it preempts a container of this application: the one drain is asked. */
+    private volatile boolean preemptionNoticed;
     private volatile boolean notesRead = true;
     private long waitNoted;
     private boolean waitSaid;
@@ -285,8 +297,21 @@ public final class ApplicationMaster {
      * blocks the caller: a full queue drops the note.
      */
     private void note(String text) {
-        if (!notesRead || !notes.offer(text.replace('\n', ' '))) {
+        if (!notesRead || !notes.offer("NOTE " + text.replace('\n', ' '))) {
             System.err.println("tfos-am: " + text);
+        }
+    }
+
+    /**
+     * Asks the launcher to drain the cluster ("DRAIN reason" on its stdin): tfos yarn-am drains it as
+     * SIGTERM does (every program that reports steps checkpoints at one step and ends; exit 75), with the
+     * reason in the coordinator's lines. Not SIGTERM itself: the reason would read "signal 15", and tfos
+     * yarn serve's launcher, which reads no notes, would stop every replica for the loss of one.
+     */
+    private void drain(String reason) {
+        if (!notesRead || !notes.offer("DRAIN " + reason.replace('\n', ' '))) {
+            System.err.println("tfos-am: not drained (" + reason + "): the launcher reads no notes (tfos yarn "
+                    + "serve's) or too many wait; the container's loss will be a node failure");
         }
     }
 
@@ -294,13 +319,15 @@ public final class ApplicationMaster {
         Writer w = new java.io.OutputStreamWriter(launcher.getOutputStream(), StandardCharsets.UTF_8);
         try {
             while (true) {
-                String text = notes.take();
+                String line = notes.take();
                 try {
-                    w.write("NOTE " + text + "\n");
+                    w.write(line + "\n");
                     w.flush();
                 } catch (IOException e) {
                     notesRead = false; // nobody reads them: this stderr from now on
-                    System.err.println("tfos-am: " + text);
+                    System.err.println("tfos-am: " + (line.startsWith("NOTE ") ? line.substring(5)
+                            : "not drained (" + line.substring(line.indexOf(' ') + 1) + "): the launcher "
+                            + "reads no notes (tfos yarn serve's); the container's loss will be a node failure"));
                 }
             }
         } catch (InterruptedException e) {
@@ -585,6 +612,50 @@ public final class ApplicationMaster {
 
         @Override
         public void onContainersUpdated(List<UpdatedContainer> containers) {
+        }
+
+        /**
+         * YARN's preemption notice (the CapacityScheduler's monitor marks containers for another queue and
+         * kills them after yarn.resourcemanager.monitor.capacity.preemption.max_wait_before_kill): strict
+         * or negotiable, the first that names one of ours drains the whole cluster (there is no resizing
+         * yet: a cluster without the container could not go on). Later notices, which YARN repeats every
+         * monitoring interval until it has the capacity, are ignored.
+         */
+        @Override
+        public void onPreemptionMessageReceived(PreemptionMessage message) {
+            if (preemptionNoticed || message == null) {
+                return;
+            }
+            Set<ContainerId> named = new LinkedHashSet<>();
+            if (message.getStrictContract() != null && message.getStrictContract().getContainers() != null) {
+                for (PreemptionContainer c : message.getStrictContract().getContainers()) {
+                    named.add(c.getId());
+                }
+            }
+            if (message.getContract() != null && message.getContract().getContainers() != null) {
+                for (PreemptionContainer c : message.getContract().getContainers()) {
+                    named.add(c.getId());
+                }
+            }
+            String self = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
+            List<String> ours = new ArrayList<>();
+            for (ContainerId id : named) {
+                Node n = byContainer.get(id);
+                if (n != null) {
+                    ours.add((n.role.matches("[aeiou].*") ? "an " : "a ") + n.role + " container, " + id + " on " + n.container.getNodeId().getHost());
+                } else if (id.toString().equals(self)) {
+                    ours.add("the ApplicationMaster's container, " + id);
+                }
+            }
+            if (ours.isEmpty()) {
+                return;
+            }
+            preemptionNoticed = true;
+            String what = String.join("; ", ours);
+            note("YARN is preempting " + what + " (its scheduler takes the capacity back for another queue, "
+                    + "and kills the container once yarn.resourcemanager.monitor.capacity.preemption."
+                    + "max_wait_before_kill has passed): draining the cluster");
+            drain("YARN preempts " + (ours.size() == 1 ? what : ours.size() + " containers: " + what));
         }
 
         @Override

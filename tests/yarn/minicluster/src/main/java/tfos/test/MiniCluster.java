@@ -68,13 +68,30 @@ public final class MiniCluster {
         YarnConfiguration conf = new YarnConfiguration(hdfsConf);
         conf.set("fs.defaultFS", defaultFs);
         // the CapacityScheduler with the DominantResourceCalculator: the FIFO scheduler allocates by
-        // memory alone and gives no GPUs; one queue with the whole cluster, AMs may take all of it
+        // memory alone and gives no GPUs. Two queues, default and urgent, each guaranteed half the
+        // cluster and allowed all of it (a user too: user-limit-factor 2), AMs may take all of it
         conf.setClass(YarnConfiguration.RM_SCHEDULER, CapacityScheduler.class, ResourceScheduler.class);
         conf.set("yarn.scheduler.capacity.resource-calculator",
                 "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator");
-        conf.set("yarn.scheduler.capacity.root.queues", "default");
-        conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
-        conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+        conf.set("yarn.scheduler.capacity.root.queues", "default,urgent");
+        for (String q : new String[] {"default", "urgent"}) {
+            conf.set("yarn.scheduler.capacity.root." + q + ".capacity", "50");
+            conf.set("yarn.scheduler.capacity.root." + q + ".maximum-capacity", "100");
+            conf.set("yarn.scheduler.capacity.root." + q + ".user-limit-factor", "2");
+        }
+        // and its preemption monitor: an application of urgent below its guarantee takes the capacity
+        // back from default's (the AM is told at once, its containers are killed 30 s later). Nothing
+        // is preempted while only one queue asks for containers, as every test but that of preemption
+        // does. Each round may take all that is owed (the defaults take 10 % of the cluster, a fifth of
+        // what is owed, and ignore the first 10 % over the guarantee: slow on a cluster this small).
+        conf.setBoolean(YarnConfiguration.RM_SCHEDULER_ENABLE_MONITORS, true);
+        conf.set(YarnConfiguration.RM_SCHEDULER_MONITOR_POLICIES, "org.apache.hadoop.yarn.server."
+                + "resourcemanager.monitor.capacity.ProportionalCapacityPreemptionPolicy");
+        conf.setLong("yarn.resourcemanager.monitor.capacity.preemption.monitoring_interval", 500);
+        conf.setLong("yarn.resourcemanager.monitor.capacity.preemption.max_wait_before_kill", 30000);
+        conf.setFloat("yarn.resourcemanager.monitor.capacity.preemption.total_preemption_per_round", 1.0f);
+        conf.setFloat("yarn.resourcemanager.monitor.capacity.preemption.natural_termination_factor", 1.0f);
+        conf.setFloat("yarn.resourcemanager.monitor.capacity.preemption.max_ignored_over_capacity", 0f);
         conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "1.0");
         conf.set("yarn.scheduler.capacity.node-locality-delay", "-1");
         conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
