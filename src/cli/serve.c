@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/spec.h"
 #include "launch/launch.h"
+#include "platform/webhdfs.h"
 #include "serve/serve.h"
 #include "track/registry.h"
 #include "tfos/tfos.h"
@@ -151,8 +152,6 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
             if (!nl || nl > 90 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") < nl)
                 return tfos__usage_error("--model %s: a canary's name is up to 90 letters, digits, '_', '.' and '-'",
                                          val);
-            if (am)
-                return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry yet", val);
             if (v->ncanaries == 16)
                 return tfos__usage_error("--model %s: at most 16 canaries", val);
             int c = v->ncanaries, narms = 0;
@@ -224,9 +223,6 @@ static int serve_parse(serve_cli *v, int argc, char **argv, int am)
                 if (val[nl] == '@')
                     return tfos__usage_error("--model %s: a registry version is pinned as models:/NAME/VERSION, "
                                              "not NAME@V=", val);
-                if (am)
-                    return tfos__usage_error("--model %s: tfos yarn serve does not serve from MLflow's registry "
-                                             "yet; run tfos serve, or give the version's directory", val);
                 tfos__registry_ref ref;
                 char why[400];
                 const char *colon = strrchr(e + 1, ':');
@@ -471,6 +467,33 @@ static void rm_tree(const char *dir)
     nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* tfos yarn serve's HDFS dir for the registry's copies, in the
+ * application's staging dir ($TFOS_YARN_STAGING, an hdfs:// URL, which the
+ * client removes when the application ends), and a WebHDFS handle to write
+ * it ($TFOS_WEBHDFS: both set by the client when the default FileSystem is
+ * HDFS). 0, or 1 with the error printed, naming model and uri. */
+static int registry_on_hdfs(tfos__webhdfs **hdfs, char *remote, size_t size, const char *model, const char *uri)
+{
+    const char *staging = getenv("TFOS_YARN_STAGING"), *webhdfs = getenv("TFOS_WEBHDFS");
+    char err[1024];
+    if (!staging || !tfos__webhdfs_path(staging) || !webhdfs || !*webhdfs) {
+        fprintf(stderr, "tfos: --model %s=%s: on YARN the registry's versions reach the model servers through "
+                "HDFS, but the default FileSystem is not HDFS (staging dir %s, TFOS_WEBHDFS %s): give the version's "
+                "directory instead (--model %s=hdfs://... or a path in the containers)\n", model, uri,
+                staging ? staging : "unset", webhdfs && *webhdfs ? webhdfs : "unset", model);
+        return 1;
+    }
+    if ((size_t)snprintf(remote, size, "%s/tfos-registry", staging) >= size) {
+        fprintf(stderr, "tfos: --model %s=%s: the staging dir's URL is too long: %s\n", model, uri, staging);
+        return 1;
+    }
+    if (tfos__webhdfs_open(hdfs, webhdfs, 0, err, sizeof err)) {
+        fprintf(stderr, "tfos: --model %s=%s: %s\n", model, uri, err);
+        return 1;
+    }
+    return 0;
+}
+
 /* tfos serve here (am NULL) or in the ApplicationMaster's container. */
 static int serve_main(int argc, char **argv, const tfos__serve_am *am)
 {
@@ -507,10 +530,17 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
     char cache[PATH_MAX] = "";
     int code = 1;
     char **prog = NULL;
+    /* on YARN the model servers run in other containers: the versions go
+     * to them through HDFS, in the application's staging dir (removed
+     * with it when the application ends, and by us before) */
+    tfos__webhdfs *hdfs = NULL;
+    char remote[PATH_MAX] = "";
     for (int i = 0; i < v.nmodels; i++) {
         if (!v.reg_uri[i])
             continue;
-        char err[1024], dir[PATH_MAX + 128];
+        char err[1024], dir[PATH_MAX + 128], url[PATH_MAX + 128];
+        if (am && !hdfs && registry_on_hdfs(&hdfs, remote, sizeof remote, v.names[i], v.reg_uri[i]))
+            goto out;
         if (!cache[0]) {
             const char *tmp = getenv("TMPDIR");
             snprintf(cache, sizeof cache, "%s/tfos-registry-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -522,11 +552,12 @@ static int serve_main(int argc, char **argv, const tfos__serve_am *am)
             }
         }
         snprintf(dir, sizeof dir, "%s/%s", cache, v.names[i]);
-        if (tfos__follow_open(&follow[i], v.names[i], v.reg_uri[i], dir, err, sizeof err)) {
+        snprintf(url, sizeof url, "%s/%s", remote, v.names[i]);
+        if (tfos__follow_open(&follow[i], v.names[i], v.reg_uri[i], dir, hdfs, url, err, sizeof err)) {
             fprintf(stderr, "tfos: --model %s: %s\n", v.names[i], err);
             goto out;
         }
-        snprintf(v.dir_arg[i], sizeof v.dir_arg[i], "%s=%s", v.names[i], dir);
+        snprintf(v.dir_arg[i], sizeof v.dir_arg[i], "%s=%s", v.names[i], hdfs ? url : dir);
         v.model_args[i] = v.dir_arg[i];
     }
     char pollbuf[32];
@@ -570,6 +601,13 @@ out:
         tfos__follow_close(follow[i]);
     if (cache[0]) /* the registry's copies: this run's only */
         rm_tree(cache);
+    if (hdfs) {
+        char err[1024];
+        if (tfos__webhdfs_delete(hdfs, tfos__webhdfs_path(remote), err, sizeof err))
+            fprintf(stderr, "tfos: the registry's copies stay on HDFS until the application's staging dir goes: "
+                    "%s\n", err);
+        tfos__webhdfs_close(hdfs);
+    }
     free(prog);
     return code;
 }
@@ -584,9 +622,57 @@ int tfos__serve_on_yarn(int argc, char **argv, const tfos__serve_am *am)
     return serve_main(argc, argv, am);
 }
 
-int tfos__serve_check(int argc, char **argv)
+/* tfos yarn serve on the submitting host: every model from the registry
+ * is there, asked from here (what the ApplicationMaster asks again at
+ * start), so that nothing is submitted for one that is not. */
+static int check_registry(const serve_cli *v, const char *tracking, int *from_registry)
+{
+    for (int i = 0; i < v->nmodels; i++) {
+        if (!v->reg_uri[i])
+            continue;
+        *from_registry = 1;
+        char err[1024];
+        tfos__registry_ref ref;
+        tfos__mlflow *m = NULL;
+        if (!tracking || !*tracking) {
+            fprintf(stderr, "tfos: --model %s: %s comes from MLflow's model registry: set MLFLOW_TRACKING_URI to "
+                    "its tracking server (http://HOST:PORT)\n", v->names[i], v->reg_uri[i]);
+            return 2;
+        }
+        if (tfos__mlflow_open(&m, tracking, 30000, err, sizeof err)) {
+            fprintf(stderr, "tfos: MLFLOW_TRACKING_URI: %s\n", err);
+            return 2;
+        }
+        if (strcmp(tfos__mlflow_shown(m), tracking) && strchr(tracking, '@')) {
+            tfos__mlflow_close(m);
+            return tfos__usage_error("%s", "MLFLOW_TRACKING_URI: on YARN the URI goes to the ApplicationMaster's "
+                                           "environment: give it without user:password@ and let the tracking "
+                                           "server accept the cluster's hosts");
+        }
+        int rc = tfos__registry_parse(v->reg_uri[i], &ref, err, sizeof err);
+        if (!rc)
+            rc = tfos__registry_resolve(m, &ref, err, sizeof err);
+        tfos__mlflow_close(m);
+        if (rc) {
+            fprintf(stderr, "tfos: --model %s: %s\n", v->names[i], err);
+            return 1;
+        }
+    }
+    static const char *const creds[] = {"MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME",
+                                        "MLFLOW_TRACKING_PASSWORD"};
+    for (size_t k = 0; *from_registry && k < sizeof creds / sizeof creds[0]; k++)
+        if (getenv(creds[k]) && *getenv(creds[k]))
+            fprintf(stderr, "tfos yarn serve: %s stays on this host: the ApplicationMaster asks the registry "
+                    "without credentials (docs/MODELS.md)\n", creds[k]);
+    return 0;
+}
+
+int tfos__serve_check(int argc, char **argv, const char *tracking, int *from_registry)
 {
     serve_cli v;
+    *from_registry = 0;
     int rc = serve_parse(&v, argc, argv, 1);
-    return rc == TFOS__HELP ? 0 : rc;
+    if (rc)
+        return rc == TFOS__HELP ? 0 : rc;
+    return check_registry(&v, tracking, from_registry);
 }

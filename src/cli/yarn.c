@@ -107,9 +107,11 @@ static const char yarn_serve_help[] =
     "with --worker-memory/--worker-vcores/--worker-gpus); the front end runs in the ApplicationMaster's\n"
     "container, on its host and a free port (--port P to fix it): the application's tracking URL,\n"
     "printed at start. DIR is an hdfs:// URL (each version is copied into the containers), or a path\n"
-    "in the containers (shipped with --archive/--file). Takes tfos yarn's --queue, --name, --am-memory,\n"
-    "--archive, --file, --env, --accept-timeout and --hadoop-classpath (tfos yarn --help); runs until\n"
-    "Ctrl-C or SIGTERM, which kill the application.\n";
+    "in the containers (shipped with --archive/--file); a models:/ model is fetched by the front end\n"
+    "($MLFLOW_TRACKING_URI goes to it, credentials do not) and handed to the model servers through\n"
+    "the application's staging dir on HDFS, its alias followed as by tfos serve (docs/MODELS.md).\n"
+    "Takes tfos yarn's --queue, --name, --am-memory, --archive, --file, --env, --accept-timeout and\n"
+    "--hadoop-classpath (tfos yarn --help); runs until Ctrl-C or SIGTERM, which kill the application.\n";
 
 /* ---- finding java, the jar and Hadoop ---------------------------------- */
 
@@ -692,8 +694,30 @@ static int yarn_serve(int argc, char **argv)
         }
     }
     tfos__yarn_cli y;
-    if ((rc = tfos__serve_check(ns, sv)) || (rc = yarn_parse_client(&y, ny, yv)))
+    if ((rc = yarn_parse_client(&y, ny, yv)))
         goto out;
+    /* models from MLflow's registry: the front end in the ApplicationMaster's
+     * container asks it at $MLFLOW_TRACKING_URI (--env's, else ours), which
+     * goes there in its environment; credentials do not (docs/MODELS.md) */
+    const char *tracking = getenv("MLFLOW_TRACKING_URI");
+    int given = 0, from_registry = 0;
+    for (int i = 0; i < y.nenvs; i++)
+        if (!strncmp(y.envs[i], "MLFLOW_TRACKING_URI=", 20)) {
+            tracking = y.envs[i] + 20;
+            given = 1;
+        }
+    if ((rc = tfos__serve_check(ns, sv, tracking, &from_registry)))
+        goto out;
+    char tracking_env[1100];
+    if (from_registry && !given) {
+        if (y.nenvs == 64 || strlen(tracking) + 21 > sizeof tracking_env) {
+            rc = tfos__usage_error("%s", "--env: at most 63 with a model from the registry (MLFLOW_TRACKING_URI "
+                                         "goes too), and the URI up to 1,000 characters");
+            goto out;
+        }
+        snprintf(tracking_env, sizeof tracking_env, "MLFLOW_TRACKING_URI=%s", tracking);
+        y.envs[y.nenvs++] = tracking_env;
+    }
     /* the model names, to print where each is served once the front end is up */
     for (int i = 0; i + 1 < ns && g_nserve < 64; i++)
         if (!strcmp(sv[i], "--model") || !strncmp(sv[i], "--model=", 8)) {

@@ -7,9 +7,11 @@
 #include "track/registry.h"
 
 #include "core/loop.h"
+#include "platform/webhdfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +32,9 @@ struct tfos__follow {
     char model[128];
     char uri[300];
     char dir[PATH_MAX];
+    tfos__webhdfs *hdfs;      /* borrowed; NULL: the model servers read dir */
+    char remote[PATH_MAX];    /* with hdfs: the HDFS dir the folders are copied to */
+    char remote_url[PATH_MAX + 64]; /* ... as the model servers name it (messages) */
     tfos__registry_ref ref;
     tfos__mlflow *m;
     int folder;               /* the newest folder made */
@@ -45,8 +50,39 @@ struct tfos__follow {
     unsigned warned;          /* registry errors while following: logged once per outage */
 };
 
-int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, const char *dir, char *err,
-                      size_t errlen)
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(p);
+    return 0;
+}
+
+/* With an HDFS dir: folder N fetched into dir/N goes to remote/N there
+ * (copied under a name the model servers skip, then renamed into place, so
+ * they never see half a version) and leaves dir. 0, or an error in err. */
+static int publish(tfos__follow *f, int folder, const char *version, char *err, size_t errlen)
+{
+    if (!f->hdfs)
+        return 0;
+    char local[PATH_MAX + 16], part[PATH_MAX + 64], dest[PATH_MAX + 16], why[1024];
+    snprintf(local, sizeof local, "%s/%d", f->dir, folder);
+    snprintf(part, sizeof part, "%s/.%d.part-%d", f->remote, folder, (int)getpid());
+    snprintf(dest, sizeof dest, "%s/%d", f->remote, folder);
+    int rc = tfos__webhdfs_delete(f->hdfs, part, why, sizeof why); /* a previous try's leftovers */
+    if (!rc && !(rc = tfos__webhdfs_put_dir(f->hdfs, local, part, why, sizeof why)))
+        rc = tfos__webhdfs_rename(f->hdfs, part, dest, why, sizeof why);
+    if (rc) {
+        char ignored[256];
+        tfos__webhdfs_delete(f->hdfs, part, ignored, sizeof ignored);
+        snprintf(err, errlen, "%s (registry version %s): cannot copy it to HDFS for the model servers: %s", f->uri,
+                 version, why);
+    }
+    nftw(local, rm_one, 16, FTW_DEPTH | FTW_PHYS); /* here, a copy on its way to HDFS only */
+    return rc;
+}
+
+int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, const char *dir,
+                      tfos__webhdfs *hdfs, const char *remote_url, char *err, size_t errlen)
 {
     const char *tracking = getenv("MLFLOW_TRACKING_URI");
     tfos__follow *f = calloc(1, sizeof *f);
@@ -58,6 +94,18 @@ int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, co
     snprintf(f->model, sizeof f->model, "%s", model);
     snprintf(f->uri, sizeof f->uri, "%s", uri);
     snprintf(f->dir, sizeof f->dir, "%s", dir);
+    if (hdfs) {
+        const char *path = tfos__webhdfs_path(remote_url);
+        if (!path) {
+            snprintf(err, errlen, "%s: the model servers would read its versions from %s, which is not an "
+                     "hdfs:// URL", uri, remote_url);
+            rc = TFOS_EINVAL;
+            goto fail;
+        }
+        f->hdfs = hdfs;
+        snprintf(f->remote, sizeof f->remote, "%s", path);
+        snprintf(f->remote_url, sizeof f->remote_url, "%s", remote_url);
+    }
     if ((rc = tfos__registry_parse(uri, &f->ref, err, errlen)))
         goto fail;
     if (!tracking || !*tracking) {
@@ -77,6 +125,9 @@ int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, co
     char first[PATH_MAX + 8];
     snprintf(first, sizeof first, "%s/1", dir);
     if ((rc = tfos__registry_fetch(f->m, f->ref.name, f->ref.version, first, err, errlen)))
+        goto fail;
+    if (hdfs && ((rc = tfos__webhdfs_mkdirs(hdfs, f->remote, err, errlen)) ||
+                 (rc = publish(f, 1, f->ref.version, err, errlen))))
         goto fail;
     f->folder = 1;
     *out = f;
@@ -124,9 +175,12 @@ static void *follow_thread(void *arg)
             f->warned = 0;
             continue;
         }
-        char dest[PATH_MAX + 16];
+        char dest[PATH_MAX + 96];
         snprintf(dest, sizeof dest, "%s/%d", f->dir, f->folder + 1);
-        if (!rc && !(rc = tfos__registry_fetch(f->m, r.name, r.version, dest, err, sizeof err))) {
+        if (!rc && !(rc = tfos__registry_fetch(f->m, r.name, r.version, dest, err, sizeof err)) &&
+            !(rc = publish(f, f->folder + 1, r.version, err, sizeof err))) {
+            if (f->hdfs)
+                snprintf(dest, sizeof dest, "%s/%d", f->remote_url, f->folder + 1);
             news n;
             memset(&n, 0, sizeof n);
             snprintf(n.folder, sizeof n.folder, "%d", ++f->folder);

@@ -46,6 +46,7 @@
 #ifndef TFOS_RUN_SERVE_H
 #define TFOS_RUN_SERVE_H
 #include "core/loop.h"
+#include "platform/webhdfs.h"
 #include "tfos/tfos.h"
 #include "web/http.h"
 #include "web/status.h"
@@ -94,9 +95,15 @@ int tfos__serve_canary(tfos__serve *s, const char *name, const char *const *arms
 typedef struct tfos__follow tfos__follow;
 /* Resolve uri and copy its version into dir/1 (dir is made; it must not
  * hold versions): blocks, for use before the loop runs. 0, or an error
- * with err naming the model, alias or version and the registry. */
-int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, const char *dir, char *err,
-                      size_t errlen);
+ * with err naming the model, alias or version and the registry.
+ *
+ * hdfs (borrowed, outliving f; NULL: none): the model servers run
+ * elsewhere (tfos yarn serve) and read the folders from remote_url, an
+ * hdfs:// directory (made here), instead of dir: each folder, once
+ * fetched into dir, is copied there under a name they skip, renamed into
+ * place, and removed from dir. Removing remote_url is the caller's. */
+int tfos__follow_open(tfos__follow **out, const char *model, const char *uri, const char *dir,
+                      tfos__webhdfs *hdfs, const char *remote_url, char *err, size_t errlen);
 /* Tell s which registry version its first folder holds and, for an alias
  * with poll_s > 0, start following it. 0, TFOS_ESYS, TFOS_ENOMEM. */
 int tfos__follow_start(tfos__follow *f, tfos__serve *s, tfos__loop *loop, double poll_s);

@@ -734,6 +734,126 @@ def test_yarn_serve_serves_a_model_from_hdfs_in_containers_and_loads_a_new_versi
     assert re.search(r"state\s+KILLED", state), state
 
 
+# a model for the registry test (tests/python/test_serve.py's BEHAVE, cut
+# down): y = factor * x, factor the version dir's file, so that every
+# answer says which registry version ran it
+FACTOR_LOADER = """import os
+import tfos.serve
+
+
+def load(path):
+    with open(os.path.join(path, "factor")) as f:
+        factor = float(f.read())
+    return tfos.serve.Model(lambda x: x * factor, inputs={"x": ("FP32", [-1, 1])}, outputs={"y": ("FP32", [-1, 1])})
+"""
+
+
+def test_yarn_serve_follows_a_registry_alias_through_hdfs(yarn_cluster, mlflow_server, monkeypatch, tmp_path):
+    """tfos yarn serve --model m=models:/REG@ALIAS (issue 39): the front end
+    in the ApplicationMaster's container fetches the version from MLflow's
+    registry into the application's staging dir on HDFS, the model server in
+    its container serves it; a promotion is served within a bounded wait
+    while requests go on, none failing; a missing alias fails at start,
+    named, before anything is submitted; after a kill nothing is left on
+    HDFS."""
+    import threading
+    import tfos.fs
+    import tfos.models
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    reg = "yarn-follow-%d" % int(time.time() * 1000)
+    for factor in (2, 3):
+        d = tmp_path / ("v%d" % factor)
+        (d / "assets").mkdir(parents=True)  # a subdirectory goes to HDFS too
+        (d / "factor").write_text(str(factor))
+        (d / "assets" / "note.txt").write_text("factor %d" % factor)
+        tfos.models.register(str(d), reg, alias="production" if factor == 2 else None)
+    (tmp_path / "factor_loader.py").write_text(FACTOR_LOADER)
+    args = ["serve", "--worker-memory", "512m", "--am-memory", "384m", "--file", str(tmp_path / "factor_loader.py"),
+            "--loader", "m=factor_loader.py:load", "--python", sys.executable, "--poll", "0.3"]
+    env = dict(yarn_cluster.env(), MLFLOW_TRACKING_URI=mlflow_server.url, MLFLOW_TRACKING_TOKEN="not-for-yarn")
+
+    # a missing alias: named, nothing submitted
+    r = tfos_yarn(yarn_cluster, args + ["--model", "m=models:/%s@staging" % reg], timeout=60, env=env)
+    assert r.returncode == 1 and "alias staging not found" in r.stderr, r.stderr
+    assert "models:/%s@staging" % reg in r.stderr and "submitted" not in r.stderr, r.stderr
+
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn"] + args + ["--model", "m=models:/%s@production" % reg,
+                                                      "--registry-poll", "0.3"],
+                             env=env, cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+
+    def text():
+        return out_path.read_text()
+
+    def infer(v):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [v]}]}).encode()
+        req = urllib.request.Request(url + "/v2/models/m/infer", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())["outputs"][0]["data"][0] / v
+
+    app = None
+    try:
+        url_re = re.compile(r"tfos yarn serve: model m: POST (http://[^/\s]+)/v2/models/m/infer")
+        deadline = time.monotonic() + 180
+        url = None
+        while time.monotonic() < deadline and not (url and "tfos_serve_servers_ready 1" in get_text(url + "/metrics")):
+            assert p.poll() is None, text()
+            m = url_re.search(text())
+            url = m and m.group(1)
+            time.sleep(0.3)
+        assert url and "tfos_serve_servers_ready 1" in get_text(url + "/metrics"), text()
+        app = app_id(text())
+        assert "MLFLOW_TRACKING_TOKEN stays on this host" in text(), text()
+        assert infer(5.0) == 2.0
+        staging = "%s/user/%s/.tfos/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+        fs, path = tfos.fs.filesystem(staging + "/tfos-registry/m")
+        assert [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)] == ["1"]
+
+        answers, failures, stop = [], [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                try:
+                    answers.append(infer(7.0))
+                except Exception as e:  # noqa: BLE001  (any failure is the test's finding)
+                    failures.append(repr(e))
+
+        t = threading.Thread(target=client)
+        t.start()
+        try:
+            until = time.monotonic() + 30
+            while time.monotonic() < until and len(answers) < 3:  # answered by version 1 meanwhile
+                time.sleep(0.05)
+            tfos.models.set_alias(reg, "production", "2")
+            until = time.monotonic() + 60
+            while time.monotonic() < until and answers[-5:] != [3.0] * 5:
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            t.join(60)
+        assert answers[-5:] == [3.0] * 5, (answers[-20:], text()[-3000:])
+        assert not failures and set(answers) == {2.0, 3.0}, (failures[:5], set(answers))
+        with urllib.request.urlopen(url + "/v2/models/m", timeout=30) as resp:
+            meta = json.loads(resp.read())
+        assert meta["registry"] == {"uri": "models:/%s@production" % reg, "version": "2",
+                                    "versions": {"1": "1", "2": "2"}}, meta
+        assert sorted(e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)) == ["1", "2"]
+        assert fs.exists(path + "/2/assets/note.txt")
+        k = tfos_yarn(yarn_cluster, ["kill", app], timeout=60)
+        assert k.returncode == 0, k.stdout + k.stderr
+        p.wait(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    assert "[worker:0] tfos.serve: model m version 2 loaded from %s/tfos-registry/m/2" % staging in text(), text()
+    assert app and not tfos.fs.exists(staging), text()  # the registry's copies went with the staging dir
+
+
 def get_text(url):
     try:
         with urllib.request.urlopen(url, timeout=10) as r:

@@ -1,0 +1,110 @@
+/* webhdfs_test.c: the WebHDFS writer (platform/webhdfs.h) without a
+ * cluster: the path of an hdfs:// URL; a base that is not http(s)
+ * refused; a request as WebHDFS wants it (path escaped but for its
+ * slashes, op, user.name from HADOOP_USER_NAME); a NameNode's
+ * RemoteException named in the error with the path; DELETE's false (no
+ * such path) no error. Writing to a real HDFS is tested by
+ * tests/yarn/test_yarn.py::test_yarn_serve_follows_a_registry_alias_through_hdfs. */
+#include "check.h"
+#include "platform/httpc.h"
+#include "platform/webhdfs.h"
+#include "tfos/tfos.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct server {
+    int lfd;
+    char req[8192];
+    const char *reply;
+} server;
+
+/* One connection: keep the request's head, answer with reply. */
+static void *serve_one(void *arg)
+{
+    server *s = arg;
+    int fd = accept(s->lfd, NULL, NULL);
+    CHECK(fd >= 0);
+    size_t len = 0;
+    while (!strstr(s->req, "\r\n\r\n")) {
+        ssize_t n = read(fd, s->req + len, sizeof s->req - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        s->req[len] = 0;
+    }
+    CHECK((size_t)write(fd, s->reply, strlen(s->reply)) == strlen(s->reply));
+    close(fd);
+    return NULL;
+}
+
+static void answer(server *s, const char *body, int status, pthread_t *t)
+{
+    static char reply[1024];
+    snprintf(reply, sizeof reply, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n%s", status, strlen(body), body);
+    memset(s->req, 0, sizeof s->req);
+    s->reply = reply;
+    CHECK(pthread_create(t, NULL, serve_one, s) == 0);
+}
+
+int main(void)
+{
+    CHECK(!strcmp(tfos__webhdfs_path("hdfs://nn:8020/user/me/x"), "/user/me/x"));
+    CHECK(!strcmp(tfos__webhdfs_path("hdfs:///x"), "/x"));
+    CHECK(!strcmp(tfos__webhdfs_path("hdfs://nn:8020"), "/"));
+    CHECK(tfos__webhdfs_path("webhdfs://nn/x") == NULL && tfos__webhdfs_path("/x") == NULL);
+
+    char err[1024];
+    tfos__webhdfs *w;
+    CHECK(tfos__webhdfs_open(&w, "nn:9870", 0, err, sizeof err) == TFOS_EINVAL && !w);
+    CHECK(strstr(err, "is not http://HOST:PORT") != NULL);
+    if (tfos__http_available(err, sizeof err) != 0) {
+        printf("webhdfs: %s (only what needs no HTTP checked)\n", err);
+        return 0;
+    }
+
+    server s = {0};
+    s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(s.lfd, 4) == 0);
+    CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/", ntohs(a.sin_port));
+    setenv("HADOOP_USER_NAME", "ann b", 1);
+    CHECK(tfos__webhdfs_open(&w, base, 5000, err, sizeof err) == 0);
+    pthread_t t;
+
+    /* a refusal: the NameNode's exception and message, the path, the NameNode */
+    answer(&s, "{\"RemoteException\":{\"exception\":\"AccessControlException\",\"message\":\"Permission denied: "
+               "user=ann\"}}", 403, &t);
+    CHECK(tfos__webhdfs_mkdirs(w, "/user/ann/a b/x", err, sizeof err) == TFOS_EPROTO);
+    pthread_join(t, NULL);
+    CHECK(strstr(s.req, "PUT /webhdfs/v1/user/ann/a%20b/x?op=MKDIRS&user.name=ann%20b") == s.req);
+    CHECK(strstr(err, "/user/ann/a b/x") && strstr(err, "HTTP 403, AccessControlException: Permission denied"));
+    CHECK(strstr(err, base) || strstr(err, "127.0.0.1"));
+
+    /* DELETE of a path that is not there: false, no error */
+    answer(&s, "{\"boolean\":false}", 200, &t);
+    CHECK(tfos__webhdfs_delete(w, "/user/ann/gone", err, sizeof err) == 0);
+    pthread_join(t, NULL);
+    CHECK(strstr(s.req, "DELETE /webhdfs/v1/user/ann/gone?op=DELETE&user.name=ann%20b&recursive=true") == s.req);
+
+    /* RENAME answered false: the destination exists or the source is missing */
+    answer(&s, "{\"boolean\":false}", 200, &t);
+    CHECK(tfos__webhdfs_rename(w, "/a/.1.part", "/a/1", err, sizeof err) == TFOS_EPROTO);
+    pthread_join(t, NULL);
+    CHECK(strstr(s.req, "op=RENAME&user.name=ann%20b&destination=%2Fa%2F1") != NULL);
+    CHECK(strstr(err, "not renamed to /a/1") != NULL);
+
+    tfos__webhdfs_close(w);
+    close(s.lfd);
+    return 0;
+}
