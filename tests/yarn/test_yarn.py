@@ -180,6 +180,18 @@ def test_killed_client_kills_the_application(yarn_cluster, tmp_path):
     # and no_leftovers checks that no agent or program survived
 
 
+def assert_drained_at_one_step(yarn_cluster, app, text):
+    """Both workers checkpointed at one drain step, the application ended
+    drained (exit 75) and YARN says it was ended on request (KILLED)."""
+    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", text)
+    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"], text
+    assert len({s for _, s in steps}) == 1, steps  # one step for both
+    assert "%s drained (exit code 75)" % app in text, text
+    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
+                           timeout=60).stdout
+    assert re.search(r"state\s+FINISHED \(KILLED\)", state), state  # YARN: ended on request
+
+
 def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
     """tfos yarn kill --graceful (issue 41): YARN's GRACEFUL_SHUTDOWN
     signal to the ApplicationMaster's container reaches the launcher as a
@@ -214,14 +226,8 @@ def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
             p.wait(timeout=30)
     text = out_path.read_text()
     assert code == 75, text
-    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", text)
-    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"], text
-    assert len({s for _, s in steps}) == 1, steps  # one step for both
     assert "starting again" not in text and "sending SIGKILL" not in text, text
-    assert "%s drained (exit code 75)" % app in text, text
-    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
-                           timeout=60).stdout
-    assert re.search(r"state\s+FINISHED \(KILLED\)", state), state  # YARN: ended on request
+    assert_drained_at_one_step(yarn_cluster, app, text)
 
 
 def test_preemption_for_another_queue_drains_every_node_at_one_step(yarn_cluster, tmp_path):
@@ -270,15 +276,9 @@ def test_preemption_for_another_queue_drains_every_node_at_one_step(yarn_cluster
     assert m, text
     assert "draining (YARN preempts a worker container, %s" % m.group(1) in text, text
     assert len(re.findall(r"YARN is preempting", text)) == 1, text  # one notice, one drain
-    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", text)
-    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"], text
-    assert len({s for _, s in steps}) == 1, steps  # one step for both
     # drained before YARN killed anything: no restart, no container ended by YARN
     assert "restarting" not in text and "container exited with status" not in text, text
-    assert "%s drained (exit code 75)" % app in text, text
-    state = subprocess.run([TFOS, "yarn", "status", app], env=yarn_cluster.env(), capture_output=True, text=True,
-                           timeout=60).stdout
-    assert re.search(r"state\s+FINISHED \(KILLED\)", state), state
+    assert_drained_at_one_step(yarn_cluster, app, text)
 
 
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):
