@@ -122,9 +122,12 @@ def test_builtin_ps_without_tensorflow_fails_before_any_node_starts(tmp_path, ma
             "'tensorflow'): pass --python PY with an interpreter that has tensorflow, or --ps-runs-program to run "
             "your program on the ps nodes\ntfos: no node was started: a program that cannot start is not retried\n"
             % bare), r.stderr
-    # with --ps-runs-program the ps runs the program, which needs no TensorFlow
+    # with --ps-runs-program the ps runs the program, which needs no TensorFlow;
+    # like a ps's server.join() it runs until the workers are done and it is
+    # stopped (a ps that ends first is a failure, whatever its exit code)
+    serve_until_stopped = "import os, time; os.environ['TFOS_JOB_NAME'] == 'ps' and time.sleep(60)"
     r = run_tfos(["run", "--workers", "1", "--ps", "1", "--ps-runs-program", "--python", bare, "--log-dir",
-                  str(tmp_path / "logs2"), "--", PY, "-c", "pass", marker], timeout=60)
+                  str(tmp_path / "logs2"), "--", PY, "-c", serve_until_stopped, marker], timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
