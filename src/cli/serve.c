@@ -18,13 +18,13 @@
 #include "core/log.h"
 #include "core/spec.h"
 #include "launch/launch.h"
+#include "platform/fs.h"
 #include "platform/webhdfs.h"
 #include "serve/serve.h"
 #include "track/registry.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -455,18 +455,6 @@ static int serve_with(tfos_local *l, const serve_cli *v, const tfos_run_opts *o,
     return code;
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st, (void)flag, (void)f;
-    remove(p);
-    return 0;
-}
-
-static void rm_tree(const char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* tfos yarn serve's HDFS dir for the registry's copies, in the
  * application's staging dir ($TFOS_YARN_STAGING, an hdfs:// URL, which the
  * client removes when the application ends), and a WebHDFS handle to write
@@ -600,7 +588,7 @@ out:
     for (int i = 0; i < v.nmodels; i++)
         tfos__follow_close(follow[i]);
     if (cache[0]) /* the registry's copies: this run's only */
-        rm_tree(cache);
+        tfos__rm_tree(cache);
     if (hdfs) {
         char err[1024];
         if (tfos__webhdfs_delete(hdfs, tfos__webhdfs_path(remote), err, sizeof err))

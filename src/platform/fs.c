@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -115,4 +116,16 @@ int tfos__map_copy(void *dst, const void *src, size_t n, const void *map, size_t
     memcpy(dst, src, n);
     bus_jump = NULL;
     return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    remove(p);
+    return 0;
+}
+
+void tfos__rm_tree(const char *path)
+{
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -14,6 +14,11 @@ int tfos__mkdir_p(const char *path, mode_t mode);
  * with errno (the temporary file removed). */
 int tfos__write_file_whole(const char *path, const char *text);
 
+/* rm -rf path: every file and directory under it, then path itself, not
+ * following symlinks; what cannot be removed is left (best effort: for
+ * temporary copies). */
+void tfos__rm_tree(const char *path);
+
 /* A directory given as a path or a URL (checkpoint dirs): the path on this
  * machine (`file://` taken off), or NULL for a URL of another scheme
  * (`hdfs://...`: the programs reach it, tfos's own processes do not). */

@@ -7,11 +7,11 @@
 #include "track/registry.h"
 
 #include "core/loop.h"
+#include "platform/fs.h"
 #include "platform/webhdfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,13 +50,6 @@ struct tfos__follow {
     unsigned warned;          /* registry errors while following: logged once per outage */
 };
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
-
 /* With an HDFS dir: folder N fetched into dir/N goes to remote/N there
  * (copied under a name the model servers skip, then renamed into place, so
  * they never see half a version) and leaves dir. 0, or an error in err. */
@@ -77,7 +70,7 @@ static int publish(tfos__follow *f, int folder, const char *version, char *err, 
         snprintf(err, errlen, "%s (registry version %s): cannot copy it to HDFS for the model servers: %s", f->uri,
                  version, why);
     }
-    nftw(local, rm_one, 16, FTW_DEPTH | FTW_PHYS); /* here, a copy on its way to HDFS only */
+    tfos__rm_tree(local); /* here, a copy on its way to HDFS only */
     return rc;
 }
 

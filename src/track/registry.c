@@ -3,11 +3,11 @@
  * (registry.h). */
 #include "track/registry.h"
 
+#include "platform/fs.h"
 #include "platform/httpc.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,13 +80,6 @@ int tfos__registry_resolve(tfos__mlflow *m, tfos__registry_ref *ref, char *err, 
     }
     json_decref(reply);
     return rc;
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st, (void)flag, (void)f;
-    remove(p);
-    return 0;
 }
 
 typedef struct walk {
@@ -175,7 +168,7 @@ int tfos__registry_fetch(tfos__mlflow *m, const char *name, const char *version,
         json_decref(reply);
         return TFOS_EINVAL;
     }
-    nftw(part, rm_one, 16, FTW_DEPTH | FTW_PHYS); /* a previous try's leftovers */
+    tfos__rm_tree(part); /* a previous try's leftovers */
     walk w = {.m = m, .err = why, .errlen = sizeof why};
     rc = copy_dir(&w, ap, part, 0);
     if (!rc && rename(part, dest)) {
@@ -183,7 +176,7 @@ int tfos__registry_fetch(tfos__mlflow *m, const char *name, const char *version,
         rc = TFOS_ESYS;
     }
     if (rc) {
-        nftw(part, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tfos__rm_tree(part);
         snprintf(err, errlen, "models:/%.200s/%s: %s%s%s%s", name, version, why, AT(m, why));
     }
     json_decref(reply);
