@@ -247,13 +247,13 @@ void tfos__http_reply_free(tfos__http_reply *r)
     r->len = 0;
 }
 
-int tfos__http_escape(const char *s, char *buf, size_t size)
+static int escape(const char *s, int keep_slash, char *buf, size_t size)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                    *p == '-' || *p == '_' || *p == '.' || *p == '~';
+                    *p == '-' || *p == '_' || *p == '.' || *p == '~' || (keep_slash && *p == '/');
         if (o + (plain ? 1 : 3) >= size) return TFOS_ETOOBIG;
         if (plain) {
             buf[o++] = (char)*p;
@@ -266,4 +266,14 @@ int tfos__http_escape(const char *s, char *buf, size_t size)
     if (o >= size) return TFOS_ETOOBIG;
     buf[o] = 0;
     return 0;
+}
+
+int tfos__http_escape(const char *s, char *buf, size_t size)
+{
+    return escape(s, 0, buf, size);
+}
+
+int tfos__http_escape_path(const char *s, char *buf, size_t size)
+{
+    return escape(s, 1, buf, size);
 }

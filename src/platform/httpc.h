@@ -50,5 +50,7 @@ void tfos__http_reply_free(tfos__http_reply *r);
 /* s with the characters a URL query value cannot hold %-escaped, into
  * buf (NUL-terminated). 0, or TFOS_ETOOBIG when buf is too small. */
 int tfos__http_escape(const char *s, char *buf, size_t size);
+/* The same for a URL's path: its slashes are kept. */
+int tfos__http_escape_path(const char *s, char *buf, size_t size);
 
 #endif

@@ -78,24 +78,13 @@ const char *tfos__webhdfs_path(const char *url)
 static int make_url(const tfos__webhdfs *w, const char *path, const char *op, const char *extra, char *url,
                     size_t size)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    int n = snprintf(url, size, "%s/webhdfs/v1", w->base);
+    int n = snprintf(url, size, "%s/webhdfs/v1%s", w->base, path[0] == '/' ? "" : "/");
+    if (n < 0 || (size_t)n >= size)
+        return TFOS_ETOOBIG;
     size_t o = (size_t)n;
-    if (path[0] != '/' && o + 1 < size)
-        url[o++] = '/';
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                    strchr("-_.~/", *p);
-        if (o + 4 >= size)
-            return TFOS_ETOOBIG;
-        if (plain) {
-            url[o++] = (char)*p;
-        } else {
-            url[o++] = '%';
-            url[o++] = hex[*p >> 4];
-            url[o++] = hex[*p & 15];
-        }
-    }
+    if (tfos__http_escape_path(path, url + o, size - o))
+        return TFOS_ETOOBIG;
+    o += strlen(url + o);
     if ((size_t)snprintf(url + o, size - o, "?op=%s&user.name=%s%s", op, w->user, extra ? extra : "") >= size - o)
         return TFOS_ETOOBIG;
     return 0;
