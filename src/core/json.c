@@ -1,11 +1,10 @@
 /* json.c: JSON string literals. */
 #include "core/json.h"
 
-/* Length of the well-formed UTF-8 sequence at s (1..4), or 0 when the bytes
- * there are not one: a stray continuation byte, a truncated sequence, an
- * overlong form, a UTF-16 surrogate (U+D800..U+DFFF) or a code point past
- * U+10FFFF (RFC 3629, Unicode table 3-7). */
-static int utf8_len(const unsigned char *s)
+/* 0 for a stray continuation byte, a truncated sequence, an overlong form, a
+ * UTF-16 surrogate (U+D800..U+DFFF) or a code point past U+10FFFF (RFC 3629,
+ * Unicode table 3-7). */
+int tfos__utf8_len(const unsigned char *s)
 {
     unsigned char c = s[0];
     if (c < 0x80)
@@ -46,7 +45,7 @@ void tfos__json_str(FILE *f, const char *str)
     fputc('"', f);
     while (*s) {
         unsigned char ch = *s;
-        int n = utf8_len(s);
+        int n = tfos__utf8_len(s);
         if (n == 0) {
             fputs("\\ufffd", f);
             s++;

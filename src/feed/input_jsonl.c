@@ -7,6 +7,7 @@
  * accepts what JSON allows and says what is wrong, so both paths accept the
  * same rows, give the same values and the same errors (tests/c/input_test.c
  * compares them). jansson's tree of each row cost 2.5-3.4x the time. */
+#include "core/json.h"
 #include "core/log.h"
 #include "feed/input.h"
 #include "feed/input_ops.h"
@@ -314,38 +315,6 @@ static int hex4(const char *p, const char *e, unsigned *u)
     return 0;
 }
 
-/* Bytes of the UTF-8 sequence at p (its first byte >= 0x80) when it is one
- * jansson takes (shortest form, no surrogate, up to U+10FFFF), else 0. */
-static int utf8_len(const unsigned char *p, const unsigned char *e)
-{
-    unsigned char c = p[0];
-    int n;
-    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (e - p < n || p[1] < lo || p[1] > hi)
-        return 0;
-    for (int k = 2; k < n; k++)
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-    return n;
-}
-
 /* The string whose opening quote is at *pp: *s, *n its bytes (in the line
  * when it has no escape, else decoded into in->text); nul: whether \u0000
  * may appear (values; not keys). NOT_FAST for what jansson would refuse or
@@ -364,7 +333,9 @@ static int fast_string(jsonl_reader *in, const char **pp, const char *e, int nul
         } else if (c < 0x80) {
             p++;
         } else {
-            int k = utf8_len((const unsigned char *)p, (const unsigned char *)e);
+            /* jansson takes the same sequences; the line is NUL-terminated
+             * (getline's), so the check stops inside it */
+            int k = tfos__utf8_len((const unsigned char *)p);
             if (!k)
                 return NOT_FAST;
             p += k;
