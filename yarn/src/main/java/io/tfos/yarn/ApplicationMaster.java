@@ -16,6 +16,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Deque;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -310,9 +311,14 @@ public final class ApplicationMaster {
      */
     private void drain(String reason) {
         if (!notesRead || !notes.offer("DRAIN " + reason.replace('\n', ' '))) {
-            System.err.println("tfos-am: not drained (" + reason + "): the launcher reads no notes (tfos yarn "
-                    + "serve's) or too many wait; the container's loss will be a node failure");
+            System.err.println(notDrained(reason));
         }
+    }
+
+    /** The line for a drain the launcher was not asked for. */
+    private static String notDrained(String reason) {
+        return "tfos-am: not drained (" + reason + "): the launcher reads no notes (tfos yarn serve's) or too "
+                + "many wait; the container's loss will be a node failure";
     }
 
     private void writeNotes() {
@@ -325,9 +331,8 @@ public final class ApplicationMaster {
                     w.flush();
                 } catch (IOException e) {
                     notesRead = false; // nobody reads them: this stderr from now on
-                    System.err.println("tfos-am: " + (line.startsWith("NOTE ") ? line.substring(5)
-                            : "not drained (" + line.substring(line.indexOf(' ') + 1) + "): the launcher "
-                            + "reads no notes (tfos yarn serve's); the container's loss will be a node failure"));
+                    System.err.println(line.startsWith("NOTE ") ? "tfos-am: " + line.substring(5)
+                            : notDrained(line.substring(line.indexOf(' ') + 1)));
                 }
             }
         } catch (InterruptedException e) {
@@ -627,14 +632,15 @@ public final class ApplicationMaster {
                 return;
             }
             Set<ContainerId> named = new LinkedHashSet<>();
-            if (message.getStrictContract() != null && message.getStrictContract().getContainers() != null) {
-                for (PreemptionContainer c : message.getStrictContract().getContainers()) {
-                    named.add(c.getId());
-                }
-            }
-            if (message.getContract() != null && message.getContract().getContainers() != null) {
-                for (PreemptionContainer c : message.getContract().getContainers()) {
-                    named.add(c.getId());
+            Set<PreemptionContainer> strict = message.getStrictContract() == null ? null
+                    : message.getStrictContract().getContainers();
+            Set<PreemptionContainer> negotiable = message.getContract() == null ? null
+                    : message.getContract().getContainers();
+            for (Set<PreemptionContainer> contract : Arrays.asList(strict, negotiable)) {
+                if (contract != null) {
+                    for (PreemptionContainer c : contract) {
+                        named.add(c.getId());
+                    }
                 }
             }
             String self = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
