@@ -189,6 +189,10 @@ void tfos_policy_close(tfos_policy *p);
  * next attempt. Returns TFOS_RESTART or TFOS_RAISE (*why, when not NULL,
  * gets TFOS_WHY_*); TFOS_EINVAL for a failure with no cause. */
 int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progress, int *why);
+/* Take back the last decision, as if it had not been asked: the
+ * coordinator does when it learns that another node failed before the one
+ * it decided on, and decides again on that one. */
+void tfos_policy_retract(tfos_policy *p);
 /* The current attempt (1 for the first), and the budget. */
 int tfos_policy_attempt(const tfos_policy *p);
 int tfos_policy_max_restarts(const tfos_policy *p);

@@ -74,6 +74,21 @@ def _stop_tensorboard(tb):
         tb.wait()
 
 
+def _note_failure():
+    """Say when this program caught its failure, in TFOS_ERROR_FILE (seconds
+    since the epoch): when several nodes fail at once, the coordinator
+    reports the one that failed first, not the one whose report came first
+    (a peer's broken collective fails a moment after the node that broke it)."""
+    path = os.environ.get("TFOS_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write("%.6f\n" % time.time())
+    except OSError:
+        pass
+
+
 def main():
     from . import TFNode
     if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
@@ -88,11 +103,13 @@ def main():
         map_fun(tf_args, ctx)
     except SystemExit as exc:
         if exc.code not in (None, 0):
+            _note_failure()
             sys.stderr.write("tfos: map_fun on %s:%d called sys.exit(%r)\n" % (ctx.job_name, ctx.task_index, exc.code))
             sys.stderr.flush()
             _stop_tensorboard(tb)
             os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException:
+        _note_failure()
         sys.stdout.flush()
         sys.stderr.write("tfos: map_fun failed on %s:%d (executor %d)\n" % (ctx.job_name, ctx.task_index,
                                                                            ctx.executor_id))

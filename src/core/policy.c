@@ -215,6 +215,16 @@ int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progre
     return rec->decision;
 }
 
+void tfos_policy_retract(tfos_policy *p)
+{
+    if (!p || p->n == 0)
+        return;
+    p->n--;
+    if (p->recs[p->n].decision == TFOS_RESTART)
+        p->attempt--;
+    p->verdict[0] = '\0';
+}
+
 int tfos_policy_attempt(const tfos_policy *p)
 {
     return p->attempt;

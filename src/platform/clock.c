@@ -1,4 +1,4 @@
-/* clock.c: monotonic milliseconds. */
+/* clock.c: monotonic milliseconds, and the wall clock for dating events. */
 #include "platform/clock.h"
 
 #include <time.h>
@@ -18,4 +18,11 @@ int tfos__ms_left(int64_t deadline_ms, int cap_ms)
     if (cap_ms >= 0 && left > cap_ms)
         left = cap_ms;
     return (int)left;
+}
+
+double tfos__wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

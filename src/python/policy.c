@@ -4,6 +4,7 @@
  * fails; Python reads the decision and the history, never re-decides. */
 #include "tfosmod.h"
 
+#include "platform/clock.h"
 #include "tfos/tfos.h"
 
 #include <stdio.h>
@@ -105,9 +106,7 @@ static PyObject *Policy_decide(PolicyObject *self, PyObject *args, PyObject *kw)
     f.cause = cause;
     f.executor_id = -1;
     f.exit_code = exit_code;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    f.time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    f.time = tfos__wall_s();
     snprintf(f.node, sizeof f.node, "%s", node);
     snprintf(f.job, sizeof f.job, "%s", job);
     snprintf(f.exc_type, sizeof f.exc_type, "%s", exc);

@@ -186,6 +186,8 @@ struct agent {
     tfos__keras_probe keras_probe; /* started before registering (tfos__keras_probe_start) */
     const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
     char drain_path[4200];        /* the program's TFOS_DRAIN_FILE ("" before it starts) */
+    char error_path[4200];        /* its TFOS_ERROR_FILE: when it caught its own failure */
+    double ended_at;              /* when the program's end was seen (wall clock; 0: not yet) */
 };
 
 static void tail_push(agent *a, const char *line, size_t len)
@@ -341,6 +343,7 @@ static void begin_stop(agent *a, int grace_ms, const char *why)
     if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
         a->child_done = 1;
         a->child_status = st;
+        a->ended_at = tfos__wall_s();
         a->done = 1;
         return;
     }
@@ -477,6 +480,29 @@ static void add_progress(agent *a, tfos__msg *m)
     }
 }
 
+/* The time in the program's TFOS_ERROR_FILE (seconds since the epoch, as
+ * its catcher wrote it: tfos's Python wrapper does), or 0: none, or one not
+ * within this program's life (a clock's jump, a stray file). */
+static double raised_at(agent *a)
+{
+    char text[64];
+    int fd = a->error_path[0] && a->child_started_ms ? open(a->error_path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    char *end;
+    double t = strtod(text, &end);
+    while (*end == ' ' || *end == '\n')
+        end++;
+    double now = tfos__wall_s();
+    double started = now - (double)(tfos__now_ms() - a->child_started_ms) / 1000;
+    return *end == '\0' && t >= started - 1 && t <= now + 1 ? t : 0;
+}
+
 static void report_exit(agent *a, int code, const char *kind, const char *desc)
 {
     tfos__msg m;
@@ -488,6 +514,14 @@ static void report_exit(agent *a, int code, const char *kind, const char *desc)
     /* whether it ended because it was asked to stop: a node that fails by
      * itself fails the run even while the others are being stopped */
     tfos__msg_add(&m, "stopped", "%d", a->stop_asked ? 1 : 0);
+    /* when it failed: the time the program wrote when it caught its failure,
+     * else when its end was seen; the coordinator names the node that failed
+     * first, not the one whose report came first */
+    double raised = raised_at(a);
+    if (raised > 0)
+        tfos__msg_add(&m, "raised_at", "%.6f", raised);
+    if (a->ended_at > 0)
+        tfos__msg_add(&m, "ended_at", "%.6f", a->ended_at);
     int first = a->tail_count < TAIL_LINES ? 0 : a->tail_next;
     for (int i = 0; i < a->tail_count; i++)
         tfos__msg_add(&m, "tail", "%s", a->tail[(first + i) % TAIL_LINES]);
@@ -534,6 +568,20 @@ static void start_guard(agent *a)
 }
 
 static void try_end_feed(agent *a);
+
+/* A file the agent and its program share, named after the node ("drain":
+ * TFOS_DRAIN_FILE, "error": TFOS_ERROR_FILE): in the log dir, else in the
+ * temp dir under the cluster, executor and agent; one left by an earlier
+ * run is removed. */
+static void node_file(agent *a, const tfos__node_addr *me, const char *what, char *path, size_t size)
+{
+    if (a->o->log_dir)
+        snprintf(path, size, "%s/%s-%d.%s", a->o->log_dir, me->job, me->index, what);
+    else
+        snprintf(path, size, "%s/tfos-%s-%s-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", what,
+                 a->o->cluster_id ? a->o->cluster_id : "local", a->o->executor_id, (int)getpid());
+    unlink(path);
+}
 
 /* The program cannot be started: `desc` says why (the node's exit
  * description, which the coordinator reports once), `kind` is START_PROGRAM
@@ -684,15 +732,14 @@ static void start_program(agent *a)
         }
         argv = tb_argv;
     }
-    /* where a drain request will be written: none may be there from an
-     * earlier run with the same log dir (it would drain the program at once) */
-    if (a->o->log_dir)
-        snprintf(a->drain_path, sizeof a->drain_path, "%s/%s-%d.drain", a->o->log_dir, me->job, me->index);
-    else
-        snprintf(a->drain_path, sizeof a->drain_path, "%s/tfos-drain-%s-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR")
-                 : "/tmp", a->o->cluster_id ? a->o->cluster_id : "local", a->o->executor_id, (int)getpid());
-    unlink(a->drain_path);
+    /* where a drain request will be written, and where the program may say
+     * when it caught its own failure: none may be there from an earlier run
+     * with the same log dir (it would drain the program at once, or date
+     * this run's failure from the last one) */
+    node_file(a, me, "drain", a->drain_path, sizeof a->drain_path);
+    node_file(a, me, "error", a->error_path, sizeof a->error_path);
     setenv("TFOS_DRAIN_FILE", a->drain_path, 1);
+    setenv("TFOS_ERROR_FILE", a->error_path, 1);
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
                          .checkpoint_dir = a->o->checkpoint_dir, .feed_in_fd = a->in_fd,
@@ -1120,6 +1167,7 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
                     !respawn(a, st)) {
                     a->child_done = 1;
                     a->child_status = st;
+                    a->ended_at = tfos__wall_s();
                     a->done = 1;
                 }
             continue;
@@ -1359,8 +1407,10 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
         if (!a.child_done) {
             /* leaving early (signal, coordinator lost): make sure it is gone */
             kill(-a.child, SIGKILL);
-            if (tfos__wait_pid(a.child, 5000, &a.child_status) == 0)
+            if (tfos__wait_pid(a.child, 5000, &a.child_status) == 0) {
                 a.child_done = 1;
+                a.ended_at = tfos__wall_s();
+            }
         }
         end_leftovers(&a);
     }
@@ -1402,6 +1452,8 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
 out:
     if (a.drain_path[0])
         unlink(a.drain_path);
+    if (a.error_path[0])
+        unlink(a.error_path);
     for (int i = 0; i < 2; i++)
         if (a.lb[i].fd >= 0)
             close(a.lb[i].fd);

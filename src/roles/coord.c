@@ -116,6 +116,11 @@ typedef struct cnode {
     /* how the node started, on the coordinator's clock (tfos__now_ms; 0:
      * not known): see "Start telemetry" in docs/DESIGN.md */
     int64_t at_agent, at_connected, at_registered, at_program, at_first_io;
+    /* when it failed, as its agent said (wall clock, 0: not known): the time
+     * its program wrote when it caught its failure (raised), else when its
+     * end was seen */
+    double failed_at;
+    int raised;
 } cnode;
 
 /* A peer that has sent its first frame (those still to authenticate are
@@ -170,6 +175,9 @@ struct tfos_coord {
     int failure_code;
     int decision;
     tfos_failure info;
+    const cnode *failed_node; /* the node info names; NULL: none */
+    int decided;              /* the policy recorded a decision on it */
+    int replacing;            /* an earlier failure takes its place (came_first) */
     char failure[8192];
     tfos__coord_report_fn on_report; /* tfos__coord_on_report */
     void *report_user;
@@ -207,6 +215,7 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
     if (c->failed)
         return;
     c->failed = 1;
+    c->failed_node = nd;
     c->failure_code = cause == TFOS_CAUSE_RESERVATION ? TFOS_ETIMEDOUT
                       : cause == TFOS_CAUSE_STOPPED || cause == TFOS_CAUSE_FEED ? TFOS_ESTOPPED
                                                                                 : TFOS_EFAILED;
@@ -218,9 +227,7 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
     memset(f, 0, sizeof *f);
     f->cause = cause;
     f->attempt = c->opts.attempt;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    f->time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    f->time = nd && nd->failed_at > 0 ? nd->failed_at : tfos__wall_s();
     f->executor_id = -1;
     f->exit_code = -1;
     if (nd) {
@@ -244,10 +251,11 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
         if (c->checkpoint_dir)
             tfos_checkpoint_progress(c->checkpoint_dir, progress, sizeof progress);
         c->decision = tfos_policy_decide(c->opts.policy, f, progress, NULL);
+        c->decided = c->decision >= 0;
         if (c->decision < 0)
             c->decision = TFOS_RAISE;
     }
-    if (cause != TFOS_CAUSE_STOPPED)
+    if (cause != TFOS_CAUSE_STOPPED && !c->replacing)
         TFOS_ERROR("coordinator: %s; stopping the cluster", f->summary);
 }
 
@@ -718,6 +726,43 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
     }
 }
 
+/* nd's program failed by itself (cause): the failure, with its last lines. */
+static void node_failed(tfos_coord *c, const cnode *nd, int cause, const char *const *lines, int nlines)
+{
+    char label[48], pid[32] = "";
+    node_label(nd, label, sizeof label);
+    if (nd->prog_pid > 0) /* 0: the program never started */
+        snprintf(pid, sizeof pid, ", pid %d", nd->prog_pid);
+    /* a program that never started has no lines of its own: its agent's
+     * reason is the description, said once */
+    if (cause == TFOS_CAUSE_START && !nd->tail[0])
+        set_failure(c, cause, nd, NULL, 0, "%s (executor %d, host %s) failed: %s", label, nd->addr.executor_id,
+                    nd->addr.host, nd->exit_desc);
+    else
+        set_failure(c, cause, nd, lines, nlines, "%s (executor %d, host %s%s) failed: %s\nlast lines of %s:\n%s",
+                    label, nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
+                    nd->tail[0] ? nd->tail : "  | (no output)\n");
+}
+
+/* Did nd, whose program failed while the cluster was stopping after another
+ * node's failure, fail before that node? Then its failure is the one to
+ * report: the other most likely followed from it (a peer's collective
+ * broken by its end), and only its report came first. A failure counts
+ * when it was the program's own: its agent had not been asked to stop it,
+ * or the program caught it (TFOS_ERROR_FILE) before. Failures are dated by
+ * their agents' clocks (docs/RELIABILITY.md, "Which failure is reported"). */
+static int came_first(const tfos_coord *c, const cnode *nd, int cause, int stopped)
+{
+    const cnode *was = c->failed_node;
+    int ended = c->info.cause == TFOS_CAUSE_EXIT || c->info.cause == TFOS_CAUSE_SIGNAL ||
+                c->info.cause == TFOS_CAUSE_HANG;
+    if (!c->failed || !was || was == nd || !ended || (cause != TFOS_CAUSE_EXIT && cause != TFOS_CAUSE_SIGNAL))
+        return 0;
+    if (stopped && !nd->raised)
+        return 0;
+    return nd->failed_at > 0 && was->failed_at > 0 && nd->failed_at < was->failed_at;
+}
+
 static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (p->node < 0)
@@ -753,6 +798,10 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     nd->state = N_EXITED;
     char label[48];
     node_label(nd, label, sizeof label);
+    char at[32] = "";
+    nd->raised = tfos__kv_str(f->payload, f->len, "raised_at", at, sizeof at) == 0;
+    if (nd->raised || tfos__kv_str(f->payload, f->len, "ended_at", at, sizeof at) == 0)
+        nd->failed_at = strtod(at, NULL);
     if (!was_running || c->state >= TFOS_COORD_DONE) /* over: a late agent only updates its node */
         return;
     /* A node that failed by itself (its agent had not been asked to stop
@@ -767,19 +816,7 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     if ((c->state == TFOS_COORD_RUNNING && (code != 0 || !is_tracked(nd))) ||
         (c->state == TFOS_COORD_STOPPING && failed_itself)) {
         if (code != 0) {
-            int cause = exit_cause(f, code);
-            char pid[32] = "";
-            if (nd->prog_pid > 0) /* 0: the program never started */
-                snprintf(pid, sizeof pid, ", pid %d", nd->prog_pid);
-            /* a program that never started has no lines of its own: its
-             * agent's reason is the description, said once */
-            if (cause == TFOS_CAUSE_START && !nd->tail[0])
-                set_failure(c, cause, nd, NULL, 0, "%s (executor %d, host %s) failed: %s", label,
-                            nd->addr.executor_id, nd->addr.host, nd->exit_desc);
-            else
-                set_failure(c, cause, nd, lines, nlines, "%s (executor %d, host %s%s) failed: %s\nlast lines of "
-                            "%s:\n%s", label, nd->addr.executor_id, nd->addr.host, pid, nd->exit_desc, label,
-                            nd->tail[0] ? nd->tail : "  | (no output)\n");
+            node_failed(c, nd, exit_cause(f, code), lines, nlines);
             if (c->state == TFOS_COORD_STOPPING)
                 return; /* the stop under way ends the cluster, now FAILED */
         } else {
@@ -790,7 +827,20 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
         enter_stopping(c);
         return;
     }
-    if (c->failed && c->info.cause == TFOS_CAUSE_START && code != 0 && exit_cause(f, code) == TFOS_CAUSE_START)
+    if (code != 0 && c->state == TFOS_COORD_STOPPING && came_first(c, nd, exit_cause(f, code), (int)stopped)) {
+        char was[48];
+        node_label(c->failed_node, was, sizeof was);
+        double before = c->failed_node->failed_at - nd->failed_at;
+        if (c->decided)
+            tfos_policy_retract(c->opts.policy);
+        c->failed = 0;
+        c->replacing = 1;
+        node_failed(c, nd, exit_cause(f, code), lines, nlines);
+        c->replacing = 0;
+        TFOS_ERROR("coordinator: %s, %.3f s before %s's failure, which was reported first: that one most likely "
+                   "followed from this one", c->info.summary, before, was);
+    } else if (c->failed && c->info.cause == TFOS_CAUSE_START && code != 0 &&
+               exit_cause(f, code) == TFOS_CAUSE_START)
         TFOS_INFO("coordinator: %s could not start either", label); /* the reason is said once */
     else
         TFOS_INFO("coordinator: %s %s: %s", label, c->state == TFOS_COORD_STOPPING ? "stopped" : "finished",

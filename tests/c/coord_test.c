@@ -2,7 +2,7 @@
  * path, wrong secrets, malformed/truncated/oversized frames, duplicate and
  * out-of-range executors, reservation timeout, node failure, heartbeats,
  * END_FEED, TensorBoard ports, ABORT reports, a node failing while the rest
- * stops, the start kinds agents report, and the C clients
+ * stops, which of several failures is reported, the start kinds agents report, and the C clients
  * (tfos_report_abort, tfos_query_status) run in a forked child.
  * The coordinator runs in this thread; helpers step it while they wait. */
 #include "check.h"
@@ -593,6 +593,70 @@ static void failure_while_stopping(void)
     }
 }
 
+/* Several nodes fail at once: the failure reported is the one that
+ * happened first by its agent's dates (the time the program caught it, else
+ * the end its agent saw), not the one whose report came first; the policy
+ * decides on it once. A node stopped by the cluster, or one that failed
+ * after, does not take its place. */
+static void first_failure_is_reported(void)
+{
+    tfos_policy *pol;
+    CHECK_EQ(tfos_policy_open(&pol, 3), 0);
+    tfos_coord_opts o = {.layout = {.num_workers = 4}, .secret = SECRET, .reservation_timeout = 10,
+                         .stop_grace = 1, .heartbeat_timeout = 30, .policy = pol};
+    tfos_coord *c;
+    CHECK_EQ(tfos_coord_open(&c, &o), 0);
+    loglen = 0;
+    tfos__link *a[4];
+    form_cluster(c, a, 4, -1);
+    /* worker:0's collective broke when worker:1 ended: its report comes first */
+    send_kv(a[0], TFOS_MSG_EXITED, 9, "code", "1", "kind", "exit", "desc", "exit code 1", "stopped", "0",
+            "ended_at", "1000.500000", "raised_at", "1000.450000", "tail", "Traceback (most recent call last):",
+            "tail", "  File \"t.py\", line 9, in <module>", "tail", "RuntimeError: Connection closed by peer");
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_STOPPING);
+    CHECK(strstr(tfos_coord_failure(c), "worker:0"));
+    CHECK_EQ(tfos_policy_count(pol), 1);
+    CHECK_EQ(tfos_policy_attempt(pol), 2);
+    /* worker:3 was stopped by the cluster: its earlier end date is not a failure of its own */
+    send_kv(a[3], TFOS_MSG_EXITED, 5, "code", "137", "kind", "signal", "desc", "signal 9 (Killed)", "stopped", "1",
+            "ended_at", "1000.100000");
+    /* worker:2 failed by itself, but after worker:0 */
+    send_kv(a[2], TFOS_MSG_EXITED, 6, "code", "1", "kind", "exit", "desc", "exit code 1", "stopped", "0",
+            "ended_at", "1000.700000", "tail", "OSError: later");
+    steps(c, 30);
+    CHECK(strstr(tfos_coord_failure(c), "worker:0 (executor 0"));
+    /* worker:1 raised first; its agent was asked to stop the program it ran
+     * by then, which its catch time before worker:0's shows was failing */
+    send_kv(a[1], TFOS_MSG_EXITED, 9, "code", "1", "kind", "exit", "desc", "exit code 1", "stopped", "1",
+            "raised_at", "1000.200000", "ended_at", "1000.520000", "tail", "Traceback (most recent call last):",
+            "tail", "  File \"t.py\", line 5, in <module>", "tail", "ValueError: rank one cannot go on");
+    int end = 0;
+    int64_t deadline = tfos__now_ms() + 3000;
+    while (end < TFOS_COORD_DONE && tfos__now_ms() < deadline)
+        end = tfos_coord_step(c, 5);
+    CHECK_EQ(end, TFOS_COORD_FAILED);
+    const char *fail = tfos_coord_failure(c);
+    CHECK(!strncmp(fail, "worker:1 (executor 1, host 127.0.0.1, pid 999) failed: exit code 1", 66));
+    CHECK(strstr(fail, "ValueError: rank one cannot go on"));
+    tfos_failure fi;
+    CHECK_EQ(tfos_coord_failure_info(c, &fi), 0);
+    CHECK_STR(fi.node, "worker:1");
+    CHECK_STR(fi.exc_type, "ValueError");
+    CHECK(fi.time > 1000.19 && fi.time < 1000.21); /* dated when it failed */
+    /* one decision, on worker:1's failure: the first retracted */
+    CHECK_EQ(tfos_policy_count(pol), 1);
+    CHECK_STR(tfos_policy_record(pol, 0)->failure.node, "worker:1");
+    CHECK_EQ(tfos_policy_attempt(pol), 2);
+    CHECK_EQ(tfos_coord_decision(c), TFOS_RESTART);
+    CHECK(strstr(logbuf, "worker:1 (executor 1, host 127.0.0.1, pid 999) failed: exit code 1, 0.250 s before "
+                         "worker:0's failure, which was reported first"));
+    for (int i = 0; i < 4; i++)
+        tfos__link_close(a[i]);
+    tfos_coord_close(c);
+    tfos_policy_close(pol);
+}
+
 /* The kinds an agent reports map to the causes the policy decides on: a
  * program that cannot start (never retried) apart from a node that could
  * not be set up (an abort from a Spark node task, a failed fork: retried). */
@@ -966,6 +1030,7 @@ int main(void)
     RUN(tensorboard_port);
     RUN(abort_report);
     RUN(failure_while_stopping);
+    RUN(first_failure_is_reported);
     RUN(start_kinds);
     RUN(clients);
     RUN(drain);

@@ -131,6 +131,31 @@ def test_failing_node_stops_the_cluster_with_a_summary(tmp_path, marker):
     assert "logs of every node are in %s" % (tmp_path / "logs") in r.stderr
 
 
+def test_the_node_that_failed_first_is_reported_not_the_first_report(tmp_path, marker):
+    """worker:1 catches its failure and says when (TFOS_ERROR_FILE, as tfos's
+    Python wrapper does) but takes its time to end; worker:0 fails 0.7 s
+    later and its report comes first. The run's failure is worker:1's."""
+    script = """
+    if [ "$TFOS_TASK_INDEX" = 1 ]; then
+      trap "" TERM
+      date +%s.%N > "$TFOS_ERROR_FILE"
+      echo "ValueError: rank one cannot go on" >&2
+      sleep 2; exit 3
+    fi
+    sleep 0.7; echo "RuntimeError: Connection closed by peer" >&2; exit 1
+    """
+    r = run_tfos(["run", "--workers", "2", "--max-restarts", "0", "--failure-grace", "20", "--", "sh", "-c",
+                  script, marker])
+    assert r.returncode == 1, r.stderr
+    summary = r.stderr[r.stderr.index("worker:0 (executor 0"):]  # the failure as first reported
+    assert "failed: exit code 1" in summary, r.stderr
+    assert re.search(r"worker:1 \(executor 1, host 127.0.0.1, pid \d+\) failed: exit code 3, 0\.\d+ s before "
+                     r"worker:0's failure, which was reported first", r.stderr), r.stderr
+    final = r.stderr[r.stderr.rindex("the cluster failed:"):]
+    assert "worker:1" in final and "ValueError: rank one cannot go on" in final, r.stderr
+    assert "RuntimeError" not in final, r.stderr
+
+
 def test_detection_latency_under_2s(tmp_path, marker):
     """Time from the program's death to the coordinator knowing, read live from
     the launcher's stderr while the surviving workers are still running."""
