@@ -59,7 +59,9 @@ class Cluster(object):
     which the executors must see), ``keras``, ``max_restarts`` (default 3:
     a failed node forms the cluster again and ``train()`` resumes the feed),
     ``tensorboard`` (TensorBoard on the chief, or worker 0, serving
-    ``tensorboard_log_dir``; see :meth:`tensorboard_url`).
+    ``tensorboard_log_dir``; see :meth:`tensorboard_url`), ``framework``
+    (``"torch"`` or ``"jax"``: each node is sent rank 0's address and its
+    ranks, not every address).
     ``lease_timeout``: seconds after which a cluster whose client has
     stopped asking is stopped. ``show_output``: print every node's output
     on this client's stdout, each line with its node's name (``[worker:1]
@@ -80,7 +82,8 @@ class Cluster(object):
                  failure_grace=_DEFAULTS["failure_grace"],
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None,
-                 show_output=None, quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
+                 show_output=None, quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
+                 framework="tf"):
         from ._extras import require
         # a Spark Connect client is told tfos[connect], a classic driver tfos[spark]
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy", extra=spark_extra(spark))
@@ -88,6 +91,8 @@ class Cluster(object):
             raise ValueError("Cluster: num_nodes must be at least 1, got %r" % (num_nodes,))
         if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
             raise ValueError("Cluster: keras=%r: use 'auto', 'legacy', '3' or 'env' (see TFCluster.run)" % (keras,))
+        if framework not in ("tf", "torch", "jax"):
+            raise ValueError("Cluster: framework=%r: use 'tf', 'torch' or 'jax'" % (framework,))
         if float(lease_timeout) < 5:
             raise ValueError("Cluster: lease_timeout must be at least 5 seconds, got %r" % (lease_timeout,))
         self.spark = spark
@@ -115,6 +120,7 @@ class Cluster(object):
         self.spec.env = tracker_env(tracker)
         self.spec.grace = float(grace)
         self.spec.failure_grace = float(failure_grace)
+        self.spec.framework = framework
         # the one restart policy (libtfos), asked by the attempt loop: each
         # attempt has a coordinator of its own, started by its node stage
         self.policy = _tfos.RestartPolicy(max(0, int(max_restarts)))

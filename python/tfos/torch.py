@@ -284,7 +284,8 @@ class TorchDistributor(object):
         mode = spark_cluster.InputMode.SPARK if df is not None else spark_cluster.InputMode.TENSORFLOW
         cluster = spark_cluster.run(sc, _spark_node, payload, self.num_processes, input_mode=mode,
                                     max_restarts=self.max_restarts, checkpoint_dir=self.checkpoint_dir,
-                                    status_port=self.status_port, quiet=self.quiet, keras="env", **self.mlflow)
+                                    status_port=self.status_port, quiet=self.quiet, keras="env", framework="torch",
+                                    **self.mlflow)
         self.cluster = cluster
         try:
             if df is not None:
@@ -303,7 +304,8 @@ class TorchDistributor(object):
         from ._spark.driver import TFClusterError
         from .spark import Cluster
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
-                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet, **self.mlflow)
+                          checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet, framework="torch",
+                          **self.mlflow)
         self.cluster = cluster
         try:
             cluster.start()

@@ -75,9 +75,9 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"workers", "secret", "ps", "chief", "evaluator", "bind_host", "port",
                              "reservation_timeout", "grace", "heartbeat_timeout", "attempt", "policy",
-                             "checkpoint_dir", "failure_grace", "tracker", NULL};
+                             "checkpoint_dir", "failure_grace", "tracker", "framework", NULL};
     int workers, ps = 0, chief = 0, evaluator = 0, port = 0, attempt = 1;
-    const char *secret, *bind_host = "127.0.0.1", *ckpt = NULL;
+    const char *secret, *bind_host = "127.0.0.1", *ckpt = NULL, *framework = "tf";
     double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK, grace = TFOS_DEFAULT_STOP_GRACE,
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT, fgrace = TFOS_DEFAULT_FAILURE_GRACE;
     PyObject *policy = Py_None, *tracker = Py_None;
@@ -85,10 +85,15 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Coordinator is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzdO", kwlist, &workers, &secret, &ps, &chief,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzdOs", kwlist, &workers, &secret, &ps, &chief,
                                      &evaluator, &bind_host, &port, &rt, &grace, &hb, &attempt, &policy, &ckpt,
-                                     &fgrace, &tracker))
+                                     &fgrace, &tracker, &framework))
         return -1;
+    int spec_form = tfos_framework_spec_form(framework);
+    if (spec_form < 0) {
+        PyErr_Format(PyExc_ValueError, "framework='%s': use 'tf', 'torch' or 'jax'", framework);
+        return -1;
+    }
     module_state *st = PyType_GetModuleState(Py_TYPE(self));
     if (tracker != Py_None && (!PyObject_TypeCheck(tracker, st->tracker_type) || !tfos__py_tracker(tracker))) {
         PyErr_SetString(PyExc_TypeError, "tracker must be an open Tracker");
@@ -116,7 +121,8 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
     tfos_coord_opts o = {.layout = {.num_ps = ps, .num_workers = workers, .chief = chief, .evaluator = evaluator},
                          .bind_host = bind_host, .port = port, .secret = secret, .reservation_timeout = rt,
                          .stop_grace = grace, .failure_grace = fgrace, .heartbeat_timeout = hb, .attempt = attempt,
-                         .policy = self->policy ? tfos__py_policy(self->policy) : NULL, .checkpoint_dir = ckpt};
+                         .policy = self->policy ? tfos__py_policy(self->policy) : NULL, .checkpoint_dir = ckpt,
+                         .spec_form = spec_form};
     rc = tfos__coord_open_on(&self->coord, &o, self->loop);
     if (rc) {
         tfos__py_raise(rc, "cannot start the coordinator");
@@ -492,7 +498,8 @@ static PyGetSetDef Coord_getset[] = {
 static PyType_Slot Coord_slots[] = {
     {Py_tp_doc, "Coordinator(workers, secret, ps=0, chief=False, evaluator=False, *, bind_host='127.0.0.1', "
                 "port=0, reservation_timeout=600, grace=5, heartbeat_timeout=30, attempt=1, policy=None, "
-                "checkpoint_dir=None, failure_grace=0, tracker=None)"},
+                "checkpoint_dir=None, failure_grace=0, tracker=None, framework='tf'): framework 'torch' or 'jax' "
+                "sends each node the ranks form of the cluster, not every address (docs/DESIGN.md)"},
     {Py_tp_init, Coord_init},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, Coord_dealloc},

@@ -39,6 +39,13 @@ def test_native_coordinator_object():
         c.step()
     with pytest.raises(ValueError):
         tfos._tfos.Coordinator(0, "s")  # no nodes
+    # what each node is sent: every address (tf), or the ranks form (torch, jax)
+    for framework, form in (("tf", "full"), ("torch", "ranks"), ("jax", "ranks")):
+        c = tfos._tfos.Coordinator(2, tfos._tfos.random_secret(), framework=framework)
+        assert '"spec_form": "%s"' % form in c.status(), c.status()
+        c.close()
+    with pytest.raises(ValueError, match="framework='mxnet': use 'tf', 'torch' or 'jax'"):
+        tfos._tfos.Coordinator(2, "s", framework="mxnet")
 
 
 def test_get_context_outside_tfos(monkeypatch):

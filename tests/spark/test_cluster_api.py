@@ -275,7 +275,8 @@ def torch_ranks(scale):
     dist.all_reduce(ranks)
     world = dist.get_world_size()
     dist.destroy_process_group()
-    return {"world": world, "rank_sum": int(ranks.item()) * scale, "pid": os.getpid()}
+    return {"world": world, "rank_sum": int(ranks.item()) * scale, "pid": os.getpid(),
+            "tf_config": "TF_CONFIG" in os.environ}
 
 
 def torch_count_feed(batch):
@@ -313,6 +314,7 @@ def test_torch_distributor_runs_a_function_and_a_script_over_connect(session, tm
     dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, spark=spark)
     out = dist.run(torch_ranks, 3)
     assert out["world"] == 2 and out["rank_sum"] == 3, out
+    assert out["tf_config"] is False, out  # the ranks form: rank 0's address and the ranks, not every address
     assert isinstance(dist.cluster, Cluster) and dist.cluster.attempt == 1
     script = os.path.join(HERE, "progs", "torch_doc_script.py")
     out_dir = tmp_path / "out"

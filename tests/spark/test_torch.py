@@ -112,7 +112,13 @@ def test_dataframe_ddp_trains_and_a_killed_rank_resumes(spark, spark_cluster, tm
     assert run.data.tags["tfos.attempts"] == "2" and run.data.tags["tfos.attempt.1.cause"] == "signal"
 
 
-def test_rank_exception_comes_back_with_its_traceback(spark):
+def test_rank_exception_comes_back_with_its_traceback(spark, caplog):
+    """Rank 1 raises; rank 0's barrier fails a moment later because of it
+    and may be reported first: the run's failure is rank 1's (the node that
+    failed first, docs/RELIABILITY.md). The ranks were sent the ranks form
+    of the cluster (TorchDistributor says torch)."""
+    import logging
+    caplog.set_level(logging.INFO, logger="tfos")
     from tfos.TFCluster import TFClusterError
     from tfos.torch import TorchDistributor
 
@@ -128,6 +134,7 @@ def test_rank_exception_comes_back_with_its_traceback(spark):
     text = str(info.value)
     assert "worker:1" in text and "ValueError: rank one cannot go on" in text, text
     assert "Traceback (most recent call last)" in text, text
+    assert "publishing the cluster spec (ranks)" in caplog.text, caplog.text[-3000:]
 
 
 def test_use_gpu_without_gpus_says_so(spark):

@@ -371,7 +371,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         drain_grace=None, node_log_dir="tfos-logs",
-        status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None):
+        status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
+        framework="tf"):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -423,10 +424,19 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     their mean, the restart history and the feed's totals; the nodes get
     ``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID``. It ends when the cluster
     does (:meth:`TFCluster.shutdown`). See docs/MODELS.md, "Tracking".
+
+    ``framework``: what each node is sent of the cluster, as ``tfos run
+    --framework``. ``"tf"`` (the default): every node's address
+    (``TF_CONFIG``, ``ctx.cluster_spec``). ``"torch"`` or ``"jax"``: rank 0's
+    address and the node's ranks only, a few hundred bytes per node whatever
+    the size (``ctx.cluster_spec`` is then ``{}``); ``TorchDistributor`` says
+    ``"torch"``. See docs/DESIGN.md, "What each node is sent of the cluster".
     """
     from .._extras import require
     require("TFCluster.run", "pyspark", "pyarrow", "numpy")  # here, before any executor is asked
 
+    if framework not in ("tf", "torch", "jax"):
+        raise ValueError("TFCluster.run: framework=%r: use 'tf', 'torch' or 'jax'" % (framework,))
     if not isinstance(keras, str) or not _tfos.keras_mode_valid(keras):
         raise ValueError("TFCluster.run: keras=%r: use 'auto' (tf-keras where installed), 'legacy' (tf-keras), "
                          "'3' (Keras 3) or 'env' (as the executors' environment says)" % (keras,))
@@ -482,7 +492,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
-            "quiet": bool(quiet), "tracker": tracker,
+            "quiet": bool(quiet), "tracker": tracker, "framework": framework,
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
             "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0}
     cluster = TFCluster(sc, spec, conf)

@@ -314,7 +314,7 @@ class DriverEngine(Engine):
                                   reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
                                   heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
                                   checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"],
-                                  tracker=conf.get("tracker"))
+                                  tracker=conf.get("tracker"), framework=conf.get("framework", "tf"))
         if first:
             conf["port"] = int(coord.address.rsplit(":", 1)[1])
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])

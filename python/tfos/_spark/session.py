@@ -64,8 +64,8 @@ def _host_ip():
 def start_coordinator(spec, lease, linger, timeout=30.0):
     """Start the cluster's coordinator on this host (detached: it outlives
     this task, and ends when the cluster is over or the lease runs out);
-    returns its address. ``spec`` carries Cluster's grace, failure_grace
-    and attempt beside the NodeSpec fields."""
+    returns its address. ``spec`` carries Cluster's grace, failure_grace,
+    attempt and framework beside the NodeSpec fields."""
     lay = spec.layout
     tmp = tempfile.mkdtemp(prefix="tfos-coord-")
     path = os.path.join(tmp, "address")
@@ -75,7 +75,8 @@ def start_coordinator(spec, lease, linger, timeout=30.0):
                 "--listen", "%s:0" % _host_ip(), "--address-file", path, "--lease", "%g" % lease,
                 "--linger", "%g" % linger, "--reservation-timeout", "%g" % spec.reservation_timeout,
                 "--heartbeat-timeout", "%g" % spec.heartbeat_timeout, "--grace", "%g" % spec.grace,
-                "--failure-grace", "%g" % spec.failure_grace, "--attempt", str(spec.attempt)]
+                "--failure-grace", "%g" % spec.failure_grace, "--attempt", str(spec.attempt),
+                "--framework", getattr(spec, "framework", "tf")]
         if lay["chief"]:
             argv.append("--chief")
         pid = _tfos.spawn_detached(argv, dict(os.environ, TFOS_SECRET=spec.secret), [])
