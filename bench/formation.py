@@ -7,7 +7,9 @@ that prints its task index and port: every node must have run, with a
 distinct index and a distinct port, and no process of the run may be left
 afterwards (the run's marker in argv, looked for in /proc).
 
-Prints a table: N, tfos s, bare s, ratio, overhead per node (ms).
+Prints a table: N, formed s (launch -> the spec sent to every node, from
+the run's start line), the whole run's s (formed, every program run and
+ended, everything stopped), bare s, ratio, overhead per node (ms).
 
 With --simulated 4096,16384 it then forms clusters beyond one machine's
 processes with bench/simagents.c (build/tfos-simagents): that many agents'
@@ -18,7 +20,10 @@ the medians of formed (launch -> every node has its spec) and ended, and
 the coordinator's peak RSS and CPU, are printed, with the start line of the
 median run (the phases' p50/p99/max).
 
-Usage: bench/formation.py --tfos build/tfos [--sizes 2,8,64,256,1000] [--rounds 5]
+--framework torch runs the real agents with the ranks form (rank 0's
+address and the ranks) instead of every address.
+
+Usage: bench/formation.py --tfos build/tfos [--sizes 2,8,64,256,1024] [--rounds 5] [--framework tf|torch]
                           [--simulated 4096,16384 [--simagents build/tfos-simagents]]
 """
 import argparse
@@ -33,11 +38,19 @@ import uuid
 
 def timed(cmd):
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit("benchmark command failed (%d): %s" % (r.returncode, " ".join(cmd[:6])))
-    return dt
+    return dt, r.stderr
+
+
+def formed_s(stderr):
+    """Launch -> the spec sent to every node, from tfos run's start line."""
+    m = re.search(r"start: spec sent (\d+) ms after launch", stderr)
+    if not m:
+        sys.exit("no start line in tfos run's output:\n" + stderr[-2000:])
+    return int(m.group(1)) / 1000
 
 
 def left_running(marker):
@@ -53,10 +66,11 @@ def left_running(marker):
     return found
 
 
-def check(tfos, n):
+def check(tfos, n, framework):
     marker = "formation-" + uuid.uuid4().hex
     prog = 'echo "NODE $TFOS_TASK_INDEX $TFOS_PORT" # %s' % marker
-    r = subprocess.run([tfos, "run", "--workers", str(n), "--max-restarts", "0", "--", "sh", "-c", prog],
+    r = subprocess.run([tfos, "run", "--workers", str(n), "--max-restarts", "0", "--framework", framework, "--",
+                        "sh", "-c", prog],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         sys.exit("tfos run --workers %d failed:\n%s" % (n, r.stderr[-3000:]))
@@ -94,29 +108,34 @@ def simulated(simagents, tfos, n, rounds, framework):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tfos", required=True)
-    ap.add_argument("--sizes", default="2,8,64,256,1000")
+    ap.add_argument("--sizes", default="2,8,64,256,1024")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--simulated", default="", help="sizes of simulated clusters, e.g. 4096,16384")
     ap.add_argument("--simagents", default=None, help="the tfos-simagents binary (default: beside --tfos)")
     ap.add_argument("--sim-framework", default="torch", choices=["torch", "jax", "tf"])
+    ap.add_argument("--framework", default="tf", choices=["torch", "jax", "tf"],
+                    help="what the real agents are sent: tf, every address (the default); torch, the ranks form")
     a = ap.parse_args()
     rows = []
     for n in [int(s) for s in a.sizes.split(",") if s]:
-        check(a.tfos, n)
+        check(a.tfos, n, a.framework)
         rounds = a.rounds if n < 256 else max(1, min(a.rounds, 3))
-        tf, bare = [], []
+        tf, formed, bare = [], [], []
         for _ in range(rounds):
-            tf.append(timed([a.tfos, "run", "--workers", str(n), "--max-restarts", "0", "--", "true"]))
-            bare.append(timed(["sh", "-c", "i=0; while [ $i -lt %d ]; do /bin/true & i=$((i+1)); done; wait" % n]))
-        t, b = statistics.median(tf), statistics.median(bare)
-        rows.append((n, t, b))
-        print("N=%d tfos %.3f s bare %.3f s (%d rounds; checked: distinct indexes and ports, nothing left)"
-              % (n, t, b, rounds), flush=True)
+            dt, err = timed([a.tfos, "run", "--workers", str(n), "--max-restarts", "0", "--framework", a.framework,
+                             "--", "true"])
+            tf.append(dt)
+            formed.append(formed_s(err))
+            bare.append(timed(["sh", "-c", "i=0; while [ $i -lt %d ]; do /bin/true & i=$((i+1)); done; wait" % n])[0])
+        t, f, b = statistics.median(tf), statistics.median(formed), statistics.median(bare)
+        rows.append((n, f, t, b))
+        print("N=%d tfos formed %.3f s, whole run %.3f s, bare %.3f s (%d rounds, --framework %s; checked: "
+              "distinct indexes and ports, nothing left)" % (n, f, t, b, rounds, a.framework), flush=True)
     print()
-    print("| nodes | tfos run (s) | N bare processes (s) | ratio | overhead per node (ms) |")
-    print("|---:|---:|---:|---:|---:|")
-    for n, t, b in rows:
-        print("| %d | %.2f | %.2f | %.1f | %.1f |" % (n, t, b, t / b, (t - b) / n * 1000))
+    print("| nodes | formed (s) | whole run (s) | N bare processes (s) | ratio | overhead per node (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n, f, t, b in rows:
+        print("| %d | %.2f | %.2f | %.2f | %.1f | %.1f |" % (n, f, t, b, t / b, (t - b) / n * 1000))
     if a.simulated:
         sim = a.simagents or os.path.join(os.path.dirname(os.path.abspath(a.tfos)), "tfos-simagents")
         srows = []
