@@ -158,3 +158,26 @@ int64_t tfos__warn_limit_due(const tfos__warn_limit *w)
 {
     return w->suppressed ? w->window + w->window_ms : INT64_MAX;
 }
+
+void tfos__rate_set(tfos__rate *r, double per_s, double burst)
+{
+    r->per_s = per_s;
+    r->burst = burst;
+    r->tokens = burst; /* a full bucket to begin with */
+    r->at_ms = 0;
+}
+
+int tfos__rate_take(tfos__rate *r, int64_t now_ms)
+{
+    if (r->at_ms && now_ms > r->at_ms) {
+        r->tokens += (double)(now_ms - r->at_ms) * r->per_s / 1000;
+        if (r->tokens > r->burst)
+            r->tokens = r->burst;
+    }
+    if (!r->at_ms || now_ms > r->at_ms)
+        r->at_ms = now_ms;
+    if (r->tokens < 1)
+        return 0;
+    r->tokens -= 1;
+    return 1;
+}

@@ -40,6 +40,18 @@ void tfos__warn_limit_flush(tfos__warn_limit *w, int force);
  * INT64_MAX: for a loop's timer. */
 int64_t tfos__warn_limit_due(const tfos__warn_limit *w);
 
+/* A token bucket for lines sent on (an agent's --forward-logs): at most
+ * `per_s` a second on average and `burst` at once. Zero-initialise, then
+ * tfos__rate_set; one thread. */
+typedef struct tfos__rate {
+    double per_s, burst, tokens;
+    int64_t at_ms;    /* when tokens was last topped up (tfos__now_ms) */
+} tfos__rate;
+
+void tfos__rate_set(tfos__rate *r, double per_s, double burst);
+/* Take one line's token at now_ms: 1, or 0 when the line is over the rate. */
+int tfos__rate_take(tfos__rate *r, int64_t now_ms);
+
 #define TFOS_DEBUG(...) tfos__log(TFOS_LOG_DEBUG, __VA_ARGS__)
 #define TFOS_INFO(...) tfos__log(TFOS_LOG_INFO, __VA_ARGS__)
 #define TFOS_WARN(...) tfos__log(TFOS_LOG_WARN, __VA_ARGS__)

@@ -130,6 +130,7 @@ struct agent {
     int builtin_ps;        /* the program is the built-in ps server (builtin_ps_server) */
     char log_error[300];   /* the node's log file could not be written: why ("" fine) */
     unsigned long long forward_dropped; /* --forward-logs: lines not sent since the last one sent */
+    tfos__rate forward_rate;            /* ... and this node's share of the lines a second (forward_line) */
     /* every process of the node: its cgroup ("" where there is none) and the
      * guardian that ends them if the agent is killed or stopped */
     char cgroup[TFOS_CGROUP_PATH_MAX];
@@ -427,12 +428,29 @@ static int open_feed(agent *a)
 
 /* LOG: one line of the program's output for the coordinator, when the
  * agent's console is not the user's (--forward-logs). The loop sends it
- * without blocking; past FORWARD_BACKLOG bytes unsent, lines are dropped
- * and counted, and the count goes with the next line that fits. */
+ * without blocking; past FORWARD_BACKLOG bytes unsent, or past this node's
+ * share of FORWARD_CLUSTER_RATE lines a second (FORWARD_MIN_RATE at least,
+ * bursts of FORWARD_BURST_S seconds' worth, FORWARD_MIN_BURST at least: a
+ * traceback passes), lines are dropped and counted, and the count goes
+ * with the next line that fits. So 1,000 chatty nodes cost the coordinator
+ * what 2 do; every line is still in the node's log file. */
 #define FORWARD_BACKLOG (1 << 20)
+#define FORWARD_CLUSTER_RATE 20000.0
+#define FORWARD_MIN_RATE 10.0
+#define FORWARD_BURST_S 10.0
+#define FORWARD_MIN_BURST 200.0
 static void forward_line(agent *a, const char *line, size_t len)
 {
-    if (!a->connected || tfos__link_unsent(a->link) > FORWARD_BACKLOG) {
+    if (a->forward_rate.per_s == 0) {
+        int nodes = a->compact ? a->ranks.nodes : a->n;
+        double rate = FORWARD_CLUSTER_RATE / (nodes > 0 ? nodes : 1);
+        if (rate < FORWARD_MIN_RATE)
+            rate = FORWARD_MIN_RATE;
+        tfos__rate_set(&a->forward_rate, rate,
+                       rate * FORWARD_BURST_S > FORWARD_MIN_BURST ? rate * FORWARD_BURST_S : FORWARD_MIN_BURST);
+    }
+    if (!a->connected || tfos__link_unsent(a->link) > FORWARD_BACKLOG ||
+        !tfos__rate_take(&a->forward_rate, tfos__now_ms())) {
         a->forward_dropped++;
         return;
     }

@@ -1,5 +1,7 @@
-/* logbuf_test.c: the forwarded-lines buffer behind /logs/stream (tfos yarn). */
+/* logbuf_test.c: the forwarded-lines buffer behind /logs/stream (tfos yarn),
+ * and the token bucket that bounds each agent's share of those lines. */
 #include "check.h"
+#include "core/log.h"
 #include "web/logbuf.h"
 
 static void numbered_and_bounded(void)
@@ -40,8 +42,36 @@ static void numbered_and_bounded(void)
     tfos__logbuf_fini(&b);
 }
 
+/* 20 lines a second, bursts of 200 (a node's share in a 1,000-node cluster) */
+static void forward_rate(void)
+{
+    tfos__rate r = {0};
+    tfos__rate_set(&r, 20, 200);
+    int64_t t = 1000;
+    int passed = 0;
+    for (int i = 0; i < 1000; i++) /* a burst at one instant: 200 pass */
+        passed += tfos__rate_take(&r, t);
+    CHECK_EQ(passed, 200);
+    CHECK_EQ(tfos__rate_take(&r, t + 49), 0); /* under one token back after 49 ms */
+    CHECK_EQ(tfos__rate_take(&r, t + 50), 1); /* one after 50 ms */
+    CHECK_EQ(tfos__rate_take(&r, t + 50), 0);
+    /* a steady 100 lines a second for 10 s: about 20 a second pass */
+    passed = 0;
+    for (int i = 1; i <= 1000; i++)
+        passed += tfos__rate_take(&r, t + 50 + i * 10);
+    CHECK(passed >= 199 && passed <= 201);
+    /* quiet for a minute: the bucket is full again, not fuller */
+    t += 70000;
+    passed = 0;
+    for (int i = 0; i < 1000; i++)
+        passed += tfos__rate_take(&r, t);
+    CHECK_EQ(passed, 200);
+    CHECK_EQ(tfos__rate_take(&r, t - 5000), 0); /* a clock read out of order gives nothing back */
+}
+
 int main(void)
 {
     numbered_and_bounded();
+    forward_rate();
     return 0;
 }
