@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -154,26 +155,66 @@ int tfos__tcp_connect(const char *host, int port, int timeout_ms, int *fd_out)
     return 0;
 }
 
-int tfos__reserve_port(int *fd_out, int *port_out)
+void tfos__ephemeral_range(int *lo, int *hi)
+{
+    *lo = 32768;
+    *hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (!f)
+        return;
+    int a, b;
+    if (fscanf(f, "%d %d", &a, &b) == 2 && a >= 1 && a <= b && b <= 65535) {
+        *lo = a;
+        *hi = b;
+    }
+    fclose(f);
+}
+
+/* A listening socket on 0.0.0.0:port (0: the kernel's choice); -1 with errno. */
+static int listen_on(int port, int *port_out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return TFOS_ESYS;
+        return -1;
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    sa.sin_port = 0;
+    sa.sin_port = htons((uint16_t)port);
     socklen_t sl = sizeof sa;
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 1) < 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &sl) < 0) {
         int e = errno;
         close(fd);
         errno = e;
-        return TFOS_ESYS;
+        return -1;
     }
-    *fd_out = fd;
     *port_out = ntohs(sa.sin_port);
+    return fd;
+}
+
+#define RESERVE_DRAWS 64
+int tfos__reserve_port(int *fd_out, int *port_out)
+{
+    int lo, hi;
+    tfos__ephemeral_range(&lo, &hi);
+    unsigned below = lo > TFOS_RESERVED_PORT_MIN ? (unsigned)(lo - TFOS_RESERVED_PORT_MIN) : 0;
+    unsigned above = hi < 65535 ? (unsigned)(65535 - hi) : 0;
+    uint32_t draws[RESERVE_DRAWS];
+    int ndraws = below + above > 0 && getrandom(draws, sizeof draws, 0) == (ssize_t)sizeof draws ? RESERVE_DRAWS : 0;
+    int fd = -1;
+    for (int i = 0; i < ndraws && fd < 0; i++) {
+        unsigned r = draws[i] % (below + above);
+        int port = r < below ? TFOS_RESERVED_PORT_MIN + (int)r : hi + 1 + (int)(r - below);
+        fd = listen_on(port, port_out);
+        if (fd < 0 && errno != EADDRINUSE && errno != EACCES)
+            break; /* not a taken port: the kernel's choice would fail alike */
+    }
+    if (fd < 0)
+        fd = listen_on(0, port_out);
+    if (fd < 0)
+        return TFOS_ESYS;
+    *fd_out = fd;
     return 0;
 }
 

@@ -1,11 +1,15 @@
-/* proc_test.c: spawning, exec failure, status decoding, parent-death signal. */
+/* proc_test.c: spawning, exec failure, status decoding, parent-death signal,
+ * and the port a node's agent reserves for its program. */
 #include "check.h"
 #include "platform/clock.h"
+#include "platform/net.h"
 #include "platform/proc.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,11 +117,46 @@ static void parent_death(void)
     close(p[1]);
 }
 
+/* bind 0.0.0.0:port as a program would (no SO_REUSEADDR): 0, or errno */
+static int bind_as_program(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
+/* Reserved ports lie outside the kernel's ephemeral range (no connect or
+ * bind to port 0 can take one between the program's exec and its bind),
+ * are held until closed, distinct while held, and free once closed. */
+static void reserved_ports(void)
+{
+    int lo, hi;
+    tfos__ephemeral_range(&lo, &hi);
+    CHECK(lo >= 1 && lo <= hi && hi <= 65535);
+    enum { N = 200 };
+    int fds[N], ports[N];
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(tfos__reserve_port(&fds[i], &ports[i]), 0);
+        if (lo > TFOS_RESERVED_PORT_MIN + 1000) /* room below the range (Linux: 32768) */
+            CHECK(ports[i] >= TFOS_RESERVED_PORT_MIN && (ports[i] < lo || ports[i] > hi));
+        for (int j = 0; j < i; j++)
+            CHECK(ports[j] != ports[i]);
+    }
+    CHECK_EQ(bind_as_program(ports[0]), EADDRINUSE); /* held */
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    CHECK_EQ(bind_as_program(ports[0]), 0); /* the program gets it */
+}
+
 int main(void)
 {
     RUN(spawn_and_status);
     RUN(exec_failure);
     RUN(wait_timeout);
     RUN(parent_death);
+    RUN(reserved_ports);
     return 0;
 }
