@@ -242,7 +242,7 @@ bench-recovery: install
 bench-drain: install
 	$(VPY) bench/drain.py --tfos $(BUILD)/tfos
 
-# Cluster formation up to the CLI's 1,000 nodes against N bare processes.
+# Cluster formation up to tfos run's 1,024 nodes against N bare processes.
 bench-scale: install
 	$(VPY) bench/formation.py --tfos $(BUILD)/tfos --simulated 4096,16384
 
