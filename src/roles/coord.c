@@ -117,10 +117,8 @@ typedef struct cnode {
      * not known): see "Start telemetry" in docs/DESIGN.md */
     int64_t at_agent, at_connected, at_registered, at_program, at_first_io;
     /* when it failed, as its agent said (wall clock, 0: not known): the time
-     * its program wrote when it caught its failure (raised), else when its
-     * end was seen */
-    double failed_at;
-    int raised;
+     * its program wrote when it caught its failure, and when its end was seen */
+    double raised_at, ended_at;
 } cnode;
 
 /* A peer that has sent its first frame (those still to authenticate are
@@ -227,7 +225,7 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
     memset(f, 0, sizeof *f);
     f->cause = cause;
     f->attempt = c->opts.attempt;
-    f->time = nd && nd->failed_at > 0 ? nd->failed_at : tfos__wall_s();
+    f->time = nd && nd->raised_at > 0 ? nd->raised_at : nd && nd->ended_at > 0 ? nd->ended_at : tfos__wall_s();
     f->executor_id = -1;
     f->exit_code = -1;
     if (nd) {
@@ -749,18 +747,25 @@ static void node_failed(tfos_coord *c, const cnode *nd, int cause, const char *c
  * report: the other most likely followed from it (a peer's collective
  * broken by its end), and only its report came first. A failure counts
  * when it was the program's own: its agent had not been asked to stop it,
- * or the program caught it (TFOS_ERROR_FILE) before. Failures are dated by
- * their agents' clocks (docs/RELIABILITY.md, "Which failure is reported"). */
-static int came_first(const tfos_coord *c, const cnode *nd, int cause, int stopped)
+ * or the program caught it (TFOS_ERROR_FILE) before. Like is compared with
+ * like: the times the two programs caught their failures where both wrote
+ * one, else the times their agents saw them end (a catch time is early by
+ * an agent's wake-up against a seen end: a peer's quick catch would seem to
+ * precede the kill that caused it). Dated by the agents' clocks
+ * (docs/RELIABILITY.md, "Which failure is reported"). Returns by how many
+ * seconds it came first; 0: it did not. */
+static double came_first(const tfos_coord *c, const cnode *nd, int cause, int stopped)
 {
     const cnode *was = c->failed_node;
     int ended = c->info.cause == TFOS_CAUSE_EXIT || c->info.cause == TFOS_CAUSE_SIGNAL ||
                 c->info.cause == TFOS_CAUSE_HANG;
     if (!c->failed || !was || was == nd || !ended || (cause != TFOS_CAUSE_EXIT && cause != TFOS_CAUSE_SIGNAL))
         return 0;
-    if (stopped && !nd->raised)
+    if (stopped && nd->raised_at <= 0)
         return 0;
-    return nd->failed_at > 0 && was->failed_at > 0 && nd->failed_at < was->failed_at;
+    int raised = nd->raised_at > 0 && was->raised_at > 0;
+    double mine = raised ? nd->raised_at : nd->ended_at, theirs = raised ? was->raised_at : was->ended_at;
+    return mine > 0 && theirs > 0 && mine < theirs ? theirs - mine : 0;
 }
 
 static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
@@ -799,9 +804,8 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     char label[48];
     node_label(nd, label, sizeof label);
     char at[32] = "";
-    nd->raised = tfos__kv_str(f->payload, f->len, "raised_at", at, sizeof at) == 0;
-    if (nd->raised || tfos__kv_str(f->payload, f->len, "ended_at", at, sizeof at) == 0)
-        nd->failed_at = strtod(at, NULL);
+    nd->raised_at = tfos__kv_str(f->payload, f->len, "raised_at", at, sizeof at) == 0 ? strtod(at, NULL) : 0;
+    nd->ended_at = tfos__kv_str(f->payload, f->len, "ended_at", at, sizeof at) == 0 ? strtod(at, NULL) : 0;
     if (!was_running || c->state >= TFOS_COORD_DONE) /* over: a late agent only updates its node */
         return;
     /* A node that failed by itself (its agent had not been asked to stop
@@ -827,10 +831,11 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
         enter_stopping(c);
         return;
     }
-    if (code != 0 && c->state == TFOS_COORD_STOPPING && came_first(c, nd, exit_cause(f, code), (int)stopped)) {
+    double before = code != 0 && c->state == TFOS_COORD_STOPPING ? came_first(c, nd, exit_cause(f, code), (int)stopped)
+                                                                   : 0;
+    if (before > 0) {
         char was[48];
         node_label(c->failed_node, was, sizeof was);
-        double before = c->failed_node->failed_at - nd->failed_at;
         if (c->decided)
             tfos_policy_retract(c->opts.policy);
         c->failed = 0;

@@ -657,6 +657,32 @@ static void first_failure_is_reported(void)
     tfos_policy_close(pol);
 }
 
+/* A node killed by a signal (SIGKILL, the OOM killer) writes no catch time;
+ * its peer catches the broken collective a moment after the kill, which can
+ * be before the killed node's agent saw its end. Ends are compared with
+ * ends: the kill stays the failure reported. */
+static void a_kill_stays_first(void)
+{
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__link *a[2];
+    form_cluster(c, a, 2, -1);
+    send_kv(a[1], TFOS_MSG_EXITED, 5, "code", "137", "kind", "signal", "desc", "signal 9 (Killed)", "stopped", "0",
+            "ended_at", "1000.300000");
+    steps(c, 30);
+    send_kv(a[0], TFOS_MSG_EXITED, 7, "code", "1", "kind", "exit", "desc", "exit code 1", "stopped", "0",
+            "raised_at", "1000.280000", "ended_at", "1000.350000", "tail", "RuntimeError: Connection closed by peer");
+    int end = 0;
+    int64_t deadline = tfos__now_ms() + 3000;
+    while (end < TFOS_COORD_DONE && tfos__now_ms() < deadline)
+        end = tfos_coord_step(c, 5);
+    CHECK_EQ(end, TFOS_COORD_FAILED);
+    CHECK(!strncmp(tfos_coord_failure(c), "worker:1 (executor 1, host 127.0.0.1, pid 999) failed: signal 9", 63));
+    CHECK(!strstr(logbuf, "reported first"));
+    for (int i = 0; i < 2; i++)
+        tfos__link_close(a[i]);
+    tfos_coord_close(c);
+}
+
 /* The kinds an agent reports map to the causes the policy decides on: a
  * program that cannot start (never retried) apart from a node that could
  * not be set up (an abort from a Spark node task, a failed fork: retried). */
@@ -1031,6 +1057,7 @@ int main(void)
     RUN(abort_report);
     RUN(failure_while_stopping);
     RUN(first_failure_is_reported);
+    RUN(a_kill_stays_first);
     RUN(start_kinds);
     RUN(clients);
     RUN(drain);

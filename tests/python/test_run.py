@@ -132,9 +132,10 @@ def test_failing_node_stops_the_cluster_with_a_summary(tmp_path, marker):
 
 
 def test_the_node_that_failed_first_is_reported_not_the_first_report(tmp_path, marker):
-    """worker:1 catches its failure and says when (TFOS_ERROR_FILE, as tfos's
-    Python wrapper does) but takes its time to end; worker:0 fails 0.7 s
-    later and its report comes first. The run's failure is worker:1's."""
+    """Both workers catch their failures and say when (TFOS_ERROR_FILE, as
+    tfos's Python wrapper does). worker:1 catches its own first but takes its
+    time to end; worker:0 catches its 0.7 s later and ends at once, so its
+    report comes first. The run's failure is worker:1's."""
     script = """
     if [ "$TFOS_TASK_INDEX" = 1 ]; then
       trap "" TERM
@@ -142,7 +143,8 @@ def test_the_node_that_failed_first_is_reported_not_the_first_report(tmp_path, m
       echo "ValueError: rank one cannot go on" >&2
       sleep 2; exit 3
     fi
-    sleep 0.7; echo "RuntimeError: Connection closed by peer" >&2; exit 1
+    sleep 0.7; date +%s.%N > "$TFOS_ERROR_FILE"
+    echo "RuntimeError: Connection closed by peer" >&2; exit 1
     """
     r = run_tfos(["run", "--workers", "2", "--max-restarts", "0", "--failure-grace", "20", "--", "sh", "-c",
                   script, marker])
