@@ -331,6 +331,16 @@ static void on_kill_deadline(tfos__loop *l, tfos__timer *t, void *user)
     a->killed_hard = 1;
 }
 
+/* The program was reaped with status st: the agent's loop ends, and the
+ * report says when its end was seen. */
+static void program_ended(agent *a, int st)
+{
+    a->child_done = 1;
+    a->child_status = st;
+    a->ended_at = tfos__wall_s();
+    a->done = 1;
+}
+
 /* Stop the program's whole group: SIGTERM, then SIGKILL after grace_ms; a
  * grace of 0 (the survivors of a failed node) kills at once. */
 static void begin_stop(agent *a, int grace_ms, const char *why)
@@ -342,10 +352,7 @@ static void begin_stop(agent *a, int grace_ms, const char *why)
      * itself, not because of this stop: reap it here, so its report says so */
     int st;
     if (a->child > 0 && !a->child_done && waitpid(a->child, &st, WNOHANG) == a->child) {
-        a->child_done = 1;
-        a->child_status = st;
-        a->ended_at = tfos__wall_s();
-        a->done = 1;
+        program_ended(a, st);
         return;
     }
     /* No producer will feed the node again: a program waiting on its feed is
@@ -1182,12 +1189,8 @@ static void on_signal(tfos__loop *l, int fd, int events, void *user)
             pid_t r;
             while ((r = waitpid(-1, &st, WNOHANG)) > 0)
                 if (!tfos__keras_probe_reaped(&a->keras_probe, r, st) && r == a->child && !a->child_done &&
-                    !respawn(a, st)) {
-                    a->child_done = 1;
-                    a->child_status = st;
-                    a->ended_at = tfos__wall_s();
-                    a->done = 1;
-                }
+                    !respawn(a, st))
+                    program_ended(a, st);
             continue;
         }
         TFOS_DEBUG("agent %d: got signal %d", a->o->executor_id, (int)si.ssi_signo);

@@ -175,7 +175,6 @@ struct tfos_coord {
     tfos_failure info;
     const cnode *failed_node; /* the node info names; NULL: none */
     int decided;              /* the policy recorded a decision on it */
-    int replacing;            /* an earlier failure takes its place (came_first) */
     char failure[8192];
     tfos__coord_report_fn on_report; /* tfos__coord_on_report */
     void *report_user;
@@ -212,6 +211,9 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
 {
     if (c->failed)
         return;
+    /* set a second time only when an earlier failure takes the place of
+     * the first (came_first), which said the cluster is stopping */
+    int replacing = c->failed_node != NULL;
     c->failed = 1;
     c->failed_node = nd;
     c->failure_code = cause == TFOS_CAUSE_RESERVATION ? TFOS_ETIMEDOUT
@@ -253,7 +255,7 @@ static void set_failure(tfos_coord *c, int cause, const cnode *nd, const char *c
         if (c->decision < 0)
             c->decision = TFOS_RAISE;
     }
-    if (cause != TFOS_CAUSE_STOPPED && !c->replacing)
+    if (cause != TFOS_CAUSE_STOPPED && !replacing)
         TFOS_ERROR("coordinator: %s; stopping the cluster", f->summary);
 }
 
@@ -839,9 +841,7 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
         if (c->decided)
             tfos_policy_retract(c->opts.policy);
         c->failed = 0;
-        c->replacing = 1;
         node_failed(c, nd, exit_cause(f, code), lines, nlines);
-        c->replacing = 0;
         TFOS_ERROR("coordinator: %s, %.3f s before %s's failure, which was reported first: that one most likely "
                    "followed from this one", c->info.summary, before, was);
     } else if (c->failed && c->info.cause == TFOS_CAUSE_START && code != 0 &&
