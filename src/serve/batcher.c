@@ -68,6 +68,37 @@ void tfos__serve_requeue_server(tfos__serve *s, int server_ix)
     }
 }
 
+int tfos__serve_forget_client(tfos__serve *s, int ix, uint32_t gen)
+{
+    int n = 0;
+    for (int mi = 0; mi < s->nmodels; mi++) {
+        model *m = &s->models[mi];
+        for (req **pp = &m->head, *prev = NULL; *pp;) {
+            req *r = *pp;
+            if (r->client != ix || r->client_gen != gen) {
+                prev = r;
+                pp = &r->next;
+                continue;
+            }
+            *pp = r->next;
+            if (m->tail == r)
+                m->tail = prev;
+            m->queued_rows -= r->rows;
+            tfos__serve_free_req(r);
+            n++;
+        }
+    }
+    /* a batch on a server runs on (the server cannot be told to drop a
+     * part of it); its answer to this client is thrown away */
+    for (flight *fl = s->flights; fl; fl = fl->next)
+        for (req *r = fl->reqs; r; r = r->next)
+            if (!r->done && r->client == ix && r->client_gen == gen) {
+                r->done = 1;
+                n++;
+            }
+    return n;
+}
+
 flight *tfos__serve_take_flight(tfos__serve *s, uint64_t id, int server_ix)
 {
     for (flight **pp = &s->flights; *pp; pp = &(*pp)->next)
@@ -294,6 +325,10 @@ void tfos__serve_dispatch(tfos__serve *s)
     end_hung_servers(s, now);
     for (int mi = 0; mi < s->nmodels; mi++) {
         model *m = &s->models[mi];
+        /* those past their deadline leave the queue first, then are
+         * answered: an answer can drop its client (it does not read),
+         * which frees that client's requests still in the queue */
+        req *late = NULL, **ltail = &late;
         for (req **pp = &m->head, *prev = NULL; *pp;) {
             req *r = *pp;
             if (r->deadline > now) {
@@ -305,6 +340,12 @@ void tfos__serve_dispatch(tfos__serve *s)
             if (m->tail == r)
                 m->tail = prev;
             m->queued_rows -= r->rows;
+            r->next = NULL;
+            *ltail = r;
+            ltail = &r->next;
+        }
+        for (req *r = late, *next; r; r = next) {
+            next = r->next;
             if (r->version[0] && !tfos__serve_version_ready(s, mi, r->version, NULL, 0))
                 tfos__serve_fail_req(s, r, 504, "model %s: no model server holding version %s answered within %g s "
                                      "(%d ready)", m->name, r->version, s->o.timeout_s, tfos__serve_servers_ready(s));

@@ -74,8 +74,10 @@ void tfos__serve_drop(tfos__serve *s, int ix, const char *why)
     if (sv->ready && !sv->is_client)
         TFOS_WARN("model server %d (node worker:%d) left: %s; its %d batch(es) go to another", ix, sv->node, why,
                   sv->inflight);
-    else if (sv->is_client && strcmp(why, "its connection closed"))
-        TFOS_WARN("a local client left: %s", why);
+    /* a client's requests still waiting are nobody's: never batched */
+    int waited = sv->is_client ? tfos__serve_forget_client(s, ix, sv->gen) : 0;
+    if (sv->is_client && strcmp(why, "its connection closed"))
+        TFOS_WARN("a local client left: %s; %d of its request(s) waited, not answered", why, waited);
     uint32_t gen = sv->gen + 1;
     if (sv->link) { /* a no-op when the link is ending on its own (we are in its on_close) */
         tfos__link_set_data(sv->link, NULL);

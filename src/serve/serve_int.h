@@ -254,6 +254,10 @@ void tfos__serve_schedule(tfos__serve *s);
 void tfos__serve_requeue(tfos__serve *s, flight *fl);
 /* Put a server's batches back at the front of their queues, in order. */
 void tfos__serve_requeue_server(tfos__serve *s, int server_ix);
+/* Local client ix (connection gen) has gone: its queued requests are
+ * freed, never batched; those in a batch on a server are marked answered
+ * (their rows still run). The number of its requests that waited. */
+int tfos__serve_forget_client(tfos__serve *s, int ix, uint32_t gen);
 /* The batch `id` in flight on server_ix, taken off the list; NULL: none. */
 flight *tfos__serve_take_flight(tfos__serve *s, uint64_t id, int server_ix);
 /* A batch the model failed on (SERVE_FAIL, `error` its text): one request
