@@ -448,6 +448,18 @@ int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms
 int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
                        int timeout_ms, char **json_out);
 
+/* A Spark feed task's turn (fair shares of a feed job, src/core/turns.h):
+ * may `node` begin partition `partition` (of nparts ids; the job feeds
+ * `todo` of them) of the job named `stage`, whose fed nodes are `nodes`?
+ * *go_out: 1 now, 0 ask again later (a node with fewer partitions begun
+ * is behind). *json_out (may be NULL; the caller frees it) gets the
+ * answer: {"go", "begun", "behind", "behind_begun", "unbegun"}. Errors as
+ * tfos_report_abort, plus TFOS_EINVAL (bad arguments, or refused by the
+ * coordinator). */
+int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int todo,
+                   const int *nodes, int nnodes, int partition, int node, int timeout_ms, int *go_out,
+                   char **json_out);
+
 /* ---- local launcher (`tfos run`) ----------------------------------- */
 
 /* `tfos serve`'s front end (docs/SERVING.md): the Open Inference Protocol

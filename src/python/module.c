@@ -13,6 +13,7 @@
 #include "core/feedsock.h"
 #include "core/ring.h"
 #include "core/spec.h"
+#include "core/turns.h"
 #include "encode.h"
 #include "feed/position.h"
 #include "platform/proc.h"
@@ -219,6 +220,58 @@ static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObje
         return PyErr_NoMemory();
     if (rc)
         return raise_client(rc, err, "cannot query the cluster's status", addr, timeout);
+    PyObject *r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
+    free(json);
+    return r;
+}
+
+/* feed_turn(coord_addr, secret, stage, nparts, todo, partition, node, nodes, timeout_ms=10000) -> str:
+ * a Spark feed task's turn (tfos_feed_turn); the JSON answer */
+static PyObject *mod_feed_turn(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"coord_addr", "secret", "stage", "nparts", "todo", "partition", "node", "nodes",
+                             "timeout_ms", NULL};
+    const char *addr, *secret, *stage;
+    int nparts, todo, partition, node, timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err, go;
+    PyObject *seq;
+    char *json = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sssiiiiO|i", kwlist, &addr, &secret, &stage, &nparts, &todo,
+                                     &partition, &node, &seq, &timeout))
+        return NULL;
+    if (timeout < 0)
+        return PyErr_Format(PyExc_ValueError, "feed_turn: timeout_ms must be >= 0");
+    PyObject *fast = PySequence_Fast(seq, "feed_turn: nodes must be a sequence of node ids");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n < 1 || n > TFOS_TURNS_MAX_NODES) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "feed_turn: nodes must hold 1 to %d ids", TFOS_TURNS_MAX_NODES);
+    }
+    int *ids = PyMem_Malloc(sizeof(int) * (size_t)n);
+    if (!ids) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(ids);
+            Py_DECREF(fast);
+            return NULL;
+        }
+        ids[i] = (int)v;
+    }
+    Py_DECREF(fast);
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos_feed_turn(addr, secret, stage, nparts, todo, ids, (int)n, partition, node, timeout, &go, &json);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyMem_Free(ids);
+    if (rc == TFOS_ENOMEM)
+        return PyErr_NoMemory();
+    if (rc)
+        return raise_client(rc, err, "cannot ask for a feed turn", addr, timeout);
     PyObject *r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
     free(json);
     return r;
@@ -559,6 +612,9 @@ static PyMethodDef module_methods[] = {
      "report_abort(coord_addr, secret, executor_id, message, timeout_ms=10000): tell the coordinator that node "
      "executor_id could not start; the cluster fails with the message and stops. Raises ConnectionError, "
      "TimeoutError, PermissionError (wrong secret) or ValueError."},
+    {"feed_turn", (PyCFunction)(void (*)(void))mod_feed_turn, METH_VARARGS | METH_KEYWORDS,
+     "feed_turn(coord_addr, secret, stage, nparts, todo, partition, node, nodes, timeout_ms=10000) -> str: may "
+     "this Spark feed task begin its partition (JSON: go, begun, behind, behind_begun, unbegun)"},
     {"query_status", (PyCFunction)(void (*)(void))mod_query_status, METH_VARARGS | METH_KEYWORDS,
      "query_status(coord_addr, secret, timeout_ms=10000, command=None, reason=None) -> str: the coordinator's "
      "JSON status (with \"state\" and \"failure\"), after it carried out command: 'end_feed', 'stop' (with "

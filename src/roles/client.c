@@ -1,6 +1,7 @@
 /* client.c: the coordinator's small clients: a node task that could not
  * start its node (tfos_report_abort), status queries and commands
- * (tfos_query_status, tfos_coord_command), and the dialing they share with
+ * (tfos_query_status, tfos_coord_command), a feed task's turn
+ * (tfos_feed_turn), and the dialing they share with
  * the agent (tfos__coord_dial). Each is one bounded exchange on a link:
  * dial, first frame (QUERY or ABORT, with its mac), one answer (STATUS, or
  * ERROR with the refusal's code), hang up. */
@@ -59,6 +60,22 @@ static int client_exchange(tfos__link *k, tfos__msg *m, int64_t deadline, const 
     if (f->type != TFOS_MSG_STATUS)
         return tfos__errf(err, errlen, TFOS_EPROTO, "unexpected answer from the coordinator at %s", addr);
     return 0;
+}
+
+/* The "json" of a STATUS frame, malloc'd in *out. */
+static int status_json(const tfos__frame *f, const char *addr, char **out, char *err, size_t errlen)
+{
+    char *json = malloc((size_t)f->len + 1);
+    int rc = json ? tfos__kv_str(f->meta, f->meta_len, "json", json, (size_t)f->len + 1) : TFOS_ENOMEM;
+    if (rc == TFOS_ENOMEM)
+        tfos__errf(err, errlen, rc, "no memory for the status");
+    else if (rc == TFOS_EINVAL)
+        rc = tfos__errf(err, errlen, TFOS_EPROTO, "status from the coordinator at %s without json", addr);
+    if (rc)
+        free(json);
+    else
+        *out = json;
+    return rc;
 }
 
 int tfos_report_abort(const char *coord_addr, const char *secret, int executor_id, const char *message,
@@ -136,23 +153,65 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
             tfos__msg_add(&m, "reason", "%s", line);
         tfos__frame f;
         rc = client_exchange(k, &m, deadline, coord_addr, &f, err, sizeof err);
-        if (rc == 0) {
-            char *json = malloc((size_t)f.len + 1);
-            rc = json ? tfos__kv_str(f.meta, f.meta_len, "json", json, (size_t)f.len + 1) : TFOS_ENOMEM;
-            if (rc == TFOS_ENOMEM)
-                tfos__errf(err, sizeof err, rc, "no memory for the status");
-            else if (rc == TFOS_EINVAL)
-                rc = tfos__errf(err, sizeof err, TFOS_EPROTO, "status from the coordinator at %s without json",
-                                coord_addr);
-            if (rc)
-                free(json);
-            else
-                *json_out = json;
-        }
+        if (rc == 0)
+            rc = status_json(&f, coord_addr, json_out, err, sizeof err);
     }
     int e = errno;
     if (rc)
         TFOS_DEBUG("querying the coordinator: %s", err);
+    tfos__link_close(k);
+    errno = e;
+    return rc;
+}
+
+int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int todo,
+                   const int *nodes, int nnodes, int partition, int node, int timeout_ms, int *go_out,
+                   char **json_out)
+{
+    if (json_out)
+        *json_out = NULL;
+    if (!coord_addr || !secret || !stage || !nodes || nnodes < 1 || !go_out || timeout_ms < 0)
+        return TFOS_EINVAL;
+    *go_out = 1;
+    /* the ids as one line: "0,1,5" */
+    size_t cap = (size_t)nnodes * 12 + 1, len = 0;
+    char *list = malloc(cap);
+    if (!list)
+        return TFOS_ENOMEM;
+    list[0] = '\0';
+    for (int i = 0; i < nnodes; i++)
+        len += (size_t)snprintf(list + len, cap - len, "%s%d", i ? "," : "", nodes[i]);
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    tfos__link *k = NULL;
+    char err[512] = "";
+    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    if (rc == 0) {
+        tfos__msg m;
+        tfos__link_hello(k, &m, TFOS_MSG_QUERY, secret);
+        tfos__msg_add(&m, "command", "%s", "feed_turn");
+        tfos__msg_add(&m, "stage", "%s", stage);
+        tfos__msg_add(&m, "nparts", "%d", nparts);
+        tfos__msg_add(&m, "todo", "%d", todo);
+        tfos__msg_add(&m, "partition", "%d", partition);
+        tfos__msg_add(&m, "node", "%d", node);
+        tfos__msg_add(&m, "nodes", "%s", list);
+        tfos__frame f;
+        rc = client_exchange(k, &m, deadline, coord_addr, &f, err, sizeof err);
+        char *json = NULL;
+        if (rc == 0)
+            rc = status_json(&f, coord_addr, &json, err, sizeof err);
+        if (rc == 0) {
+            *go_out = strstr(json, "\"go\": false") == NULL;
+            if (json_out)
+                *json_out = json;
+            else
+                free(json);
+        }
+    }
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("asking the coordinator for a feed turn: %s", err);
+    free(list);
     tfos__link_close(k);
     errno = e;
     return rc;

@@ -50,6 +50,7 @@
 #include "core/report.h"
 #include "core/ring.h"
 #include "core/spec.h"
+#include "core/turns.h"
 #include "core/wire.h"
 #include "platform/clock.h"
 #include "platform/net.h"
@@ -153,6 +154,7 @@ struct tfos_coord {
     int64_t hb_check_at;           /* when the heartbeats are checked next (hb_period) */
     int64_t opened_at, spec_at;    /* tfos__now_ms when it opened, when it sent the spec (0: not yet) */
     peer *graveyard;
+    tfos__turns *turns;    /* the feed jobs' fair turns (core/turns.h); NULL until a feed task asks */
     int64_t reserve_deadline;
     int64_t stop_deadline;
     int64_t last_query;    /* the client's lease: when its last status query came */
@@ -916,13 +918,68 @@ static void end_feed(tfos_coord *c);
 /* A status query, with the command it may carry (tfos_coord_command): done,
  * then answered with STATUS. Every authenticated query renews the client's
  * lease. */
+/* A feed task asks whether its node's turn has come to begin a partition
+ * (core/turns.h): stage, nparts, todo, partition, node, nodes (comma
+ * separated). Answered with a STATUS whose json says go, or who is
+ * behind. Not the client's lease: feed tasks ask, not the driver. */
+static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
+{
+    char stage[TFOS_TURNS_STAGE_MAX + 1] = "", list[TFOS_WIRE_MAX_PAYLOAD / 2];
+    long long nparts = 0, todo = 0, part = 0, node = 0;
+    int nodes[TFOS_TURNS_MAX_NODES], nn = 0;
+    const char *bad = NULL;
+    if (tfos__kv_str(f->payload, f->len, "stage", stage, sizeof stage) || !stage[0])
+        bad = "no stage, or one over 64 bytes";
+    else if (tfos__kv_int(f->payload, f->len, "nparts", 1, TFOS_TURNS_MAX_PARTS, &nparts) ||
+             tfos__kv_int(f->payload, f->len, "todo", 0, nparts, &todo) ||
+             tfos__kv_int(f->payload, f->len, "partition", 0, nparts - 1, &part) ||
+             tfos__kv_int(f->payload, f->len, "node", 0, c->n - 1, &node))
+        bad = "nparts, todo, partition or node missing or out of range";
+    else if (tfos__kv_str(f->payload, f->len, "nodes", list, sizeof list))
+        bad = "no nodes";
+    for (char *q = list; !bad && *q;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q || v < 0 || v >= c->n || nn == TFOS_TURNS_MAX_NODES || (*end && *end != ','))
+            bad = "nodes is not a list of this cluster's node ids";
+        else
+            nodes[nn++] = (int)v;
+        q = *end ? end + 1 : end;
+    }
+    if (!bad && !nn)
+        bad = "no nodes";
+    if (bad) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "invalid feed turn request: %s", bad);
+        refuse(c, p, TFOS_EINVAL, msg);
+        return;
+    }
+    tfos__turn t = {.go = 1, .behind_node = -1};
+    if (!c->turns)
+        c->turns = tfos__turns_new();
+    if (c->turns)
+        tfos__turns_ask(c->turns, stage, (int)nparts, (int)todo, nodes, nn, (int)part, (int)node, &t);
+    char json[200];
+    snprintf(json, sizeof json, "{\"go\": %s, \"begun\": %d, \"behind\": %d, \"behind_begun\": %d, \"unbegun\": %d}",
+             t.go ? "true" : "false", t.begun, t.behind_node, t.behind_begun, t.unbegun);
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_STATUS);
+    tfos__msg_add(&m, "json", "%s", json);
+    send_msg(c, p, &m);
+    finish_peer(p);
+}
+
 static void handle_query(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (!peer_authed(c, p, f, "status query"))
         return;
-    c->last_query = tfos__now_ms();
     char cmd[32] = "";
     tfos__kv_str(f->payload, f->len, "command", cmd, sizeof cmd);
+    if (!strcmp(cmd, "feed_turn")) {
+        handle_turn(c, p, f);
+        return;
+    }
+    c->last_query = tfos__now_ms();
     if (!strcmp(cmd, "end_feed")) {
         end_feed(c);
     } else if (!strcmp(cmd, "stop")) {
@@ -937,7 +994,7 @@ static void handle_query(tfos_coord *c, peer *p, const tfos__frame *f)
         c->released = 1;
     } else if (cmd[0]) {
         char msg[96];
-        snprintf(msg, sizeof msg, "unknown command '%s' (end_feed, stop, release)", cmd);
+        snprintf(msg, sizeof msg, "unknown command '%s' (end_feed, stop, release, feed_turn)", cmd);
         refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
@@ -1830,6 +1887,7 @@ void tfos_coord_close(tfos_coord *c)
     }
     free(c->peers);
     free(c->nodes);
+    tfos__turns_free(c->turns);
     free(c->secret);
     free(c->checkpoint_dir);
     free(c);

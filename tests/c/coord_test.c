@@ -814,6 +814,40 @@ static int child_bad_addr(const char *addr, int wfd)
     return tfos_report_abort("127.0.0.1:notaport", SECRET, 0, "x", 1000);
 }
 
+/* Feed turns through the coordinator (core/turns.h): chief:0 (node 0)
+ * asks first and waits for worker:0 (node 1) to begin one. */
+static int child_turns(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1;
+    char *json = NULL;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-7", 4, 4, nodes, 2, 0, 0, 5000, &go, &json), 0);
+    CHECK_EQ(go, 0);
+    CHECK(strstr(json, "\"behind\": 1, \"behind_begun\": 0, \"unbegun\": 3"));
+    free(json);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-7", 4, 4, nodes, 2, 1, 1, 5000, &go, NULL), 0);
+    CHECK_EQ(go, 1);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-7", 4, 4, nodes, 2, 0, 0, 5000, &go, NULL), 0);
+    CHECK_EQ(go, 1);
+    /* a node id the cluster does not have is refused, naming what */
+    static const int stranger[] = {0, 9};
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-7", 4, 4, stranger, 2, 0, 0, 5000, &go, NULL), TFOS_EINVAL);
+    CHECK_EQ(tfos_feed_turn(addr, "not-the-secret", "stage-7", 4, 4, nodes, 2, 0, 0, 5000, &go, NULL), TFOS_EAUTH);
+    CHECK(write(wfd, "ok", 2) == 2);
+    return 0;
+}
+
+static void feed_turns(void)
+{
+    static char out[256];
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turns, out, sizeof out), 0);
+    CHECK_STR(out, "ok");
+    CHECK(strstr(logbuf, "invalid feed turn request: nodes is not a list of this cluster's node ids"));
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RESERVING); /* asking is not the client's lease, nor a failure */
+    tfos_coord_close(c);
+}
+
 static void clients(void)
 {
     static char out[1 << 16];
@@ -1060,6 +1094,7 @@ int main(void)
     RUN(a_kill_stays_first);
     RUN(start_kinds);
     RUN(clients);
+    RUN(feed_turns);
     RUN(drain);
     RUN(spec_bytes);
     return 0;

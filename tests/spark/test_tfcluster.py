@@ -47,6 +47,8 @@ def count_rows(args, ctx):
     """Read the feed to its end; write how many rows and their sum."""
     feed = TFNode.DataFeed(ctx.mgr, True)
     n = total = 0
+    if ctx.executor_id == 0 and args.get("first_delay"):  # a program slow to start (TF's own start)
+        time.sleep(args["first_delay"])
     while not feed.should_stop():
         batch = feed.next_batch(args.get("batch", 100))
         n += len(batch)
@@ -220,6 +222,26 @@ def test_train_rdd_every_row_once_per_epoch(spark, tmp_path):
     assert sum(c["sum"] for c in counts) == 2 * sum(range(2000))
     # both nodes were fed (partitions go to the node on the executor that computes them)
     assert all(c["rows"] > 0 for c in counts), counts
+    assert wait_no_tfos_processes(30) == []
+
+
+@pytest.mark.parametrize("kind", ["rdd", "dataframe"])
+def test_a_node_slow_to_start_still_gets_its_share(spark, tmp_path, kind):
+    """Issue 34, item 2: chief:0's program starts 2 s late, so its executor
+    holds its first feed task that long. Spark gave worker:1 (free sooner)
+    7 of the 8 partitions and a program that computes its steps from rows /
+    workers ran out of data; the nodes now take turns: 4 each."""
+    sc = spark.sparkContext
+    rows = [(i, float(i)) for i in range(800)]
+    data = sc.parallelize(rows, 8) if kind == "rdd" else \
+        spark.createDataFrame(sc.parallelize(rows, 8), "a long, b double")
+    cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path), "first_delay": 2.0}, num_executors=2,
+                            num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster.train(data, num_epochs=1, feed_timeout=120)
+    cluster.shutdown(timeout=120)
+    counts = [json.load(open(tmp_path / ("count-%d.json" % i))) for i in range(2)]
+    assert sum(c["sum"] for c in counts) == sum(range(800))
+    assert [c["rows"] for c in counts] == [400, 400], counts
     assert wait_no_tfos_processes(30) == []
 
 

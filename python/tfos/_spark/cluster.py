@@ -214,10 +214,10 @@ class TFCluster(object):
             job_error = None
             try:
                 if _is_dataframe(data):
-                    fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered, offsets)
+                    fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered, offsets, total)
                     self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
                 else:
-                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets)
+                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total)
                     self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
             except TFClusterError as exc:  # the cluster failed (a node's failure, not the tasks' errors)
                 job_error = exc

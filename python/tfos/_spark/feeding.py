@@ -4,6 +4,7 @@ node's shared-memory feed, and a partition counts as delivered once the
 node's program has read it. Runs on executors, as nodes.py."""
 import errno
 import json
+import logging
 import pickle
 import socket
 import time
@@ -13,6 +14,8 @@ from .. import feed as _feed
 from ..feed.producer import skip_arrow_rows
 from .nodes import _bind_name, _task_context, executor_key, local_nodes
 from .wait import LOCAL, NODE, WaitTimeout, wait_until
+
+logger = logging.getLogger(__name__)
 
 def _cluster_failure(spec, wait=5.0):
     """The coordinator's failure text (None while nothing failed). A feed
@@ -207,14 +210,55 @@ def _wait_consumed(client, timeout, failed=None):
                 raise TimeoutError("the node did not read the partition within %g s" % timeout)
 
 
-def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
+def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed):
+    """Wait for this node's turn to begin the partition (core/turns.h): a
+    node that has begun more partitions of this feed job than another waits
+    for it to catch up, holding its executor, so that Spark gives the next
+    partition to another executor and every node gets an even share (a
+    program that computes its steps from rows / workers, as the
+    TensorFlowOnSpark examples do, would otherwise run out of data on a
+    node that read slowly at first). ``turn``: (partitions of the job's
+    RDD, partitions the job feeds), or None (no turns). Bounded: at most
+    ``feed_timeout``, and not once the cluster has failed; then the
+    partition is fed anyway (a warning in the executor's log)."""
+    nodes = spec.feed_ids()
+    if turn is None or len(nodes) < 2 or len(local_nodes(spec)) != 1:
+        return  # one fed node, or several on this executor: nothing to even out here
+    nparts, todo = turn
+    t0 = time.monotonic()
+    pause, asked_failed = 0.01, t0
+    while True:
+        try:
+            ans = json.loads(_tfos.feed_turn(spec.coord_addr, spec.secret, "stage-%d" % stage, nparts, todo,
+                                             partition, executor_id, nodes, 5000))
+        except Exception as exc:  # the coordinator cannot answer: the feed itself will say why
+            logger.warning("partition %d: could not ask the coordinator for %s's turn (%s); feeding it now",
+                           partition, spec.label(executor_id), exc)
+            return
+        if ans.get("go", True):
+            return
+        now = time.monotonic()
+        if now - t0 >= feed_timeout:
+            logger.warning("partition %d: %s has begun %d partitions of this feed and %s only %d after %g s "
+                           "(feed_timeout); feeding it anyway", partition, spec.label(executor_id), ans["begun"],
+                           spec.label(ans["behind"]), ans["behind_begun"], now - t0)
+            return
+        if failed is not None and now - asked_failed >= 1.0:
+            asked_failed = now
+            if failed():
+                return  # the cluster failed: the feed reports it
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+
+
+def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=None):
     """Feed this task's partition to the node on this executor and wait until
     it is consumed. Records the outcome in ``outcomes`` (an accumulator of
     {partition: (state, message)}): 'done', 'terminated' (the node did not
     want more data), 'aborted' (its node failed while it was being fed) or
     'skipped' (the cluster had failed before it began). Returns the rows fed
     (Arrow) or None. Errors that are not a node failure are raised.
-    ``failed``: see _wait_consumed."""
+    ``failed``: see _wait_consumed; ``turn``: see _await_turn."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     # Spark's retry of this task (its Python worker died in the middle of
@@ -225,6 +269,7 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None):
     rows = None
     try:
         executor_id = _pick_node(spec, partition)
+        _await_turn(spec, turn, key, partition, executor_id, feed_timeout, failed)
         client = _open_client(spec, executor_id, partition, feed_timeout)
     except NodeLost as exc:
         outcomes.add({partition: ("skipped", str(exc))})
@@ -284,27 +329,31 @@ def _failed(spec):
     return lambda: _cluster_failure(spec, wait=0)
 
 
-def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None):
+def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=None):
     """The function of a train() stage on an RDD (foreachPartition over
     mapPartitionsWithIndex): partitions in ``skip`` were delivered before
-    (or are in the checkpoint); of those in ``offsets``, the first rows are."""
+    (or are in the checkpoint); of those in ``offsets``, the first rows are.
+    With ``nparts`` (the RDD's partitions), nodes take turns (_await_turn)."""
     skip = frozenset(skip)
     offsets = dict(offsets or {})
+    turn = (nparts, nparts - len(skip)) if nparts else None
 
     def run(index, iterator):
         if index not in skip:
             _feed_one(spec, _skip_rows(iterator, offsets.get(index, 0)), feed_timeout, outcomes, False,
-                      _failed(spec))
+                      _failed(spec), turn)
         return iter(())
 
     return run
 
 
-def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
+def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=None):
     """The function of a train() stage on a DataFrame (mapInArrow): record
-    batches pass through as Arrow IPC, with no per-row work."""
+    batches pass through as Arrow IPC, with no per-row work. ``nparts``:
+    as feed_task."""
     skip = frozenset(skip)
     offsets = dict(offsets or {})
+    turn = (nparts, nparts - len(skip)) if nparts else None
 
     def run(iterator):
         import pyarrow as pa
@@ -313,7 +362,7 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None):
         part = tc.partitionId() if tc is not None else 0
         if part not in skip:
             rows = _feed_one(spec, _skip_arrow_rows(iterator, offsets.get(part, 0)), feed_timeout, outcomes, True,
-                             _failed(spec))
+                             _failed(spec), turn)
         yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
     return run

@@ -1,0 +1,122 @@
+/* turns.c: fair turns for the partitions of a Spark feed (see turns.h). */
+#include "core/turns.h"
+
+#include "tfos/tfos.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct stage {
+    char name[TFOS_TURNS_STAGE_MAX + 1]; /* "": a free slot */
+    int nparts, todo, nnodes;
+    int *nodes;     /* the job's fed nodes */
+    int *begun;     /* per node (index in nodes): partitions given to it */
+    int *owner;     /* per partition id: the index of its node, -1 none yet */
+    int given;      /* partitions with an owner */
+    uint64_t used;  /* when last asked (the table's counter) */
+} stage;
+
+struct tfos__turns {
+    stage stages[TFOS_TURNS_STAGES];
+    uint64_t clock;
+};
+
+tfos__turns *tfos__turns_new(void)
+{
+    return calloc(1, sizeof(tfos__turns));
+}
+
+static void stage_clear(stage *s)
+{
+    free(s->nodes);
+    free(s->begun);
+    free(s->owner);
+    memset(s, 0, sizeof *s);
+}
+
+void tfos__turns_free(tfos__turns *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < TFOS_TURNS_STAGES; i++)
+        stage_clear(&t->stages[i]);
+    free(t);
+}
+
+/* The job's slot: found, or a free one (else the one used longest ago)
+ * set up for it. NULL: out of memory. */
+static stage *stage_for(tfos__turns *t, const char *name, int nparts, int todo, const int *nodes, int nnodes)
+{
+    stage *pick = NULL;
+    for (int i = 0; i < TFOS_TURNS_STAGES; i++) {
+        stage *s = &t->stages[i];
+        if (s->name[0] && !strcmp(s->name, name))
+            return s;
+        if (!pick || (pick->name[0] && (!s->name[0] || s->used < pick->used)))
+            pick = s;
+    }
+    stage_clear(pick);
+    pick->nodes = malloc(sizeof(int) * (size_t)nnodes);
+    pick->begun = calloc((size_t)nnodes, sizeof(int));
+    pick->owner = malloc(sizeof(int) * (size_t)nparts);
+    if (!pick->nodes || !pick->begun || !pick->owner) {
+        stage_clear(pick);
+        return NULL;
+    }
+    memcpy(pick->nodes, nodes, sizeof(int) * (size_t)nnodes);
+    for (int i = 0; i < nparts; i++)
+        pick->owner[i] = -1;
+    snprintf(pick->name, sizeof pick->name, "%s", name);
+    pick->nparts = nparts;
+    pick->todo = todo;
+    pick->nnodes = nnodes;
+    return pick;
+}
+
+int tfos__turns_ask(tfos__turns *t, const char *stage_name, int nparts, int todo, const int *nodes, int nnodes,
+                    int partition, int node, tfos__turn *out)
+{
+    memset(out, 0, sizeof *out);
+    out->go = 1;
+    out->behind_node = -1;
+    if (!t || !stage_name || !stage_name[0] || strlen(stage_name) > TFOS_TURNS_STAGE_MAX || !nodes || nnodes < 1 ||
+        nparts < 1 || todo < 0 || todo > nparts || partition < 0 || partition >= nparts)
+        return TFOS_EINVAL;
+    if (nparts > TFOS_TURNS_MAX_PARTS || nnodes > TFOS_TURNS_MAX_NODES)
+        return 0;
+    stage *s = stage_for(t, stage_name, nparts, todo, nodes, nnodes);
+    if (!s)
+        return TFOS_ENOMEM;
+    s->used = ++t->clock;
+    if (partition >= s->nparts) /* a later ask that disagrees with the first: not tracked */
+        return 0;
+    int me = -1;
+    for (int i = 0; i < s->nnodes && me < 0; i++)
+        if (s->nodes[i] == node)
+            me = i;
+    if (me < 0)
+        return 0;
+    int was = s->owner[partition];
+    if (was != me) {
+        if (was >= 0)
+            s->begun[was]--;
+        else
+            s->given++;
+        s->owner[partition] = me;
+        s->begun[me]++;
+    }
+    out->begun = s->begun[me];
+    out->unbegun = s->todo > s->given ? s->todo - s->given : 0;
+    int low = -1;
+    for (int i = 0; i < s->nnodes; i++)
+        if (i != me && (low < 0 || s->begun[i] < s->begun[low]))
+            low = i;
+    if (low >= 0 && s->begun[low] < s->begun[me]) {
+        out->behind_node = s->nodes[low];
+        out->behind_begun = s->begun[low];
+        out->go = out->unbegun == 0;
+    }
+    return 0;
+}
