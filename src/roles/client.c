@@ -62,6 +62,18 @@ static int client_exchange(tfos__link *k, tfos__msg *m, int64_t deadline, const 
     return 0;
 }
 
+/* A client's end: its link closed, errno kept, a failure logged (debug:
+ * the caller raises it) after `what`. Returns rc. */
+static int client_done(tfos__link *k, int rc, const char *what, const char *err)
+{
+    int e = errno;
+    if (rc)
+        TFOS_DEBUG("%s: %s", what, err);
+    tfos__link_close(k);
+    errno = e;
+    return rc;
+}
+
 /* The "json" of a STATUS frame, malloc'd in *out. */
 static int status_json(const tfos__frame *f, const char *addr, char **out, char *err, size_t errlen)
 {
@@ -108,12 +120,9 @@ int tfos_report_abort(const char *coord_addr, const char *secret, int executor_i
         tfos__frame f;
         rc = client_exchange(k, &m, deadline, coord_addr, &f, err, sizeof err);
     }
-    int e = errno;
-    if (rc)
-        TFOS_DEBUG("reporting that executor %d could not start: %s", executor_id, err);
-    tfos__link_close(k);
-    errno = e;
-    return rc;
+    char what[80];
+    snprintf(what, sizeof what, "reporting that executor %d could not start", executor_id);
+    return client_done(k, rc, what, err);
 }
 
 int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms, char **json_out)
@@ -156,12 +165,7 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
         if (rc == 0)
             rc = status_json(&f, coord_addr, json_out, err, sizeof err);
     }
-    int e = errno;
-    if (rc)
-        TFOS_DEBUG("querying the coordinator: %s", err);
-    tfos__link_close(k);
-    errno = e;
-    return rc;
+    return client_done(k, rc, "querying the coordinator", err);
 }
 
 int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int todo,
@@ -208,11 +212,6 @@ int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage
                 free(json);
         }
     }
-    int e = errno;
-    if (rc)
-        TFOS_DEBUG("asking the coordinator for a feed turn: %s", err);
     free(list);
-    tfos__link_close(k);
-    errno = e;
-    return rc;
+    return client_done(k, rc, "asking the coordinator for a feed turn", err);
 }
