@@ -221,8 +221,10 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
     RDD, partitions the job feeds), or None (no turns). Bounded: at most
     ``feed_timeout``, and not once the cluster has failed; then the
     partition is fed anyway (a warning in the executor's log)."""
+    if turn is None:
+        return
     nodes = spec.feed_ids()
-    if turn is None or len(nodes) < 2 or len(local_nodes(spec)) != 1:
+    if len(nodes) < 2 or len(local_nodes(spec)) != 1:
         return  # one fed node, or several on this executor: nothing to even out here
     nparts, todo = turn
     t0 = time.monotonic()
