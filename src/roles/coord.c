@@ -103,6 +103,7 @@ typedef struct cnode {
     int has_feed, feed_ended;
     uint64_t ring_cap, ring_used, rows_in, rows_out, wait_data_ns, wait_room_ns;
     int64_t progress_at;                     /* when those came */
+    int64_t rows_out_at;                     /* when rows_out last grew (0: never) */
     uint64_t prev_wait_data_ns, prev_wait_room_ns;
     int64_t prev_at;                         /* the sample the waits are measured from */
     double wait_data, wait_room;             /* fractions of the last interval */
@@ -685,8 +686,11 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
     int64_t now = tfos__now_ms();
     nd->has_feed = 1;
     nd->rows_in = (uint64_t)v;
-    if (!tfos__kv_int(p, n, "rows_out", 0, INT64_MAX, &v))
+    if (!tfos__kv_int(p, n, "rows_out", 0, INT64_MAX, &v)) {
+        if ((uint64_t)v > nd->rows_out)
+            nd->rows_out_at = now;
         nd->rows_out = (uint64_t)v;
+    }
     if (!tfos__kv_int(p, n, "ring_cap", 0, INT64_MAX, &v))
         nd->ring_cap = (uint64_t)v;
     if (!tfos__kv_int(p, n, "ring_used", 0, INT64_MAX, &v))
@@ -920,8 +924,9 @@ static void end_feed(tfos_coord *c);
  * lease. */
 /* A feed task asks whether its node's turn has come to begin a partition
  * (core/turns.h): stage, nparts, todo, partition, node, nodes (comma
- * separated). Answered with a STATUS whose json says go, or who is
- * behind. Not the client's lease: feed tasks ask, not the driver. */
+ * separated). The nodes' heartbeats say who reads. Answered with a STATUS
+ * whose json says go, or whom it waits for. Not the client's lease: feed
+ * tasks ask, not the driver. */
 static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     char stage[TFOS_TURNS_STAGE_MAX + 1] = "", list[TFOS_WIRE_MAX_PAYLOAD / 2];
@@ -954,14 +959,25 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
         refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
+    /* what the heartbeats said of each node's feed */
+    tfos__turn_node *info = malloc(sizeof *info * (size_t)nn);
+    int64_t now = tfos__now_ms();
+    for (int i = 0; info && i < nn; i++) {
+        const cnode *x = &c->nodes[nodes[i]];
+        info[i].rows_out = x->rows_out;
+        info[i].unread = x->rows_in > x->rows_out;
+        info[i].idle_ms = x->rows_out_at ? now - x->rows_out_at : -1;
+    }
     tfos__turn t = {.go = 1, .behind_node = -1};
     if (!c->turns)
         c->turns = tfos__turns_new();
-    if (c->turns)
-        tfos__turns_ask(c->turns, stage, (int)nparts, (int)todo, nodes, nn, (int)part, (int)node, &t);
-    char json[200];
-    snprintf(json, sizeof json, "{\"go\": %s, \"begun\": %d, \"behind\": %d, \"behind_begun\": %d, \"unbegun\": %d}",
-             t.go ? "true" : "false", t.begun, t.behind_node, t.behind_begun, t.unbegun);
+    if (c->turns && info) /* out of memory: it goes */
+        tfos__turns_ask(c->turns, stage, (int)nparts, (int)todo, nodes, nn, info, (int)part, (int)node, &t);
+    free(info);
+    char json[240];
+    snprintf(json, sizeof json, "{\"go\": %s, \"begun\": %d, \"behind\": %d, \"behind_begun\": %d, "
+             "\"behind_reads\": %s, \"unbegun\": %d}", t.go ? "true" : "false", t.begun, t.behind_node,
+             t.behind_begun, t.behind_reads ? "true" : "false", t.unbegun);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
     tfos__msg_add(&m, "json", "%s", json);

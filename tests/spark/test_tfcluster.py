@@ -230,7 +230,8 @@ def test_a_node_slow_to_start_still_gets_its_share(spark, tmp_path, kind):
     """Issue 34, item 2: chief:0's program starts 2 s late, so its executor
     holds its first feed task that long. Spark gave worker:1 (free sooner)
     7 of the 8 partitions and a program that computes its steps from rows /
-    workers ran out of data; the nodes now take turns: 4 each."""
+    workers ran out of data; the nodes now take turns: worker:1 waits for
+    chief:0 to read, then goes at most one partition ahead of it."""
     sc = spark.sparkContext
     rows = [(i, float(i)) for i in range(800)]
     data = sc.parallelize(rows, 8) if kind == "rdd" else \
@@ -241,7 +242,7 @@ def test_a_node_slow_to_start_still_gets_its_share(spark, tmp_path, kind):
     cluster.shutdown(timeout=120)
     counts = [json.load(open(tmp_path / ("count-%d.json" % i))) for i in range(2)]
     assert sum(c["sum"] for c in counts) == sum(range(800))
-    assert [c["rows"] for c in counts] == [400, 400], counts
+    assert all(300 <= c["rows"] <= 500 for c in counts), counts  # 4 : 4, at worst 3 : 5
     assert wait_no_tfos_processes(30) == []
 
 

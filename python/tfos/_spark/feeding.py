@@ -211,14 +211,17 @@ def _wait_consumed(client, timeout, failed=None):
 
 
 def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed):
-    """Wait for this node's turn to begin the partition (core/turns.h): a
-    node that has begun more partitions of this feed job than another waits
-    for it to catch up, holding its executor, so that Spark gives the next
-    partition to another executor and every node gets an even share (a
-    program that computes its steps from rows / workers, as the
-    TensorFlowOnSpark examples do, would otherwise run out of data on a
-    node that read slowly at first). ``turn``: (partitions of the job's
-    RDD, partitions the job feeds), or None (no turns). Bounded: at most
+    """Wait for this node's turn to begin the partition (core/turns.h, the
+    coordinator's call). A feed task lasts until its node has read the
+    partition, so when one node's program starts late the other executors
+    would take the rest of the job, and a program that computes its steps
+    from rows / workers (the TensorFlowOnSpark examples) ran out of data.
+    A node's first partition always goes; then a node waits, holding its
+    executor so that Spark gives the next partition to another, while a
+    node that has read nothing of the job yet has begun fewer partitions,
+    or while one that reads has begun two fewer (and has not stopped
+    reading with rows unread). ``turn``: (partitions of the job's RDD,
+    partitions the job feeds), or None (no turns). Bounded: at most
     ``feed_timeout``, and not once the cluster has failed; then the
     partition is fed anyway (a warning in the executor's log)."""
     if turn is None:
@@ -241,9 +244,10 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
             return
         now = time.monotonic()
         if now - t0 >= feed_timeout:
-            logger.warning("partition %d: %s has begun %d partitions of this feed and %s only %d after %g s "
+            logger.warning("partition %d: %s has begun %d partitions of this feed and %s only %d (%s) after %g s "
                            "(feed_timeout); feeding it anyway", partition, spec.label(executor_id), ans["begun"],
-                           spec.label(ans["behind"]), ans["behind_begun"], now - t0)
+                           spec.label(ans["behind"]), ans["behind_begun"],
+                           "reading" if ans.get("behind_reads") else "it has read nothing yet", now - t0)
             return
         if failed is not None and now - asked_failed >= 1.0:
             asked_failed = now
