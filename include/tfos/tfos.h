@@ -450,13 +450,13 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
 
 /* A Spark feed task's turn (fair shares of a feed job, src/core/turns.h):
  * may `node` begin partition `partition` (of nparts ids; the job feeds
- * `todo` of them) of the job named `stage`, whose fed nodes are `nodes`?
+ * `nfed` of them) of the job named `stage`, whose fed nodes are `nodes`?
  * *go_out: 1 now, 0 ask again later (a node with fewer partitions begun
  * is behind). *json_out (may be NULL; the caller frees it) gets the
  * answer: {"go", "begun", "behind", "behind_begun", "unbegun"}. Errors as
  * tfos_report_abort, plus TFOS_EINVAL (bad arguments, or refused by the
  * coordinator). */
-int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int todo,
+int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int nfed,
                    const int *nodes, int nnodes, int partition, int node, int timeout_ms, int *go_out,
                    char **json_out);
 

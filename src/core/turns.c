@@ -10,7 +10,7 @@
 
 typedef struct stage {
     char name[TFOS_TURNS_STAGE_MAX + 1]; /* "": a free slot */
-    int nparts, todo, nnodes;
+    int nparts, nfed, nnodes;
     int *nodes;     /* the job's fed nodes */
     int *begun;     /* per node (index in nodes): partitions asked for on it */
     unsigned long long *base; /* per node: its rows_out when the job began */
@@ -49,7 +49,7 @@ void tfos__turns_free(tfos__turns *t)
 
 /* The job's slot: found, or a free one (else the one used longest ago)
  * set up for it. NULL: out of memory. */
-static stage *stage_for(tfos__turns *t, const char *name, int nparts, int todo, const int *nodes, int nnodes,
+static stage *stage_for(tfos__turns *t, const char *name, int nparts, int nfed, const int *nodes, int nnodes,
                         const tfos__turn_node *info)
 {
     stage *pick = NULL;
@@ -76,7 +76,7 @@ static stage *stage_for(tfos__turns *t, const char *name, int nparts, int todo, 
         pick->owner[i] = -1;
     snprintf(pick->name, sizeof pick->name, "%s", name);
     pick->nparts = nparts;
-    pick->todo = todo;
+    pick->nfed = nfed;
     pick->nnodes = nnodes;
     return pick;
 }
@@ -94,18 +94,18 @@ static int stalled(const stage *s, const tfos__turn_node *info, int i)
     return reads(s, info, i) && info[i].unread && info[i].idle_ms >= TFOS_TURNS_STALL_MS;
 }
 
-int tfos__turns_ask(tfos__turns *t, const char *stage_name, int nparts, int todo, const int *nodes, int nnodes,
+int tfos__turns_ask(tfos__turns *t, const char *stage_name, int nparts, int nfed, const int *nodes, int nnodes,
                     const tfos__turn_node *info, int partition, int node, tfos__turn *out)
 {
     memset(out, 0, sizeof *out);
     out->go = 1;
     out->behind_node = -1;
     if (!t || !stage_name || !stage_name[0] || strlen(stage_name) > TFOS_TURNS_STAGE_MAX || !nodes || nnodes < 1 ||
-        nparts < 1 || todo < 0 || todo > nparts || partition < 0 || partition >= nparts)
+        nparts < 1 || nfed < 0 || nfed > nparts || partition < 0 || partition >= nparts)
         return TFOS_EINVAL;
     if (nparts > TFOS_TURNS_MAX_PARTS || nnodes > TFOS_TURNS_MAX_NODES)
         return 0;
-    stage *s = stage_for(t, stage_name, nparts, todo, nodes, nnodes, info);
+    stage *s = stage_for(t, stage_name, nparts, nfed, nodes, nnodes, info);
     if (!s)
         return TFOS_ENOMEM;
     s->used = ++t->clock;
@@ -128,7 +128,7 @@ int tfos__turns_ask(tfos__turns *t, const char *stage_name, int nparts, int todo
     }
     int k = s->begun[me];
     out->begun = k;
-    out->unbegun = s->todo > s->given ? s->todo - s->given : 0;
+    out->unbegun = s->nfed > s->given ? s->nfed - s->given : 0;
     if (k <= 1 || out->unbegun == 0)
         return 0;
     for (int i = 0; i < s->nnodes; i++) {

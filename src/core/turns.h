@@ -59,14 +59,14 @@ void tfos__turns_free(tfos__turns *t);
 
 /* Partition `partition` (0 <= partition < nparts) of job `stage` is to be
  * fed to `node`, one of `nodes` (the job's fed nodes; the first ask of a
- * job fixes them, with nparts and todo: the partitions the job feeds).
+ * job fixes them, with nparts and nfed: the partitions the job feeds).
  * `info`: what is heard of each of `nodes` now (NULL: nothing; no node
  * reads then); the first ask takes each node's rows_out as the job's
  * start. The partition is this node's from now on (a task run again
  * elsewhere moves it). 0 with *out filled, or TFOS_EINVAL (bad arguments:
  * out says go), TFOS_ENOMEM. A job too large to track (TFOS_TURNS_MAX_*)
  * or a node not among `nodes` always goes. */
-int tfos__turns_ask(tfos__turns *t, const char *stage, int nparts, int todo, const int *nodes, int nnodes,
+int tfos__turns_ask(tfos__turns *t, const char *stage, int nparts, int nfed, const int *nodes, int nnodes,
                     const tfos__turn_node *info, int partition, int node, tfos__turn *out);
 
 #endif

@@ -225,17 +225,17 @@ static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObje
     return r;
 }
 
-/* feed_turn(coord_addr, secret, stage, nparts, todo, partition, node, nodes, timeout_ms=10000) -> str:
+/* feed_turn(coord_addr, secret, stage, nparts, nfed, partition, node, nodes, timeout_ms=10000) -> str:
  * a Spark feed task's turn (tfos_feed_turn); the JSON answer */
 static PyObject *mod_feed_turn(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"coord_addr", "secret", "stage", "nparts", "todo", "partition", "node", "nodes",
+    static char *kwlist[] = {"coord_addr", "secret", "stage", "nparts", "nfed", "partition", "node", "nodes",
                              "timeout_ms", NULL};
     const char *addr, *secret, *stage;
-    int nparts, todo, partition, node, timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err, go;
+    int nparts, nfed, partition, node, timeout = TFOS_DEFAULT_CLIENT_TIMEOUT_MS, rc, err, go;
     PyObject *seq;
     char *json = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sssiiiiO|i", kwlist, &addr, &secret, &stage, &nparts, &todo,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sssiiiiO|i", kwlist, &addr, &secret, &stage, &nparts, &nfed,
                                      &partition, &node, &seq, &timeout))
         return NULL;
     if (timeout < 0)
@@ -264,7 +264,7 @@ static PyObject *mod_feed_turn(PyObject *Py_UNUSED(m), PyObject *args, PyObject 
     }
     Py_DECREF(fast);
     Py_BEGIN_ALLOW_THREADS
-    rc = tfos_feed_turn(addr, secret, stage, nparts, todo, ids, (int)n, partition, node, timeout, &go, &json);
+    rc = tfos_feed_turn(addr, secret, stage, nparts, nfed, ids, (int)n, partition, node, timeout, &go, &json);
     err = errno;
     Py_END_ALLOW_THREADS
     PyMem_Free(ids);
@@ -613,7 +613,7 @@ static PyMethodDef module_methods[] = {
      "executor_id could not start; the cluster fails with the message and stops. Raises ConnectionError, "
      "TimeoutError, PermissionError (wrong secret) or ValueError."},
     {"feed_turn", (PyCFunction)(void (*)(void))mod_feed_turn, METH_VARARGS | METH_KEYWORDS,
-     "feed_turn(coord_addr, secret, stage, nparts, todo, partition, node, nodes, timeout_ms=10000) -> str: may "
+     "feed_turn(coord_addr, secret, stage, nparts, nfed, partition, node, nodes, timeout_ms=10000) -> str: may "
      "this Spark feed task begin its partition (JSON: go, begun, behind, behind_begun, unbegun)"},
     {"query_status", (PyCFunction)(void (*)(void))mod_query_status, METH_VARARGS | METH_KEYWORDS,
      "query_status(coord_addr, secret, timeout_ms=10000, command=None, reason=None) -> str: the coordinator's "

@@ -62,6 +62,18 @@ static int client_exchange(tfos__link *k, tfos__msg *m, int64_t deadline, const 
     return 0;
 }
 
+/* A client's start: dial the coordinator (until `deadline`) and begin its
+ * first frame, of `type` with the mac; the caller adds its fields and hands
+ * m to client_exchange. */
+static int client_begin(tfos__link **k, tfos__msg *m, const char *addr, const char *secret, int type,
+                        int64_t deadline, char *err, size_t errlen)
+{
+    int rc = tfos__coord_dial(k, addr, deadline, 0, 0, err, errlen);
+    if (rc == 0)
+        tfos__link_hello(*k, m, type, secret);
+    return rc;
+}
+
 /* A client's end: its link closed, errno kept, a failure logged (debug:
  * the caller raises it) after `what`. Returns rc. */
 static int client_done(tfos__link *k, int rc, const char *what, const char *err)
@@ -100,10 +112,9 @@ int tfos_report_abort(const char *coord_addr, const char *secret, int executor_i
     int64_t deadline = tfos__now_ms() + timeout_ms;
     tfos__link *k = NULL;
     char err[512] = "";
-    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    tfos__msg m;
+    int rc = client_begin(&k, &m, coord_addr, secret, TFOS_MSG_ABORT, deadline, err, sizeof err);
     if (rc == 0) {
-        tfos__msg m;
-        tfos__link_hello(k, &m, TFOS_MSG_ABORT, secret);
         tfos__msg_add(&m, "executor_id", "%d", executor_id);
         /* one "message=" per line, cut to what a frame holds (with room for
          * the line keys and the fields above) */
@@ -152,10 +163,9 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
     int64_t deadline = tfos__now_ms() + timeout_ms;
     tfos__link *k = NULL;
     char err[512] = "";
-    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    tfos__msg m;
+    int rc = client_begin(&k, &m, coord_addr, secret, TFOS_MSG_QUERY, deadline, err, sizeof err);
     if (rc == 0) {
-        tfos__msg m;
-        tfos__link_hello(k, &m, TFOS_MSG_QUERY, secret);
         if (command && *command)
             tfos__msg_add(&m, "command", "%s", command);
         if (line[0])
@@ -168,7 +178,7 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
     return client_done(k, rc, "querying the coordinator", err);
 }
 
-int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int todo,
+int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage, int nparts, int nfed,
                    const int *nodes, int nnodes, int partition, int node, int timeout_ms, int *go_out,
                    char **json_out)
 {
@@ -188,14 +198,13 @@ int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage
     int64_t deadline = tfos__now_ms() + timeout_ms;
     tfos__link *k = NULL;
     char err[512] = "";
-    int rc = tfos__coord_dial(&k, coord_addr, deadline, 0, 0, err, sizeof err);
+    tfos__msg m;
+    int rc = client_begin(&k, &m, coord_addr, secret, TFOS_MSG_QUERY, deadline, err, sizeof err);
     if (rc == 0) {
-        tfos__msg m;
-        tfos__link_hello(k, &m, TFOS_MSG_QUERY, secret);
         tfos__msg_add(&m, "command", "%s", "feed_turn");
         tfos__msg_add(&m, "stage", "%s", stage);
         tfos__msg_add(&m, "nparts", "%d", nparts);
-        tfos__msg_add(&m, "todo", "%d", todo);
+        tfos__msg_add(&m, "nfed", "%d", nfed);
         tfos__msg_add(&m, "partition", "%d", partition);
         tfos__msg_add(&m, "node", "%d", node);
         tfos__msg_add(&m, "nodes", "%s", list);

@@ -923,23 +923,23 @@ static void end_feed(tfos_coord *c);
  * then answered with STATUS. Every authenticated query renews the client's
  * lease. */
 /* A feed task asks whether its node's turn has come to begin a partition
- * (core/turns.h): stage, nparts, todo, partition, node, nodes (comma
+ * (core/turns.h): stage, nparts, nfed, partition, node, nodes (comma
  * separated). The nodes' heartbeats say who reads. Answered with a STATUS
  * whose json says go, or whom it waits for. Not the client's lease: feed
  * tasks ask, not the driver. */
 static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     char stage[TFOS_TURNS_STAGE_MAX + 1] = "", list[TFOS_WIRE_MAX_PAYLOAD / 2];
-    long long nparts = 0, todo = 0, part = 0, node = 0;
+    long long nparts = 0, nfed = 0, part = 0, node = 0;
     int nodes[TFOS_TURNS_MAX_NODES], nn = 0;
     const char *bad = NULL;
     if (tfos__kv_str(f->payload, f->len, "stage", stage, sizeof stage) || !stage[0])
         bad = "no stage, or one over 64 bytes";
     else if (tfos__kv_int(f->payload, f->len, "nparts", 1, TFOS_TURNS_MAX_PARTS, &nparts) ||
-             tfos__kv_int(f->payload, f->len, "todo", 0, nparts, &todo) ||
+             tfos__kv_int(f->payload, f->len, "nfed", 0, nparts, &nfed) ||
              tfos__kv_int(f->payload, f->len, "partition", 0, nparts - 1, &part) ||
              tfos__kv_int(f->payload, f->len, "node", 0, c->n - 1, &node))
-        bad = "nparts, todo, partition or node missing or out of range";
+        bad = "nparts, nfed, partition or node missing or out of range";
     else if (tfos__kv_str(f->payload, f->len, "nodes", list, sizeof list))
         bad = "no nodes";
     for (char *q = list; !bad && *q;) {
@@ -972,7 +972,7 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
     if (!c->turns)
         c->turns = tfos__turns_new();
     if (c->turns && info) /* out of memory: it goes */
-        tfos__turns_ask(c->turns, stage, (int)nparts, (int)todo, nodes, nn, info, (int)part, (int)node, &t);
+        tfos__turns_ask(c->turns, stage, (int)nparts, (int)nfed, nodes, nn, info, (int)part, (int)node, &t);
     free(info);
     char json[240];
     snprintf(json, sizeof json, "{\"go\": %s, \"begun\": %d, \"behind\": %d, \"behind_begun\": %d, "

@@ -68,26 +68,55 @@ void tfos__serve_requeue_server(tfos__serve *s, int server_ix)
     }
 }
 
+/* The requests of model m's queue that `pick` chooses, taken off it (the
+ * rest keep their order): a list, in queue order. */
+static req *take_from_queue(model *m, int (*pick)(const req *, const void *), const void *arg)
+{
+    req *taken = NULL, **ttail = &taken;
+    for (req **pp = &m->head, *prev = NULL; *pp;) {
+        req *r = *pp;
+        if (!pick(r, arg)) {
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (m->tail == r)
+            m->tail = prev;
+        m->queued_rows -= r->rows;
+        r->next = NULL;
+        *ttail = r;
+        ttail = &r->next;
+    }
+    return taken;
+}
+
+typedef struct client_key {
+    int ix;
+    uint32_t gen;
+} client_key;
+
+static int of_client(const req *r, const void *arg)
+{
+    const client_key *k = arg;
+    return r->client == k->ix && r->client_gen == k->gen;
+}
+
+static int past_deadline(const req *r, const void *arg)
+{
+    return r->deadline <= *(const int64_t *)arg;
+}
+
 int tfos__serve_forget_client(tfos__serve *s, int ix, uint32_t gen)
 {
     int n = 0;
-    for (int mi = 0; mi < s->nmodels; mi++) {
-        model *m = &s->models[mi];
-        for (req **pp = &m->head, *prev = NULL; *pp;) {
-            req *r = *pp;
-            if (r->client != ix || r->client_gen != gen) {
-                prev = r;
-                pp = &r->next;
-                continue;
-            }
-            *pp = r->next;
-            if (m->tail == r)
-                m->tail = prev;
-            m->queued_rows -= r->rows;
+    client_key key = {ix, gen};
+    for (int mi = 0; mi < s->nmodels; mi++)
+        for (req *r = take_from_queue(&s->models[mi], of_client, &key), *next; r; r = next) {
+            next = r->next;
             tfos__serve_free_req(r);
             n++;
         }
-    }
     /* a batch on a server runs on (the server cannot be told to drop a
      * part of it); its answer to this client is thrown away */
     for (flight *fl = s->flights; fl; fl = fl->next)
@@ -328,23 +357,7 @@ void tfos__serve_dispatch(tfos__serve *s)
         /* those past their deadline leave the queue first, then are
          * answered: an answer can drop its client (it does not read),
          * which frees that client's requests still in the queue */
-        req *late = NULL, **ltail = &late;
-        for (req **pp = &m->head, *prev = NULL; *pp;) {
-            req *r = *pp;
-            if (r->deadline > now) {
-                prev = r;
-                pp = &r->next;
-                continue;
-            }
-            *pp = r->next;
-            if (m->tail == r)
-                m->tail = prev;
-            m->queued_rows -= r->rows;
-            r->next = NULL;
-            *ltail = r;
-            ltail = &r->next;
-        }
-        for (req *r = late, *next; r; r = next) {
+        for (req *r = take_from_queue(m, past_deadline, &now), *next; r; r = next) {
             next = r->next;
             if (r->version[0] && !tfos__serve_version_ready(s, mi, r->version, NULL, 0))
                 tfos__serve_fail_req(s, r, 504, "model %s: no model server holding version %s answered within %g s "

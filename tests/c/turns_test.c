@@ -92,7 +92,7 @@ static void the_last_partitions_go_at_once(void)
     CHECK(ask(t, "odd", 3, NULL, 2, 1, &r)); /* node 0 has read nothing, but none is left */
     CHECK_EQ(r.begun, 2);
     CHECK_EQ(r.unbegun, 0);
-    /* todo < nparts (a round after a restart feeds only what was not
+    /* nfed < nparts (a round after a restart feeds only what was not
      * delivered): the partitions it skips are never waited for */
     CHECK_EQ(tfos__turns_ask(t, "again", 10, 3, two, 2, NULL, 7, 0, &r), 0);
     CHECK(r.go);

@@ -229,12 +229,12 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
     nodes = spec.feed_ids()
     if len(nodes) < 2 or len(local_nodes(spec)) != 1:
         return  # one fed node, or several on this executor: nothing to even out here
-    nparts, todo = turn
+    nparts, nfed = turn
     t0 = time.monotonic()
     pause, asked_failed = 0.01, t0
     while True:
         try:
-            ans = json.loads(_tfos.feed_turn(spec.coord_addr, spec.secret, "stage-%d" % stage, nparts, todo,
+            ans = json.loads(_tfos.feed_turn(spec.coord_addr, spec.secret, "stage-%d" % stage, nparts, nfed,
                                              partition, executor_id, nodes, 5000))
         except Exception as exc:  # the coordinator cannot answer: the feed itself will say why
             logger.warning("partition %d: could not ask the coordinator for %s's turn (%s); feeding it now",
