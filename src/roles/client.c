@@ -213,8 +213,14 @@ int tfos_feed_turn(const char *coord_addr, const char *secret, const char *stage
         char *json = NULL;
         if (rc == 0)
             rc = status_json(&f, coord_addr, &json, err, sizeof err);
-        if (rc == 0) {
-            *go_out = strstr(json, "\"go\": false") == NULL;
+        long long go = 1;
+        if (rc == 0 && tfos__kv_int(f.meta, f.meta_len, "go", 0, 1, &go))
+            rc = tfos__errf(err, sizeof err, TFOS_EPROTO, "feed turn from the coordinator at %s without go",
+                            coord_addr);
+        if (rc) {
+            free(json);
+        } else {
+            *go_out = (int)go;
             if (json_out)
                 *json_out = json;
             else

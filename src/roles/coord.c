@@ -980,6 +980,7 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
              t.behind_begun, t.behind_reads ? "true" : "false", t.unbegun);
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
+    tfos__msg_add(&m, "go", "%d", t.go); /* the decision as a field; the json says why, for people */
     tfos__msg_add(&m, "json", "%s", json);
     send_msg(c, p, &m);
     finish_peer(p);
