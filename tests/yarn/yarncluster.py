@@ -42,9 +42,13 @@ def classpath() -> str:
 
 
 class YarnCluster:
-    def __init__(self, plain: bool = False, secure: bool = False):
+    def __init__(self, plain: bool = False, secure: bool = False, token_renew_s: float = 60,
+                 token_max_s: float = 120):
         self.plain = plain
         self.secure = secure  # MiniCluster.java --secure: a MiniKdc and Kerberos everywhere
+        # --secure: the HDFS delegation tokens' renewal interval and maximum lifetime
+        self.token_props = ["-Dtfos.token.renew.ms=%d" % (token_renew_s * 1000),
+                            "-Dtfos.token.max.ms=%d" % (token_max_s * 1000)] if secure else []
         self.tmp_dir = tempfile.mkdtemp(prefix="tfos-yarn-")
         self.conf_dir = os.path.join(self.tmp_dir, "conf")
         self.log_path = os.path.join(self.tmp_dir, "minicluster.log")
@@ -57,9 +61,11 @@ class YarnCluster:
         java = shutil.which("java")
         assert java, "java is needed for the YARN tests"
         t0 = time.monotonic()
+        os.makedirs(self.conf_dir, exist_ok=True)  # --secure: on the JVM's classpath
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [java, "-Xmx1g", "-cp", classpath(), "tfos.test.MiniCluster",
+            [java, "-Xmx1g"] + self.token_props
+            + ["-cp", (self.conf_dir + ":" if self.secure else "") + classpath(), "tfos.test.MiniCluster",
              os.path.join(self.tmp_dir, "base"), self.conf_dir] + (["--plain"] if self.plain else [])
             + (["--secure"] if self.secure else []),
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -89,7 +95,18 @@ class YarnCluster:
         env["HADOOP_CONF_DIR"] = self.conf_dir
         env["TFOS_HADOOP_CLASSPATH"] = classpath()
         env.pop("YARN_CONF_DIR", None)
+        if self.secure:
+            # the KDC's krb5.conf (tfos yarn hands it to Java); an empty ticket cache of our own
+            env["KRB5_CONFIG"] = os.path.join(self.conf_dir, "krb5.conf")
+            env["KRB5CCNAME"] = "FILE:" + os.path.join(self.tmp_dir, "krb5cc")
         return env
+
+    @property
+    def keytab(self) -> str:
+        """--secure: the keytab of the test user, principal :attr:`principal`."""
+        return os.path.join(self.conf_dir, "user.keytab")
+
+    principal = "tfos@EXAMPLE.COM"
 
     def container_logs(self, app_id: str) -> dict:
         """{container id: {file name: text}} of an application's containers,

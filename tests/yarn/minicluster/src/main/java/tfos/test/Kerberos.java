@@ -41,6 +41,11 @@ final class Kerberos {
         conf.set("dfs.datanode.keytab.file", svc);
         conf.set("dfs.web.authentication.kerberos.principal", "HTTP/localhost@" + realm);
         conf.set("dfs.web.authentication.kerberos.keytab", svc);
+        // WebHDFS (and the other web endpoints) take SPNEGO or a delegation token, never user.name=
+        conf.set("hadoop.http.authentication.type", "kerberos");
+        conf.set("hadoop.http.authentication.simple.anonymous.allowed", "false");
+        conf.set("hadoop.http.authentication.kerberos.principal", "HTTP/localhost@" + realm);
+        conf.set("hadoop.http.authentication.kerberos.keytab", svc);
         conf.setBoolean("dfs.block.access.token.enable", true);
         conf.set("dfs.data.transfer.protection", "authentication");
         conf.set("dfs.http.policy", "HTTP_ONLY");
@@ -50,12 +55,24 @@ final class Kerberos {
                 Long.getLong("tfos.token.renew.ms", 60000L));
         conf.setLong("dfs.namenode.delegation.token.max-lifetime",
                 Long.getLong("tfos.token.max.ms", 120000L));
-        conf.set("yarn.resourcemanager.principal", "yarn/localhost@" + realm);
+        // one JVM, one login: the ResourceManager and NodeManagers run as the JVM's user, hdfs/localhost
+        // (a real cluster has yarn/HOST for them), and clients must expect that principal
+        conf.set("yarn.resourcemanager.principal", "hdfs/localhost@" + realm);
         conf.set("yarn.resourcemanager.keytab", svc);
-        conf.set("yarn.nodemanager.principal", "yarn/localhost@" + realm);
+        conf.set("yarn.nodemanager.principal", "hdfs/localhost@" + realm);
         conf.set("yarn.nodemanager.keytab", svc);
         conf.set("hadoop.proxyuser.yarn.hosts", "*");
         conf.set("hadoop.proxyuser.yarn.groups", "*");
+        // what this JVM's own clients read (a NodeManager's localizer makes a new Configuration): the
+        // same settings, in CONF_DIR/core-site.xml, on this JVM's classpath in --secure mode (yarncluster.py);
+        // the whole configuration replaces it when the cluster is up
+        Configuration site = new Configuration(false);
+        for (java.util.Map.Entry<String, String> e : conf) {
+            site.set(e.getKey(), e.getValue());
+        }
+        try (java.io.OutputStream out = new java.io.FileOutputStream(new File(confDir, "core-site.xml"))) {
+            site.writeXml(out);
+        }
         UserGroupInformation.setConfiguration(conf);
         UserGroupInformation.loginUserFromKeytab("hdfs/localhost@" + realm, svc);
         System.out.println("KDC " + realm + " " + kdc.getHost() + ":" + kdc.getPort());

@@ -159,6 +159,8 @@ public final class MiniCluster {
 
     /** One site file holding every key whose value differs from the defaults. */
     private static void writeConf(Configuration live, File dir) throws IOException {
+        // --secure's early core-site.xml (Kerberos.java) is on the classpath: not a default
+        new File(dir, "core-site.xml").delete();
         Configuration defaults = new YarnConfiguration(new org.apache.hadoop.hdfs.HdfsConfiguration());
         Map<String, String> changed = new TreeMap<>();
         for (Map.Entry<String, String> e : live) {
