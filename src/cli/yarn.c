@@ -99,7 +99,10 @@ const char tfos__yarn_help[] =
     "  --accept-timeout S       kill the application if YARN has not started it within S\n"
     "                           seconds (default: the reservation timeout, else "
     TFOS__STR(TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT) ")\n"
-    "  --hadoop-classpath CP    Hadoop's client jars\n";
+    "  --hadoop-classpath CP    Hadoop's client jars\n"
+    "  --principal P --keytab K a Kerberos cluster: log in as P with keytab K (else the ticket\n"
+    "                           cache kinit filled); the ApplicationMaster keeps the nodes' HDFS\n"
+    "                           delegation tokens fresh with it for as long as the job runs\n";
 
 static const char yarn_serve_help[] =
     "\n"
@@ -110,8 +113,9 @@ static const char yarn_serve_help[] =
     "in the containers (shipped with --archive/--file); a models:/ model is fetched by the front end\n"
     "($MLFLOW_TRACKING_URI goes to it, credentials do not) and handed to the model servers through\n"
     "the application's staging dir on HDFS, its alias followed as by tfos serve (docs/MODELS.md).\n"
-    "Takes tfos yarn's --queue, --name, --am-memory, --archive, --file, --env, --accept-timeout and\n"
-    "--hadoop-classpath (tfos yarn --help); runs until Ctrl-C or SIGTERM, which kill the application.\n";
+    "Takes tfos yarn's --queue, --name, --am-memory, --archive, --file, --env, --accept-timeout,\n"
+    "--principal/--keytab and --hadoop-classpath (tfos yarn --help); runs until Ctrl-C or SIGTERM,\n"
+    "which kill the application.\n";
 
 /* ---- finding java, the jar and Hadoop ---------------------------------- */
 
@@ -337,7 +341,30 @@ static void forward_signal(int sig)
 /* Run the Java client with `args` and return its exit status. It dies with
  * us (PR_SET_PDEATHSIG), and our SIGINT/SIGTERM/SIGHUP go on to it, so the
  * application is killed however we end. */
-static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
+/* Kerberos for the Java client: tfos yarn --principal/--keytab as system
+ * properties (Kerberos.java logs in with them), and $KRB5_CONFIG, MIT's way to
+ * name krb5.conf, which Java reads only from java.security.krb5.conf. */
+static int krb_props(strv *argv, const char *principal, const char *keytab)
+{
+    char *p = NULL;
+    int bad = 0;
+    const char *krb5 = getenv("KRB5_CONFIG");
+    if (krb5 && *krb5)
+        bad = asprintf(&p, "-Djava.security.krb5.conf=%s", krb5) < 0 || strv_add(argv, p);
+    free(p);
+    p = NULL;
+    if (principal && !bad)
+        bad = asprintf(&p, "-Dtfos.principal=%s", principal) < 0 || strv_add(argv, p);
+    free(p);
+    p = NULL;
+    if (keytab && !bad)
+        bad = asprintf(&p, "-Dtfos.keytab=%s", keytab) < 0 || strv_add(argv, p);
+    free(p);
+    return bad;
+}
+
+static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret, const char *principal,
+                      const char *keytab)
 {
     char jar[PATH_MAX];
     if (find_jar(jar, sizeof jar))
@@ -376,7 +403,8 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret)
 
     strv argv = {0};
     int bad = strv_add(&argv, java) || strv_add(&argv, "-Xmx256m") || strv_add(&argv, hcp_prop) ||
-              strv_add(&argv, "-cp") || strv_add(&argv, cp) || strv_add(&argv, "io.tfos.yarn.Client");
+              krb_props(&argv, principal, keytab) || strv_add(&argv, "-cp") || strv_add(&argv, cp) ||
+              strv_add(&argv, "io.tfos.yarn.Client");
     free(cp);
     free(hcp_prop);
     for (size_t i = 0; i < args->n && !bad; i++)
@@ -485,7 +513,7 @@ static int client_command(const char *command, const char *app, const char *extr
         strv_free(&args);
         return 1;
     }
-    int code = run_client(&args, NULL, NULL);
+    int code = run_client(&args, NULL, NULL, NULL, NULL);
     strv_free(&args);
     return code;
 }
@@ -553,8 +581,11 @@ static int submit(strv *args, int bad, const tfos__yarn_cli *c, const char *secr
     int code = 1;
     if (bad)
         fprintf(stderr, "tfos yarn: out of memory\n");
+    else if (!c->principal != !c->keytab)
+        code = tfos__usage_error("%s", "--principal and --keytab go together (or neither: the ticket cache kinit "
+                                       "filled)");
     else
-        code = run_client(args, c->hadoop_classpath, secret);
+        code = run_client(args, c->hadoop_classpath, secret, c->principal, c->keytab);
     strv_free(args);
     return code;
 }

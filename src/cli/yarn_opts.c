@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <unistd.h>
 
 /* Each takes a value. */
 static const char *const client_only[] = {
@@ -12,6 +14,7 @@ static const char *const client_only[] = {
     "--worker-vcores", "--worker-gpus",    "--ps-memory",        "--ps-vcores",       "--ps-gpus",
     "--chief-memory",  "--chief-vcores",   "--chief-gpus",       "--evaluator-memory", "--evaluator-vcores",
     "--evaluator-gpus", "--archive",       "--file",             "--env",             "--accept-timeout",
+    "--principal",     "--keytab",
 };
 
 int tfos__yarn_client_only(const char *arg, int *has_value)
@@ -32,7 +35,8 @@ int tfos__yarn_option_elsewhere(const char *opt)
         return 0;
     int role = strncmp(opt, "--queue", 7) && strncmp(opt, "--name", 6) && strncmp(opt, "--hadoop", 8) &&
                strncmp(opt, "--am-", 5) && strncmp(opt, "--archive", 9) && strncmp(opt, "--file", 6) &&
-               strncmp(opt, "--env", 5) && strncmp(opt, "--accept", 8);
+               strncmp(opt, "--env", 5) && strncmp(opt, "--accept", 8) && strncmp(opt, "--principal", 11) &&
+               strncmp(opt, "--keytab", 8);
     return tfos__usage_error("%s is an option of tfos yarn", role ? "--ROLE-memory/--ROLE-vcores/--ROLE-gpus" : opt);
 }
 
@@ -64,6 +68,20 @@ int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *a)
         return tfos__opt_need(a, y->app_name = tfos__args_value(it), "an application name") ? 2 : 1;
     if (!strcmp(a, "--hadoop-classpath"))
         return tfos__opt_need(a, y->hadoop_classpath = tfos__args_value(it), "a classpath") ? 2 : 1;
+    if (!strcmp(a, "--principal"))
+        return tfos__opt_need(a, y->principal = tfos__args_value(it), "a Kerberos principal (you@REALM)") ? 2 : 1;
+    if (!strcmp(a, "--keytab")) {
+        const char *v = tfos__args_value(it);
+        if (tfos__opt_need(a, v, "a keytab file"))
+            return 2;
+        static char path[PATH_MAX];
+        if (!realpath(v, path) || access(path, R_OK)) {
+            fprintf(stderr, "tfos yarn: --keytab %s: cannot read it: %s\n", v, strerror(errno));
+            return 2;
+        }
+        y->keytab = path;
+        return 1;
+    }
     if (!strcmp(a, "--am-memory"))
         return parse_memory(a, tfos__args_value(it), &y->am_memory_mb) ? 2 : 1;
     if (!strcmp(a, "--accept-timeout"))

@@ -19,7 +19,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Deque;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
@@ -31,10 +30,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.io.DataOutputBuffer;
 import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
-import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.yarn.api.ApplicationConstants;
 import org.apache.hadoop.yarn.api.protocolrecords.RegisterApplicationMasterResponse;
 import org.apache.hadoop.yarn.api.records.Container;
@@ -53,7 +50,6 @@ import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
-import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.util.Apps;
 
 /**
@@ -104,7 +100,10 @@ public final class ApplicationMaster {
     private final List<String> unsatisfied = new ArrayList<>();
     private AMRMClientAsync<ContainerRequest> amrm;
     private NMClientAsync nm;
-    private ByteBuffer tokens;
+    /** The credentials each node container is launched with (renewed: Kerberos.Renewal). */
+    private volatile ByteBuffer tokens;
+    /** Where running nodes find fresh tokens on HDFS, or null (no keytab). */
+    private String credentialsFile;
     private double reservationTimeout = 60;
     private volatile Process launcher;
     private volatile String fatal;
@@ -172,19 +171,20 @@ public final class ApplicationMaster {
         Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
         byte[] secret = creds.getSecretKey(Client.SECRET_KEY);
         // containers get the application's tokens (HDFS delegation tokens) but never the AMRM token
-        Credentials forNodes = new Credentials(creds);
-        Iterator<Token<?>> it = forNodes.getAllTokens().iterator();
-        List<org.apache.hadoop.io.Text> drop = new ArrayList<>();
-        while (it.hasNext()) {
-            Token<?> t = it.next();
-            if (AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
-                drop.add(t.getService());
-            }
+        tokens = Kerberos.forNodes(creds, null);
+        String principal = System.getenv(Kerberos.PRINCIPAL_ENV);
+        String staging = System.getenv("TFOS_YARN_STAGING");
+        if (principal != null && staging != null && Files.isReadable(Paths.get(Kerberos.KEYTAB_ALIAS))) {
+            credentialsFile = new org.apache.hadoop.fs.Path(staging, Kerberos.CREDENTIALS_FILE).toString();
+            new Kerberos.Renewal(conf, principal, Kerberos.KEYTAB_ALIAS,
+                    new org.apache.hadoop.fs.Path(credentialsFile), fresh -> {
+                        try {
+                            tokens = Kerberos.forNodes(creds, fresh);
+                        } catch (IOException e) {
+                            System.err.println("tfos-am: cannot write the nodes' credentials: " + e);
+                        }
+                    }).start();
         }
-        drop.forEach(forNodes::removeToken);
-        DataOutputBuffer dob = new DataOutputBuffer();
-        forNodes.writeTokenStorageToStream(dob);
-        tokens = ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
 
         String host = System.getenv(ApplicationConstants.Environment.NM_HOST.name());
         Path dir = Files.createTempDirectory(Paths.get("/tmp"), "tfos-am-");
@@ -551,6 +551,9 @@ public final class ApplicationMaster {
         // file as a symlink into its own cache directory, and Python puts the script's real directory,
         // not the link's, on sys.path, so a shipped program could not import a module shipped beside it.
         Map<String, String> env = new HashMap<>(node.env);
+        if (credentialsFile != null) {
+            env.put(Kerberos.CREDENTIALS_ENV, credentialsFile);
+        }
         Apps.addToEnvironment(env, "PYTHONPATH", ApplicationConstants.Environment.PWD.$$(),
                 ApplicationConstants.CLASS_PATH_SEPARATOR);
         return ContainerLaunchContext.newInstance(shipped, env, List.of(cmd.toString()), null,

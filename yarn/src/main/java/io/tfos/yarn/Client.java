@@ -81,6 +81,8 @@ public final class Client {
             usage("a command: submit, status, logs or kill");
         }
         YarnConfiguration conf = new YarnConfiguration();
+        // -Dtfos.principal/-Dtfos.keytab: tfos yarn --principal/--keytab (else the ticket cache)
+        Kerberos.login(conf, System.getProperty("tfos.principal"), System.getProperty("tfos.keytab"));
         YarnClient yarn = YarnClient.createYarnClient();
         yarn.init(conf);
         yarn.start();
@@ -479,7 +481,17 @@ public final class Client {
             }
         }
 
+        String principal = System.getProperty("tfos.principal");
+        if (principal != null && UserGroupInformation.isSecurityEnabled()) {
+            // for the ApplicationMaster alone, to keep the nodes' delegation tokens fresh (Kerberos.Renewal)
+            amResources.put(Kerberos.KEYTAB_ALIAS, upload(fs, staging, System.getProperty("tfos.keytab"),
+                    Kerberos.KEYTAB_ALIAS, LocalResourceType.FILE));
+        }
+
         Map<String, String> amEnv = new HashMap<>(env);
+        if (amResources.containsKey(Kerberos.KEYTAB_ALIAS)) {
+            amEnv.put(Kerberos.PRINCIPAL_ENV, principal);
+        }
         amEnv.put(Shipped.ENV, Shipped.encode(shipped));
         amEnv.put(ApplicationMaster.QUEUE_ENV, queue);
         amEnv.put("TFOS_YARN_STAGING", fs.makeQualified(staging).toString());
@@ -494,6 +506,10 @@ public final class Client {
         // kill's SIGTERM would end (and the NodeManager would take the container for gone)
         StringBuilder cmd = new StringBuilder("exec " + ApplicationConstants.Environment.JAVA_HOME.$$() + "/bin/java");
         cmd.append(" -Xmx").append(Math.max(128, amMemory * 3 / 5)).append('m');
+        String krb5 = System.getProperty("java.security.krb5.conf");
+        if (krb5 != null) {
+            cmd.append(" -Djava.security.krb5.conf=").append(Shipped.quote(krb5)); // as the client has it
+        }
         cmd.append(" ").append(ApplicationMaster.class.getName()).append(" --");
         for (String a : amArgs) {
             cmd.append(' ').append(Shipped.quote(a));
