@@ -21,7 +21,14 @@ Where the NameNode's web address comes from, first found:
 2. ``dfs.namenode.http-address`` in ``$HADOOP_CONF_DIR/hdfs-site.xml``
    (``https-address`` when ``dfs.http.policy`` is ``HTTPS_ONLY``).
 
-The user is Hadoop's (simple authentication), as ``hdfs dfs`` and
+On a Kerberized cluster, in a YARN container (``tfos yarn``, Spark on YARN),
+the NameNode is asked with the application's HDFS delegation token, from
+``$HADOOP_TOKEN_FILE_LOCATION``; under ``tfos yarn --principal/--keytab`` it
+is replaced by the fresh one the ApplicationMaster writes before it expires
+(``tfos._hdfstokens``). Outside a container there is no token: SPNEGO is not
+spoken here.
+
+Otherwise the user is Hadoop's (simple authentication), as ``hdfs dfs`` and
 ``tfos yarn`` have it: ``HADOOP_USER_NAME``, else the name of the process's
 uid (:func:`hadoop_user`), never ``$USER``, which a container, cron or
 ``sudo`` may leave unset or set to someone else. Home directories are
@@ -41,7 +48,7 @@ import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 
-from . import _extras
+from . import _extras, _hdfstokens
 
 __all__ = ["FileSystemError", "is_remote", "filesystem", "webhdfs_address", "hadoop_user", "put", "get", "exists",
            "open", "Mirror"]
@@ -121,12 +128,26 @@ def hadoop_user() -> str:
                               "unknown: set HADOOP_USER_NAME" % os.getuid()) from None
 
 
-def _webhdfs(base):
+_tokens = _hdfstokens.Keeper()
+
+
+def _webhdfs_as(base, token):
     from fsspec.implementations.webhdfs import WebHDFS
     u = urllib.parse.urlsplit(base)
-    user = hadoop_user()
-    return WebHDFS(host=u.hostname, port=u.port or (9871 if u.scheme == "https" else 9870), user=user,
-                   use_https=u.scheme in ("https", "swebhdfs"))
+    where = dict(host=u.hostname, port=u.port or (9871 if u.scheme == "https" else 9870),
+                 use_https=u.scheme in ("https", "swebhdfs"))
+    if token:
+        return WebHDFS(token=token, **where)  # the user is the token's
+    return WebHDFS(user=hadoop_user(), **where)
+
+
+def _read_with(url, token):
+    u = urllib.parse.urlsplit(url)
+    return _webhdfs_as(webhdfs_address(default_host=u.hostname), token).cat_file(u.path)
+
+
+def _webhdfs(base):
+    return _webhdfs_as(base, _tokens.token(_read_with))
 
 
 def filesystem(url):
@@ -276,6 +297,7 @@ class Mirror:
             return 0
         now = self._local_state()
         changed = sorted((rel for rel, st in now.items() if self._synced.get(rel) != st), key=_push_order)
+        self._fs, self._root = filesystem(self.url)  # a fresh delegation token, if it changed
         self._fs.makedirs(self._root, exist_ok=True)
         for rel in changed:
             _put_file(self._fs, os.path.join(self.path, rel), posixpath.join(self._root, rel.replace(os.sep, "/")))

@@ -210,8 +210,14 @@ class _Versions(object):
         self.remote = _fs.is_remote(self.path)
         self.cache = cache
         if self.remote:
-            self.fs, self.root = _fs.filesystem(self.path)
-            self.root = self.root.rstrip("/") or "/"
+            self.root = _fs.filesystem(self.path)[1].rstrip("/") or "/"
+
+    @property
+    def fs(self):
+        """The remote dir's filesystem, asked each time: on a Kerberized
+        cluster its delegation token is renewed (tfos.fs)."""
+        from .. import fs as _fs
+        return _fs.filesystem(self.path)[0]
 
     def join(self, version):
         return self.path.rstrip("/") + "/" + version if self.remote else os.path.join(self.path, version)

@@ -1,0 +1,189 @@
+"""HDFS delegation tokens for tfos.fs on a Kerberized cluster.
+
+A program in a YARN container has no Kerberos ticket: YARN gives it the
+application's delegation tokens in a file (``$HADOOP_TOKEN_FILE_LOCATION``,
+Hadoop's credentials format). WebHDFS takes an HDFS delegation token as the
+``delegation=`` parameter, in Hadoop's "URL string" form. This module reads
+that file and keeps the token fresh: ``tfos yarn --principal/--keytab``'s
+ApplicationMaster writes new tokens before the old ones reach their maximum
+lifetime to ``$TFOS_HDFS_CREDENTIALS`` (an hdfs:// file in the application's
+staging dir, readable by its user only), which is read, with the token still
+held, once that token is past 60 % of its lifetime.
+
+The credentials format (Hadoop's ``Credentials``): ``HDTS``, a version byte,
+then either (0) Writable fields: a vint count of (alias Text, token) pairs,
+each token being vint-length identifier, vint-length password, kind Text,
+service Text, then the secret keys; or (1) a length-delimited protobuf
+``CredentialsProto`` (tokens: field 1, each with alias 1 and TokenProto 2:
+identifier 1, password 2, kind 3, service 4). A delegation token's identifier
+is: a version byte, owner, renewer and real user (Text), issue and maximum
+date (vlong, ms), sequence number and master key id (vint).
+"""
+import base64
+import collections
+import os
+import sys
+import threading
+import time
+
+HDFS_KINDS = (b"HDFS_DELEGATION_TOKEN", b"WEBHDFS delegation", b"SWEBHDFS delegation")
+
+
+class Token(collections.namedtuple("Token", "kind service identifier password")):
+    def url_string(self) -> str:
+        """Hadoop's Token.encodeToUrlString: URL-safe base64, unpadded, of
+        the token's Writable form."""
+        raw = b"".join((_vint_bytes(len(self.identifier)), self.identifier, _vint_bytes(len(self.password)),
+                        self.password, _vint_bytes(len(self.kind)), self.kind, _vint_bytes(len(self.service)),
+                        self.service))
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+    def dates(self):
+        """(issue date, maximum date) in ms since the epoch, from the
+        delegation token's identifier; (0, 0) when it cannot be read."""
+        try:
+            b = self.identifier
+            pos = 1  # the identifier's version
+            for _ in range(3):  # owner, renewer, real user
+                n, pos = _vlong(b, pos)
+                pos += n
+            issue, pos = _vlong(b, pos)
+            maximum, pos = _vlong(b, pos)
+            return issue, maximum
+        except (IndexError, ValueError):
+            return 0, 0
+
+
+def _vlong(b, pos):
+    """Hadoop's WritableUtils.readVLong at b[pos]: (value, next position)."""
+    first = b[pos] - 256 if b[pos] > 127 else b[pos]
+    if first >= -112:
+        return first, pos + 1
+    negative = first < -120
+    size = (-119 - first) if negative else (-111 - first)
+    if pos + size > len(b):
+        raise ValueError("a vlong past the end")
+    v = 0
+    for i in range(1, size):
+        v = (v << 8) | b[pos + i]
+    return (v ^ -1 if negative else v), pos + size
+
+
+def _vint_bytes(v):
+    """WritableUtils.writeVLong for a non-negative v."""
+    if -112 <= v <= 127:
+        return bytes([v & 0xFF])
+    n = (v.bit_length() + 7) // 8
+    return bytes([(-112 - n) & 0xFF]) + v.to_bytes(n, "big")
+
+
+def _text(b, pos):
+    n, pos = _vlong(b, pos)
+    if n < 0 or pos + n > len(b):
+        raise ValueError("a field past the end")
+    return bytes(b[pos:pos + n]), pos + n
+
+
+def _varint(b, pos):
+    v = shift = 0
+    while True:
+        c = b[pos]
+        pos += 1
+        v |= (c & 0x7F) << shift
+        if c < 0x80:
+            return v, pos
+        shift += 7
+
+
+def _proto_fields(b):
+    """(field number, value) of a protobuf message's length-delimited and
+    varint fields."""
+    pos = 0
+    while pos < len(b):
+        key, pos = _varint(b, pos)
+        wire = key & 7
+        if wire == 0:
+            v, pos = _varint(b, pos)
+        elif wire == 2:
+            n, pos = _varint(b, pos)
+            v, pos = bytes(b[pos:pos + n]), pos + n
+        elif wire == 1:
+            v, pos = bytes(b[pos:pos + 8]), pos + 8
+        elif wire == 5:
+            v, pos = bytes(b[pos:pos + 4]), pos + 4
+        else:
+            raise ValueError("protobuf wire type %d" % wire)
+        yield key >> 3, v
+
+
+def read_credentials(data: bytes):
+    """The tokens in a Hadoop credentials file's bytes."""
+    if data[:4] != b"HDTS" or len(data) < 5:
+        raise ValueError("not a Hadoop credentials file (no HDTS header)")
+    version, b = data[4], data[5:]
+    tokens = []
+    if version == 0:
+        count, pos = _vlong(b, 0)
+        for _ in range(count):
+            _alias, pos = _text(b, pos)
+            ident, pos = _text(b, pos)
+            pw, pos = _text(b, pos)
+            kind, pos = _text(b, pos)
+            service, pos = _text(b, pos)
+            tokens.append(Token(kind, service, ident, pw))
+        return tokens
+    if version == 1:
+        n, pos = _varint(b, 0)
+        for field, kv in _proto_fields(b[pos:pos + n]):
+            if field != 1:
+                continue
+            for f2, tok in _proto_fields(kv):
+                if f2 == 2:
+                    t = dict(_proto_fields(tok))
+                    tokens.append(Token(t.get(3, b""), t.get(4, b""), t.get(1, b""), t.get(2, b"")))
+        return tokens
+    raise ValueError("Hadoop credentials format version %d is unknown" % version)
+
+
+def best_hdfs_token(tokens):
+    """The HDFS delegation token that lives longest, or None."""
+    hdfs = [t for t in tokens if t.kind in HDFS_KINDS]
+    return max(hdfs, key=lambda t: t.dates()[1]) if hdfs else None
+
+
+class Keeper:
+    """The token this process uses, refreshed as the module says."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._token = None
+        self._loaded = False
+        self._checked_ms = 0
+
+    def token(self, read_remote):
+        """The URL string of the token to use, or None outside a YARN
+        container with tokens. ``read_remote(url, token)``: the bytes of an
+        hdfs:// file read with that token."""
+        with self._lock:
+            if not self._loaded:
+                self._loaded = True
+                path = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
+                if path and os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        self._token = best_hdfs_token(read_credentials(f.read()))
+            if self._token is None:
+                return None
+            fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
+            issue, maximum = self._token.dates()
+            now = time.time() * 1000
+            life = max(maximum - issue, 0)
+            if fresh and now > issue + 0.6 * life and now - self._checked_ms > max(1000, life / 20):
+                self._checked_ms = now
+                try:
+                    newer = best_hdfs_token(read_credentials(read_remote(fresh, self._token.url_string())))
+                    if newer is not None and newer.dates()[1] > maximum:
+                        self._token = newer
+                except Exception as e:  # noqa: BLE001 (kept, and said: the held token may still do)
+                    sys.stderr.write("tfos.fs: could not read fresh HDFS delegation tokens from %s (%s); the token "
+                                     "held is used while it lasts\n" % (fresh, e))
+            return self._token.url_string()
