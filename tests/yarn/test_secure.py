@@ -1,0 +1,99 @@
+"""tfos yarn on a Kerberized YARN + HDFS minicluster (MiniCluster.java --secure:
+a MiniKdc, Kerberos authentication for every daemon, SPNEGO on the web
+endpoints, block tokens, SASL on data transfer).
+
+The cluster's HDFS delegation tokens are renewable every 15 s and live 30 s
+at most, so that a run of ~80 s outlives several of them: renewal and
+replacement have to work for the tests to pass.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from test_yarn import HERE, SMALL, app_id, steps_lines, tfos_yarn
+from yarncluster import YarnCluster
+
+TOKEN_RENEW_S = 15
+TOKEN_MAX_S = 30
+
+
+@pytest.fixture(scope="module")
+def secure_cluster():
+    cluster = YarnCluster(secure=True, token_renew_s=TOKEN_RENEW_S, token_max_s=TOKEN_MAX_S)
+    cluster.start(timeout=float(os.environ.get("TFOS_YARN_START_TIMEOUT", "180")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def webhdfs(cluster):
+    conf = open(os.path.join(cluster.conf_dir, "hdfs-site.xml")).read()
+    return "http://" + re.search(r"<name>dfs.namenode.http-address</name><value>([^<]+)<", conf).group(1)
+
+
+def test_webhdfs_takes_no_user_name_on_the_secure_cluster(secure_cluster):
+    # what tfos.fs does with simple authentication is refused here: only SPNEGO or a delegation token
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(webhdfs(secure_cluster) + "/webhdfs/v1/?op=LISTSTATUS&user.name=tfos", timeout=30)
+    assert e.value.code == 401
+
+
+def test_no_ticket_and_no_keytab_is_refused_naming_kinit(secure_cluster):
+    r = tfos_yarn(secure_cluster, ["--workers", "1"] + SMALL + ["--", sys.executable, "-c", "pass"], timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "has no Kerberos ticket: run `kinit YOU@REALM`, or pass --principal" in out, out
+    assert "submitted" not in out, out
+
+
+def test_keytab_of_another_principal_is_refused_naming_its_principals(secure_cluster):
+    r = tfos_yarn(secure_cluster, ["--principal", "someone@EXAMPLE.COM", "--keytab", secure_cluster.keytab,
+                                   "--workers", "1"] + SMALL + ["--", sys.executable, "-c", "pass"], timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "the Kerberos login of someone@EXAMPLE.COM failed" in out, out
+    assert "klist -kt %s" % secure_cluster.keytab in out, out
+
+
+def test_principal_without_keytab_is_a_usage_error(secure_cluster):
+    r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--workers", "1", "--", "true"],
+                  timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--principal and --keytab go together" in r.stderr
+
+
+def test_a_run_outlives_its_delegation_tokens_and_resumes_after_a_kill(secure_cluster):
+    # 2 workers checkpoint to HDFS (tfos.fs over WebHDFS, with delegation tokens) at every step, ~0.6 s
+    # each, for ~80 s: more than 2 maximum token lifetimes. worker:1 kills itself at step 70 (~45 s in,
+    # after the submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's
+    # fresh tokens, and the node resumes from its checkpoint.
+    r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab,
+                                   "--workers", "2"] + SMALL +
+                  ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=130",
+                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=70",
+                   "--", sys.executable, "steps.py"], timeout=400)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    app = app_id(out)
+    lines = steps_lines(secure_cluster, app)
+    assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
+    resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
+    assert resumed and "from=70" in resumed[0], lines
+    logs = "\n".join(text for c in secure_cluster.container_logs(app).values() for text in c.values())
+    for bad in ("InvalidToken", "AccessControlException", "token is expired", "could not read fresh"):
+        assert bad not in logs, logs[-4000:]
+    am = [c for c in secure_cluster.container_logs(app).values() if "tfos-am:" in c.get("stderr", "")]
+    assert am, "no ApplicationMaster log"
+    renewed = am[0]["stderr"].count("tfos-am: new HDFS delegation tokens for the nodes")
+    assert renewed >= 3, am[0]["stderr"][-3000:]
+    # the keytab went to the ApplicationMaster's container only
+    keytabs = subprocess.run(["find", secure_cluster.tmp_dir, "-path", "*%s*" % app, "-name", "tfos.keytab"],
+                             capture_output=True, text=True).stdout.split()
+    assert keytabs and all(app.replace("application", "container") + "_01_000001" in k for k in keytabs), keytabs
