@@ -635,6 +635,10 @@ static int yarn_submit(int argc, char **argv)
                                        "the program (docs/YARN.md)");
     if (c.internal)
         return tfos__usage_error("%s", "--am-socket, --bind, --resources and --address-file are internal");
+    for (char *const *a = r->argv; *a; a++)
+        if (strpbrk(*a, "\n\r")) /* the stand-ins pass a node's command to the AM line by line */
+            return tfos__usage_error("%s", "an argument of the program has a line break, which YARN containers "
+                                           "cannot be given: put the code in a file shipped with --file");
     if (r->status_given)
         return tfos__usage_error("%s", "--status-port and --status-host are chosen in the ApplicationMaster's "
                                        "container on YARN (the application's tracking URL)");

@@ -69,9 +69,25 @@ final class Shipped {
         return out;
     }
 
-    /** One argument quoted for the container's bash launch script. */
+    /**
+     * One argument quoted for the container's launch script. YARN writes the command into it as
+     * {@code bash -c "COMMAND"}, unescaped: a double quote, $, backtick, backslash or line break in
+     * COMMAND would act in that outer string. An argument with any of them is spelled with bash's
+     * $'...', each of them as \\xHH, which the outer string leaves alone; others go in single quotes.
+     */
     static String quote(String arg) {
-        return "'" + arg.replace("'", "'\\''") + "'";
+        if (arg.chars().noneMatch(c -> "\"$`\\\n\r".indexOf(c) >= 0)) {
+            return "'" + arg.replace("'", "'\\''") + "'";
+        }
+        StringBuilder b = new StringBuilder("$'");
+        for (char c : arg.toCharArray()) {
+            if ("\"$`\\\n\r'".indexOf(c) >= 0) {
+                b.append(String.format("\\x%02x", (int) c));
+            } else {
+                b.append(c);
+            }
+        }
+        return b.append('\'').toString();
     }
 
     private static String enc(String s) {
