@@ -180,6 +180,7 @@ test-dist: dist
 
 # tfos yarn on a real YARN + HDFS minicluster (tests/yarn; docs/YARN.md).
 test-yarn: install yarn yarn-minicluster $(VENV_MLFLOW)/.deps
+	@scripts/install-deps.sh --test
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=5 tests/yarn
 
 # tfos on a real Slurm cluster: munged, slurmctld and two slurmd on 127.0.0.1

@@ -19,6 +19,8 @@ test -f /usr/include/curl/curl.h || dpkg -s libcurl4-openssl-dev >/dev/null 2>&1
 # tests/slurm's cluster (make test-slurm passes --test; make demo does not need them): Debian's Slurm and munge
 [ "${1:-}" != --test ] || command -v slurmctld >/dev/null || need+=(slurm-wlm)
 [ "${1:-}" != --test ] || command -v munged >/dev/null || need+=(munge)
+# tests/yarn's Kerberized cluster: kinit, as a user logged in with it (MIT Kerberos' clients)
+[ "${1:-}" != --test ] || command -v kinit >/dev/null || need+=(krb5-user)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
