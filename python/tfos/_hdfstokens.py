@@ -159,11 +159,15 @@ class Keeper:
         self._token = None
         self._loaded = False
         self._checked_ms = 0
+        self._spnego = None  # (URL string, got at ms, expires ms) of a token got with a ticket
 
-    def token(self, read_remote):
-        """The URL string of the token to use, or None outside a YARN
-        container with tokens. ``read_remote(url, token)``: the bytes of an
-        hdfs:// file read with that token."""
+    def token(self, read_remote, kerberos=None):
+        """The URL string of the token to use, or None (no token: simple
+        authentication). ``read_remote(url, token)``: the bytes of an
+        hdfs:// file read with that token. ``kerberos``: for a process with
+        no container token on a Kerberized cluster, ``() -> (URL string,
+        expiry in ms)`` of a token got with its ticket (SPNEGO), asked again
+        once 60 % of the time to that expiry has passed."""
         with self._lock:
             if not self._loaded:
                 self._loaded = True
@@ -172,7 +176,7 @@ class Keeper:
                     with open(path, "rb") as f:
                         self._token = best_hdfs_token(read_credentials(f.read()))
             if self._token is None:
-                return None
+                return None if kerberos is None else self._kerberos(kerberos)
             fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
             issue, maximum = self._token.dates()
             now = time.time() * 1000
@@ -187,3 +191,11 @@ class Keeper:
                     sys.stderr.write("tfos.fs: could not read fresh HDFS delegation tokens from %s (%s); the token "
                                      "held is used while it lasts\n" % (fresh, e))
             return self._token.url_string()
+
+    def _kerberos(self, get):
+        now = time.time() * 1000
+        t = self._spnego
+        if t is None or now > t[1] + 0.6 * (t[2] - t[1]):
+            url, expires = get()
+            self._spnego = t = (url, now, expires)
+        return t[0]

@@ -25,8 +25,10 @@ On a Kerberized cluster, in a YARN container (``tfos yarn``, Spark on YARN),
 the NameNode is asked with the application's HDFS delegation token, from
 ``$HADOOP_TOKEN_FILE_LOCATION``; under ``tfos yarn --principal/--keytab`` it
 is replaced by the fresh one the ApplicationMaster writes before it expires
-(``tfos._hdfstokens``). Outside a container there is no token: SPNEGO is not
-spoken here.
+(``tfos._hdfstokens``). Outside a container (a Spark driver, a laptop), on a
+cluster whose ``hadoop.security.authentication`` is ``kerberos``, the
+process's Kerberos ticket (``kinit``) gets a delegation token over SPNEGO
+(through libcurl, in tfos's C library), renewed by getting a new one.
 
 Otherwise the user is Hadoop's (simple authentication), as ``hdfs dfs`` and
 ``tfos yarn`` have it: ``HADOOP_USER_NAME``, else the name of the process's
@@ -146,8 +148,18 @@ def _read_with(url, token):
     return _webhdfs_as(webhdfs_address(default_host=u.hostname), token).cat_file(u.path)
 
 
+def _kerberos_token(base):
+    """For a Kerberized cluster (``hadoop.security.authentication`` in the
+    Hadoop configuration), the getter of a delegation token with this
+    process's ticket; else None."""
+    if (_conf_value("hadoop.security.authentication") or "").strip().lower() != "kerberos":
+        return None
+    from . import _tfos
+    return lambda: _tfos.webhdfs_kerberos_token(base)
+
+
 def _webhdfs(base):
-    return _webhdfs_as(base, _tokens.token(_read_with))
+    return _webhdfs_as(base, _tokens.token(_read_with, _kerberos_token(base)))
 
 
 def filesystem(url):

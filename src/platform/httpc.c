@@ -208,6 +208,10 @@ int tfos__http_do(const tfos__http_req *rq, tfos__http_reply *out, char *err, si
         C.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
         C.easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
     }
+    if (rq->negotiate) {
+        C.easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_NEGOTIATE);
+        C.easy_setopt(h, CURLOPT_USERPWD, ":"); /* the user is the ticket's */
+    }
     if (strcmp(rq->method, "GET") != 0) C.easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
     CURLcode cc = C.easy_perform(h);
     C.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);

@@ -25,6 +25,7 @@ typedef struct tfos__http_req {
     long timeout_ms;             /* the whole request, connect included; > 0 */
     size_t max_reply;            /* bound on a body kept in memory (0: 16 MiB) */
     int insecure;                /* do not verify the server's TLS certificate */
+    int negotiate;               /* answer a 401 with SPNEGO: Kerberos, the ticket cache's ticket */
 } tfos__http_req;
 
 typedef struct tfos__http_reply {

@@ -236,3 +236,87 @@ int tfos__webhdfs_put_dir(tfos__webhdfs *w, const char *local, const char *path,
 {
     return put_tree(w, local, path, 0, err, errlen);
 }
+
+/* One SPNEGO request to base's root; its JSON reply (status 200) in *doc. */
+static int kerberos_call(const char *base, size_t bl, const char *method, const char *query, long timeout_ms,
+                         json_t **doc, const char *what, char *err, size_t errlen)
+{
+    char url[URL_MAX];
+    if ((size_t)snprintf(url, sizeof url, "%.*s/webhdfs/v1/?%s", (int)bl, base, query) >= sizeof url) {
+        snprintf(err, errlen, "%s: the token is too long", what);
+        return TFOS_ETOOBIG;
+    }
+    tfos__http_req rq = {.method = method, .url = url, .timeout_ms = timeout_ms, .max_reply = 1 << 16,
+                         .negotiate = 1};
+    if (strcmp(method, "GET")) {
+        rq.body = "";
+        rq.body_len = 0;
+    }
+    tfos__http_reply r;
+    char why[512];
+    int rc = tfos__http_do(&rq, &r, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "%s from the NameNode at %.*s: %s", what, (int)bl, base, why);
+        tfos__http_reply_free(&r);
+        return rc;
+    }
+    *doc = r.body ? json_loads(r.body, 0, NULL) : NULL;
+    if (r.status != 200 || !*doc) {
+        json_t *msg = json_object_get(json_object_get(*doc, "RemoteException"), "message");
+        snprintf(err, errlen, "%s from the NameNode at %.*s: HTTP %ld%s%.300s%s", what, (int)bl, base, r.status,
+                 msg ? ": " : "", msg ? json_string_value(msg) : "",
+                 r.status == 401 || r.status == 403 ? " (no Kerberos ticket it takes: run `kinit YOU@REALM`; "
+                                                      "$KRB5CCNAME names the ticket cache)" : "");
+        json_decref(*doc);
+        *doc = NULL;
+        tfos__http_reply_free(&r);
+        return r.status ? TFOS_EPROTO : TFOS_ESYS;
+    }
+    tfos__http_reply_free(&r);
+    return 0;
+}
+
+int tfos__webhdfs_kerberos_token(const char *base, long timeout_ms, char *token, size_t size, long long *expires,
+                                 char *err, size_t errlen)
+{
+    size_t bl = base ? strlen(base) : 0;
+    while (bl && base[bl - 1] == '/')
+        bl--;
+    if (!base || (strncmp(base, "http://", 7) && strncmp(base, "https://", 8)) || bl >= 512) {
+        snprintf(err, errlen, "WebHDFS address '%.200s' is not http://HOST:PORT", base ? base : "");
+        return TFOS_EINVAL;
+    }
+    timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+    json_t *doc = NULL;
+    int rc = kerberos_call(base, bl, "GET", "op=GETDELEGATIONTOKEN", timeout_ms, &doc, "a delegation token", err,
+                           errlen);
+    if (rc)
+        return rc;
+    const char *s = json_string_value(json_object_get(json_object_get(doc, "Token"), "urlString"));
+    if (!s || !*s || strlen(s) >= size) {
+        snprintf(err, errlen, "a delegation token from the NameNode at %.*s: %s", (int)bl, base,
+                 s && *s ? "longer than expected" : "the reply has no Token.urlString");
+        json_decref(doc);
+        return s && *s ? TFOS_ETOOBIG : TFOS_EPROTO;
+    }
+    strcpy(token, s);
+    json_decref(doc);
+    char query[URL_MAX];
+    int n = snprintf(query, sizeof query, "op=RENEWDELEGATIONTOKEN&token=");
+    if (tfos__http_escape(token, query + n, sizeof query - (size_t)n)) {
+        snprintf(err, errlen, "a delegation token: too long");
+        return TFOS_ETOOBIG;
+    }
+    rc = kerberos_call(base, bl, "PUT", query, timeout_ms, &doc, "renewing a delegation token", err, errlen);
+    if (rc)
+        return rc;
+    json_t *l = json_object_get(doc, "long");
+    if (!json_is_integer(l)) {
+        snprintf(err, errlen, "renewing a delegation token at %.*s: the reply has no expiry", (int)bl, base);
+        json_decref(doc);
+        return TFOS_EPROTO;
+    }
+    *expires = (long long)json_integer_value(l);
+    json_decref(doc);
+    return 0;
+}

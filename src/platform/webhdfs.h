@@ -4,9 +4,11 @@
  * fetched (docs/MODELS.md, "On YARN"). The model servers read it back with
  * tfos.fs, which speaks the same API.
  *
- * Simple authentication only (user.name=, as tfos.fs and `hdfs dfs` without
- * Kerberos): the user is HADOOP_USER_NAME, else the name of this process's
- * uid, the rule tfos.fs follows, so that both ends act as one HDFS user.
+ * The handle's calls use simple authentication (user.name=, as tfos.fs and
+ * `hdfs dfs` without Kerberos): the user is HADOOP_USER_NAME, else the name of
+ * this process's uid, the rule tfos.fs follows, so that both ends act as one
+ * HDFS user. tfos__webhdfs_kerberos_token gets tfos.fs a delegation token
+ * with a Kerberos ticket (SPNEGO).
  *
  * Paths are HDFS paths ("/user/me/x"); tfos__webhdfs_path takes one out of
  * an hdfs:// URL. Every call blocks its caller for at most the handle's
@@ -50,5 +52,17 @@ int tfos__webhdfs_rename(tfos__webhdfs *w, const char *from, const char *to, cha
 /* rm -r path; a path that is not there is no error. 0, or as
  * tfos__webhdfs_mkdirs. */
 int tfos__webhdfs_delete(tfos__webhdfs *w, const char *path, char *err, size_t errlen);
+
+/* A delegation token for the Kerberos ticket in this process's cache
+ * (MIT's: $KRB5CCNAME, $KRB5_CONFIG), from the NameNode whose WebHDFS base is
+ * `base`, over SPNEGO: GETDELEGATIONTOKEN (renewer: the ticket's user), then
+ * RENEWDELEGATIONTOKEN to learn when it expires unless renewed again. Its
+ * URL string (what WebHDFS takes as delegation=) into token, the expiry (ms
+ * since the epoch) into *expires. 0; TFOS_EPROTO (the NameNode refused: no
+ * ticket, or one it does not take; err says so and names kinit);
+ * TFOS_ESYS / TFOS_ETIMEDOUT (not reached, or libcurl without SPNEGO);
+ * TFOS_ETOOBIG (token too small). For tfos.fs outside YARN containers. */
+int tfos__webhdfs_kerberos_token(const char *base, long timeout_ms, char *token, size_t size, long long *expires,
+                                 char *err, size_t errlen);
 
 #endif

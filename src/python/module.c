@@ -17,6 +17,7 @@
 #include "encode.h"
 #include "feed/position.h"
 #include "platform/proc.h"
+#include "platform/webhdfs.h"
 #include "tfos/tfos.h"
 
 #include <errno.h>
@@ -275,6 +276,25 @@ static PyObject *mod_feed_turn(PyObject *Py_UNUSED(m), PyObject *args, PyObject 
     PyObject *r = PyUnicode_DecodeUTF8(json, (Py_ssize_t)strlen(json), "replace");
     free(json);
     return r;
+}
+
+/* webhdfs_kerberos_token(base, timeout_ms=30000) -> (url_string, expires_ms): a
+ * WebHDFS delegation token for this process's Kerberos ticket (SPNEGO; tfos.fs
+ * outside YARN containers). OSError with the NameNode's reason. */
+static PyObject *mod_webhdfs_kerberos_token(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    const char *base;
+    int timeout = 30000, rc;
+    char token[4096], err[1024];
+    long long expires = 0;
+    if (!PyArg_ParseTuple(args, "s|i", &base, &timeout))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfos__webhdfs_kerberos_token(base, timeout, token, sizeof token, &expires, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return PyErr_Format(PyExc_OSError, "%s", err);
+    return Py_BuildValue("(sL)", token, expires);
 }
 
 static PyObject *mod_random_secret(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -630,6 +650,9 @@ static PyMethodDef module_methods[] = {
     {"spawn_detached", mod_spawn_detached, METH_VARARGS,
      "spawn_detached(argv, env, keep_fds=()) -> pid: start argv detached (its own session, not our child); a "
      "failed exec raises OSError with its errno at once."},
+    {"webhdfs_kerberos_token", mod_webhdfs_kerberos_token, METH_VARARGS,
+     "webhdfs_kerberos_token(base, timeout_ms=30000) -> (url_string, expires_ms): a WebHDFS delegation token "
+     "for this process's Kerberos ticket (SPNEGO)."},
     {"pid_alive", mod_pid_alive, METH_O, "pid_alive(pid) -> bool: the process runs (a zombie counts as gone)."},
     {"read_positions", mod_read_positions, METH_VARARGS,
      "read_positions(checkpoint_dir, since=0.0) -> None or (whole, partial): where a restarted feed resumes "

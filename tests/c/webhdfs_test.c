@@ -3,7 +3,8 @@
  * refused; a request as WebHDFS wants it (path escaped but for its
  * slashes, op, user.name from HADOOP_USER_NAME); a NameNode's
  * RemoteException named in the error with the path; DELETE's false (no
- * such path) no error. Writing to a real HDFS is tested by
+ * such path) no error; a delegation token got and renewed (its expiry), a
+ * refusal naming kinit, a reply without a token. Writing to a real HDFS is tested by
  * tests/yarn/test_yarn.py::test_yarn_serve_follows_a_registry_alias_through_hdfs. */
 #include "check.h"
 #include "platform/httpc.h"
@@ -52,6 +53,25 @@ static void answer(server *s, const char *body, int status, pthread_t *t)
     memset(s->req, 0, sizeof s->req);
     s->reply = reply;
     CHECK(pthread_create(t, NULL, serve_one, s) == 0);
+}
+
+/* Two connections one after the other: the first's head kept in first_req. */
+typedef struct two {
+    server *s;
+    const char *first, *second;
+    char *first_req;
+} two;
+
+static void *serve_two(void *arg)
+{
+    two *tw = arg;
+    pthread_t t;
+    answer(tw->s, tw->first, 200, &t);
+    pthread_join(t, NULL);
+    memcpy(tw->first_req, tw->s->req, sizeof tw->s->req);
+    answer(tw->s, tw->second, 200, &t);
+    pthread_join(t, NULL);
+    return NULL;
 }
 
 int main(void)
@@ -105,6 +125,37 @@ int main(void)
     CHECK(strstr(err, "not renamed to /a/1") != NULL);
 
     tfos__webhdfs_close(w);
+
+    /* a delegation token with a Kerberos ticket: GETDELEGATIONTOKEN, then RENEWDELEGATIONTOKEN for its
+     * expiry (libcurl answers a 401 Negotiate with the ticket; this server asks for none) */
+    char token[256], got_first[8192];
+    long long expires = 0;
+    two *tw = &(two){.s = &s, .first = "{\"Token\":{\"urlString\":\"AbC-_1\"}}",
+                     .second = "{\"long\":1795785000123}", .first_req = got_first};
+    CHECK(pthread_create(&t, NULL, serve_two, tw) == 0);
+    CHECK(tfos__webhdfs_kerberos_token(base, 5000, token, sizeof token, &expires, err, sizeof err) == 0);
+    pthread_join(t, NULL);
+    CHECK(!strcmp(token, "AbC-_1") && expires == 1795785000123LL);
+    CHECK(strstr(got_first, "GET /webhdfs/v1/?op=GETDELEGATIONTOKEN ") == got_first);
+    CHECK(strstr(s.req, "PUT /webhdfs/v1/?op=RENEWDELEGATIONTOKEN&token=AbC-_1 ") == s.req);
+    CHECK(tfos__webhdfs_kerberos_token("nn:9870", 0, token, sizeof token, &expires, err, sizeof err) ==
+          TFOS_EINVAL);
+
+    /* refused (no ticket): named, with kinit */
+    answer(&s, "{\"RemoteException\":{\"exception\":\"SecurityException\",\"message\":\"Failed to obtain "
+               "user group information\"}}", 403, &t);
+    CHECK(tfos__webhdfs_kerberos_token(base, 5000, token, sizeof token, &expires, err, sizeof err) ==
+          TFOS_EPROTO);
+    pthread_join(t, NULL);
+    CHECK(strstr(s.req, "GET /webhdfs/v1/?op=GETDELEGATIONTOKEN ") == s.req);
+    CHECK(strstr(err, "HTTP 403: Failed to obtain user group information") && strstr(err, "kinit YOU@REALM"));
+
+    /* a reply without a token */
+    answer(&s, "{\"Token\":{}}", 200, &t);
+    CHECK(tfos__webhdfs_kerberos_token(base, 5000, token, sizeof token, &expires, err, sizeof err) ==
+          TFOS_EPROTO);
+    pthread_join(t, NULL);
+    CHECK(strstr(err, "the reply has no Token.urlString") != NULL);
     close(s.lfd);
     return 0;
 }

@@ -218,3 +218,29 @@ def test_keeper_checks_at_most_every_second(env, tmp_path, monkeypatch):
         at(ms / LIFE)
         assert k.token(remote(calls, cred_v0([(b"hdfs", short)]))) == short.url_string()
         assert len(calls) == n
+
+
+def test_keeper_gets_a_token_with_a_ticket_outside_containers(monkeypatch):
+    # no container token, a Kerberized cluster: the getter (SPNEGO in tfos's C library) is asked once,
+    # then again once 60 % of the time from getting it to its expiry has passed; a container token wins
+    monkeypatch.delenv("HADOOP_TOKEN_FILE_LOCATION", raising=False)
+    clock = [1000.0]
+    monkeypatch.setattr(_hdfstokens.time, "time", lambda: clock[0])
+    got = []
+
+    def get():
+        got.append(clock[0])
+        return "tok%d" % len(got), clock[0] * 1000 + 100_000
+
+    k = _hdfstokens.Keeper()
+    assert k.token(remote([], b""), get) == "tok1"
+    clock[0] += 59
+    assert k.token(remote([], b""), get) == "tok1" and len(got) == 1
+    clock[0] += 2
+    assert k.token(remote([], b""), get) == "tok2" and got == [1000.0, 1061.0]
+    assert _hdfstokens.Keeper().token(remote([], b"")) is None  # simple authentication: no getter, no token
+
+
+def test_keeper_prefers_the_container_token_to_a_ticket(env):
+    held, _at, _calls = env
+    assert _hdfstokens.Keeper().token(remote([], b""), lambda: pytest.fail("asked the ticket")) == held.url_string()

@@ -2,9 +2,10 @@
 a MiniKdc, Kerberos authentication for every daemon, SPNEGO on the web
 endpoints, block tokens, SASL on data transfer).
 
-The cluster's HDFS delegation tokens are renewable every 15 s and live 30 s
-at most, so that a run of ~80 s outlives several of them: renewal and
-replacement have to work for the tests to pass.
+The cluster's HDFS delegation tokens are renewable every 10 s and live 20 s
+at most, so that a run of ~60 s outlives several of them: renewal and
+replacement have to work for the tests to pass. TFOS_SECURE_STEPS=N makes
+that run N steps of ~0.6 s (default 100; 340 outlives 10 token lifetimes).
 """
 
 import os
@@ -21,8 +22,9 @@ import pytest
 from test_yarn import HERE, SMALL, TFOS, app_id, steps_lines, tfos_yarn
 from yarncluster import YarnCluster
 
-TOKEN_RENEW_S = 15
-TOKEN_MAX_S = 30
+TOKEN_RENEW_S = 10
+TOKEN_MAX_S = 20
+STEPS = int(os.environ.get("TFOS_SECURE_STEPS", "100"))
 
 
 @pytest.fixture(scope="module")
@@ -73,21 +75,21 @@ def test_principal_without_keytab_is_a_usage_error(secure_cluster):
 
 def test_a_run_outlives_its_delegation_tokens_and_resumes_after_a_kill(secure_cluster):
     # 2 workers checkpoint to HDFS (tfos.fs over WebHDFS, with delegation tokens) at every step, ~0.6 s
-    # each, for ~80 s: more than 2 maximum token lifetimes. worker:1 kills itself at step 70 (~45 s in,
-    # after the submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's
-    # fresh tokens, and the node resumes from its checkpoint.
+    # each, for ~60 s: 3 maximum token lifetimes. worker:1 kills itself at step 50 (~40 s in, past the
+    # submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's fresh
+    # tokens, and the node resumes from its checkpoint.
     r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab,
                                    "--workers", "2"] + SMALL +
-                  ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=130",
-                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=70",
-                   "--", sys.executable, "steps.py"], timeout=400)
+                  ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=%d" % STEPS,
+                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=50",
+                   "--", sys.executable, "steps.py"], timeout=120 + STEPS)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     app = app_id(out)
     lines = steps_lines(secure_cluster, app)
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
     resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
-    assert resumed and "from=70" in resumed[0], lines
+    assert resumed and "from=50" in resumed[0], lines
     logs = "\n".join(text for c in secure_cluster.container_logs(app).values() for text in c.values())
     for bad in ("InvalidToken", "AccessControlException", "token is expired", "could not read fresh"):
         assert bad not in logs, logs[-4000:]
@@ -106,13 +108,46 @@ KINIT_PROG = ("import tfos.fs; url = 'hdfs:///user/tfos/kinit-test/hello.txt'; "
               "print('KINIT-TEST ' + tfos.fs.open(url).read().decode(), flush=True)")
 
 
-def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def ticket(secure_cluster, tmp_path_factory):
+    """A ticket cache holding the test user's ticket (kinit -kt), as {"KRB5CCNAME": ...}."""
     kinit = shutil.which("kinit")
     if not kinit:
         pytest.skip("no kinit (Debian's krb5-user; scripts/install-deps.sh --test installs it)")
-    env = {"KRB5CCNAME": "FILE:%s" % (tmp_path / "krb5cc")}
+    env = {"KRB5CCNAME": "FILE:%s" % (tmp_path_factory.mktemp("ticket") / "krb5cc")}
+    subprocess.run([kinit, "-kt", secure_cluster.keytab, secure_cluster.principal],
+                   env=dict(secure_cluster.env(), **env), check=True, timeout=30)
+    return env
+
+
+FS_PROG = """
+import os, sys, tfos.fs
+root = "hdfs:///user/tfos/fs-test"
+os.makedirs("tree/sub", exist_ok=True)
+open("tree/a.txt", "w").write("a")
+open("tree/sub/b.txt", "w").write("b")
+tfos.fs.put("tree", root)
+tfos.fs.get(root, "back")
+print("FS-TEST", open("back/a.txt").read(), open("back/sub/b.txt").read(), tfos.fs.exists(root + "/sub/b.txt"))
+"""
+
+
+def test_tfos_fs_outside_containers_uses_the_ticket(secure_cluster, ticket, tmp_path):
+    # a driver or a laptop: no container token; the ticket gets a delegation token over SPNEGO
+    e = dict(secure_cluster.env(), **ticket)
+    e.pop("TFOS_WEBHDFS", None)
+    r = subprocess.run([sys.executable, "-c", FS_PROG], env=e, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "FS-TEST a b True" in r.stdout, r.stdout + r.stderr
+    # without a ticket: refused, naming kinit
+    r = subprocess.run([sys.executable, "-c", FS_PROG], env=secure_cluster.env(), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "OSError" in r.stderr and "run `kinit YOU@REALM`" in r.stderr, r.stderr
+
+
+def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, ticket):
+    env = ticket
     e = dict(secure_cluster.env(), **env)
-    subprocess.run([kinit, "-kt", secure_cluster.keytab, secure_cluster.principal], env=e, check=True, timeout=30)
     r = tfos_yarn(secure_cluster, ["--workers", "1"] + SMALL + ["--", sys.executable, "-c", KINIT_PROG], env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
