@@ -8,8 +8,10 @@ replacement have to work for the tests to pass. TFOS_SECURE_STEPS=N makes
 that run N steps of ~0.6 s (default 100; 340 outlives 10 token lifetimes).
 """
 
+import json
 import os
 import re
+import signal
 import shutil
 import subprocess
 import sys
@@ -160,3 +162,64 @@ def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster
     st = subprocess.run([TFOS, "yarn", "status", app], env=secure_cluster.env(), capture_output=True, text=True,
                         timeout=60)
     assert st.returncode == 1 and "has no Kerberos ticket" in st.stderr, st.stdout + st.stderr
+
+
+def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure_cluster, ticket, monkeypatch,
+                                                                          tmp_path):
+    # the model server in a container polls HDFS with delegation tokens: a version put there after the
+    # submitted tokens' maximum lifetime is still seen, loaded and served
+    from test_yarn import FACTOR_LOADER
+    for k, v in dict(secure_cluster.env(), **ticket).items():
+        if k in ("HADOOP_CONF_DIR", "KRB5_CONFIG", "KRB5CCNAME"):
+            monkeypatch.setenv(k, v)
+    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    import tfos.fs
+    served = "%s/user/tfos/served/m" % secure_cluster.default_fs
+    for factor in (2, 3):
+        (tmp_path / str(factor)).mkdir()
+        (tmp_path / str(factor) / "factor").write_text(str(factor))
+    tfos.fs.put(str(tmp_path / "2"), served + "/1")
+    (tmp_path / "factor_loader.py").write_text(FACTOR_LOADER)
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "serve", "--principal", secure_cluster.principal, "--keytab",
+                              secure_cluster.keytab, "--worker-memory", "512m", "--am-memory", "384m", "--file",
+                              str(tmp_path / "factor_loader.py"), "--loader", "m=factor_loader.py:load",
+                              "--python", sys.executable, "--poll", "0.5", "--model", "m=" + served],
+                             env=secure_cluster.env(), cwd=secure_cluster.tmp_dir, stdout=out,
+                             stderr=subprocess.STDOUT)
+
+    def infer(url, v):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [v]}]}).encode()
+        req = urllib.request.Request(url + "/v2/models/m/infer", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())["outputs"][0]["data"][0] / v
+
+    try:
+        url_re = re.compile(r"tfos yarn serve: model m: POST (http://[^/\s]+)/v2/models/m/infer")
+        loaded = "[worker:0] tfos.serve: model m version %d loaded"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and loaded % 1 not in out_path.read_text():
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.5)
+        text = out_path.read_text()
+        assert loaded % 1 in text, text
+        url = url_re.search(text).group(1)
+        started = time.monotonic()
+        assert infer(url, 5.0) == 2.0
+        time.sleep(max(0.0, TOKEN_MAX_S + 5 - (time.monotonic() - started)))  # the first tokens are dead now
+        tfos.fs.put(str(tmp_path / "3"), served + "/2")
+        while time.monotonic() < deadline + 60 and loaded % 2 not in out_path.read_text():
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.5)
+        assert loaded % 2 in out_path.read_text(), out_path.read_text()
+        assert infer(url, 5.0) == 3.0
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=90) == 130, out_path.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    text = out_path.read_text()
+    for bad in ("InvalidToken", "token is expired", "could not read fresh"):
+        assert bad not in text, text[-3000:]
