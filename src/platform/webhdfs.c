@@ -25,19 +25,31 @@ struct tfos__webhdfs {
     char base[512];    /* http://host:port, no trailing slash */
     char user[300];    /* user.name=, escaped */
     long timeout_ms;
+    int negotiate;     /* SPNEGO with the ticket cache's ticket (tfos__webhdfs_kerberos_token) */
 };
 
-int tfos__webhdfs_open(tfos__webhdfs **out, const char *base, long timeout_ms, char *err, size_t errlen)
+/* w->base from base (no trailing slash). 0, or TFOS_EINVAL with err. */
+static int set_base(tfos__webhdfs *w, const char *base, char *err, size_t errlen)
 {
-    *out = NULL;
     size_t bl = base ? strlen(base) : 0;
     while (bl && base[bl - 1] == '/')
         bl--;
-    if (!base || (strncmp(base, "http://", 7) && strncmp(base, "https://", 8)) || bl >= 512) {
+    if (!base || (strncmp(base, "http://", 7) && strncmp(base, "https://", 8)) || bl >= sizeof w->base) {
         snprintf(err, errlen, "WebHDFS address '%.200s' is not http://HOST:PORT (TFOS_WEBHDFS, from the "
                  "NameNode's dfs.namenode.http-address)", base ? base : "");
         return TFOS_EINVAL;
     }
+    memcpy(w->base, base, bl);
+    w->base[bl] = 0;
+    return 0;
+}
+
+int tfos__webhdfs_open(tfos__webhdfs **out, const char *base, long timeout_ms, char *err, size_t errlen)
+{
+    *out = NULL;
+    tfos__webhdfs probe;
+    if (set_base(&probe, base, err, errlen))
+        return TFOS_EINVAL;
     const char *user = getenv("HADOOP_USER_NAME");
     struct passwd *pw = user && *user ? NULL : getpwuid(getuid());
     if (!(user && *user) && !(pw && pw->pw_name && *pw->pw_name)) {
@@ -53,8 +65,7 @@ int tfos__webhdfs_open(tfos__webhdfs **out, const char *base, long timeout_ms, c
         snprintf(err, errlen, "Hadoop's user name is too long");
         return TFOS_EINVAL;
     }
-    memcpy(w->base, base, bl);
-    w->base[bl] = 0;
+    memcpy(w->base, probe.base, sizeof w->base);
     w->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
     *out = w;
     return 0;
@@ -96,8 +107,8 @@ static int request(const tfos__webhdfs *w, const char *method, const char *url, 
                    json_t **doc, const char *what, const char *path, char *err, size_t errlen)
 {
     tfos__http_req rq = {.method = method, .url = url, .timeout_ms = w->timeout_ms, .upload_path = upload,
-                         .max_reply = 1 << 20};
-    if (!upload) { /* a PUT without a body still says so (Content-Length: 0) */
+                         .max_reply = 1 << 20, .negotiate = w->negotiate};
+    if (!upload && strcmp(method, "GET")) { /* a PUT without a body still says so (Content-Length: 0) */
         rq.body = "";
         rq.body_len = 0;
     }
@@ -113,9 +124,12 @@ static int request(const tfos__webhdfs *w, const char *method, const char *url, 
     if (r.status != want) {
         json_t *ex = json_object_get(json_object_get(j, "RemoteException"), "exception");
         json_t *msg = json_object_get(json_object_get(j, "RemoteException"), "message");
-        snprintf(err, errlen, "%s %.300s on HDFS (WebHDFS at %s): HTTP %ld%s%s%s%.300s", what, path, w->base,
+        snprintf(err, errlen, "%s %.300s on HDFS (WebHDFS at %s): HTTP %ld%s%s%s%.300s%s", what, path, w->base,
                  r.status, ex ? ", " : "", ex ? json_string_value(ex) : "", msg ? ": " : "",
-                 msg ? json_string_value(msg) : r.body && r.status ? r.body : "");
+                 msg ? json_string_value(msg) : r.body && r.status ? r.body : "",
+                 w->negotiate && (r.status == 401 || r.status == 403)
+                     ? " (no Kerberos ticket it takes: run `kinit YOU@REALM`; $KRB5CCNAME names the ticket cache)"
+                     : "");
         json_decref(j);
         tfos__http_reply_free(&r);
         return r.status ? TFOS_EPROTO : TFOS_ESYS;
@@ -237,82 +251,38 @@ int tfos__webhdfs_put_dir(tfos__webhdfs *w, const char *local, const char *path,
     return put_tree(w, local, path, 0, err, errlen);
 }
 
-/* One SPNEGO request to base's root; its JSON reply (status 200) in *doc. */
-static int kerberos_call(const char *base, size_t bl, const char *method, const char *query, long timeout_ms,
-                         json_t **doc, const char *what, char *err, size_t errlen)
-{
-    char url[URL_MAX];
-    if ((size_t)snprintf(url, sizeof url, "%.*s/webhdfs/v1/?%s", (int)bl, base, query) >= sizeof url) {
-        snprintf(err, errlen, "%s: the token is too long", what);
-        return TFOS_ETOOBIG;
-    }
-    tfos__http_req rq = {.method = method, .url = url, .timeout_ms = timeout_ms, .max_reply = 1 << 16,
-                         .negotiate = 1};
-    if (strcmp(method, "GET")) {
-        rq.body = "";
-        rq.body_len = 0;
-    }
-    tfos__http_reply r;
-    char why[512];
-    int rc = tfos__http_do(&rq, &r, why, sizeof why);
-    if (rc) {
-        snprintf(err, errlen, "%s from the NameNode at %.*s: %s", what, (int)bl, base, why);
-        tfos__http_reply_free(&r);
-        return rc;
-    }
-    *doc = r.body ? json_loads(r.body, 0, NULL) : NULL;
-    if (r.status != 200 || !*doc) {
-        json_t *msg = json_object_get(json_object_get(*doc, "RemoteException"), "message");
-        snprintf(err, errlen, "%s from the NameNode at %.*s: HTTP %ld%s%.300s%s", what, (int)bl, base, r.status,
-                 msg ? ": " : "", msg ? json_string_value(msg) : "",
-                 r.status == 401 || r.status == 403 ? " (no Kerberos ticket it takes: run `kinit YOU@REALM`; "
-                                                      "$KRB5CCNAME names the ticket cache)" : "");
-        json_decref(*doc);
-        *doc = NULL;
-        tfos__http_reply_free(&r);
-        return r.status ? TFOS_EPROTO : TFOS_ESYS;
-    }
-    tfos__http_reply_free(&r);
-    return 0;
-}
-
 int tfos__webhdfs_kerberos_token(const char *base, long timeout_ms, char *token, size_t size, long long *expires,
                                  char *err, size_t errlen)
 {
-    size_t bl = base ? strlen(base) : 0;
-    while (bl && base[bl - 1] == '/')
-        bl--;
-    if (!base || (strncmp(base, "http://", 7) && strncmp(base, "https://", 8)) || bl >= 512) {
-        snprintf(err, errlen, "WebHDFS address '%.200s' is not http://HOST:PORT", base ? base : "");
+    tfos__webhdfs w = {.timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS, .negotiate = 1};
+    if (set_base(&w, base, err, errlen))
         return TFOS_EINVAL;
-    }
-    timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+    const char *what = "a delegation token for", *who = "the Kerberos ticket's user";
+    char url[URL_MAX];
     json_t *doc = NULL;
-    int rc = kerberos_call(base, bl, "GET", "op=GETDELEGATIONTOKEN", timeout_ms, &doc, "a delegation token", err,
-                           errlen);
+    snprintf(url, sizeof url, "%s/webhdfs/v1/?op=GETDELEGATIONTOKEN", w.base);
+    int rc = request(&w, "GET", url, NULL, 200, &doc, what, who, err, errlen);
     if (rc)
         return rc;
     const char *s = json_string_value(json_object_get(json_object_get(doc, "Token"), "urlString"));
-    if (!s || !*s || strlen(s) >= size) {
-        snprintf(err, errlen, "a delegation token from the NameNode at %.*s: %s", (int)bl, base,
-                 s && *s ? "longer than expected" : "the reply has no Token.urlString");
+    size_t n = s ? strlen(s) : 0;
+    if (!n || n >= size || n > sizeof url / 4) {
+        snprintf(err, errlen, "%s %s on HDFS (WebHDFS at %s): %s", what, who, w.base,
+                 n ? "longer than expected" : "the reply has no Token.urlString");
         json_decref(doc);
-        return s && *s ? TFOS_ETOOBIG : TFOS_EPROTO;
+        return n ? TFOS_ETOOBIG : TFOS_EPROTO;
     }
-    strcpy(token, s);
+    memcpy(token, s, n + 1);
     json_decref(doc);
-    char query[URL_MAX];
-    int n = snprintf(query, sizeof query, "op=RENEWDELEGATIONTOKEN&token=");
-    if (tfos__http_escape(token, query + n, sizeof query - (size_t)n)) {
-        snprintf(err, errlen, "a delegation token: too long");
-        return TFOS_ETOOBIG;
-    }
-    rc = kerberos_call(base, bl, "PUT", query, timeout_ms, &doc, "renewing a delegation token", err, errlen);
-    if (rc)
+    /* renewed once: the reply is the time it expires unless renewed again */
+    int o = snprintf(url, sizeof url, "%s/webhdfs/v1/?op=RENEWDELEGATIONTOKEN&token=", w.base);
+    tfos__http_escape(token, url + o, sizeof url - (size_t)o); /* fits: the token is at most a quarter */
+    if ((rc = request(&w, "PUT", url, NULL, 200, &doc, "renewing a delegation token for", who, err, errlen)))
         return rc;
     json_t *l = json_object_get(doc, "long");
     if (!json_is_integer(l)) {
-        snprintf(err, errlen, "renewing a delegation token at %.*s: the reply has no expiry", (int)bl, base);
+        snprintf(err, errlen, "renewing a delegation token on HDFS (WebHDFS at %s): the reply has no expiry",
+                 w.base);
         json_decref(doc);
         return TFOS_EPROTO;
     }

@@ -148,7 +148,8 @@ int main(void)
           TFOS_EPROTO);
     pthread_join(t, NULL);
     CHECK(strstr(s.req, "GET /webhdfs/v1/?op=GETDELEGATIONTOKEN ") == s.req);
-    CHECK(strstr(err, "HTTP 403: Failed to obtain user group information") && strstr(err, "kinit YOU@REALM"));
+    CHECK(strstr(err, "HTTP 403, SecurityException: Failed to obtain user group information") &&
+          strstr(err, "kinit YOU@REALM") && strstr(err, "a delegation token for the Kerberos ticket's user"));
 
     /* a reply without a token */
     answer(&s, "{\"Token\":{}}", 200, &t);
