@@ -100,6 +100,10 @@ const char tfos__yarn_help[] =
     "                           seconds (default: the reservation timeout, else "
     TFOS__STR(TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT) ")\n"
     "  --hadoop-classpath CP    Hadoop's client jars\n"
+    "  --view-acl ACL           who else may see the application (its report, tracking URL, logs):\n"
+    "                           YARN's form, \"user1,user2 group1\", \"*\" for all; default: only you\n"
+    "                           and YARN's admins (when the cluster has yarn.acl.enable)\n"
+    "  --modify-acl ACL         who else may kill it (the same form; default: only you and admins)\n"
     "  --principal P --keytab K a Kerberos cluster: log in as P with keytab K (else the ticket\n"
     "                           cache kinit filled); the ApplicationMaster keeps the nodes' HDFS\n"
     "                           delegation tokens fresh with it for as long as the job runs\n";
@@ -114,8 +118,8 @@ static const char yarn_serve_help[] =
     "($MLFLOW_TRACKING_URI goes to it, credentials do not) and handed to the model servers through\n"
     "the application's staging dir on HDFS, its alias followed as by tfos serve (docs/MODELS.md).\n"
     "Takes tfos yarn's --queue, --name, --am-memory, --archive, --file, --env, --accept-timeout,\n"
-    "--principal/--keytab and --hadoop-classpath (tfos yarn --help); runs until Ctrl-C or SIGTERM,\n"
-    "which kill the application.\n";
+    "--view-acl/--modify-acl, --principal/--keytab and --hadoop-classpath (tfos yarn --help); runs\n"
+    "until Ctrl-C or SIGTERM, which kill the application.\n";
 
 /* ---- finding java, the jar and Hadoop ---------------------------------- */
 
@@ -555,6 +559,10 @@ static int submit_head(const tfos__yarn_cli *c, double reservation_timeout, cons
                                                  : TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT;
     snprintf(num, sizeof num, "%g", accept);
     bad = bad || strv_add(args, "--accept-timeout") || strv_add(args, num);
+    if (c->view_acl)
+        bad = bad || strv_add(args, "--view-acl") || strv_add(args, c->view_acl);
+    if (c->modify_acl)
+        bad = bad || strv_add(args, "--modify-acl") || strv_add(args, c->modify_acl);
     for (int i = 0; i < c->narchives && !bad; i++)
         bad = strv_add(args, "--archive") || strv_add(args, c->archives[i]);
     for (int i = 0; i < c->nfiles && !bad; i++)

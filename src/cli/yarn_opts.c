@@ -14,7 +14,7 @@ static const char *const client_only[] = {
     "--worker-vcores", "--worker-gpus",    "--ps-memory",        "--ps-vcores",       "--ps-gpus",
     "--chief-memory",  "--chief-vcores",   "--chief-gpus",       "--evaluator-memory", "--evaluator-vcores",
     "--evaluator-gpus", "--archive",       "--file",             "--env",             "--accept-timeout",
-    "--principal",     "--keytab",
+    "--principal",     "--keytab",         "--view-acl",         "--modify-acl",
 };
 
 int tfos__yarn_client_only(const char *arg, int *has_value)
@@ -36,7 +36,7 @@ int tfos__yarn_option_elsewhere(const char *opt)
     int role = strncmp(opt, "--queue", 7) && strncmp(opt, "--name", 6) && strncmp(opt, "--hadoop", 8) &&
                strncmp(opt, "--am-", 5) && strncmp(opt, "--archive", 9) && strncmp(opt, "--file", 6) &&
                strncmp(opt, "--env", 5) && strncmp(opt, "--accept", 8) && strncmp(opt, "--principal", 11) &&
-               strncmp(opt, "--keytab", 8);
+               strncmp(opt, "--keytab", 8) && strncmp(opt, "--view-acl", 10) && strncmp(opt, "--modify-acl", 12);
     return tfos__usage_error("%s is an option of tfos yarn", role ? "--ROLE-memory/--ROLE-vcores/--ROLE-gpus" : opt);
 }
 
@@ -70,6 +70,13 @@ int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *a)
         return tfos__opt_need(a, y->hadoop_classpath = tfos__args_value(it), "a classpath") ? 2 : 1;
     if (!strcmp(a, "--principal"))
         return tfos__opt_need(a, y->principal = tfos__args_value(it), "a Kerberos principal (you@REALM)") ? 2 : 1;
+    if (!strcmp(a, "--view-acl") || !strcmp(a, "--modify-acl")) {
+        const char *v = tfos__args_value(it);
+        if (tfos__opt_need(a, v, "users and groups, as YARN takes them (\"ann,bob analysts\", \"*\")"))
+            return 2;
+        *(a[2] == 'v' ? &y->view_acl : &y->modify_acl) = v;
+        return 1;
+    }
     if (!strcmp(a, "--keytab")) {
         const char *v = tfos__args_value(it);
         if (tfos__opt_need(a, v, "a keytab file"))

@@ -107,6 +107,7 @@ class YarnCluster:
         return os.path.join(self.conf_dir, "user.keytab")
 
     principal = "tfos@EXAMPLE.COM"
+    other_principal = "other@EXAMPLE.COM"  # a second user; keytab other.keytab in conf_dir
 
     def container_logs(self, app_id: str) -> dict:
         """{container id: {file name: text}} of an application's containers,

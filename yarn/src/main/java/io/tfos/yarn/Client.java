@@ -29,6 +29,7 @@ import org.apache.hadoop.io.Text;
 import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.api.ApplicationConstants;
+import org.apache.hadoop.yarn.api.records.ApplicationAccessType;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.ApplicationReport;
 import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
@@ -112,6 +113,15 @@ public final class Client {
                     usage("submit, status, logs or kill, not '" + args[0] + "'");
                     code = 2;
             }
+        } catch (org.apache.hadoop.security.AccessControlException | YarnException e) {
+            // another user's application, not shared with this one (tfos yarn --view-acl/--modify-acl)
+            String msg = String.valueOf(e.getMessage()).split("\n")[0].strip();
+            if (e instanceof YarnException && !msg.contains("AccessControlException")) {
+                throw e;
+            }
+            System.err.println("tfos yarn: " + msg.replaceFirst("^.*AccessControlException: ", "")
+                    + ": its owner may allow it (tfos yarn --modify-acl, --view-acl)");
+            code = 1;
         } finally {
             yarn.stop();
         }
@@ -415,6 +425,10 @@ public final class Client {
         List<String> archives = new ArrayList<>();
         List<String> files = new ArrayList<>();
         Map<String, String> env = new HashMap<>();
+        // who besides the owner (and YARN's admins) may see the application (its report, tracking URL and
+        // logs) and kill it: nobody unless given (Hadoop's ACL form: "user1,user2 group1", "*" for all)
+        Map<ApplicationAccessType, String> acls = new HashMap<>(Map.of(ApplicationAccessType.VIEW_APP, " ",
+                ApplicationAccessType.MODIFY_APP, " "));
         int i = 0;
         for (; i < args.size() && !args.get(i).equals("--"); i += 2) {
             if (i + 1 >= args.size()) {
@@ -427,6 +441,8 @@ public final class Client {
                 case "--queue": queue = v; break;
                 case "--am-memory": amMemory = Integer.parseInt(v); break;
                 case "--accept-timeout": acceptTimeout = Double.parseDouble(v); break;
+                case "--view-acl": acls.put(ApplicationAccessType.VIEW_APP, v); break;
+                case "--modify-acl": acls.put(ApplicationAccessType.MODIFY_APP, v); break;
                 case "--archive": archives.add(v); break;
                 case "--file": files.add(v); break;
                 case "--env": env.put(v.substring(0, v.indexOf('=')), v.substring(v.indexOf('=') + 1)); break;
@@ -536,8 +552,10 @@ public final class Client {
         ctx.setApplicationType("TFOS");
         ctx.setMaxAppAttempts(1); // tfos re-forms the cluster itself (--max-restarts)
         ctx.setResource(Resource.newInstance(amMemory, 1));
-        ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(amResources, amEnv, List.of(cmd.toString()),
-                null, tokens, null));
+        ContainerLaunchContext am = ContainerLaunchContext.newInstance(amResources, amEnv,
+                List.of(cmd.toString()), null, tokens, null);
+        am.setApplicationACLs(acls);
+        ctx.setAMContainerSpec(am);
         Thread killer = new Thread(() -> {
             // bounded: whatever else the JVM's shutdown waits on, it ends 10 s after the kill was asked
             Thread halt = new Thread(() -> {

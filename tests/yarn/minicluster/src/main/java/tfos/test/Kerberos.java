@@ -12,7 +12,8 @@ import org.apache.hadoop.security.UserGroupInformation;
  * --secure mode: a MiniKdc in this JVM, service principals for HDFS and YARN
  * with their keytab, and the settings a Kerberized cluster has (authentication,
  * authorization, block tokens, SASL on data transfer). Writes CONF_DIR/krb5.conf
- * and CONF_DIR/user.keytab for the test principal "tfos@REALM".
+ * and CONF_DIR/user.keytab for the test principal "tfos@REALM" (other.keytab: "other@REALM", a
+ * second user). Application ACLs are enforced (yarn.acl.enable; the admin is the JVM's user).
  */
 final class Kerberos {
     private Kerberos() {
@@ -30,6 +31,7 @@ final class Kerberos {
         kdc.createPrincipal(keytab, "hdfs/localhost", "yarn/localhost", "HTTP/localhost");
         Files.createDirectories(confDir.toPath());
         kdc.createPrincipal(new File(confDir, "user.keytab"), "tfos");
+        kdc.createPrincipal(new File(confDir, "other.keytab"), "other"); // a second user of the cluster
         Files.copy(kdc.getKrb5conf().toPath(), new File(confDir, "krb5.conf").toPath(),
                 java.nio.file.StandardCopyOption.REPLACE_EXISTING);
         String svc = keytab.getAbsolutePath();
@@ -61,6 +63,15 @@ final class Kerberos {
         conf.set("yarn.resourcemanager.keytab", svc);
         conf.set("yarn.nodemanager.principal", "hdfs/localhost@" + realm);
         conf.set("yarn.nodemanager.keytab", svc);
+        // applications' ACLs enforced: only the owner, whom it names, and the admins (this JVM's user)
+        conf.setBoolean("yarn.acl.enable", true);
+        conf.set("yarn.admin.acl", "hdfs");
+        // the CapacityScheduler lets a queue's administrators see and kill its applications, and without
+        // these settings that is everyone: a shared cluster names them
+        conf.set("yarn.scheduler.capacity.root.acl_administer_queue", "hdfs");
+        for (String q : new String[] {"default", "urgent"}) {
+            conf.set("yarn.scheduler.capacity.root." + q + ".acl_administer_queue", " ");
+        }
         conf.set("hadoop.proxyuser.yarn.hosts", "*");
         conf.set("hadoop.proxyuser.yarn.groups", "*");
         // what this JVM's own clients read (a NodeManager's localizer makes a new Configuration): the
