@@ -84,7 +84,26 @@ const char *tfos__webhdfs_path(const char *url)
     return p ? p : "/";
 }
 
-/* base/webhdfs/v1<path>?op=<op>&user.name=<user><extra> into url: the path
+/* "delegation=TOKEN" (escaped) from the file $TFOS_HDFS_TOKEN_FILE names,
+ * read at each request (the ApplicationMaster renames a fresh one into place),
+ * else "user.name=USER". 0, or TFOS_ETOOBIG. */
+static int auth_param(const tfos__webhdfs *w, char *buf, size_t size)
+{
+    const char *file = getenv("TFOS_HDFS_TOKEN_FILE");
+    FILE *f = file && *file ? fopen(file, "r") : NULL;
+    if (!f)
+        return (size_t)snprintf(buf, size, "user.name=%s", w->user) >= size ? TFOS_ETOOBIG : 0;
+    char token[4096];
+    size_t n = fread(token, 1, sizeof token - 1, f);
+    fclose(f);
+    while (n && (token[n - 1] == '\n' || token[n - 1] == '\r'))
+        n--;
+    token[n] = 0;
+    int o = snprintf(buf, size, "delegation=");
+    return tfos__http_escape(token, buf + o, size - (size_t)o);
+}
+
+/* base/webhdfs/v1<path>?op=<op>&<auth_param><extra> into url: the path
  * %-escaped but for its slashes. 0, or TFOS_ETOOBIG. */
 static int make_url(const tfos__webhdfs *w, const char *path, const char *op, const char *extra, char *url,
                     size_t size)
@@ -96,7 +115,9 @@ static int make_url(const tfos__webhdfs *w, const char *path, const char *op, co
     if (tfos__http_escape_path(path, url + o, size - o))
         return TFOS_ETOOBIG;
     o += strlen(url + o);
-    if ((size_t)snprintf(url + o, size - o, "?op=%s&user.name=%s%s", op, w->user, extra ? extra : "") >= size - o)
+    char auth[12288];
+    if (auth_param(w, auth, sizeof auth) ||
+        (size_t)snprintf(url + o, size - o, "?op=%s&%s%s", op, auth, extra ? extra : "") >= size - o)
         return TFOS_ETOOBIG;
     return 0;
 }

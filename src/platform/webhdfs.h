@@ -7,8 +7,11 @@
  * The handle's calls use simple authentication (user.name=, as tfos.fs and
  * `hdfs dfs` without Kerberos): the user is HADOOP_USER_NAME, else the name of
  * this process's uid, the rule tfos.fs follows, so that both ends act as one
- * HDFS user. tfos__webhdfs_kerberos_token gets tfos.fs a delegation token
- * with a Kerberos ticket (SPNEGO).
+ * HDFS user. On a Kerberized cluster, in the YARN ApplicationMaster's
+ * container, they carry the HDFS delegation token in the file
+ * $TFOS_HDFS_TOKEN_FILE names instead (written by the ApplicationMaster, read
+ * at each request). tfos__webhdfs_kerberos_token gets tfos.fs a delegation
+ * token with a Kerberos ticket (SPNEGO).
  *
  * Paths are HDFS paths ("/user/me/x"); tfos__webhdfs_path takes one out of
  * an hdfs:// URL. Every call blocks its caller for at most the handle's

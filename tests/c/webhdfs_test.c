@@ -124,6 +124,19 @@ int main(void)
     CHECK(strstr(s.req, "op=RENAME&user.name=ann%20b&destination=%2Fa%2F1") != NULL);
     CHECK(strstr(err, "not renamed to /a/1") != NULL);
 
+    /* in a Kerberized ApplicationMaster's container: the token in $TFOS_HDFS_TOKEN_FILE, read at each
+     * request, instead of user.name */
+    char tokfile[] = "/tmp/tfos-webhdfs-test-XXXXXX";
+    int tfd = mkstemp(tokfile);
+    CHECK(tfd >= 0 && write(tfd, "tok+/=\n", 7) == 7);
+    close(tfd);
+    setenv("TFOS_HDFS_TOKEN_FILE", tokfile, 1);
+    answer(&s, "{\"boolean\":true}", 200, &t);
+    CHECK(tfos__webhdfs_mkdirs(w, "/user/ann/k", err, sizeof err) == 0);
+    pthread_join(t, NULL);
+    CHECK(strstr(s.req, "PUT /webhdfs/v1/user/ann/k?op=MKDIRS&delegation=tok%2B%2F%3D&permission=700 ") == s.req);
+    unsetenv("TFOS_HDFS_TOKEN_FILE");
+    unlink(tokfile);
     tfos__webhdfs_close(w);
 
     /* a delegation token with a Kerberos ticket: GETDELEGATIONTOKEN, then RENEWDELEGATIONTOKEN for its

@@ -172,6 +172,9 @@ public final class ApplicationMaster {
         byte[] secret = creds.getSecretKey(Client.SECRET_KEY);
         // containers get the application's tokens (HDFS delegation tokens) but never the AMRM token
         tokens = Kerberos.forNodes(creds, null);
+        Path dir = Files.createTempDirectory(Paths.get("/tmp"), "tfos-am-");
+        Path tokenFile = dir.resolve("hdfs-token"); // the launcher's, when security is on
+        Kerberos.writeTokenFile(creds, tokenFile);
         String principal = System.getenv(Kerberos.PRINCIPAL_ENV);
         String staging = System.getenv("TFOS_YARN_STAGING");
         if (principal != null && staging != null && Files.isReadable(Paths.get(Kerberos.KEYTAB_ALIAS))) {
@@ -180,6 +183,7 @@ public final class ApplicationMaster {
                     new org.apache.hadoop.fs.Path(credentialsFile), fresh -> {
                         try {
                             tokens = Kerberos.forNodes(creds, fresh);
+                            Kerberos.writeTokenFile(fresh, tokenFile);
                         } catch (IOException e) {
                             System.err.println("tfos-am: cannot write the nodes' credentials: " + e);
                         }
@@ -187,7 +191,6 @@ public final class ApplicationMaster {
         }
 
         String host = System.getenv(ApplicationConstants.Environment.NM_HOST.name());
-        Path dir = Files.createTempDirectory(Paths.get("/tmp"), "tfos-am-");
         Path sock = dir.resolve("s");
         Path addressFile = dir.resolve("address");
         ServerSocketChannel server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
@@ -206,6 +209,9 @@ public final class ApplicationMaster {
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectOutput(ProcessBuilder.Redirect.INHERIT);
         if (secret != null) {
             pb.environment().put("TFOS_SECRET", new String(secret, StandardCharsets.US_ASCII));
+        }
+        if (Files.exists(tokenFile)) {
+            pb.environment().put(Kerberos.TOKEN_FILE_ENV, tokenFile.toString());
         }
         launcher = pb.start();
         Runtime.getRuntime().addShutdownHook(new Thread(this::stopLauncher));
@@ -262,6 +268,7 @@ public final class ApplicationMaster {
         server.close();
         Files.deleteIfExists(sock);
         Files.deleteIfExists(addressFile);
+        Files.deleteIfExists(tokenFile);
         Files.deleteIfExists(dir);
         StringBuilder diag = new StringBuilder(EXIT_MARK + code);
         if (fatal != null) {

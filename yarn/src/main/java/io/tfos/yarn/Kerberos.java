@@ -116,6 +116,39 @@ final class Kerberos {
         System.exit(1);
     }
 
+    /** The launcher's environment: a file holding the HDFS delegation token it writes with (URL form). */
+    static final String TOKEN_FILE_ENV = "TFOS_HDFS_TOKEN_FILE";
+
+    /**
+     * The longest-lived HDFS delegation token of creds, in Hadoop's URL form, written to file (0600, in the
+     * ApplicationMaster's container, renamed into place) for the launcher's C WebHDFS client (tfos yarn
+     * serve's front end writes registry versions to HDFS with it). Nothing when creds has none.
+     */
+    static void writeTokenFile(Credentials creds, java.nio.file.Path file) throws IOException {
+        Token<?> best = null;
+        long bestMax = Long.MIN_VALUE;
+        for (Token<?> t : creds.getAllTokens()) {
+            if (!"HDFS_DELEGATION_TOKEN".equals(t.getKind().toString())) {
+                continue;
+            }
+            long max = t.decodeIdentifier() instanceof AbstractDelegationTokenIdentifier id ? id.getMaxDate() : 0;
+            if (best == null || max > bestMax) {
+                best = t;
+                bestMax = max;
+            }
+        }
+        if (best == null) {
+            return;
+        }
+        java.nio.file.Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
+        java.nio.file.Files.deleteIfExists(tmp);
+        java.nio.file.Files.createFile(tmp, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+                java.nio.file.attribute.PosixFilePermissions.fromString("rw-------")));
+        java.nio.file.Files.writeString(tmp, best.encodeToUrlString());
+        java.nio.file.Files.move(tmp, file, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+    }
+
     /** The credentials a node container gets: the application's, less its AMRM token. */
     static ByteBuffer forNodes(Credentials appCreds, Credentials fresh) throws IOException {
         Credentials c = new Credentials(appCreds);
