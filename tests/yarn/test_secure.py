@@ -5,7 +5,7 @@ endpoints, block tokens, SASL on data transfer).
 The cluster's HDFS delegation tokens are renewable every 10 s and live 20 s
 at most, so that a run of ~60 s outlives several of them: renewal and
 replacement have to work for the tests to pass. TFOS_SECURE_STEPS=N makes
-that run N steps of ~0.6 s (default 100; 340 outlives 10 token lifetimes).
+that run N steps of ~0.6 s (default 80; 340 outlives 10 token lifetimes).
 """
 
 import json
@@ -26,7 +26,7 @@ from yarncluster import YarnCluster
 
 TOKEN_RENEW_S = 10
 TOKEN_MAX_S = 20
-STEPS = int(os.environ.get("TFOS_SECURE_STEPS", "100"))
+STEPS = int(os.environ.get("TFOS_SECURE_STEPS", "80"))
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +77,13 @@ def test_principal_without_keytab_is_a_usage_error(secure_cluster):
 
 def test_a_run_outlives_its_delegation_tokens_and_resumes_after_a_kill(secure_cluster):
     # 2 workers checkpoint to HDFS (tfos.fs over WebHDFS, with delegation tokens) at every step, ~0.6 s
-    # each, for ~60 s: 3 maximum token lifetimes. worker:1 kills itself at step 50 (~40 s in, past the
+    # each, for ~50 s: 2.5 maximum token lifetimes. worker:1 kills itself at step 40 (~35 s in, past the
     # submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's fresh
     # tokens, and the node resumes from its checkpoint.
     r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab,
                                    "--workers", "2"] + SMALL +
                   ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=%d" % STEPS,
-                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=50",
+                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=40",
                    "--", sys.executable, "steps.py"], timeout=120 + STEPS)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
@@ -91,7 +91,7 @@ def test_a_run_outlives_its_delegation_tokens_and_resumes_after_a_kill(secure_cl
     lines = steps_lines(secure_cluster, app)
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
     resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
-    assert resumed and "from=50" in resumed[0], lines
+    assert resumed and "from=40" in resumed[0], lines
     logs = "\n".join(text for c in secure_cluster.container_logs(app).values() for text in c.values())
     for bad in ("InvalidToken", "AccessControlException", "token is expired", "could not read fresh"):
         assert bad not in logs, logs[-4000:]
@@ -147,6 +147,63 @@ def test_tfos_fs_outside_containers_uses_the_ticket(secure_cluster, ticket, tmp_
     assert r.returncode == 1 and "OSError" in r.stderr and "run `kinit YOU@REALM`" in r.stderr, r.stderr
 
 
+def sleeper(cluster, env, out_path, acls=()):
+    """A running application of the test user (ticket env), once its program has printed."""
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "1"] + list(acls) + SMALL +
+                             ["--", sys.executable, "-c", "import time; print('ACL-TEST', flush=True); "
+                              "time.sleep(300)"], env=dict(cluster.env(), **env), cwd=cluster.tmp_dir,
+                             stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "[worker:0] ACL-TEST" not in out_path.read_text():
+        assert p.poll() is None, out_path.read_text()
+        time.sleep(0.5)
+    assert "[worker:0] ACL-TEST" in out_path.read_text(), out_path.read_text()
+    return p, app_id(out_path.read_text())
+
+
+def test_another_user_sees_and_kills_only_what_the_owner_shares(secure_cluster, ticket, tmp_path):
+    other = {"KRB5CCNAME": "FILE:%s" % (tmp_path / "other-cc")}
+    subprocess.run(["kinit", "-kt", os.path.join(secure_cluster.conf_dir, "other.keytab"),
+                    secure_cluster.other_principal], env=dict(secure_cluster.env(), **other), check=True,
+                   timeout=30)
+
+    def yarn_as(env, *args):
+        return subprocess.run([TFOS, "yarn"] + list(args), env=dict(secure_cluster.env(), **env),
+                              capture_output=True, text=True, timeout=60)
+
+    # not shared (the default): the other user gets no tracking URL, host or diagnostics, and cannot kill it
+    p, app = sleeper(secure_cluster, ticket, tmp_path / "a.out")
+    try:
+        mine = yarn_as(ticket, "status", app)
+        assert mine.returncode == 0 and re.search(r"tracking\s+http://", mine.stdout), mine.stdout + mine.stderr
+        theirs = yarn_as(other, "status", app)
+        assert theirs.returncode == 0 and re.search(r"tracking\s+N/A", theirs.stdout), theirs.stdout
+        assert "coordinator N/A" in theirs.stdout, theirs.stdout
+        kill = yarn_as(other, "kill", app)
+        assert kill.returncode == 1, kill.stdout + kill.stderr
+        assert "cannot perform operation MODIFY_APP" in kill.stderr and "--modify-acl" in kill.stderr, kill.stderr
+        assert p.poll() is None
+        assert yarn_as(ticket, "kill", app).returncode == 0
+        assert p.wait(timeout=60) == 143
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    # shared with --view-acl/--modify-acl: the other user sees it and may kill it
+    p, app = sleeper(secure_cluster, ticket, tmp_path / "b.out", ["--view-acl", "other", "--modify-acl", "other"])
+    try:
+        theirs = yarn_as(other, "status", app)
+        assert re.search(r"tracking\s+http://", theirs.stdout), theirs.stdout + theirs.stderr
+        kill = yarn_as(other, "kill", app)
+        assert kill.returncode == 0 and "killed " + app in kill.stderr, kill.stderr
+        assert p.wait(timeout=60) == 143
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+
+
 def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, ticket):
     env = ticket
     e = dict(secure_cluster.env(), **env)
@@ -164,20 +221,27 @@ def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster
     assert st.returncode == 1 and "has no Kerberos ticket" in st.stderr, st.stdout + st.stderr
 
 
-def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure_cluster, ticket, monkeypatch,
-                                                                          tmp_path):
-    # the model server in a container polls HDFS with delegation tokens: a version put there after the
-    # submitted tokens' maximum lifetime is still seen, loaded and served
+def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure_cluster, ticket, mlflow_server,
+                                                                          monkeypatch, tmp_path):
+    # model m: the model server in a container polls HDFS with delegation tokens, and a version put there
+    # after the submitted tokens' maximum lifetime is loaded and served. model r (a registry's): the front
+    # end in the ApplicationMaster's container writes each version to HDFS with the token the
+    # ApplicationMaster hands it; a promotion after that lifetime is served too
     from test_yarn import FACTOR_LOADER
+    import tfos.models
     for k, v in dict(secure_cluster.env(), **ticket).items():
         if k in ("HADOOP_CONF_DIR", "KRB5_CONFIG", "KRB5CCNAME"):
             monkeypatch.setenv(k, v)
     monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     import tfos.fs
     served = "%s/user/tfos/served/m" % secure_cluster.default_fs
+    reg = "secure-%d" % int(time.time() * 1000)
     for factor in (2, 3):
         (tmp_path / str(factor)).mkdir()
         (tmp_path / str(factor) / "factor").write_text(str(factor))
+        tfos.models.register(str(tmp_path / str(factor)), reg, alias="production" if factor == 2 else None)
     tfos.fs.put(str(tmp_path / "2"), served + "/1")
     (tmp_path / "factor_loader.py").write_text(FACTOR_LOADER)
     out_path = tmp_path / "client.out"
@@ -185,35 +249,38 @@ def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure
         p = subprocess.Popen([TFOS, "yarn", "serve", "--principal", secure_cluster.principal, "--keytab",
                               secure_cluster.keytab, "--worker-memory", "512m", "--am-memory", "384m", "--file",
                               str(tmp_path / "factor_loader.py"), "--loader", "m=factor_loader.py:load",
-                              "--python", sys.executable, "--poll", "0.5", "--model", "m=" + served],
-                             env=secure_cluster.env(), cwd=secure_cluster.tmp_dir, stdout=out,
-                             stderr=subprocess.STDOUT)
+                              "--loader", "r=factor_loader.py:load", "--python", sys.executable, "--poll",
+                              "0.5", "--model", "m=" + served, "--model", "r=models:/%s@production" % reg,
+                              "--registry-poll", "0.5"],
+                             env=dict(secure_cluster.env(), MLFLOW_TRACKING_URI=mlflow_server.url),
+                             cwd=secure_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
 
-    def infer(url, v):
+    def infer(url, v, model="m"):
         body = json.dumps({"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [v]}]}).encode()
-        req = urllib.request.Request(url + "/v2/models/m/infer", data=body, method="POST")
+        req = urllib.request.Request(url + "/v2/models/%s/infer" % model, data=body, method="POST")
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())["outputs"][0]["data"][0] / v
 
     try:
         url_re = re.compile(r"tfos yarn serve: model m: POST (http://[^/\s]+)/v2/models/m/infer")
-        loaded = "[worker:0] tfos.serve: model m version %d loaded"
+        loaded = "[worker:0] tfos.serve: model %s version %d loaded"
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and loaded % 1 not in out_path.read_text():
+        while time.monotonic() < deadline and not all(loaded % (m, 1) in out_path.read_text() for m in "mr"):
             assert p.poll() is None, out_path.read_text()
             time.sleep(0.5)
         text = out_path.read_text()
-        assert loaded % 1 in text, text
+        assert all(loaded % (m, 1) in text for m in "mr"), text
         url = url_re.search(text).group(1)
         started = time.monotonic()
-        assert infer(url, 5.0) == 2.0
+        assert infer(url, 5.0) == 2.0 and infer(url, 5.0, "r") == 2.0
         time.sleep(max(0.0, TOKEN_MAX_S + 5 - (time.monotonic() - started)))  # the first tokens are dead now
         tfos.fs.put(str(tmp_path / "3"), served + "/2")
-        while time.monotonic() < deadline + 60 and loaded % 2 not in out_path.read_text():
+        tfos.models.set_alias(reg, "production", "2")
+        while time.monotonic() < deadline + 60 and not all(loaded % (m, 2) in out_path.read_text() for m in "mr"):
             assert p.poll() is None, out_path.read_text()
             time.sleep(0.5)
-        assert loaded % 2 in out_path.read_text(), out_path.read_text()
-        assert infer(url, 5.0) == 3.0
+        assert all(loaded % (m, 2) in out_path.read_text() for m in "mr"), out_path.read_text()
+        assert infer(url, 5.0) == 3.0 and infer(url, 5.0, "r") == 3.0
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=90) == 130, out_path.read_text()
     finally:
