@@ -159,15 +159,16 @@ class Keeper:
         self._token = None
         self._loaded = False
         self._checked_ms = 0
-        self._spnego = None  # (URL string, got at ms, expires ms) of a token got with a ticket
+        self._spnego = {}  # NameNode -> (URL string, got at ms, expires ms) of a token got with a ticket
 
-    def token(self, read_remote, kerberos=None):
+    def token(self, read_remote, kerberos=None, namenode=None):
         """The URL string of the token to use, or None (no token: simple
         authentication). ``read_remote(url, token)``: the bytes of an
         hdfs:// file read with that token. ``kerberos``: for a process with
         no container token on a Kerberized cluster, ``() -> (URL string,
-        expiry in ms)`` of a token got with its ticket (SPNEGO), asked again
-        once 60 % of the time to that expiry has passed."""
+        expiry in ms)`` of a token got with its ticket (SPNEGO) from
+        ``namenode`` (one kept for each), asked again once 60 % of the time
+        to that expiry has passed."""
         with self._lock:
             if not self._loaded:
                 self._loaded = True
@@ -176,7 +177,7 @@ class Keeper:
                     with open(path, "rb") as f:
                         self._token = best_hdfs_token(read_credentials(f.read()))
             if self._token is None:
-                return None if kerberos is None else self._kerberos(kerberos)
+                return None if kerberos is None else self._kerberos(kerberos, namenode)
             fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
             issue, maximum = self._token.dates()
             now = time.time() * 1000
@@ -192,10 +193,10 @@ class Keeper:
                                      "held is used while it lasts\n" % (fresh, e))
             return self._token.url_string()
 
-    def _kerberos(self, get):
+    def _kerberos(self, get, namenode):
         now = time.time() * 1000
-        t = self._spnego
+        t = self._spnego.get(namenode)
         if t is None or now > t[1] + 0.6 * (t[2] - t[1]):
             url, expires = get()
-            self._spnego = t = (url, now, expires)
+            self._spnego[namenode] = t = (url, now, expires)
         return t[0]

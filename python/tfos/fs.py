@@ -159,7 +159,7 @@ def _kerberos_token(base):
 
 
 def _webhdfs(base):
-    return _webhdfs_as(base, _tokens.token(_read_with, _kerberos_token(base)))
+    return _webhdfs_as(base, _tokens.token(_read_with, _kerberos_token(base), base))
 
 
 def filesystem(url):

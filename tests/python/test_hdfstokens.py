@@ -239,6 +239,9 @@ def test_keeper_gets_a_token_with_a_ticket_outside_containers(monkeypatch):
     clock[0] += 2
     assert k.token(remote([], b""), get) == "tok2" and got == [1000.0, 1061.0]
     assert _hdfstokens.Keeper().token(remote([], b"")) is None  # simple authentication: no getter, no token
+    # another NameNode: a token of its own, the first one's kept
+    assert k.token(remote([], b""), lambda: ("other", clock[0] * 1000 + 100_000), "http://nn2:9870") == "other"
+    assert k.token(remote([], b""), get) == "tok2" and len(got) == 2
 
 
 def test_keeper_prefers_the_container_token_to_a_ticket(env):
