@@ -43,6 +43,7 @@ fsspec. A path with no scheme, or ``file://``, is local.
 Needs ``pip install tfos[hdfs]`` (fsspec and requests).
 """
 import builtins
+import stat
 import os
 import posixpath
 import shutil
@@ -72,24 +73,44 @@ def _local(path) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
+_sites = {}  # site file -> ((inode, mtime_ns, size), {name: value}): parsed once while it is unchanged
+
+
+def _site(p):
+    """The properties of the Hadoop site file ``p``, or None if there is none."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    got = _sites.get(p)
+    if got and got[0] == key:
+        return got[1]
+    try:
+        root = ElementTree.parse(p).getroot()
+    except ElementTree.ParseError as e:
+        raise FileSystemError("cannot read %s: %s" % (p, e)) from None
+    props = {}
+    for prop in root.iter("property"):
+        props.setdefault((prop.findtext("name") or "").strip(), (prop.findtext("value") or "").strip())
+    _sites[p] = (key, props)
+    return props
+
+
 def _conf_value(name):
     """``name`` from the Hadoop site files in $HADOOP_CONF_DIR (or
-    $YARN_CONF_DIR), or None."""
+    $YARN_CONF_DIR), or None. Each file is parsed once while it is
+    unchanged (filesystem() asks at every call)."""
     for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
         d = os.environ.get(var)
         if not d:
             continue
         for site in ("hdfs-site.xml", "core-site.xml"):
-            p = os.path.join(d, site)
-            if not os.path.isfile(p):
-                continue
-            try:
-                root = ElementTree.parse(p).getroot()
-            except ElementTree.ParseError as e:
-                raise FileSystemError("cannot read %s: %s" % (p, e)) from None
-            for prop in root.iter("property"):
-                if (prop.findtext("name") or "").strip() == name:
-                    return (prop.findtext("value") or "").strip()
+            props = _site(os.path.join(d, site))
+            if props is not None and name in props:
+                return props[name]
     return None
 
 

@@ -115,9 +115,14 @@ static int make_url(const tfos__webhdfs *w, const char *path, const char *op, co
     if (tfos__http_escape_path(path, url + o, size - o))
         return TFOS_ETOOBIG;
     o += strlen(url + o);
-    char auth[12288];
-    if (auth_param(w, auth, sizeof auth) ||
-        (size_t)snprintf(url + o, size - o, "?op=%s&%s%s", op, auth, extra ? extra : "") >= size - o)
+    n = snprintf(url + o, size - o, "?op=%s&", op);
+    if (n < 0 || (size_t)n >= size - o)
+        return TFOS_ETOOBIG;
+    o += (size_t)n;
+    if (auth_param(w, url + o, size - o)) /* straight into url: no second buffer of the token's size */
+        return TFOS_ETOOBIG;
+    o += strlen(url + o);
+    if ((size_t)snprintf(url + o, size - o, "%s", extra ? extra : "") >= size - o)
         return TFOS_ETOOBIG;
     return 0;
 }

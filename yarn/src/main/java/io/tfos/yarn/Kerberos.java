@@ -214,7 +214,7 @@ final class Kerberos {
                         continue;
                     }
                     ugi.checkTGTAndReloginFromKeytab();
-                    boolean renewOnly = held != null && System.currentTimeMillis() < issued + (maxDate - issued) / 2;
+                    boolean renewOnly = held != null && System.currentTimeMillis() < halfLife();
                     ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
                         if (renewOnly) {
                             renew();
@@ -224,7 +224,7 @@ final class Kerberos {
                         return null;
                     });
                     now = System.currentTimeMillis();
-                    at = Math.min(now + (expires - now) * 3 / 4, issued + (maxDate - issued) / 2);
+                    at = Math.min(now + (expires - now) * 3 / 4, halfLife());
                 } catch (InterruptedException e) {
                     return;
                 } catch (Exception e) {
@@ -235,6 +235,11 @@ final class Kerberos {
                     at = System.currentTimeMillis() + RETRY_MS;
                 }
             }
+        }
+
+        /** When the set held is half way through its maximum lifetime: a new set is obtained then. */
+        private long halfLife() {
+            return issued + (maxDate - issued) / 2;
         }
 
         private void obtain(String renewer) throws IOException, InterruptedException {
