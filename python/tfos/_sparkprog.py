@@ -49,7 +49,9 @@ def start_tensorboard(ctx):
         raise RuntimeError("TFCluster.run(tensorboard=True): TensorBoard is not installed in %s on this executor "
                            "(pip install tensorboard)" % sys.executable)
     host = os.environ.get("TFOS_HOST") or "127.0.0.1"
-    argv = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", host, "--port", port]
+    # a log dir on HDFS: TensorBoard reads local paths only, tfos.tensorboard follows the URL for it
+    module = "tfos.tensorboard" if "://" in logdir else "tensorboard.main"
+    argv = [sys.executable, "-m", module, "--logdir", logdir, "--host", host, "--port", port]
     sys.stderr.write("tfos: TensorBoard at http://%s:%s (logdir %s)\n" % (host, port, logdir))
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 

@@ -645,6 +645,12 @@ static const char tensorboard_sh[] =
     "\"$0\" -m tensorboard.main --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"
     "shift 4\n"
     "exec \"$@\"";
+/* the same for a log dir on HDFS (or another remote URL): TensorBoard reads
+ * local paths only, so tfos.tensorboard follows the URL into a local copy */
+static const char tensorboard_remote_sh[] =
+    "\"$0\" -m tfos.tensorboard --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"
+    "shift 4\n"
+    "exec \"$@\"";
 
 static void free_tensorboard(char **tb)
 {
@@ -684,6 +690,8 @@ static char **with_tensorboard(agent *a, char *const *argv)
         }
     for (size_t i = 0; i < n; i++)
         tb[8 + i] = argv[i];
+    if (!tfos__local_path(tb[4]))
+        tb[2] = (char *)tensorboard_remote_sh;
     /* what the program writes its summaries to, on this node */
     if (tfos__local_path(tb[4]) && tfos__mkdir_p(tfos__local_path(tb[4]), 0777))
         TFOS_WARN("agent %s: cannot create TensorBoard's log dir %s: %s", a->label, tb[4], strerror(errno));

@@ -83,3 +83,70 @@ def test_put_get_and_a_local_mirror(tmp_path):
     assert m.push() == 0
     m.close()
     assert (tmp_path / "ckpt" / "checkpoint").exists()
+
+
+def test_site_files_are_parsed_once_while_unchanged(tmp_path, monkeypatch):
+    # filesystem() asks for settings at every call (Mirror.push, serve's model dirs): one parse per file
+    # while it is unchanged, a new one when it changes
+    monkeypatch.delenv("YARN_CONF_DIR", raising=False)
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    site = tmp_path / "core-site.xml"
+    site.write_text("<configuration><property><name>hadoop.security.authentication</name>"
+                    "<value>kerberos</value></property></configuration>")
+    parsed = []
+    real = tfos.fs.ElementTree.parse
+    monkeypatch.setattr(tfos.fs.ElementTree, "parse", lambda p: parsed.append(p) or real(p))
+    for _ in range(5):
+        assert tfos.fs._conf_value("hadoop.security.authentication") == "kerberos"
+        assert tfos.fs._conf_value("dfs.namenode.http-address") is None
+    assert parsed == [str(site)]
+    site.write_text("<configuration><property><name>hadoop.security.authentication</name>"
+                    "<value>simple</value></property></configuration>")
+    assert tfos.fs._conf_value("hadoop.security.authentication") == "simple"
+    assert len(parsed) == 2
+
+
+def test_tensorboard_follower_appends_the_new_bytes_of_grown_files(tmp_path, monkeypatch):
+    # tfos.tensorboard's copy of a log dir: new files whole, a grown file's new bytes appended in place (the
+    # file TensorBoard holds open keeps its inode), a file that shrank fetched whole, uploads in progress
+    # (.names) skipped; what was fetched is counted
+    from tfos import tensorboard
+    remote, local = tmp_path / "remote", tmp_path / "local"
+    (remote / "train").mkdir(parents=True)
+    local.mkdir()
+    (remote / "train" / "events.1").write_bytes(b"abc")
+    (remote / "train" / ".events.2.tfos-tmp-7").write_bytes(b"partial")
+    sizes = {}
+    assert tensorboard.sync(str(remote), str(local), sizes) == 3
+    held = local / "train" / "events.1"
+    inode = held.stat().st_ino
+    assert held.read_bytes() == b"abc" and sizes == {"train/events.1": 3}
+    assert not (local / "train" / ".events.2.tfos-tmp-7").exists()
+    fetched = []
+    real = tfos.fs.filesystem
+
+    def spy(url):
+        fsys, root = real(url)
+        orig = fsys.cat_file
+        fsys.cat_file = lambda p, start=None, end=None: fetched.append((p, start, end)) or orig(p, start, end)
+        return fsys, root
+    monkeypatch.setattr(tfos.fs, "filesystem", spy)
+    (remote / "train" / "events.1").write_bytes(b"abcdef")
+    (remote / "eval").mkdir()
+    (remote / "eval" / "events.9").write_bytes(b"xy")
+    assert tensorboard.sync(str(remote), str(local), sizes) == 5
+    assert held.read_bytes() == b"abcdef" and held.stat().st_ino == inode
+    assert (str(remote / "train" / "events.1"), 3, 6) in fetched
+    assert (local / "eval" / "events.9").read_bytes() == b"xy"
+    assert tensorboard.sync(str(remote), str(local), sizes) == 0   # nothing changed: nothing fetched
+    (remote / "train" / "events.1").write_bytes(b"z")
+    assert tensorboard.sync(str(remote), str(local), sizes) == 1 and held.read_bytes() == b"z"
+    assert sizes == {"train/events.1": 1, "eval/events.9": 2}
+
+
+def test_tensorboard_follower_refuses_a_bad_sync_period():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "tfos.tensorboard", "--logdir", "hdfs:///x", "--sync", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--sync must be a positive number of seconds" in r.stderr, r.stderr
