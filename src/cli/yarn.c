@@ -92,6 +92,9 @@ const char tfos__yarn_help[] =
     "  --evaluator-memory, --evaluator-vcores, --evaluator-gpus: the same for the other roles\n"
     "                           (chief and evaluator default to the worker's)\n"
     "  --am-memory M            the ApplicationMaster's container (default " TFOS__STR(TFOS_YARN_DEFAULT_AM_MB) "m)\n"
+    "  --am-attempts N          how many times YARN may start the ApplicationMaster (default 1): when\n"
+    "                           its container is lost, the next attempt starts every node again from\n"
+    "                           its checkpoint (at most yarn.resourcemanager.am.max-attempts)\n"
     "  --archive A[#NAME]       an archive (tar.gz, zip: a venv-pack/conda-pack environment) unpacked\n"
     "                           as NAME in every container; repeatable\n"
     "  --file F[#NAME]          a file shipped to every container; repeatable\n"
@@ -117,8 +120,9 @@ static const char yarn_serve_help[] =
     "in the containers (shipped with --archive/--file); a models:/ model is fetched by the front end\n"
     "($MLFLOW_TRACKING_URI goes to it, credentials do not) and handed to the model servers through\n"
     "the application's staging dir on HDFS, its alias followed as by tfos serve (docs/MODELS.md).\n"
-    "Takes tfos yarn's --queue, --name, --am-memory, --archive, --file, --env, --accept-timeout,\n"
-    "--view-acl/--modify-acl, --principal/--keytab and --hadoop-classpath (tfos yarn --help); runs\n"
+    "Takes tfos yarn's --queue, --name, --am-memory, --am-attempts, --archive, --file, --env,\n"
+    "--accept-timeout, --view-acl/--modify-acl, --principal/--keytab and --hadoop-classpath\n"
+    "(tfos yarn --help); runs\n"
     "until Ctrl-C or SIGTERM, which kill the application.\n";
 
 /* ---- finding java, the jar and Hadoop ---------------------------------- */
@@ -321,9 +325,14 @@ static void client_line(follower *f, const char *line)
         return;
     }
     const char *event = line + strlen(CLIENT_EVENT);
-    if (strncmp(event, "status-page ", 12) || f->url[0])
+    if (strncmp(event, "status-page ", 12))
         return; /* a kind this tfos does not know: a newer client's */
-    snprintf(f->url, sizeof f->url, "%.*s", (int)strcspn(event + 12, " \n"), event + 12);
+    int n = (int)strcspn(event + 12, " \n");
+    if (f->url[0] && (size_t)n == strlen(f->url) && !strncmp(f->url, event + 12, (size_t)n))
+        return;
+    /* the first, or a new ApplicationMaster attempt's page (--am-attempts): its stream starts again */
+    snprintf(f->url, sizeof f->url, "%.*s", n, event + 12);
+    f->next = 0;
     /* tfos yarn serve: the models are served on the status page's host and port */
     int base = (int)(strchr(f->url + 7, '/') ? strchr(f->url + 7, '/') - f->url : (ptrdiff_t)strlen(f->url));
     for (int i = 0; i < g_nserve; i++)
@@ -554,6 +563,8 @@ static int submit_head(const tfos__yarn_cli *c, double reservation_timeout, cons
               strv_add(args, "--queue") || strv_add(args, c->queue ? c->queue : "default");
     snprintf(num, sizeof num, "%d", c->am_memory_mb ? c->am_memory_mb : TFOS_YARN_DEFAULT_AM_MB);
     bad = bad || strv_add(args, "--am-memory") || strv_add(args, num);
+    snprintf(num, sizeof num, "%d", c->am_attempts ? c->am_attempts : 1);
+    bad = bad || strv_add(args, "--am-attempts") || strv_add(args, num);
     double accept = c->accept_timeout > 0 ? c->accept_timeout
                     : reservation_timeout > 0 ? reservation_timeout
                                                  : TFOS_YARN_DEFAULT_ACCEPT_TIMEOUT;

@@ -14,7 +14,7 @@ static const char *const client_only[] = {
     "--worker-vcores", "--worker-gpus",    "--ps-memory",        "--ps-vcores",       "--ps-gpus",
     "--chief-memory",  "--chief-vcores",   "--chief-gpus",       "--evaluator-memory", "--evaluator-vcores",
     "--evaluator-gpus", "--archive",       "--file",             "--env",             "--accept-timeout",
-    "--principal",     "--keytab",         "--view-acl",         "--modify-acl",
+    "--principal",     "--keytab",         "--view-acl",         "--modify-acl",      "--am-attempts",
 };
 
 int tfos__yarn_client_only(const char *arg, int *has_value)
@@ -91,6 +91,8 @@ int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *a)
     }
     if (!strcmp(a, "--am-memory"))
         return parse_memory(a, tfos__args_value(it), &y->am_memory_mb) ? 2 : 1;
+    if (!strcmp(a, "--am-attempts"))
+        return tfos__opt_int(a, tfos__args_value(it), 1, 100, &y->am_attempts) ? 2 : 1;
     if (!strcmp(a, "--accept-timeout"))
         return tfos__opt_secs(a, tfos__args_value(it), 0, &y->accept_timeout) ? 2 : 1;
     if (!strcmp(a, "--archive") || !strcmp(a, "--file") || !strcmp(a, "--env")) {

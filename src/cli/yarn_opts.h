@@ -13,6 +13,7 @@ typedef struct tfos__yarn_cli {
     const char *queue, *app_name, *hadoop_classpath;
     const char *principal, *keytab; /* Kerberos: the keytab's absolute path (kept until exit) */
     const char *view_acl, *modify_acl; /* YARN application ACLs (NULL: the owner and admins only) */
+    int am_attempts; /* ApplicationMaster attempts YARN may make (0: the default, 1) */
     int am_memory_mb, res_mb[YARN_ROLES], res_vcores[YARN_ROLES], res_gpus[YARN_ROLES]; /* 0: the default */
     const char *archives[64], *files[64], *envs[64];
     int narchives, nfiles, nenvs;

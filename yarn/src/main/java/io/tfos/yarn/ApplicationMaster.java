@@ -172,8 +172,17 @@ public final class ApplicationMaster {
         byte[] secret = creds.getSecretKey(Client.SECRET_KEY);
         // containers get the application's tokens (HDFS delegation tokens) but never the AMRM token
         tokens = Kerberos.forNodes(creds, null);
+        String containerId = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
+        int attempt = containerId == null ? 1
+                : ContainerId.fromString(containerId).getApplicationAttemptId().getAttemptId();
+        if (attempt > 1) {
+            System.err.println("tfos-am: ApplicationMaster attempt " + attempt + " (the one before was lost): "
+                    + "every node starts again, from its checkpoint");
+        }
+        // the socket's dir is short (a Unix socket's path is); the token file is in the container's own dir,
+        // private to the application and removed with the container however this ends
         Path dir = Files.createTempDirectory(Paths.get("/tmp"), "tfos-am-");
-        Path tokenFile = dir.resolve("hdfs-token"); // the launcher's, when security is on
+        Path tokenFile = Paths.get("hdfs-token").toAbsolutePath(); // the launcher's, when security is on
         Kerberos.writeTokenFile(creds, tokenFile);
         String principal = System.getenv(Kerberos.PRINCIPAL_ENV);
         String staging = System.getenv("TFOS_YARN_STAGING");

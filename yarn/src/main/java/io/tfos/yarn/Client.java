@@ -30,6 +30,7 @@ import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.api.ApplicationConstants;
 import org.apache.hadoop.yarn.api.records.ApplicationAccessType;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.ApplicationReport;
 import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
@@ -53,7 +54,7 @@ import org.apache.hadoop.yarn.util.Apps;
  * and runs this with the cluster's Hadoop classpath).
  *
  * <pre>
- * Client submit --tfos BIN --name N --queue Q --am-memory MB --accept-timeout S
+ * Client submit --tfos BIN --name N --queue Q --am-memory MB --am-attempts N --accept-timeout S
  *               [--archive PATH[#ALIAS]]... [--file PATH[#ALIAS]]... [--env K=V]... -- AM_ARGS...
  * Client status APPLICATION_ID
  * Client kill APPLICATION_ID
@@ -421,6 +422,7 @@ public final class Client {
         String name = "tfos";
         String queue = "default";
         int amMemory = 512;
+        int amAttempts = 1;
         double acceptTimeout = 120;
         List<String> archives = new ArrayList<>();
         List<String> files = new ArrayList<>();
@@ -440,6 +442,7 @@ public final class Client {
                 case "--name": name = v; break;
                 case "--queue": queue = v; break;
                 case "--am-memory": amMemory = Integer.parseInt(v); break;
+                case "--am-attempts": amAttempts = Integer.parseInt(v); break;
                 case "--accept-timeout": acceptTimeout = Double.parseDouble(v); break;
                 case "--view-acl": acls.put(ApplicationAccessType.VIEW_APP, v); break;
                 case "--modify-acl": acls.put(ApplicationAccessType.MODIFY_APP, v); break;
@@ -550,7 +553,14 @@ public final class Client {
         ctx.setApplicationName(name);
         ctx.setQueue(queue);
         ctx.setApplicationType("TFOS");
-        ctx.setMaxAppAttempts(1); // tfos re-forms the cluster itself (--max-restarts)
+        // a node's failure is the launcher's to heal (--max-restarts); another ApplicationMaster attempt is
+        // for the loss of the ApplicationMaster itself (its container killed, its host lost)
+        int cap = conf.getInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, YarnConfiguration.DEFAULT_RM_AM_MAX_ATTEMPTS);
+        if (amAttempts > cap) {
+            System.err.println("tfos: --am-attempts " + amAttempts + ": this cluster allows at most " + cap
+                    + " (yarn.resourcemanager.am.max-attempts); YARN will make " + cap);
+        }
+        ctx.setMaxAppAttempts(amAttempts);
         ctx.setResource(Resource.newInstance(amMemory, 1));
         ContainerLaunchContext am = ContainerLaunchContext.newInstance(amResources, amEnv,
                 List.of(cmd.toString()), null, tokens, null);
@@ -740,11 +750,29 @@ public final class Client {
             throws IOException, YarnException, InterruptedException {
         YarnApplicationState last = null;
         String url = null;
+        ApplicationAttemptId attempt = null; // the ApplicationMaster attempt whose page was announced
         long submitted = System.nanoTime();
         long noted = submitted;
         while (true) {
             ApplicationReport r = yarn.getApplicationReport(id);
             YarnApplicationState s = r.getYarnApplicationState();
+            ApplicationAttemptId current = r.getCurrentApplicationAttemptId();
+            if (attempt != null && current != null && !current.equals(attempt)) {
+                // the ApplicationMaster was lost and YARN started another (--am-attempts): its page anew
+                String why = "";
+                try {
+                    String d = yarn.getApplicationAttemptReport(attempt).getDiagnostics();
+                    why = d == null || d.isBlank() ? "" : ": " + STAMP.matcher(d).replaceAll("").strip().split("\n")[0];
+                } catch (IOException | YarnException e) {
+                    // the report of the attempt before may be gone: the new one is what matters
+                }
+                System.err.println("tfos: the ApplicationMaster's attempt " + attempt.getAttemptId() + " of " + id
+                        + " ended" + why + "; YARN started attempt " + current.getAttemptId()
+                        + ", whose nodes start again from their checkpoints");
+                attempt = null;
+                url = null;
+                submitted = noted = System.nanoTime(); // the accept timeout counts for this attempt
+            }
             if (s != last) {
                 System.err.println("tfos: " + id + " " + s.name().toLowerCase());
                 last = s;
@@ -753,6 +781,7 @@ public final class Client {
             if (s == YarnApplicationState.RUNNING && url == null && original != null && !original.isEmpty()
                     && !original.equals("N/A")) {
                 url = original;
+                attempt = current;
                 announceStatusPage(r);
             }
             if (finished(s)) {

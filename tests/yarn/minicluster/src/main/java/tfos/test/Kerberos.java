@@ -74,6 +74,12 @@ final class Kerberos {
         }
         conf.set("hadoop.proxyuser.yarn.hosts", "*");
         conf.set("hadoop.proxyuser.yarn.groups", "*");
+        // a long-running application's tokens outlive their maximum lifetime where it matters to YARN itself
+        // (localizing a new ApplicationMaster attempt's files, aggregating logs): the ResourceManager gets new
+        // HDFS tokens for it as a proxy user of its owner. Its principal's user here is hdfs
+        conf.setBoolean("yarn.resourcemanager.proxy-user-privileges.enabled", true);
+        conf.set("hadoop.proxyuser.hdfs.hosts", "*");
+        conf.set("hadoop.proxyuser.hdfs.groups", "*");
         // what this JVM's own clients read (a NodeManager's localizer makes a new Configuration): the
         // same settings, in CONF_DIR/core-site.xml, on this JVM's classpath in --secure mode (yarncluster.py);
         // the whole configuration replaces it when the cluster is up
