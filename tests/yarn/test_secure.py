@@ -75,34 +75,69 @@ def test_principal_without_keytab_is_a_usage_error(secure_cluster):
     assert "--principal and --keytab go together" in r.stderr
 
 
-def test_a_run_outlives_its_delegation_tokens_and_resumes_after_a_kill(secure_cluster):
+def kill_application_master(app):
+    """SIGKILL the ApplicationMaster's JVM (its container's main process): a lost ApplicationMaster."""
+    for pid, env in app_processes(app).items():
+        if b"_01_000001" in env.split(b"CONTAINER_ID=", 1)[1].split(b"\0")[0]:
+            cmd = open("/proc/%d/cmdline" % pid, "rb").read()
+            if b"io.tfos.yarn.ApplicationMaster" in cmd:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+    raise AssertionError("no ApplicationMaster process of %s" % app)
+
+
+def test_a_run_outlives_its_tokens_a_node_kill_and_a_lost_application_master(secure_cluster, tmp_path):
     # 2 workers checkpoint to HDFS (tfos.fs over WebHDFS, with delegation tokens) at every step, ~0.6 s
-    # each, for ~50 s: 2.5 maximum token lifetimes. worker:1 kills itself at step 40 (~35 s in, past the
-    # submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's fresh
-    # tokens, and the node resumes from its checkpoint.
-    r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab,
-                                   "--workers", "2"] + SMALL +
-                  ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=%d" % STEPS,
-                   "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=40",
-                   "--", sys.executable, "steps.py"], timeout=120 + STEPS)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out
-    app = app_id(out)
+    # each, for ~50 s of steps: 2.5 maximum token lifetimes. worker:1 kills itself at step 40 (~35 s in,
+    # past the submitted tokens' maximum lifetime): the new containers must get the ApplicationMaster's
+    # fresh tokens, and the node resumes from its checkpoint. Then the ApplicationMaster is killed
+    # (--am-attempts 2): YARN starts another, which must get live tokens of its own (the submitted ones
+    # are long dead), and every node resumes from its checkpoint again
+    out_path = tmp_path / "client.out"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--principal", secure_cluster.principal, "--keytab",
+                              secure_cluster.keytab, "--am-attempts", "2", "--workers", "2"] + SMALL +
+                             ["--file", os.path.join(HERE, "progs", "steps.py"), "--env", "STEPS_TOTAL=%d" % STEPS,
+                              "--env", "STEPS_NODE=worker:1", "--env", "STEPS_DO=kill9", "--env", "STEPS_AT=40",
+                              "--", sys.executable, "steps.py"], env=secure_cluster.env(), cwd=secure_cluster.tmp_dir,
+                             stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120 + STEPS
+        while time.monotonic() < deadline and "STEPS worker:1 attempt=2" not in out_path.read_text():
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.5)
+        assert "STEPS worker:1 attempt=2" in out_path.read_text(), out_path.read_text()
+        time.sleep(4)
+        app = app_id(out_path.read_text())
+        kill_application_master(app)
+        assert p.wait(timeout=120 + STEPS) == 0, out_path.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    out = out_path.read_text()
+    assert "tfos: the ApplicationMaster's attempt 1 of %s ended" % app in out, out
+    assert "YARN started attempt 2, whose nodes start again from their checkpoints" in out, out
     lines = steps_lines(secure_cluster, app)
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
     resumed = [ln for ln in lines if ln.startswith("STEPS worker:1 attempt=2")]
     assert resumed and "from=40" in resumed[0], lines
+    second = [ln for ln in lines if "_02_0" in ln and " from=" in ln]   # nodes of the second ApplicationMaster
+    assert sorted(ln.split()[1] for ln in second) == ["worker:0", "worker:1"], lines
+    assert all(int(re.search(r"from=(\d+)", ln).group(1)) > 40 for ln in second), second
     logs = "\n".join(text for c in secure_cluster.container_logs(app).values() for text in c.values())
     for bad in ("InvalidToken", "AccessControlException", "token is expired", "could not read fresh"):
         assert bad not in logs, logs[-4000:]
     am = [c for c in secure_cluster.container_logs(app).values() if "tfos-am:" in c.get("stderr", "")]
-    assert am, "no ApplicationMaster log"
-    renewed = am[0]["stderr"].count("tfos-am: new HDFS delegation tokens for the nodes")
-    assert renewed >= 3, am[0]["stderr"][-3000:]
-    # the keytab went to the ApplicationMaster's container only
+    assert len(am) == 2, "ApplicationMaster logs: %d" % len(am)
+    renewed = sum(c["stderr"].count("tfos-am: new HDFS delegation tokens for the nodes") for c in am)
+    assert renewed >= 3, [c["stderr"][-2000:] for c in am]
+    assert any("tfos-am: ApplicationMaster attempt 2 (the one before was lost)" in c["stderr"] for c in am)
+    # the keytab went to the ApplicationMaster's containers only
     keytabs = subprocess.run(["find", secure_cluster.tmp_dir, "-path", "*%s*" % app, "-name", "tfos.keytab"],
                              capture_output=True, text=True).stdout.split()
-    assert keytabs and all(app.replace("application", "container") + "_01_000001" in k for k in keytabs), keytabs
+    ams = [app.replace("application", "container") + "_0%d_000001" % a for a in (1, 2)]
+    assert keytabs and all(any(a in k for a in ams) for k in keytabs), keytabs
 
 
 KINIT_PROG = ("import tfos.fs; url = 'hdfs:///user/tfos/kinit-test/hello.txt'; "
@@ -147,10 +182,10 @@ def test_tfos_fs_outside_containers_uses_the_ticket(secure_cluster, ticket, tmp_
     assert r.returncode == 1 and "OSError" in r.stderr and "run `kinit YOU@REALM`" in r.stderr, r.stderr
 
 
-def sleeper(cluster, env, out_path, acls=()):
+def sleeper(cluster, env, out_path, extra=()):
     """A running application of the test user (ticket env), once its program has printed."""
     with open(out_path, "wb") as out:
-        p = subprocess.Popen([TFOS, "yarn", "--workers", "1"] + list(acls) + SMALL +
+        p = subprocess.Popen([TFOS, "yarn", "--workers", "1"] + list(extra) + SMALL +
                              ["--", sys.executable, "-c", "import time; print('ACL-TEST', flush=True); "
                               "time.sleep(300)"], env=dict(cluster.env(), **env), cwd=cluster.tmp_dir,
                              stdout=out, stderr=subprocess.STDOUT)
@@ -202,6 +237,120 @@ def test_another_user_sees_and_kills_only_what_the_owner_shares(secure_cluster, 
         if p.poll() is None:
             p.kill()
             p.wait(timeout=30)
+
+
+PEER = "tfos-peer"  # a second local Unix user, made for the test below
+
+
+@pytest.fixture
+def peer_user():
+    """(uid, gid) of a local user that is not the cluster's, made with useradd and removed after."""
+    if os.getuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
+        pytest.skip("a second Unix user needs root, useradd and setpriv")
+    import pwd
+    made = False
+    try:
+        pw = pwd.getpwnam(PEER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PEER],
+                       check=True, timeout=30)
+        made, pw = True, pwd.getpwnam(PEER)
+    try:
+        yield pw.pw_uid, pw.pw_gid
+    finally:
+        if made:
+            subprocess.run(["userdel", PEER], timeout=30)
+
+
+def app_processes(app):
+    """{pid: environ bytes} of the processes in the application's containers (as root)."""
+    tag = b"CONTAINER_ID=" + app.replace("application", "container").encode() + b"_"
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read()
+        except OSError:
+            continue
+        if tag in env:
+            procs[int(pid)] = env
+    return procs
+
+
+def test_another_local_user_reads_no_secret_of_a_running_application(secure_cluster, ticket, peer_user,
+                                                                      tmp_path):
+    # a keytab job runs; as a second Unix user, every file of the cluster's directories that user can
+    # open (made traversable, 0755, as a real cluster's are), every process's command line, and the
+    # application's processes' environments are searched for the application's secrets: tfos's secret,
+    # the passwords of the tokens its containers hold, the AM's token file, the keytab's bytes
+    from tfos import _hdfstokens
+    for k in os.listdir(secure_cluster.conf_dir):
+        if k.endswith(".keytab"):  # the fixture's own keytabs, kept as an administrator keeps them
+            os.chmod(os.path.join(secure_cluster.conf_dir, k), 0o600)
+    os.chmod(secure_cluster.tmp_dir, 0o755)
+    p, app = sleeper(secure_cluster, ticket, tmp_path / "peek.out",
+                     ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab])
+    try:
+        procs = app_processes(app)
+        assert len(procs) >= 3, procs.keys()   # the AM (Java, tfos's coordinator) and a node
+        secrets = {open(secure_cluster.keytab, "rb").read()}
+        roots = [secure_cluster.tmp_dir]
+        for env in procs.values():
+            for var in env.split(b"\0"):
+                if var.startswith(b"TFOS_SECRET="):
+                    secrets.add(var.split(b"=", 1)[1])
+                if var.startswith(b"TFOS_HDFS_TOKEN_FILE="):
+                    path = var.split(b"=", 1)[1].decode()
+                    secrets.add(open(path, "rb").read().strip())
+                    roots.append(os.path.dirname(path))
+        token_files = []
+        for dirpath, _dirs, files in os.walk(secure_cluster.tmp_dir):
+            for f in files:
+                if app.split("_", 1)[1] in dirpath and (f == "container_tokens" or f.endswith(".tokens")):
+                    token_files.append(os.path.join(dirpath, f))
+                    for t in _hdfstokens.read_credentials(open(token_files[-1], "rb").read()):
+                        secrets.add(t.password)
+        assert token_files and len(secrets) >= 4, (token_files, len(secrets))
+        # a control the search must find: a readable file holding one of the secrets
+        planted = os.path.join(secure_cluster.tmp_dir, "planted-%s" % app)
+        with open(planted, "wb") as f:
+            f.write(b"x" + sorted(secrets)[0] + b"x")
+        os.chmod(planted, 0o644)
+        uid, gid = peer_user
+        job = {"secrets": [s.hex() for s in sorted(secrets)], "roots": roots, "pids": sorted(procs)}
+        r = subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % gid, "--clear-groups", "/usr/bin/python3",
+                            os.path.join(HERE, "progs", "peek.py")], input=json.dumps(job),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(r.stdout)
+        assert seen["uid"] == uid
+        os.unlink(planted)
+        assert [w for w, _ in seen["found"]] == [planted], seen["found"]
+        assert seen["files_read"] > 1 and seen["dirs_denied"] > 0 and seen["cmdlines"] > len(procs), seen
+        assert seen["environs_read"] == [], seen
+        # on HDFS: the staging dir's credentials are the owner's alone
+        creds = "hdfs:///user/tfos/.tfos/%s/credentials" % app
+        other = {"KRB5CCNAME": "FILE:%s" % (tmp_path / "other-cc")}
+        subprocess.run(["kinit", "-kt", os.path.join(secure_cluster.conf_dir, "other.keytab"),
+                        secure_cluster.other_principal], env=dict(secure_cluster.env(), **other), check=True,
+                       timeout=30)
+        read = "import sys, tfos.fs; sys.stdout.write(str(len(tfos.fs.open(sys.argv[1]).read())))"
+        for env, ok in ((ticket, True), (other, False)):
+            e = dict(secure_cluster.env(), **env)
+            e.pop("TFOS_WEBHDFS", None)
+            got = subprocess.run([sys.executable, "-c", read, creds], env=e, capture_output=True, text=True,
+                                 timeout=120)
+            if ok:
+                assert got.returncode == 0 and int(got.stdout) > 0, got.stderr
+            else:
+                assert got.returncode == 1 and "Permission denied" in got.stderr, got.stdout + got.stderr
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=30)
 
 
 def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, ticket):
@@ -290,3 +439,58 @@ def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure
     text = out_path.read_text()
     for bad in ("InvalidToken", "token is expired", "could not read fresh"):
         assert bad not in text, text[-3000:]
+
+
+def test_tensorboard_follows_event_files_on_hdfs_past_the_tokens_lifetime(secure_cluster, ticket, tmp_path):
+    # --tensorboard-logdir hdfs://...: the chief's TensorBoard follows the HDFS dir (tfos.tensorboard) while
+    # the program uploads its summaries there for ~1.5 token lifetimes; then TensorBoard on the driver's side,
+    # with a kinit ticket, reads the same dir
+    logdir = "hdfs:///user/tfos/tb-%d" % int(time.time() * 1000)
+    steps = 50
+    r = tfos_yarn(secure_cluster, ["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab,
+                                   "--workers", "2", "--tensorboard", "--tensorboard-logdir", logdir] + SMALL +
+                  ["--file", os.path.join(HERE, "progs", "tb_hdfs.py"), "--env", "TB_STEPS=%d" % steps,
+                   "--env", "TB_PAUSE=0.6", "--", sys.executable, "tb_hdfs.py"], timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "[worker:0] TB-HDFS wrote %d steps" % steps in out, out
+    assert "[worker:0] TB-HDFS saw %s" % ",".join(map(str, range(steps))) in out, out
+    assert "[worker:1] TB-HDFS worker:1 done" in out, out
+    logs = "\n".join(text for c in secure_cluster.container_logs(app_id(out)).values() for text in c.values())
+    for bad in ("InvalidToken", "token is expired", "cannot read hdfs"):
+        assert bad not in logs, logs[-4000:]
+    # outside the cluster: a ticket, no container token
+    e = dict(secure_cluster.env(), **ticket)
+    e.pop("TFOS_WEBHDFS", None)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tb = subprocess.Popen([sys.executable, "-m", "tfos.tensorboard", "--logdir", logdir, "--sync", "1", "--host",
+                           "127.0.0.1", "--port", str(port)], env=e, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    try:
+        url = "http://127.0.0.1:%d/data/plugin/scalars/scalars?run=train&tag=loss" % port
+        deadline, seen = time.monotonic() + 90, []
+        while time.monotonic() < deadline and len(seen) < steps:
+            assert tb.poll() is None, tb.stdout.read()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    seen = [int(s) for _, s, _ in json.loads(resp.read())]
+            except OSError:
+                time.sleep(0.5)
+        assert seen == list(range(steps)), seen
+        tb.send_signal(signal.SIGTERM)
+        assert tb.wait(timeout=30) == 128 + signal.SIGTERM
+        assert "tfos.tensorboard: following %s in " % logdir in tb.stdout.read()
+    finally:
+        if tb.poll() is None:
+            tb.kill()
+            tb.wait(timeout=30)
+    # without a ticket: said at once, naming kinit
+    e.pop("KRB5CCNAME")
+    e["KRB5CCNAME"] = "FILE:%s" % (tmp_path / "none")
+    r = subprocess.run([sys.executable, "-m", "tfos.tensorboard", "--logdir", logdir], env=e, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "tfos.tensorboard: cannot read %s" % logdir in r.stderr, r.stderr
+    assert "kinit" in r.stderr, r.stderr

@@ -60,9 +60,22 @@ public final class MiniCluster {
         }
         hdfsConf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(base, "dfs").getPath());
         hdfsConf.setInt("dfs.replication", 1);
-        hdfsConf.setBoolean("dfs.permissions.enabled", false);
+        // the Kerberized cluster checks HDFS permissions, as a real one does (a user's files are not
+        // another's): its users get their homes as an administrator gives them
+        hdfsConf.setBoolean("dfs.permissions.enabled", secure);
         MiniDFSCluster dfs = new MiniDFSCluster.Builder(hdfsConf).numDataNodes(1).build();
         dfs.waitActive();
+        if (secure) {
+            org.apache.hadoop.fs.FileSystem admin = dfs.getFileSystem();
+            for (String user : new String[] {"tfos", "other"}) {
+                org.apache.hadoop.fs.Path home = new org.apache.hadoop.fs.Path("/user/" + user);
+                admin.mkdirs(home);
+                admin.setOwner(home, user, user);
+            }
+            org.apache.hadoop.fs.Path tmp = new org.apache.hadoop.fs.Path("/tmp");
+            admin.mkdirs(tmp);
+            admin.setPermission(tmp, new org.apache.hadoop.fs.permission.FsPermission((short) 01777));
+        }
         String defaultFs = dfs.getFileSystem().getUri().toString();
 
         YarnConfiguration conf = new YarnConfiguration(hdfsConf);
@@ -102,7 +115,8 @@ public final class MiniCluster {
         conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
         conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
         conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
-        conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 1);
+        // YARN's default: an application may ask for a second ApplicationMaster attempt (--am-attempts 2)
+        conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 2);
         // GPUs as a countable resource, 2 per NodeManager, declared rather than discovered (no GPU,
         // no nvidia-smi here): what tfos yarn --worker-gpus asks for is then scheduled and allocated
         conf.set("yarn.resource-types", "yarn.io/gpu");
