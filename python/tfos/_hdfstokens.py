@@ -8,7 +8,13 @@ that file and keeps the token fresh: ``tfos yarn --principal/--keytab``'s
 ApplicationMaster writes new tokens before the old ones reach their maximum
 lifetime to ``$TFOS_HDFS_CREDENTIALS`` (an hdfs:// file in the application's
 staging dir, readable by its user only), which is read, with the token still
-held, once that token is past 60 % of its lifetime.
+held, once that token is past 60 % of its lifetime. On Spark-on-YARN the
+driver publishes the token Spark renewed there (tfos._spark.tokens); those
+tokens are replaced rather than renewed, so their lifetime is also capped at
+the NameNode's renewal interval when ``$TFOS_HDFS_TOKEN_RENEW_MS`` gives it.
+A newer token is also kept in ``$TFOS_HDFS_TOKEN_CACHE`` (a 0600 file of the
+node's), which a restarted program on the same executor starts from: its
+container's token may be dead by then.
 
 The credentials format (Hadoop's ``Credentials``): ``HDTS``, a version byte,
 then either (0) Writable fields: a vint count of (alias Text, token) pairs,
@@ -37,6 +43,16 @@ class Token(collections.namedtuple("Token", "kind service identifier password"))
                         self.password, _vint_bytes(len(self.kind)), self.kind, _vint_bytes(len(self.service)),
                         self.service))
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+    @classmethod
+    def from_url_string(cls, s):
+        """The token of Hadoop's URL string ``s`` (url_string's inverse)."""
+        raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+        ident, pos = _text(raw, 0)
+        pw, pos = _text(raw, pos)
+        kind, pos = _text(raw, pos)
+        service, pos = _text(raw, pos)
+        return cls(kind, service, ident, pw)
 
     def dates(self):
         """(issue date, maximum date) in ms since the epoch, from the
@@ -151,6 +167,48 @@ def best_hdfs_token(tokens):
     return max(hdfs, key=lambda t: t.dates()[1]) if hdfs else None
 
 
+def write_credentials(tokens) -> bytes:
+    """Hadoop's credentials file (format 0) holding ``tokens``, no secret keys."""
+    def text(b):
+        return _vint_bytes(len(b)) + b
+    out = b"HDTS\x00" + _vint_bytes(len(tokens))
+    for i, t in enumerate(tokens):
+        out += text(b"tfos-%d" % i) + text(t.identifier) + text(t.password) + text(t.kind) + text(t.service)
+    return out + _vint_bytes(0)
+
+
+def keep_if_newer(token, path=None):
+    """_keep ``token`` unless ``path`` ($TFOS_HDFS_TOKEN_CACHE) already holds
+    one that lives as long (a node's start, with the driver's token then)."""
+    path = path or os.environ.get("TFOS_HDFS_TOKEN_CACHE")
+    if path and os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                held = best_hdfs_token(read_credentials(f.read()))
+            if held is not None and held.dates()[1] >= token.dates()[1]:
+                return
+        except (OSError, ValueError, IndexError):
+            pass
+    _keep(token, path)
+
+
+def _keep(token, path=None):
+    """The newest token into ``path``, $TFOS_HDFS_TOKEN_CACHE (0600, renamed
+    into place), for the next program on this executor; nothing when unset."""
+    path = path or os.environ.get("TFOS_HDFS_TOKEN_CACHE")
+    if not path:
+        return
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(write_credentials([token]))
+        os.replace(tmp, path)
+    except OSError as e:
+        sys.stderr.write("tfos.fs: could not keep the new HDFS delegation token in %s (%s): a program restarted "
+                         "here starts from its container's\n" % (path, e))
+
+
 class Keeper:
     """The token this process uses, refreshed as the module says."""
 
@@ -172,22 +230,29 @@ class Keeper:
         with self._lock:
             if not self._loaded:
                 self._loaded = True
-                path = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
-                if path and os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        self._token = best_hdfs_token(read_credentials(f.read()))
+                held = []
+                for path in (os.environ.get("HADOOP_TOKEN_FILE_LOCATION"), os.environ.get("TFOS_HDFS_TOKEN_CACHE")):
+                    if path and os.path.isfile(path):
+                        with open(path, "rb") as f:
+                            held.append(best_hdfs_token(read_credentials(f.read())))
+                held = [t for t in held if t is not None]
+                self._token = max(held, key=lambda t: t.dates()[1]) if held else None  # the longest-lived
             if self._token is None:
                 return None if kerberos is None else self._kerberos(kerberos, namenode)
             fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
             issue, maximum = self._token.dates()
             now = time.time() * 1000
             life = max(maximum - issue, 0)
+            renew = os.environ.get("TFOS_HDFS_TOKEN_RENEW_MS")
+            if renew and renew.isdigit() and int(renew) > 0:
+                life = min(life, int(renew))  # a token nobody renews expires then
             if fresh and now > issue + 0.6 * life and now - self._checked_ms > max(1000, life / 20):
                 self._checked_ms = now
                 try:
                     newer = best_hdfs_token(read_credentials(read_remote(fresh, self._token.url_string())))
                     if newer is not None and newer.dates()[1] > maximum:
                         self._token = newer
+                        _keep(newer)
                 except Exception as e:  # noqa: BLE001 (kept, and said: the held token may still do)
                     sys.stderr.write("tfos.fs: could not read fresh HDFS delegation tokens from %s (%s); the token "
                                      "held is used while it lasts\n" % (fresh, e))

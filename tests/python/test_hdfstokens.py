@@ -247,3 +247,58 @@ def test_keeper_gets_a_token_with_a_ticket_outside_containers(monkeypatch):
 def test_keeper_prefers_the_container_token_to_a_ticket(env):
     held, _at, _calls = env
     assert _hdfstokens.Keeper().token(remote([], b""), lambda: pytest.fail("asked the ticket")) == held.url_string()
+
+
+def test_written_credentials_read_back():
+    tokens = [tok(ISSUE, ISSUE + LIFE, pw=b"a"), tok(ISSUE + 5, ISSUE + 2 * LIFE, pw=b"b", service=b"nn2:8020")]
+    data = _hdfstokens.write_credentials(tokens)
+    assert data[:5] == b"HDTS\x00"
+    assert _hdfstokens.read_credentials(data) == tokens
+
+
+def test_keeper_caps_the_life_of_a_token_nobody_renews(env, monkeypatch):
+    # Spark's tokens are replaced, not renewed: they expire at the renewal interval, so the Keeper looks for a
+    # newer one at 60 % of that interval when TFOS_HDFS_TOKEN_RENEW_MS gives it (here a tenth of the life)
+    held, at, calls = env
+    monkeypatch.setenv("TFOS_HDFS_TOKEN_RENEW_MS", str(LIFE // 10))
+    newer = tok(ISSUE + LIFE // 20, ISSUE + LIFE + LIFE // 20, pw=b"newer")
+    at(0.05)
+    assert _hdfstokens.Keeper().token(remote(calls, cred_v0([(b"hdfs", newer)]))) == held.url_string()
+    assert calls == []
+    at(0.07)
+    assert _hdfstokens.Keeper().token(remote(calls, cred_v0([(b"hdfs", newer)]))) == newer.url_string()
+    assert len(calls) == 1
+
+
+def test_keeper_keeps_a_newer_token_for_the_next_program(env, monkeypatch, tmp_path):
+    # a program restarted on the same executor starts from the newest token a program before it got, not from
+    # its container's (which may be dead by then); the file is the node's alone
+    held, at, calls = env
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TFOS_HDFS_TOKEN_CACHE", str(cache))
+    newer = tok(ISSUE + LIFE // 2, ISSUE + 2 * LIFE, pw=b"newer")
+    at(0.61)
+    assert _hdfstokens.Keeper().token(remote(calls, cred_v1([(b"hdfs", newer)]))) == newer.url_string()
+    assert cache.stat().st_mode & 0o777 == 0o600
+    assert _hdfstokens.read_credentials(cache.read_bytes()) == [newer]
+    calls.clear()
+    assert _hdfstokens.Keeper().token(remote(calls, fail)) == newer.url_string()   # a new program
+    assert calls == []
+    # an older cache loses to the container's token
+    cache.write_bytes(_hdfstokens.write_credentials([tok(ISSUE - LIFE, ISSUE, pw=b"old")]))
+    assert _hdfstokens.Keeper().token(remote(calls, fail)) == held.url_string()
+
+
+def test_url_string_reads_back(monkeypatch, tmp_path):
+    t = tok(ISSUE, ISSUE + LIFE, pw=b"p" * 20)
+    assert _hdfstokens.Token.from_url_string(t.url_string()) == t
+    # the node's start keeps the driver's token unless the cache holds one that lives as long
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TFOS_HDFS_TOKEN_CACHE", str(cache))
+    _hdfstokens.keep_if_newer(t)
+    assert _hdfstokens.read_credentials(cache.read_bytes()) == [t]
+    _hdfstokens.keep_if_newer(tok(ISSUE - 1, ISSUE + LIFE - 1, pw=b"older"))
+    assert _hdfstokens.read_credentials(cache.read_bytes()) == [t]
+    later = tok(ISSUE + 1, ISSUE + LIFE + 1, pw=b"later")
+    _hdfstokens.keep_if_newer(later)
+    assert _hdfstokens.read_credentials(cache.read_bytes()) == [later]

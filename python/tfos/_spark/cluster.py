@@ -314,6 +314,8 @@ class TFCluster(object):
 
     def _close(self):
         self._engine.release()  # agents still connected lose their coordinator and stop
+        if self._conf.get("token_publisher") is not None:
+            self._conf["token_publisher"].stop()
         tracker = self._conf.get("tracker")
         if tracker is not None:  # ended with the attempt loop; KILLED if shut down before that
             tracker.close()
@@ -350,6 +352,17 @@ def _is_dstream(x):
     except ImportError:
         return False
     return isinstance(x, DStream)
+
+
+def _hadoop_user(sc):
+    """The user the driver's Hadoop client acts as: its JVM's (under
+    Kerberos the principal's short name, which need not be this process's
+    uid), else tfos.fs's rule (HADOOP_USER_NAME, else the uid's name)."""
+    from ..fs import hadoop_user
+    try:
+        return str(sc._jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().getShortUserName())
+    except Exception:  # noqa: BLE001 (no JVM to ask: Spark Connect, a stand-in context)
+        return hadoop_user()
 
 
 def _layout(num_executors, num_ps, master_node, eval_node):
@@ -472,13 +485,12 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             logger.warning("hdfs:// paths will not be reachable from the nodes through tfos.fs: %s", e)
     if default_fs.startswith("file:"):
         default_fs = "file://"
+    husr = _hadoop_user(sc) if default_fs != "file://" else None
     if checkpoint_dir is None:
         if default_fs == "file://":
             checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", cluster_id))
         else:
-            from ..fs import hadoop_user  # the home Hadoop's client has, not $USER's
-            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), hadoop_user(),
-                                                                cluster_id)
+            checkpoint_dir = "%s/user/%s/tfos-checkpoints/%s" % (default_fs.rstrip("/"), husr, cluster_id)
     spec = NodeSpec(cluster_id, _tfos.random_secret(), None, layout, int(input_mode),
                                 _payload.dumps((map_fun, tf_args), keras), local, float(reservation_timeout),
                                 feed_mb=int(feed_mb), log_dir=node_log_dir, tensorboard=bool(tensorboard),
@@ -486,13 +498,28 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 heartbeat_timeout=float(heartbeat_timeout), spark_ids=spark_ids,
                                 checkpoint_dir=checkpoint_dir, hang_timeout=float(hang_timeout),
                                 hand_port=not release_port, keras=keras,
-                                max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs)
+                                max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs, hadoop_user=husr)
     spec.env = tracker_env(tracker)
+    publisher = None
+    if husr is not None and webhdfs is not None:
+        # Kerberos: the tokens Spark renews reach the nodes through HDFS (tfos._spark.tokens)
+        from .tokens import Publisher
+        publisher = Publisher(sc, cluster_id)
+        try:
+            url = publisher.start()
+        except Exception as e:  # noqa: BLE001 (said: the nodes keep their executors' tokens)
+            logger.warning("tfos: cannot publish HDFS delegation tokens for the nodes (%s): they use their "
+                           "executors' tokens, until those expire", short(e, 300))
+            url = None
+        if url:
+            spec.env.update({"TFOS_HDFS_CREDENTIALS": url, "TFOS_HDFS_TOKEN_RENEW_MS": str(publisher.renew_ms)})
+        else:
+            publisher = None
     conf = {"input_mode": int(input_mode), "total": total, "max_restarts": max(0, int(max_restarts)),
             "listen": listen, "advertise": advertise, "port": 0, "reservation_timeout": float(reservation_timeout),
             "grace": float(grace), "failure_grace": float(failure_grace), "heartbeat_timeout": float(heartbeat_timeout), "spark_ids": spark_ids,
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
-            "quiet": bool(quiet), "tracker": tracker, "framework": framework,
+            "quiet": bool(quiet), "tracker": tracker, "framework": framework, "token_publisher": publisher,
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
             "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0}
     cluster = TFCluster(sc, spec, conf)

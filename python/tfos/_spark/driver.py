@@ -330,6 +330,10 @@ class DriverEngine(Engine):
             _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
         if conf["driver_ps_nodes"]:
             self.driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
+        if conf.get("token_publisher") is not None:
+            # every attempt's nodes start from the driver's newest HDFS token (tfos._spark.tokens): a
+            # restarted program may find the one its executor kept expired
+            spec.hdfs_token = conf["token_publisher"].current() or getattr(spec, "hdfs_token", None)
         self.node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], node_errors)
         _wait_formed(self.driver, node_errors, conf["reservation_timeout"])
         logger.info("cluster %s attempt %d formed", spec.cluster_id, attempt)

@@ -37,7 +37,7 @@ class NodeSpec(object):
     def __init__(self, cluster_id, secret, coord_addr, layout, input_mode, payload, local_master,
                  reservation_timeout, feed_mb=64, log_dir=None, tensorboard=False, tb_logdir=None,
                  default_fs="file://", heartbeat_timeout=30.0, spark_ids=None, checkpoint_dir=None,
-                 hang_timeout=0.0, hand_port=False, keras="auto", max_restarts=0, webhdfs=None):
+                 hang_timeout=0.0, hand_port=False, keras="auto", max_restarts=0, webhdfs=None, hadoop_user=None):
         self.cluster_id = cluster_id
         self.secret = secret
         self.coord_addr = coord_addr
@@ -59,6 +59,7 @@ class NodeSpec(object):
         self.keras = keras                    # the agent's --keras: which Keras tf.keras is in map_fun
         self.max_restarts = max_restarts      # the agent's --max-restarts: TORCHELASTIC_MAX_RESTARTS
         self.webhdfs = webhdfs                # TFOS_WEBHDFS: tfos.fs reaches hdfs:// through it
+        self.hadoop_user = hadoop_user        # HADOOP_USER_NAME: the driver's Hadoop user (its Kerberos one)
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of
@@ -462,8 +463,20 @@ def start_node(spec, executor_id):
             import importlib.util
             env["TFOS_HAS_TF_KERAS"] = "1" if importlib.util.find_spec("tf_keras") is not None else "0"
         env.update(getattr(spec, "env", None) or {})  # MLFLOW_TRACKING_URI, MLFLOW_RUN_ID (mlflow=)
+        if "TFOS_HDFS_CREDENTIALS" in env:
+            # where tfos.fs keeps a newer HDFS token than the container's, for this node's next program;
+            # it starts with the driver's token of when the cluster was made, if that one is newer
+            env["TFOS_HDFS_TOKEN_CACHE"] = os.path.abspath(".tfos-hdfs-token-%s-%d" % (spec.cluster_id, executor_id))
+            if getattr(spec, "hdfs_token", None):
+                from .. import _hdfstokens
+                _hdfstokens.keep_if_newer(_hdfstokens.Token.from_url_string(spec.hdfs_token),
+                                          env["TFOS_HDFS_TOKEN_CACHE"])
         if getattr(spec, "webhdfs", None) and "TFOS_WEBHDFS" not in os.environ:
             env["TFOS_WEBHDFS"] = spec.webhdfs
+        if getattr(spec, "hadoop_user", None) and "HADOOP_USER_NAME" not in os.environ:
+            # the nodes act on HDFS as the application's user (under Kerberos, the principal's short
+            # name, which need not be the executor's uid): /user/<it>/ is their home (TFNode.hdfs_path)
+            env["HADOOP_USER_NAME"] = spec.hadoop_user
         gpus = gpu_addresses()
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
