@@ -60,6 +60,7 @@ const char tfos__yarn_help[] =
     "                                                   YARN's aggregated logs)\n"
     "       tfos yarn pack [-o FILE] [ENV_DIR]   (a venv as a .tar.gz for --archive FILE#env)\n"
     "       tfos yarn serve [options] --model NAME=DIR ...   (tfos serve on YARN: tfos yarn serve --help)\n"
+    "status, kill and logs take --principal P --keytab K on a Kerberized cluster (else the ticket cache)\n"
     "\n"
     "Runs the cluster in YARN containers: an ApplicationMaster (the tfos launcher, as in tfos run)\n"
     "and one container per node, each running the node's agent and PROGRAM. PROGRAM's paths are\n"
@@ -518,15 +519,51 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret,
 
 /* ---- tfos yarn --------------------------------------------------------- */
 
-/* The Java client's `COMMAND APP [EXTRA]` (status, kill, logs). */
-static int client_command(const char *command, const char *app, const char *extra)
+/* Kerberos login of status, kill and logs: --principal P --keytab K (or
+ * --principal=P ...) anywhere in argv, taken out of it (argc shrinks). 0, or
+ * 2 after a usage error was reported. */
+static int take_login(int *argc, char **argv, const char **principal, const char **keytab)
+{
+    static char path[PATH_MAX];
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        int is_p = !strncmp(a, "--principal", 11) && (a[11] == 0 || a[11] == '=');
+        int is_k = !strncmp(a, "--keytab", 8) && (a[8] == 0 || a[8] == '=');
+        if (!is_p && !is_k) {
+            argv[n++] = argv[i];
+            continue;
+        }
+        const char *v = strchr(a, '=') ? strchr(a, '=') + 1 : i + 1 < *argc ? argv[++i] : NULL;
+        if (!v || !*v)
+            return tfos__usage_error("%s needs a value", is_p ? "--principal" : "--keytab");
+        if (is_p) {
+            *principal = v;
+        } else if (!realpath(v, path) || access(path, R_OK)) {
+            fprintf(stderr, "tfos yarn: --keytab %s: cannot read it: %s\n", v, strerror(errno));
+            return 2;
+        } else {
+            *keytab = path;
+        }
+    }
+    *argc = n;
+    if (!*principal != !*keytab)
+        return tfos__usage_error("%s", "--principal and --keytab go together (or neither: the ticket cache kinit "
+                                       "filled)");
+    return 0;
+}
+
+/* The Java client's `COMMAND APP [EXTRA]` (status, kill, logs), logged in
+ * as principal with keytab when given (else the ticket cache). */
+static int client_command(const char *command, const char *app, const char *extra, const char *principal,
+                          const char *keytab)
 {
     strv args = {0};
     if (strv_add(&args, command) || strv_add(&args, app) || (extra && strv_add(&args, extra))) {
         strv_free(&args);
         return 1;
     }
-    int code = run_client(&args, NULL, NULL, NULL, NULL);
+    int code = run_client(&args, NULL, NULL, principal, keytab);
     strv_free(&args);
     return code;
 }
@@ -805,15 +842,19 @@ int tfos__cmd_yarn(int argc, char **argv)
         return yarn_serve(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "pack"))
         return tfos__cmd_yarn_pack(argc - 1, argv + 1);
+    const char *principal = NULL, *keytab = NULL;
+    if (argc >= 1 && (!strcmp(argv[0], "logs") || !strcmp(argv[0], "status") || !strcmp(argv[0], "kill")) &&
+        take_login(&argc, argv, &principal, &keytab))
+        return 2;
     if (argc >= 1 && !strcmp(argv[0], "logs")) {
         int follow = argc == 3 && (!strcmp(argv[2], "--follow") || !strcmp(argv[2], "-f"));
         if (argc < 2 || argc > 3 || (argc == 3 && !follow) || argv[1][0] == '-')
             return tfos__usage_error("%s", "yarn logs takes an application id and --follow "
                                            "(tfos yarn logs APPLICATION_ID [--follow])");
-        return client_command("logs", argv[1], follow ? "--follow" : NULL);
+        return client_command("logs", argv[1], follow ? "--follow" : NULL, principal, keytab);
     }
     if (argc == 2 && argv[1][0] != '-' && !strcmp(argv[0], "status"))
-        return client_command(argv[0], argv[1], NULL);
+        return client_command(argv[0], argv[1], NULL, principal, keytab);
     if (argc >= 1 && !strcmp(argv[0], "kill")) {
         /* kill APP; kill --graceful APP, or kill APP --graceful */
         const char *app = NULL;
@@ -830,7 +871,7 @@ int tfos__cmd_yarn(int argc, char **argv)
         if (!app)
             return tfos__usage_error("%s", "yarn kill takes an application id (tfos yarn kill [--graceful] "
                                            "APPLICATION_ID)");
-        return client_command("kill", app, graceful ? "--graceful" : NULL);
+        return client_command("kill", app, graceful ? "--graceful" : NULL, principal, keytab);
     }
     return yarn_submit(argc, argv);
 }

@@ -368,6 +368,15 @@ def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster
     st = subprocess.run([TFOS, "yarn", "status", app], env=secure_cluster.env(), capture_output=True, text=True,
                         timeout=60)
     assert st.returncode == 1 and "has no Kerberos ticket" in st.stderr, st.stdout + st.stderr
+    # no ticket, a keytab: status logs in with it (before or after the application id)
+    for args in (["--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab, app],
+                 [app, "--principal=" + secure_cluster.principal, "--keytab=" + secure_cluster.keytab]):
+        st = subprocess.run([TFOS, "yarn", "status"] + args, env=secure_cluster.env(), capture_output=True,
+                            text=True, timeout=60)
+        assert st.returncode == 0 and "state       FINISHED (SUCCEEDED)" in st.stdout, st.stdout + st.stderr
+    st = subprocess.run([TFOS, "yarn", "kill", "--principal", secure_cluster.principal, app],
+                        env=secure_cluster.env(), capture_output=True, text=True, timeout=60)
+    assert st.returncode == 2 and "--principal and --keytab go together" in st.stderr, st.stderr
 
 
 def test_yarn_serve_loads_new_versions_from_hdfs_past_its_tokens_lifetime(secure_cluster, ticket, mlflow_server,
