@@ -14,6 +14,8 @@ import sys
 import time
 import traceback
 
+from .tensorboard import stop_child  # TensorBoard ends as tfos.tensorboard ends its own
+
 
 def _read_payload():
     fd = int(os.environ["TFOS_PAYLOAD_FD"])
@@ -65,15 +67,6 @@ def _wait_for_stop():
         time.sleep(3600)
 
 
-def _stop_tensorboard(tb):
-    if tb is None or tb.poll() is not None:
-        return
-    tb.terminate()
-    try:
-        tb.wait(10)
-    except subprocess.TimeoutExpired:
-        tb.kill()
-        tb.wait()
 
 
 def _note_failure():
@@ -108,7 +101,7 @@ def main():
             _note_failure()
             sys.stderr.write("tfos: map_fun on %s:%d called sys.exit(%r)\n" % (ctx.job_name, ctx.task_index, exc.code))
             sys.stderr.flush()
-            _stop_tensorboard(tb)
+            stop_child(tb)
             os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException:
         _note_failure()
@@ -117,10 +110,10 @@ def main():
                                                                            ctx.executor_id))
         traceback.print_exc()
         sys.stderr.flush()
-        _stop_tensorboard(tb)
+        stop_child(tb)
         os._exit(1)
     finally:
-        _stop_tensorboard(tb)
+        stop_child(tb)
     sys.stdout.flush()
     sys.stderr.flush()
     if ctx.job_name == "ps":

@@ -72,6 +72,18 @@ def sync(url, local, sizes):
     return fetched
 
 
+def stop_child(proc):
+    """Stop a TensorBoard process: SIGTERM, and SIGKILL 10 s later."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tfos.tensorboard", description=__doc__.split("\n\n")[0],
                                  epilog="Other options go to TensorBoard.")
@@ -114,13 +126,7 @@ def main(argv=None):
                                      % (args.logdir, args.sync, msg))
                 last_error = msg
     finally:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_child(child)
         shutil.rmtree(local, ignore_errors=True)
     code = child.returncode
     if stop:

@@ -508,7 +508,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         try:
             url = publisher.start()
         except Exception as e:  # noqa: BLE001 (said: the nodes keep their executors' tokens)
-            logger.warning("tfos: cannot publish HDFS delegation tokens for the nodes (%s): they use their "
+            logger.warning("cannot publish HDFS delegation tokens for the nodes (%s): they use their "
                            "executors' tokens, until those expire", short(e, 300))
             url = None
         if url:

@@ -465,7 +465,7 @@ def start_node(spec, executor_id):
         env.update(getattr(spec, "env", None) or {})  # MLFLOW_TRACKING_URI, MLFLOW_RUN_ID (mlflow=)
         if "TFOS_HDFS_CREDENTIALS" in env:
             # where tfos.fs keeps a newer HDFS token than the container's, for this node's next program;
-            # it starts with the driver's token of when the cluster was made, if that one is newer
+            # it starts with the driver's token of when this attempt was formed, if that one is newer
             env["TFOS_HDFS_TOKEN_CACHE"] = os.path.abspath(".tfos-hdfs-token-%s-%d" % (spec.cluster_id, executor_id))
             if getattr(spec, "hdfs_token", None):
                 from .. import _hdfstokens

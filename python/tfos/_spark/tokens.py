@@ -15,16 +15,14 @@ file with the token it holds, before that token expires
 driver's newest token of when the attempt was formed (it travels in their
 Spark task, as the cluster's secret and Spark's own token updates do) or
 a newer one their executor kept, whichever lives longer than their
-container's. The directory
-is removed at shutdown.
+container's. The directory is removed at shutdown.
 
 Without Kerberos, or without an HDFS default file system, nothing is done.
 """
 
-import logging
 import threading
 
-logger = logging.getLogger(__name__)
+from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 
 HDFS_KIND = "HDFS_DELEGATION_TOKEN"
 
@@ -60,7 +58,7 @@ class Publisher(object):
         self._file = path(self._dir, "credentials")
         self.renew_ms = conf.getLong("dfs.namenode.delegation.token.renew-interval", 86400000)
         if not self._publish():
-            logger.warning("tfos: the driver holds no HDFS delegation token: the nodes use their executors' "
+            logger.warning("the driver holds no HDFS delegation token: the nodes use their executors' "
                            "tokens, until those expire")
         self.url = str(fs.makeQualified(self._file).toString())
         self._thread = threading.Thread(target=self._run, name="tfos-hdfs-tokens", daemon=True)
@@ -85,7 +83,7 @@ class Publisher(object):
         try:
             token = self._newest()
         except Exception as e:  # noqa: BLE001 (the nodes fall back to what their executors hold)
-            logger.warning("tfos: cannot read the driver's HDFS delegation token: %s", str(e).splitlines()[0])
+            logger.warning("cannot read the driver's HDFS delegation token: %s", str(e).splitlines()[0])
             return None
         return None if token is None else str(token.encodeToUrlString())
 
@@ -110,7 +108,7 @@ class Publisher(object):
         if not self._fs.rename(tmp, self._file):
             raise IOError("could not rename %s to %s" % (tmp.toString(), self._file.toString()))
         self._published = key
-        logger.info("tfos: a new HDFS delegation token for the nodes in %s", self._file.toString())
+        logger.info("a new HDFS delegation token for the nodes in %s", self._file.toString())
         return True
 
     def _run(self):
@@ -121,7 +119,7 @@ class Publisher(object):
                 said = None
             except Exception as e:  # noqa: BLE001 (said once, tried again: the nodes' token may still do)
                 if str(e) != said:
-                    logger.warning("tfos: could not publish the driver's HDFS delegation token for the nodes "
+                    logger.warning("could not publish the driver's HDFS delegation token for the nodes "
                                    "(%s); trying again in %g s", str(e).splitlines()[0], self._period)
                 said = str(e)
 
@@ -134,4 +132,4 @@ class Publisher(object):
             try:
                 self._fs.delete(self._dir, True)
             except Exception as e:  # noqa: BLE001 (the JVM may be stopping: the dir is the user's, 0700)
-                logger.warning("tfos: could not remove %s: %s", self._dir.toString(), e)
+                logger.warning("could not remove %s: %s", self._dir.toString(), e)
