@@ -524,7 +524,6 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret,
  * 2 after a usage error was reported. */
 static int take_login(int *argc, char **argv, const char **principal, const char **keytab)
 {
-    static char path[PATH_MAX];
     int n = 0;
     for (int i = 0; i < *argc; i++) {
         const char *a = argv[i];
@@ -537,19 +536,14 @@ static int take_login(int *argc, char **argv, const char **principal, const char
         const char *v = strchr(a, '=') ? strchr(a, '=') + 1 : i + 1 < *argc ? argv[++i] : NULL;
         if (!v || !*v)
             return tfos__usage_error("%s needs a value", is_p ? "--principal" : "--keytab");
-        if (is_p) {
+        if (is_p)
             *principal = v;
-        } else if (!realpath(v, path) || access(path, R_OK)) {
-            fprintf(stderr, "tfos yarn: --keytab %s: cannot read it: %s\n", v, strerror(errno));
+        else if (!(*keytab = tfos__yarn_keytab(v)))
             return 2;
-        } else {
-            *keytab = path;
-        }
     }
     *argc = n;
     if (!*principal != !*keytab)
-        return tfos__usage_error("%s", "--principal and --keytab go together (or neither: the ticket cache kinit "
-                                       "filled)");
+        return tfos__usage_error("%s", TFOS_YARN_LOGIN_PAIR);
     return 0;
 }
 
@@ -638,8 +632,7 @@ static int submit(strv *args, int bad, const tfos__yarn_cli *c, const char *secr
     if (bad)
         fprintf(stderr, "tfos yarn: out of memory\n");
     else if (!c->principal != !c->keytab)
-        code = tfos__usage_error("%s", "--principal and --keytab go together (or neither: the ticket cache kinit "
-                                       "filled)");
+        code = tfos__usage_error("%s", TFOS_YARN_LOGIN_PAIR);
     else
         code = run_client(args, c->hadoop_classpath, secret, c->principal, c->keytab);
     strv_free(args);

@@ -60,6 +60,16 @@ static int parse_memory(const char *opt, const char *s, int *mb)
     return tfos__usage_error(msg, s ? s : "");
 }
 
+const char *tfos__yarn_keytab(const char *v)
+{
+    static char path[PATH_MAX];
+    if (!realpath(v, path) || access(path, R_OK)) {
+        fprintf(stderr, "tfos yarn: --keytab %s: cannot read it: %s\n", v, strerror(errno));
+        return NULL;
+    }
+    return path;
+}
+
 int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *a)
 {
     if (!strcmp(a, "--queue"))
@@ -81,13 +91,7 @@ int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *a)
         const char *v = tfos__args_value(it);
         if (tfos__opt_need(a, v, "a keytab file"))
             return 2;
-        static char path[PATH_MAX];
-        if (!realpath(v, path) || access(path, R_OK)) {
-            fprintf(stderr, "tfos yarn: --keytab %s: cannot read it: %s\n", v, strerror(errno));
-            return 2;
-        }
-        y->keytab = path;
-        return 1;
+        return (y->keytab = tfos__yarn_keytab(v)) ? 1 : 2;
     }
     if (!strcmp(a, "--am-memory"))
         return parse_memory(a, tfos__args_value(it), &y->am_memory_mb) ? 2 : 1;

@@ -23,6 +23,11 @@ typedef struct tfos__yarn_cli {
 /* Option opt (the iterator's current argument) if it is a client option:
  * 1 taken (with its value), 0 not one, 2 a usage error (reported). */
 int tfos__yarn_option(tfos__yarn_cli *y, tfos__args *it, const char *opt);
+/* --keytab's value as an absolute path (static storage), or NULL after
+ * saying why it cannot be read. */
+const char *tfos__yarn_keytab(const char *value);
+/* What --principal without --keytab (or the reverse) is told. */
+#define TFOS_YARN_LOGIN_PAIR "--principal and --keytab go together (or neither: the ticket cache kinit filled)"
 /* Is arg (--opt or --opt=value) a client option (each takes a value;
  * *has_value: given after '=')? */
 int tfos__yarn_client_only(const char *arg, int *has_value);

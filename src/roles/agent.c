@@ -641,16 +641,14 @@ static int exec_errno(int e)
  * the program's process group (and cgroup), and ends with it as everything
  * the program starts does. Its output goes to <log_dir>/tensorboard.log.
  * argv[3..7] are: python, logdir, host, port, log file. NULL on failure. */
-static const char tensorboard_sh[] =
-    "\"$0\" -m tensorboard.main --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"
-    "shift 4\n"
-    "exec \"$@\"";
-/* the same for a log dir on HDFS (or another remote URL): TensorBoard reads
- * local paths only, so tfos.tensorboard follows the URL into a local copy */
-static const char tensorboard_remote_sh[] =
-    "\"$0\" -m tfos.tensorboard --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"
-    "shift 4\n"
-    "exec \"$@\"";
+#define TENSORBOARD_SH(module)                                                                             \
+    "\"$0\" -m " module " --logdir \"$1\" --host \"$2\" --port \"$3\" >\"$4\" 2>&1 </dev/null &\n"          \
+    "shift 4\n"                                                                                          \
+    "exec \"$@\""
+static const char tensorboard_sh[] = TENSORBOARD_SH("tensorboard.main");
+/* a log dir on HDFS (or another remote URL): TensorBoard reads local paths
+ * only, so tfos.tensorboard follows the URL into a local copy */
+static const char tensorboard_remote_sh[] = TENSORBOARD_SH("tfos.tensorboard");
 
 static void free_tensorboard(char **tb)
 {
