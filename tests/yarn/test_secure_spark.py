@@ -38,20 +38,13 @@ def test_tfcluster_outlives_its_tokens_and_a_node_restart_under_spark_submit_key
     # lifetime); worker:1 kills itself at step 60, ~35 s in, past the tokens the executors started with:
     # the restarted programs must start from a token kept on their executor, and every node resumes
     c = spark_secure_cluster
-    krb = os.path.join(c.conf_dir, "krb5.conf")
-    env = spark_on_yarn_env(c)
-    env["HADOOP_CONF_DIR"] = c.conf_dir
+    env = spark_on_yarn_env(c)  # its spark-defaults.conf: --principal/--keytab and krb5.conf for every JVM
     jars = os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars", "*")
     conf = {"spark.yarn.jars": "local:" + jars, "spark.yarn.am.memory": "512m",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.scheduler.minRegisteredResourcesRatio": "1.0", "spark.yarn.maxAppAttempts": "1",
-            "spark.pyspark.python": sys.executable,
-            # Java reads no KRB5_CONFIG: every JVM of the application is told where krb5.conf is
-            "spark.driver.extraJavaOptions": "-Djava.security.krb5.conf=" + krb,
-            "spark.yarn.am.extraJavaOptions": "-Djava.security.krb5.conf=" + krb,
-            "spark.executor.extraJavaOptions": "-Djava.security.krb5.conf=" + krb}
+            "spark.pyspark.python": sys.executable}
     cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "yarn",
-           "--principal", c.principal, "--keytab", c.keytab,
            "--num-executors", "2", "--executor-cores", "1", "--executor-memory", "512m"]
     for k, v in conf.items():
         cmd += ["--conf", "%s=%s" % (k, v)]

@@ -8,7 +8,6 @@ absolute path (the containers are on this machine), so no archive is needed
 except in the test that ships one.
 """
 
-import getpass
 import json
 import os
 import re
@@ -342,9 +341,9 @@ def test_killed_program_restarts_the_cluster_and_resumes_from_its_hdfs_checkpoin
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     app = app_id(out)
-    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, yarn_cluster.user, app)
     assert "checkpoints in " + ckpt in out, out
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    yarn_cluster.use(monkeypatch)
     import tfos.fs
     for node in ("worker-0", "worker-1"):
         with tfos.fs.open("%s/%s.step" % (ckpt, node)) as f:
@@ -365,7 +364,7 @@ def test_digits_example_trains_on_yarn_and_saves_its_model_to_hdfs(yarn_cluster,
     in containers, checkpoints on HDFS (the default), the model saved to
     HDFS; predict.py then reads it back from HDFS and scores it."""
     digits = os.path.join(REPO, "examples", "digits")
-    model_dir = "hdfs:///user/%s/digits-model" % getpass.getuser()
+    model_dir = "hdfs:///user/%s/digits-model" % yarn_cluster.user
     r = tfos_yarn(yarn_cluster, ["--workers", "2", "--ps", "1", "--worker-memory", "1g", "--ps-memory", "512m",
                                  "--am-memory", "384m", "--name", "digits",
                                  "--file", os.path.join(digits, "train.py"),
@@ -380,9 +379,9 @@ def test_digits_example_trains_on_yarn_and_saves_its_model_to_hdfs(yarn_cluster,
     assert "[worker:1] done (held-out accuracy" in r.stdout, out
     # every epoch's checkpoint went to HDFS: the chief pushed it (tfos.fs.Mirror)
     app = app_id(out)
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    yarn_cluster.use(monkeypatch)
     import tfos.fs
-    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+    ckpt = "%s/user/%s/tfos-checkpoints/%s" % (yarn_cluster.default_fs, yarn_cluster.user, app)
     with tfos.fs.open(ckpt + "/checkpoint") as f:
         assert b'model_checkpoint_path: "ckpt-5"' in f.read()
     # the model on HDFS, read back and scored outside YARN
@@ -414,11 +413,13 @@ def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_pa
                         container = line.rsplit("container=", 1)[1]
             time.sleep(0.5)
         assert container, out_path.read_text()
-        # the ResourceManager's REST API: stop that one container, as an operator would
-        req = urllib.request.Request("http://%s/ws/v1/cluster/containers/%s/signal/FORCEFUL_SHUTDOWN?user.name=%s"
-                                     % (yarn_cluster.rm_webapp, container, getpass.getuser()), method="POST")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            assert resp.status == 200
+        # the ResourceManager's REST API: stop that one container, as an operator would, with the ticket
+        # (SPNEGO); without one the API answers 401
+        url = "http://%s/ws/v1/cluster/containers/%s/signal/FORCEFUL_SHUTDOWN" % (yarn_cluster.rm_webapp, container)
+        for login, code in (([], "401"), (["--negotiate", "-u", ":"], "200")):
+            r = subprocess.run(["curl", "-sS", "-X", "POST", "-o", "/dev/null", "-w", "%{http_code}"] + login + [url],
+                               env=yarn_cluster.env(), capture_output=True, text=True, timeout=30)
+            assert r.stdout == code, (login, r.stdout + r.stderr)
         rc = p.wait(timeout=180)
     finally:
         if p.poll() is None:
@@ -446,6 +447,13 @@ def spark_on_yarn_env(cluster):
     os.makedirs(conf_dir, exist_ok=True)
     with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
         f.write("spark.ui.enabled false\n")
+        if cluster.secure:
+            # spark-submit --principal/--keytab, as a long job on a Kerberized cluster is run; and Java reads
+            # no KRB5_CONFIG: every JVM of the application is told where krb5.conf is
+            f.write("spark.kerberos.principal %s\nspark.kerberos.keytab %s\n" % (cluster.principal, cluster.keytab))
+            krb = "-Djava.security.krb5.conf=" + os.path.join(cluster.conf_dir, "krb5.conf")
+            for jvm in ("driver", "yarn.am", "executor"):
+                f.write("spark.%s.extraJavaOptions %s\n" % (jvm, krb))
     env = cluster.env()
     env.update({"YARN_CONF_DIR": cluster.conf_dir, "PYSPARK_PYTHON": sys.executable,
                 "SPARK_LOCAL_IP": "127.0.0.1", "TF_CPP_MIN_LOG_LEVEL": "2", "SPARK_CONF_DIR": conf_dir})
@@ -466,7 +474,7 @@ def test_tfcluster_on_spark_on_yarn_feeds_a_dataframe_read_from_hdfs(yarn_cluste
     nodes = result["nodes"]
     assert sorted(n["node"] for n in nodes) == ["worker:0", "worker:1"], nodes
     assert sum(n["rows"] for n in nodes) == 3000 and sum(n["sum"] for n in nodes) == 3000 * 2999 // 2, nodes
-    user = getpass.getuser()
+    user = yarn_cluster.user
     for n in nodes:
         assert n["defaultFS"] == yarn_cluster.default_fs, n                # ctx.defaultFS is HDFS
         assert n["relative"] == "%s/user/%s/model" % (yarn_cluster.default_fs, user), n
@@ -482,7 +490,7 @@ def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdf
     in YARN executors, the model saved to HDFS, then distributed inference
     with the model read back from HDFS."""
     digits = os.path.join(REPO, "examples", "digits")
-    user = getpass.getuser()
+    user = yarn_cluster.user
     data, model = "hdfs:///user/%s/spark-digits-data" % user, "hdfs:///user/%s/spark-digits-model" % user
     jars = os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars", "*")
     conf = {"spark.yarn.jars": "local:" + jars, "spark.yarn.am.memory": "512m",
@@ -502,33 +510,34 @@ def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdf
     m = re.search(r"^test accuracy: ([0-9.]+)$", r.stdout, re.M)
     assert m and float(m.group(1)) >= 0.90, r.stdout
     assert "predicted 360 held-out rows on 2 nodes" in r.stdout, r.stdout
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
+    yarn_cluster.use(monkeypatch)
     import tfos.fs
     assert tfos.fs.exists(model + "/digits.keras")
     for split in ("train", "test"):
         assert tfos.fs.exists("%s/%s/_SUCCESS" % (data, split)), split
 
 
-def test_logs_of_a_running_then_of_an_ended_application(yarn_cluster, tmp_path):
+def test_logs_of_a_running_then_of_an_ended_application(simple_cluster, tmp_path):
     """tfos yarn logs: while the application runs, the nodes' output from
     its status page; once it has ended (here: tfos yarn kill), YARN's
-    aggregated container logs."""
+    aggregated container logs. On the cluster with simple authentication:
+    the Kerberized one cannot aggregate logs (conftest.simple_cluster)."""
     out_path = tmp_path / "client.out"
     program = "print('LOGS-TEST hello', flush=True); import time; time.sleep(300)"
     with open(out_path, "wb") as out:
         p = subprocess.Popen([TFOS, "yarn", "--workers", "1"] + SMALL + ["--", sys.executable, "-c", program],
-                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+                             env=simple_cluster.env(), cwd=simple_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and "[worker:0] LOGS-TEST hello" not in out_path.read_text():
             assert p.poll() is None, out_path.read_text()
             time.sleep(0.5)
         app = app_id(out_path.read_text())
-        running = subprocess.run([TFOS, "yarn", "logs", app], env=yarn_cluster.env(), capture_output=True,
+        running = subprocess.run([TFOS, "yarn", "logs", app], env=simple_cluster.env(), capture_output=True,
                                  text=True, timeout=60)
         assert running.returncode == 0, running.stdout + running.stderr
         assert "[worker:0] LOGS-TEST hello" in running.stdout, running.stdout + running.stderr
-        killed = subprocess.run([TFOS, "yarn", "kill", app], env=yarn_cluster.env(), capture_output=True,
+        killed = subprocess.run([TFOS, "yarn", "kill", app], env=simple_cluster.env(), capture_output=True,
                                 text=True, timeout=60)
         assert killed.returncode == 0 and "killed " + app in killed.stderr, killed.stderr
         assert p.wait(timeout=60) == 143, out_path.read_text()
@@ -539,7 +548,7 @@ def test_logs_of_a_running_then_of_an_ended_application(yarn_cluster, tmp_path):
     # aggregation to HDFS runs after the end: give it a little while
     deadline = time.monotonic() + 60
     while True:
-        ended = subprocess.run([TFOS, "yarn", "logs", app], env=yarn_cluster.env(), capture_output=True,
+        ended = subprocess.run([TFOS, "yarn", "logs", app], env=simple_cluster.env(), capture_output=True,
                                text=True, timeout=60)
         if ended.returncode == 0 and "LOGS-TEST hello" in ended.stdout or time.monotonic() > deadline:
             break
@@ -603,10 +612,9 @@ def test_more_gpus_than_any_node_has_fail_at_once_naming_the_request(yarn_cluste
 def test_tfos_fs_copies_trees_and_mirrors_a_directory_over_webhdfs(yarn_cluster, monkeypatch, tmp_path):
     """tfos.fs against the minicluster's NameNode (found through
     HADOOP_CONF_DIR's hdfs-site.xml, as a program outside tfos would)."""
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
-    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    yarn_cluster.use(monkeypatch)
     import tfos.fs
-    base = "%s/user/%s/fs-test" % (yarn_cluster.default_fs, getpass.getuser())
+    base = "%s/user/%s/fs-test" % (yarn_cluster.default_fs, yarn_cluster.user)
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     (src / "a.bin").write_bytes(bytes(range(256)) * 1000)
@@ -650,11 +658,10 @@ def test_yarn_serve_serves_a_model_from_hdfs_in_containers_and_loads_a_new_versi
                            str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     x, pred1, pred2 = (np.load(tmp_path / "m" / n) for n in ("x.npy", "pred1.npy", "pred2.npy"))
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
-    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    yarn_cluster.use(monkeypatch)
     import tfos.fs
     import tfos.serve
-    served = "%s/user/%s/served/digits" % (yarn_cluster.default_fs, getpass.getuser())
+    served = "%s/user/%s/served/digits" % (yarn_cluster.default_fs, yarn_cluster.user)
     tfos.fs.put(str(tmp_path / "m" / "digits" / "1"), served + "/1")
     loader = os.path.join(REPO, "examples", "torch", "serve_digits.py")
     out_path = tmp_path / "client.out"
@@ -770,8 +777,7 @@ def test_yarn_serve_follows_a_registry_alias_through_hdfs(yarn_cluster, mlflow_s
     import tfos.models
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("HADOOP_CONF_DIR", yarn_cluster.conf_dir)
-    monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
+    yarn_cluster.use(monkeypatch)
     reg = "yarn-follow-%d" % int(time.time() * 1000)
     for factor in (2, 3):
         d = tmp_path / ("v%d" % factor)
@@ -818,7 +824,7 @@ def test_yarn_serve_follows_a_registry_alias_through_hdfs(yarn_cluster, mlflow_s
         app = app_id(text())
         assert "MLFLOW_TRACKING_TOKEN stays on this host" in text(), text()
         assert infer(5.0) == 2.0
-        staging = "%s/user/%s/.tfos/%s" % (yarn_cluster.default_fs, getpass.getuser(), app)
+        staging = "%s/user/%s/.tfos/%s" % (yarn_cluster.default_fs, yarn_cluster.user, app)
         fs, path = tfos.fs.filesystem(staging + "/tfos-registry/m")
         assert [e.rsplit("/", 1)[-1] for e in fs.ls(path, detail=False)] == ["1"]
 

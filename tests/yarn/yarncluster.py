@@ -18,6 +18,7 @@ Hadoop's documentation is (MiniCluster.java's --plain): no
 ``yarn.application.classpath`` and no log aggregation.
 """
 
+import getpass
 import os
 import shutil
 import signal
@@ -100,6 +101,26 @@ class YarnCluster:
             env["KRB5_CONFIG"] = os.path.join(self.conf_dir, "krb5.conf")
             env["KRB5CCNAME"] = "FILE:" + os.path.join(self.tmp_dir, "krb5cc")
         return env
+
+    @property
+    def user(self) -> str:
+        """The Hadoop user the tests act as: the principal's short name on the
+        Kerberized cluster, the uid's name (simple authentication) otherwise."""
+        return self.principal.split("@")[0] if self.secure else getpass.getuser()
+
+    def kinit(self) -> None:
+        """--secure: log the test user in (kinit -kt) into env()'s ticket cache,
+        as a user of a Kerberized cluster has done before anything else."""
+        kinit = shutil.which("kinit")
+        assert kinit, "kinit is needed for the Kerberized cluster (Debian's krb5-user; scripts/install-deps.sh --test)"
+        subprocess.run([kinit, "-kt", self.keytab, self.principal], env=self.env(), check=True, timeout=30)
+
+    def use(self, monkeypatch) -> None:
+        """Point this process (tfos.fs in the test itself) at the cluster, as env() does subprocesses."""
+        for key in ("HADOOP_CONF_DIR", "KRB5_CONFIG", "KRB5CCNAME"):
+            if key in self.env():
+                monkeypatch.setenv(key, self.env()[key])
+        monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
 
     @property
     def keytab(self) -> str:

@@ -54,7 +54,9 @@ def main():
     try:
         sc = spark.sparkContext
         default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS")
-        path = default_fs + "/user/%s/tfos-test/numbers" % os.environ.get("USER", "root")
+        # the driver's Hadoop user: the principal's short name on a Kerberized cluster
+        user = sc._jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().getShortUserName()
+        path = default_fs + "/user/%s/tfos-test/numbers" % user
         spark.range(rows, numPartitions=4).toDF("x").write.mode("overwrite").parquet(path)
         df = spark.read.parquet(path)
         cluster = TFCluster.run(sc, node_fun, {"out": out}, 2, num_ps=0, input_mode=TFCluster.InputMode.SPARK)

@@ -80,6 +80,12 @@ public final class MiniCluster {
 
         YarnConfiguration conf = new YarnConfiguration(hdfsConf);
         conf.set("fs.defaultFS", defaultFs);
+        if (secure) {
+            // YARN's web endpoints (the ResourceManager's UI, REST API and web proxy, the NodeManagers')
+            // take SPNEGO, as a secure cluster's administrator sets them: without this filter they serve
+            // anyone as the static user dr.who. HDFS's WebHDFS has SPNEGO of its own
+            conf.set("hadoop.http.filter.initializers", "org.apache.hadoop.security.AuthenticationFilterInitializer");
+        }
         // the CapacityScheduler with the DominantResourceCalculator: the FIFO scheduler allocates by
         // memory alone and gives no GPUs. Two queues, default and urgent, each guaranteed half the
         // cluster and allowed all of it (a user too: user-limit-factor 2), AMs may take all of it
