@@ -154,8 +154,34 @@ def hadoop_user() -> str:
 _tokens = _hdfstokens.Keeper()
 
 
+# what the NameNode says of a delegation token it no longer takes
+_TOKEN_GONE = ("InvalidToken", " is expired", "can't be found in cache")
+_WebHDFS = None
+
+
+def _webhdfs_class():
+    """fsspec's WebHDFS, whose refusals of a dead token say what to do."""
+    global _WebHDFS
+    if _WebHDFS is None:
+        from fsspec.implementations.webhdfs import WebHDFS
+        from . import _tfos
+
+        class TfosWebHDFS(WebHDFS):
+            def _call(self, *args, **kwargs):
+                try:
+                    return super()._call(*args, **kwargs)
+                except (PermissionError, RuntimeError) as e:
+                    fix = _tfos.WEBHDFS_TOKEN_FIX
+                    if any(s in str(e) for s in _TOKEN_GONE) and fix not in str(e):
+                        raise type(e)("%s (tfos.fs: %s)" % (e, fix)) from None
+                    raise
+
+        _WebHDFS = TfosWebHDFS
+    return _WebHDFS
+
+
 def _webhdfs_as(base, token):
-    from fsspec.implementations.webhdfs import WebHDFS
+    WebHDFS = _webhdfs_class()
     u = urllib.parse.urlsplit(base)
     where = dict(host=u.hostname, port=u.port or (9871 if u.scheme == "https" else 9870),
                  use_https=u.scheme in ("https", "swebhdfs"))

@@ -150,10 +150,15 @@ static int request(const tfos__webhdfs *w, const char *method, const char *url, 
     if (r.status != want) {
         json_t *ex = json_object_get(json_object_get(j, "RemoteException"), "exception");
         json_t *msg = json_object_get(json_object_get(j, "RemoteException"), "message");
+        const char *m = msg ? json_string_value(msg) : r.body && r.status ? r.body : "";
+        const char *e = ex ? json_string_value(ex) : "";
+        /* a delegation token the NameNode no longer takes: past its life, and nobody renewed or replaced it */
+        int gone = (e && strstr(e, "InvalidToken")) ||
+                   (m && (strstr(m, " is expired") || strstr(m, "can't be found in cache")));
         snprintf(err, errlen, "%s %.300s on HDFS (WebHDFS at %s): HTTP %ld%s%s%s%.300s%s", what, path, w->base,
-                 r.status, ex ? ", " : "", ex ? json_string_value(ex) : "", msg ? ": " : "",
-                 msg ? json_string_value(msg) : r.body && r.status ? r.body : "",
-                 w->negotiate && (r.status == 401 || r.status == 403)
+                 r.status, ex ? ", " : "", e ? e : "", msg ? ": " : "", m ? m : "",
+                 gone ? " (" TFOS_WEBHDFS_TOKEN_FIX ")"
+                 : w->negotiate && (r.status == 401 || r.status == 403)
                      ? " (no Kerberos ticket it takes: run `kinit YOU@REALM`; $KRB5CCNAME names the ticket cache)"
                      : "");
         json_decref(j);

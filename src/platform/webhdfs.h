@@ -23,6 +23,14 @@
 
 typedef struct tfos__webhdfs tfos__webhdfs;
 
+/* What a refusal of a delegation token the NameNode no longer takes adds to
+ * the error (tfos.fs says the same, tfos._tfos.WEBHDFS_TOKEN_FIX). */
+#define TFOS_WEBHDFS_TOKEN_FIX                                                                                   \
+    "the HDFS delegation token it was asked with is no longer valid: YARN renews an application's tokens only " \
+    "up to the cluster's dfs.namenode.delegation.token.max-lifetime, and nobody renews them after. A job that " \
+    "runs longer needs a keytab, which keeps fresh tokens coming: tfos yarn --principal P --keytab K, or "      \
+    "spark-submit --principal P --keytab K (outside a container: kinit again)"
+
 /* A handle for the NameNode whose WebHDFS base is `base` ("http://host:port",
  * $TFOS_WEBHDFS). timeout_ms bounds each request (0: 30 s). 0, TFOS_EINVAL
  * (err says why: not an http(s) URL, no Hadoop user), TFOS_ENOMEM. Does not

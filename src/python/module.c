@@ -706,6 +706,7 @@ static int module_exec(PyObject *m)
         return -1;
     if (PyModule_AddStringConstant(m, "VERSION", TFOS_VERSION) < 0 ||
         PyModule_AddStringConstant(m, "FEED_POSITION_DIR", TFOS__POSITION_DIR) < 0 ||
+        PyModule_AddStringConstant(m, "WEBHDFS_TOKEN_FIX", TFOS_WEBHDFS_TOKEN_FIX) < 0 ||
         PyModule_AddIntConstant(m, "PROTOCOL_VERSION", TFOS_PROTOCOL_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "STATE_RESERVING", TFOS_COORD_RESERVING) < 0 ||
         PyModule_AddIntConstant(m, "STATE_RUNNING", TFOS_COORD_RUNNING) < 0 ||

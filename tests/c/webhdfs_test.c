@@ -111,6 +111,14 @@ int main(void)
     CHECK(strstr(err, "/user/ann/a b/x") && strstr(err, "HTTP 403, AccessControlException: Permission denied"));
     CHECK(strstr(err, base) || strstr(err, "127.0.0.1"));
 
+    /* a delegation token past its life: the error says what to do */
+    answer(&s, "{\"RemoteException\":{\"exception\":\"InvalidToken\",\"message\":\"token (HDFS_DELEGATION_TOKEN "
+               "token 7 for ann) is expired, current time: 2026-11-27\"}}", 403, &t);
+    CHECK(tfos__webhdfs_mkdirs(w, "/user/ann/ckpt", err, sizeof err) == TFOS_EPROTO);
+    pthread_join(t, NULL);
+    CHECK(strstr(err, "HTTP 403, InvalidToken: token (HDFS_DELEGATION_TOKEN token 7 for ann) is expired") &&
+          strstr(err, "tfos yarn --principal P --keytab K") && strstr(err, "max-lifetime"));
+
     /* DELETE of a path that is not there: false, no error */
     answer(&s, "{\"boolean\":false}", 200, &t);
     CHECK(tfos__webhdfs_delete(w, "/user/ann/gone", err, sizeof err) == 0);

@@ -140,9 +140,20 @@ def test_a_run_outlives_its_tokens_a_node_kill_and_a_lost_application_master(sec
     assert keytabs and all(any(a in k for a in ams) for k in keytabs), keytabs
 
 
-KINIT_PROG = ("import tfos.fs; url = 'hdfs:///user/tfos/kinit-test/hello.txt'; "
-              "open('hello.txt', 'w').write('written with a delegation token'); tfos.fs.put('hello.txt', url); "
-              "print('KINIT-TEST ' + tfos.fs.open(url).read().decode(), flush=True)")
+# writes and reads HDFS with the submitted tokens; then, once they are past their maximum lifetime (nobody
+# gets new ones without a keytab), asks again and prints what it is told
+KINIT_PROG = """
+import time, tfos.fs
+url = 'hdfs:///user/tfos/kinit-test/hello.txt'
+open('hello.txt', 'w').write('written with a delegation token')
+tfos.fs.put('hello.txt', url)
+print('KINIT-TEST ' + tfos.fs.open(url).read().decode(), flush=True)
+time.sleep(%d)
+try:
+    tfos.fs.open(url).read()  # (exists() would say False: fsspec's takes every error for "not there")
+except Exception as e:
+    print('EXPIRED %%s: %%s' %% (type(e).__name__, e), flush=True)
+""" % (TOKEN_MAX_S + 2)
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +226,12 @@ def test_another_user_sees_and_kills_only_what_the_owner_shares(secure_cluster, 
         theirs = yarn_as(other, "status", app)
         assert theirs.returncode == 0 and re.search(r"tracking\s+N/A", theirs.stdout), theirs.stdout
         assert "coordinator N/A" in theirs.stdout, theirs.stdout
+        # its logs too: the owner reads them (the status page's, under Kerberos), the other user is told why not
+        logs = yarn_as(ticket, "logs", app)
+        assert logs.returncode == 0 and "[worker:0] ACL-TEST" in logs.stdout, logs.stdout + logs.stderr
+        logs = yarn_as(other, "logs", app)
+        assert logs.returncode == 1 and "ACL-TEST" not in logs.stdout, logs.stdout + logs.stderr
+        assert "other may not see the logs of %s, which is tfos's" % app in logs.stderr, logs.stderr
         kill = yarn_as(other, "kill", app)
         assert kill.returncode == 1, kill.stdout + kill.stderr
         assert "cannot perform operation MODIFY_APP" in kill.stderr and "--modify-acl" in kill.stderr, kill.stderr
@@ -230,6 +247,8 @@ def test_another_user_sees_and_kills_only_what_the_owner_shares(secure_cluster, 
     try:
         theirs = yarn_as(other, "status", app)
         assert re.search(r"tracking\s+http://", theirs.stdout), theirs.stdout + theirs.stderr
+        logs = yarn_as(other, "logs", app)
+        assert logs.returncode == 0 and "[worker:0] ACL-TEST" in logs.stdout, logs.stdout + logs.stderr
         kill = yarn_as(other, "kill", app)
         assert kill.returncode == 0 and "killed " + app in kill.stderr, kill.stderr
         assert p.wait(timeout=60) == 143
@@ -353,16 +372,22 @@ def test_another_local_user_reads_no_secret_of_a_running_application(secure_clus
                 p.wait(timeout=30)
 
 
-def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, ticket):
+def test_a_user_logged_in_with_kinit_runs_and_asks_for_its_status(secure_cluster, ticket, tmp_path):
     env = ticket
     e = dict(secure_cluster.env(), **env)
-    r = tfos_yarn(secure_cluster, ["--workers", "1"] + SMALL + ["--", sys.executable, "-c", KINIT_PROG], env=env)
+    (tmp_path / "kinit_prog.py").write_text(KINIT_PROG)
+    r = tfos_yarn(secure_cluster, ["--workers", "1", "--file", str(tmp_path / "kinit_prog.py")] + SMALL +
+                  ["--", sys.executable, "kinit_prog.py"], env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "[worker:0] KINIT-TEST written with a delegation token" in out, out
+    # the dead token: said, with what to do
+    expired = [ln for ln in out.splitlines() if "[worker:0] EXPIRED " in ln]
+    assert expired and "tfos yarn --principal P --keytab K" in expired[0], out
+    assert "max-lifetime" in expired[0] and ("is expired" in expired[0] or "InvalidToken" in expired[0]), expired
     app = app_id(out)
-    # the ResourceManager answers the ticket's holder (aggregated logs are not tried: on a Kerberized
-    # cluster the NodeManagers aggregate with Hadoop's native library, which Maven's artifacts lack)
+    # the ResourceManager answers the ticket's holder (aggregated logs are not tried: the Kerberized
+    # cluster cannot aggregate them, conftest.simple_cluster)
     st = subprocess.run([TFOS, "yarn", "status", app], env=e, capture_output=True, text=True, timeout=60)
     assert st.returncode == 0 and "state       FINISHED (SUCCEEDED)" in st.stdout, st.stdout + st.stderr
     st = subprocess.run([TFOS, "yarn", "status", app], env=secure_cluster.env(), capture_output=True, text=True,

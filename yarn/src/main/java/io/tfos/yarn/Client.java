@@ -311,6 +311,13 @@ public final class Client {
         ApplicationReport r = yarn.getApplicationReport(id);
         YarnApplicationState s = r.getYarnApplicationState();
         String original = r.getOriginalTrackingUrl();
+        if (s == YarnApplicationState.RUNNING && "N/A".equals(original) && "N/A".equals(r.getHost())) {
+            // what the ResourceManager reports to a user without VIEW_APP access (yarn.acl.enable)
+            System.err.println("tfos: " + UserGroupInformation.getCurrentUser().getShortUserName()
+                    + " may not see the logs of " + id + ", which is " + r.getUser()
+                    + "'s: its owner may share them (tfos yarn --view-acl)");
+            return 1;
+        }
         if (s == YarnApplicationState.RUNNING && original != null && original.startsWith("http")) {
             announceStatusPage(r);
             // following never kills the application: no accept timeout
