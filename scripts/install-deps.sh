@@ -21,6 +21,8 @@ test -f /usr/include/curl/curl.h || dpkg -s libcurl4-openssl-dev >/dev/null 2>&1
 [ "${1:-}" != --test ] || command -v munged >/dev/null || need+=(munge)
 # tests/yarn's Kerberized cluster: kinit, as a user logged in with it (MIT Kerberos' clients)
 [ "${1:-}" != --test ] || command -v kinit >/dev/null || need+=(krb5-user)
+# and curl --negotiate, as an operator reaches its Kerberized REST API
+[ "${1:-}" != --test ] || command -v curl >/dev/null || need+=(curl)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
