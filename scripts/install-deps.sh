@@ -23,6 +23,8 @@ test -f /usr/include/curl/curl.h || dpkg -s libcurl4-openssl-dev >/dev/null 2>&1
 [ "${1:-}" != --test ] || command -v kinit >/dev/null || need+=(krb5-user)
 # and curl --negotiate, as an operator reaches its Kerberized REST API
 [ "${1:-}" != --test ] || command -v curl >/dev/null || need+=(curl)
+# and faketime, for a client whose clock is off from the KDC's
+[ "${1:-}" != --test ] || command -v faketime >/dev/null || need+=(faketime)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -41,6 +41,7 @@ CAUSE_STOPPED: Final[int]
 CAUSE_HANG: Final[int]
 CAUSE_SETUP: Final[int]
 FEED_POSITION_DIR: Final[str]
+WEBHDFS_TOKEN_FIX: Final[str]  # what an error adds when the NameNode refuses a dead delegation token
 # Ring roles
 ROLE_OBSERVER: Final[int]
 ROLE_PRODUCER: Final[int]

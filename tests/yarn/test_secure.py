@@ -75,6 +75,32 @@ def test_principal_without_keytab_is_a_usage_error(secure_cluster):
     assert "--principal and --keytab go together" in r.stderr
 
 
+def test_a_clock_off_by_more_than_the_kdc_allows_and_an_unreachable_kdc_are_named(secure_cluster, tmp_path):
+    args = ["yarn", "--principal", secure_cluster.principal, "--keytab", secure_cluster.keytab, "--workers", "1"] + \
+        SMALL + ["--", sys.executable, "-c", "pass"]
+    # this host's clock 15 minutes ahead of the KDC's (Debian's faketime, around the client only)
+    faketime = shutil.which("faketime")
+    if not faketime:
+        pytest.skip("no faketime (Debian's faketime; scripts/install-deps.sh --test installs it)")
+    r = subprocess.run([faketime, "-m", "-f", "+15m", TFOS] + args, capture_output=True, text=True, timeout=120,
+                       env=dict(secure_cluster.env(), FAKETIME_DONT_FAKE_MONOTONIC="1"), cwd=secure_cluster.tmp_dir)
+    assert r.returncode == 1, r.stdout + r.stderr
+    # (Kerby's KDC answers it as a failed pre-authentication, as a wrong key is: tfos tells them apart by the
+    # ResourceManager's clock)
+    assert "this host's clock and the KDC's differ by more than the KDC allows" in r.stderr, r.stderr
+    assert re.search(r"this host's is 9\d\d s ahead of the ResourceManager's", r.stderr), r.stderr
+    assert "set the time right" in r.stderr and "submitted" not in r.stderr, r.stderr
+    # a krb5.conf whose KDC nobody answers
+    conf = open(os.path.join(secure_cluster.conf_dir, "krb5.conf")).read()
+    bad = re.sub(r"kdc\s*=\s*\S+", "kdc = 127.0.0.1:9", conf)
+    assert bad != conf, conf
+    (tmp_path / "krb5.conf").write_text(bad)
+    r = subprocess.run([TFOS] + args, capture_output=True, text=True, timeout=180, cwd=secure_cluster.tmp_dir,
+                       env=dict(secure_cluster.env(), KRB5_CONFIG=str(tmp_path / "krb5.conf")))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the KDC cannot be reached" in r.stderr and "is its realm and kdc right?" in r.stderr, r.stderr
+
+
 def kill_application_master(app):
     """SIGKILL the ApplicationMaster's JVM (its container's main process): a lost ApplicationMaster."""
     for pid, env in app_processes(app).items():
