@@ -79,67 +79,29 @@ final class Kerberos {
                         + "delegation tokens with it)");
             }
         } catch (IOException e) {
-            fail(explain(e, principal, keytab, clockOffsetSeconds(conf)));
+            fail(explain(e, principal, keytab));
         }
     }
-
-    /**
-     * How far this host's clock is ahead of the cluster's, in seconds, from the Date header of the
-     * ResourceManager's web server (its 401 to an unauthenticated request is enough); UNKNOWN when it
-     * cannot be told in 3 s. Cluster hosts keep the KDC's time, as Kerberos needs.
-     */
-    static long clockOffsetSeconds(Configuration conf) {
-        try {
-            java.net.HttpURLConnection c = (java.net.HttpURLConnection) new java.net.URL(
-                    org.apache.hadoop.yarn.webapp.util.WebAppUtils.getRMWebAppURLWithScheme(conf)
-                            + "/ws/v1/cluster/info").openConnection();
-            c.setConnectTimeout(3000);
-            c.setReadTimeout(3000);
-            c.getResponseCode();
-            long server = c.getDate();
-            c.disconnect();
-            return server == 0 ? UNKNOWN : (System.currentTimeMillis() - server) / 1000;
-        } catch (IOException | RuntimeException e) {
-            return UNKNOWN;
-        }
-    }
-
-    /** Kerberos' default clockskew: 5 minutes. */
-    private static final long SKEW_SECONDS = 300;
-    /** clockOffsetSeconds could not tell. */
-    static final long UNKNOWN = Long.MIN_VALUE;
 
     /** What went wrong in a Kerberos login or token call, and the fix. */
     static String explain(Throwable e, String principal, String keytab) {
-        return explain(e, principal, keytab, UNKNOWN);
-    }
-
-    /**
-     * The same, knowing how far this host's clock is from the cluster's (clockOffsetSeconds): some KDCs
-     * (Apache Kerby's, Active Directory's) answer a clock off by more than they allow as a failed
-     * pre-authentication, which is also what a wrong key gets.
-     */
-    static String explain(Throwable e, String principal, String keytab, long offsetSeconds) {
         StringBuilder all = new StringBuilder();
         for (Throwable t = e; t != null; t = t.getCause()) {
             all.append(' ').append(t.getMessage());
         }
         String s = all.toString();
         String why;
-        boolean preauth = s.contains("Pre-authentication information was invalid");
-        boolean skewed = offsetSeconds != UNKNOWN && Math.abs(offsetSeconds) > SKEW_SECONDS;
-        if (s.contains("Clock skew too great") || preauth && skewed) {
+        if (s.contains("Clock skew too great")) {
             why = "this host's clock and the KDC's differ by more than the KDC allows (krb5.conf clockskew, "
-                    + "5 minutes by default"
-                    + (skewed ? "; this host's is " + Math.abs(offsetSeconds) + " s "
-                            + (offsetSeconds > 0 ? "ahead of" : "behind") + " the ResourceManager's" : "")
-                    + "): set the time right (chrony or ntpd)";
+                    + "5 minutes by default): set the time right (chrony or ntpd)";
         } else if (s.contains("Unable to obtain password") || s.contains("No key to store")
                 || s.contains("Pre-authentication information was invalid") || s.contains("Checksum failed")) {
+            // some KDCs (Apache Kerby's, the test cluster's) answer a client clock off by more than they allow
+            // as a failed pre-authentication too
             why = "the keytab " + keytab + " has no valid key for " + principal + " (`klist -kt " + keytab
                     + "` lists its principals; a key changed since the keytab was made needs a new one)"
-                    + (preauth && offsetSeconds == UNKNOWN ? "; or this host's clock is off from the KDC's by more "
-                            + "than it allows (set the time right)" : "");
+                    + (s.contains("Pre-authentication information was invalid") ? ", or this host's clock and "
+                            + "the KDC's differ by more than the KDC allows (set the time right)" : "");
         } else if (s.contains("not found in Kerberos database") || s.contains("CLIENT_NOT_FOUND")) {
             why = "the KDC does not know the principal " + principal + " (check its spelling and realm)";
         } else if (s.contains("Cannot locate default realm") || s.contains("Cannot contact any KDC")
