@@ -283,6 +283,15 @@ static int follow(const char *job, const char *output)
         fprintf(stderr, "tfos slurm: job %s ended (%s) with no exit code Slurm could say\n", job, state);
         return 1;
     }
+    /* Slurm may record a job it ended (scancel, its time limit, preemption) before its batch shell's exit
+     * status arrives: ExitCode 0:0. Such a job did not succeed; it was sent SIGTERM: 128 + 15, as its shell
+     * exits when the status does arrive */
+    int ended_by_slurm = !strncmp(state, "CANCELLED", 9) || !strcmp(state, "TIMEOUT") || !strcmp(state, "PREEMPTED");
+    if (code == 0 && ended_by_slurm) {
+        fprintf(stderr, "tfos slurm: job %s %s, exit code 143 (Slurm's SIGTERM; it has recorded no exit status)\n",
+                job, state);
+        return 143;
+    }
     fprintf(stderr, "tfos slurm: job %s %s, exit code %d\n", job, state, code);
     return code;
 }
