@@ -503,8 +503,16 @@ def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdf
     for k, v in conf.items():
         cmd += ["--conf", "%s=%s" % (k, v)]
     cmd += [os.path.join(digits, "spark_digits.py"), "--data-dir", data, "--model-dir", model]
-    r = subprocess.run(cmd, env=spark_on_yarn_env(yarn_cluster), capture_output=True, text=True, timeout=400,
-                       cwd=yarn_cluster.tmp_dir)
+    try:
+        r = subprocess.run(cmd, env=spark_on_yarn_env(yarn_cluster), capture_output=True, text=True, timeout=400,
+                           cwd=yarn_cluster.tmp_dir)
+    except subprocess.TimeoutExpired as e:
+        # what the driver and the executors' containers said, to tell a hang from slowness
+        tail = lambda b: (b or b"")[-3000:].decode(errors="replace") if isinstance(b, bytes) else (b or "")[-3000:]
+        logs = "\n".join("%s %s: %s" % (c, n, t[-1500:]) for c, f in yarn_cluster.all_container_logs().items()
+                         for n, t in f.items())
+        pytest.fail("spark-submit ran past 400 s\nstdout: %s\nstderr: %s\ncontainers:\n%s"
+                    % (tail(e.stdout), tail(e.stderr), logs[-12000:]))
     causes = [ln for ln in r.stderr.splitlines() if "Exception" in ln or "Error" in ln][:10]
     assert r.returncode == 0, "\n".join(causes) + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
     m = re.search(r"^test accuracy: ([0-9.]+)$", r.stdout, re.M)

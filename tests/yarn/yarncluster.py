@@ -147,6 +147,15 @@ class YarnCluster:
                 out[parts[-1]] = logs
         return out
 
+    def all_container_logs(self) -> dict:
+        """container_logs of every application the cluster has run."""
+        out = {}
+        for root, _dirs, _files in os.walk(os.path.join(self.tmp_dir, "base")):
+            name = os.path.basename(root)
+            if name.startswith("application_") and any("logDir" in p for p in root.split(os.sep)):
+                out.update(self.container_logs(name))
+        return out
+
     def stop(self) -> None:
         if self.proc is None:
             return
