@@ -249,14 +249,7 @@ class Keeper:
             if fresh and now > issue + 0.6 * life and now - self._checked_ms > max(1000, life / 20):
                 self._checked_ms = now
                 try:
-                    try:
-                        data = read_remote(fresh, self._token.url_string())
-                    except FileNotFoundError:
-                        # its writer (the ApplicationMaster, a Spark driver) replaces it by a delete and a
-                        # rename: caught in between, look again
-                        time.sleep(0.5)
-                        data = read_remote(fresh, self._token.url_string())
-                    newer = best_hdfs_token(read_credentials(data))
+                    newer = best_hdfs_token(read_credentials(read_remote(fresh, self._token.url_string())))
                     if newer is not None and newer.dates()[1] > maximum:
                         self._token = newer
                         _keep(newer)

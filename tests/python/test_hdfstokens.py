@@ -193,21 +193,6 @@ def test_keeper_read_failure_keeps_held(env, capsys):
     assert "could not read fresh HDFS delegation tokens" in err and FRESH in err
 
 
-def test_keeper_looks_again_when_caught_between_the_writers_delete_and_rename(env, capsys):
-    held, at, calls = env
-    newer = tok(ISSUE + LIFE // 2, ISSUE + 2 * LIFE, pw=b"newer")
-    answers = [FileNotFoundError("File does not exist: /user/ann/.tfos/x/credentials"), cred_v1([(b"hdfs", newer)])]
-
-    def replaced():
-        a = answers.pop(0)
-        if isinstance(a, Exception):
-            raise a
-        return a
-    at(0.61)
-    assert _hdfstokens.Keeper().token(remote(calls, replaced)) == newer.url_string()
-    assert len(calls) == 2 and "could not read fresh" not in capsys.readouterr().err
-
-
 def test_keeper_checks_at_most_every_life_over_20(env):
     held, at, calls = env
     newer = tok(ISSUE, ISSUE + 2 * LIFE, pw=b"newer")

@@ -117,9 +117,10 @@ class YarnCluster:
 
     def use(self, monkeypatch) -> None:
         """Point this process (tfos.fs in the test itself) at the cluster, as env() does subprocesses."""
+        env = self.env()
         for key in ("HADOOP_CONF_DIR", "KRB5_CONFIG", "KRB5CCNAME"):
-            if key in self.env():
-                monkeypatch.setenv(key, self.env()[key])
+            if key in env:
+                monkeypatch.setenv(key, env[key])
         monkeypatch.delenv("TFOS_WEBHDFS", raising=False)
 
     @property

@@ -104,9 +104,12 @@ class Publisher(object):
         finally:
             out.close()
         self._fs.setPermission(tmp, jvm.org.apache.hadoop.fs.permission.FsPermission("600"))
-        self._fs.delete(self._file, False)
-        if not self._fs.rename(tmp, self._file):
-            raise IOError("could not rename %s to %s" % (tmp.toString(), self._file.toString()))
+        # one atomic replacement (HDFS's rename with OVERWRITE): a node reading it never finds it missing
+        hadoop_fs = jvm.org.apache.hadoop.fs
+        overwrite = self._sc._gateway.new_array(hadoop_fs.Options.Rename, 1)
+        overwrite[0] = hadoop_fs.Options.Rename.OVERWRITE
+        hadoop_fs.FileContext.getFileContext(self._fs.getUri(), self._sc._jsc.hadoopConfiguration()).rename(
+            tmp, self._file, overwrite)
         self._published = key
         logger.info("a new HDFS delegation token for the nodes in %s", self._file.toString())
         return True

@@ -269,10 +269,9 @@ final class Kerberos {
                     fs.getDefaultReplication(tmp), fs.getDefaultBlockSize(tmp), null)) {
                 c.writeTokenStorageToStream(out);
             }
-            fs.delete(file, false);
-            if (!fs.rename(tmp, file)) {
-                throw new IOException("could not rename " + tmp + " to " + file);
-            }
+            // one atomic replacement (HDFS's rename with OVERWRITE): a node reading it never finds it missing
+            org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf).rename(tmp, file,
+                    org.apache.hadoop.fs.Options.Rename.OVERWRITE);
             fresh.accept(c);
             System.err.println("tfos-am: new HDFS delegation tokens for the nodes in " + file + ", valid until "
                     + new java.util.Date(maxDate));
