@@ -18,7 +18,7 @@ PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 MLFLOW_VERSION := $(shell sed -n 's/^mlflow-skinny==//p' requirements.txt)
 VENV_MLFLOW := .venv-mlflow
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-a test-py-b test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-a test-py-b test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-elastic bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -242,6 +242,10 @@ bench-recovery: install
 # drain on notice: SIGTERM -> every rank's checkpoint written (1 GiB a rank, 2 ranks)
 bench-drain: install
 	$(VPY) bench/drain.py --tfos $(BUILD)/tfos
+
+# Elastic size on a Spark standalone cluster: shrink on a decommission, grow back.
+bench-elastic: install
+	$(VPY) bench/elastic_spark.py
 
 # Cluster formation up to tfos run's 1,024 nodes against N bare processes.
 bench-scale: install

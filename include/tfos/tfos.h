@@ -163,17 +163,18 @@ void tfos_failure_parse_traceback(tfos_failure *f, const char *const *lines, int
  *   3. with restarts left, restart; else fail (the budget is spent).
  * Every decision leaves one history record. Decisions are made on causes,
  * exit codes and the exception's type and place, never on message text. */
-enum { TFOS_RESTART = 1, TFOS_RAISE = 2 };
+enum { TFOS_RESTART = 1, TFOS_RAISE = 2, TFOS_RESIZE = 3 };
 enum {
     TFOS_WHY_RESTART = 0,       /* restarts left and worth one */
     TFOS_WHY_NOT_RETRYABLE = 1, /* rule 1 */
     TFOS_WHY_DETERMINISTIC = 2, /* rule 2 */
     TFOS_WHY_EXHAUSTED = 3,     /* rule 3: max_restarts used up */
+    TFOS_WHY_RESIZE = 4,        /* tfos_policy_resize: not a failure, not counted */
 };
 
 typedef struct tfos_attempt_record {
     tfos_failure failure;
-    int decision;           /* TFOS_RESTART / TFOS_RAISE */
+    int decision;           /* TFOS_RESTART / TFOS_RAISE / TFOS_RESIZE */
     int why;                /* TFOS_WHY_* */
     char progress[80];      /* checkpoint fingerprint when it failed ("" unknown) */
 } tfos_attempt_record;
@@ -193,6 +194,18 @@ int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progre
  * coordinator does when it learns that another node failed before the one
  * it decided on, and decides again on that one. */
 void tfos_policy_retract(tfos_policy *p);
+/* An elastic run (min_nodes < max_nodes) changes size: the attempt ended
+ * with every node checkpointed at one step (a drain: capacity announced
+ * going, or capacity come back to grow into), and the next one forms at the
+ * size the capacity then allows. Records it (decision TFOS_RESIZE, why
+ * TFOS_WHY_RESIZE; f->summary says why, e.g. "resized from 2 to 1 nodes:
+ * ...") and moves to the next attempt without spending the restart budget:
+ * a resize is not a failure. 0, TFOS_EINVAL (no summary), TFOS_ENOMEM. */
+int tfos_policy_resize(tfos_policy *p, const tfos_failure *f);
+/* "restart", "raise", "resize" (static storage; "" for anything else). */
+const char *tfos_decision_name(int decision);
+/* How many of the attempts so far began with a resize (not counted as restarts). */
+int tfos_policy_resizes(const tfos_policy *p);
 /* The current attempt (1 for the first), and the budget. */
 int tfos_policy_attempt(const tfos_policy *p);
 int tfos_policy_max_restarts(const tfos_policy *p);

@@ -27,6 +27,7 @@ ETOOBIG: Final[int]  # the .code of Ring.write_rows/write_columns' ValueError: t
 # restart policy decisions
 RESTART: Final[int]
 RAISE: Final[int]
+RESIZE: Final[int]
 # failure causes (RestartPolicy.decide, failure_info["cause"])
 CAUSE_EXIT: Final[int]
 CAUSE_SIGNAL: Final[int]
@@ -187,10 +188,13 @@ class RestartPolicy:
         progress: str = "",
         exit_code: int = -1,
     ) -> int: ...
+    def resize(self, cause: int, summary: str) -> None: ...
     @property
     def attempt(self) -> int: ...
     @property
     def max_restarts(self) -> int: ...
+    @property
+    def resizes(self) -> int: ...
     @property
     def history(self) -> list[dict[str, Any]]: ...
     @property
@@ -295,6 +299,8 @@ class Coordinator:
         max_restarts: int = ...,
         partitions_refed: int = ...,
         node_log_dir: str | None = None,
+        min_nodes: int = ...,
+        max_nodes: int = ...,
     ) -> None: ...
     def set_feed(
         self,

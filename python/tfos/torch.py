@@ -149,7 +149,11 @@ class TorchDistributor(object):
     ``local_mode=False``; default: the active one), ``mlflow`` and
     ``mlflow_experiment`` (each run() one MLflow run on that tracking
     server, every rank's ``ctx.report`` in it: docs/MODELS.md,
-    "Tracking"). ``local_mode=False``
+    "Tracking"), ``min_nodes`` and ``elastic_wait`` (an elastic run on a
+    classic session: fewer ranks, down to ``min_nodes``, when executors go,
+    and back up when they return; each resize re-forms the ranks at the new
+    ``WORLD_SIZE`` from the drained checkpoint: docs/RELIABILITY.md,
+    "Elastic size"). ``local_mode=False``
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
@@ -158,7 +162,7 @@ class TorchDistributor(object):
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
                  max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, log_dir=None, status_port=0,
-                 quiet=False, spark=None, mlflow=None, mlflow_experiment=None):
+                 quiet=False, spark=None, mlflow=None, mlflow_experiment=None, min_nodes=None, elastic_wait=30.0):
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
             raise ValueError("TorchDistributor: num_processes must be a positive int, got %r" % (num_processes,))
         self.num_processes = num_processes
@@ -171,6 +175,10 @@ class TorchDistributor(object):
         self.quiet = bool(quiet)
         self.spark = spark
         self.mlflow = {"mlflow": mlflow, "mlflow_experiment": mlflow_experiment}
+        if min_nodes is not None and (local_mode or not 1 <= int(min_nodes) <= num_processes):
+            raise ValueError("TorchDistributor: min_nodes=%r needs local_mode=False (executors that come and go) and "
+                             "1 <= min_nodes <= num_processes=%d" % (min_nodes, num_processes))
+        self.elastic = {} if min_nodes is None else {"min_nodes": int(min_nodes), "elastic_wait": float(elastic_wait)}
         self.cluster = None  # the last Spark run's TFCluster, or tfos.spark.Cluster over Connect (status, history)
 
     # -- checks
@@ -285,7 +293,7 @@ class TorchDistributor(object):
         cluster = spark_cluster.run(sc, _spark_node, payload, self.num_processes, input_mode=mode,
                                     max_restarts=self.max_restarts, checkpoint_dir=self.checkpoint_dir,
                                     status_port=self.status_port, quiet=self.quiet, keras="env", framework="torch",
-                                    **self.mlflow)
+                                    **self.mlflow, **self.elastic)
         self.cluster = cluster
         try:
             if df is not None:
@@ -303,6 +311,9 @@ class TorchDistributor(object):
         ranks resume from TFOS_CHECKPOINT_DIR); raised as TFClusterError."""
         from ._spark.driver import TFClusterError
         from .spark import Cluster
+        if self.elastic:
+            raise TFClusterError("TorchDistributor(min_nodes=...) runs on a classic SparkSession; over Spark Connect "
+                                 "the driver cannot see executors come and go: leave min_nodes out")
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
                           checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet, framework="torch",
                           **self.mlflow)

@@ -93,6 +93,7 @@ void tfos_failure_parse_traceback(tfos_failure *f, const char *const *lines, int
 struct tfos_policy {
     int max_restarts;
     int attempt;
+    int resizes;        /* attempts begun by a resize: they spend no restart */
     tfos_attempt_record *recs;
     int n, cap;
     char verdict[1024];
@@ -150,32 +151,49 @@ static int deterministic(const tfos_attempt_record *prev, const tfos_failure *f,
            !strcmp(progress, prev->progress);
 }
 
+static int grow(tfos_policy *p)
+{
+    if (p->n < p->cap)
+        return 0;
+    int cap = p->cap ? p->cap * 2 : 8;
+    tfos_attempt_record *r = realloc(p->recs, (size_t)cap * sizeof *r);
+    if (!r)
+        return TFOS_ENOMEM;
+    p->recs = r;
+    p->cap = cap;
+    return 0;
+}
+
+/* The last record that was a failure (resizes are not), or NULL. */
+static const tfos_attempt_record *last_failure(const tfos_policy *p)
+{
+    for (int i = p->n - 1; i >= 0; i--)
+        if (p->recs[i].decision != TFOS_RESIZE)
+            return &p->recs[i];
+    return NULL;
+}
+
 int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progress, int *why_out)
 {
     if (!p || !f || f->cause <= TFOS_CAUSE_NONE || f->cause > TFOS_CAUSE_MAX_)
         return TFOS_EINVAL;
     if (!progress)
         progress = "";
-    if (p->n == p->cap) {
-        int cap = p->cap ? p->cap * 2 : 8;
-        tfos_attempt_record *r = realloc(p->recs, (size_t)cap * sizeof *r);
-        if (!r)
-            return TFOS_ENOMEM;
-        p->recs = r;
-        p->cap = cap;
-    }
+    if (grow(p))
+        return TFOS_ENOMEM;
     tfos_attempt_record *rec = &p->recs[p->n];
     memset(rec, 0, sizeof *rec);
     rec->failure = *f;
     rec->failure.attempt = p->attempt;
     snprintf(rec->progress, sizeof rec->progress, "%s", progress);
     int why;
-    const tfos_attempt_record *prev = p->n ? &p->recs[p->n - 1] : NULL;
+    const tfos_attempt_record *prev = last_failure(p);
+    int spent = p->attempt - p->resizes; /* restarts so far + 1 */
     if (!retryable(f->cause))
         why = TFOS_WHY_NOT_RETRYABLE;
     else if (prev && deterministic(prev, f, progress))
         why = TFOS_WHY_DETERMINISTIC;
-    else if (p->attempt > p->max_restarts)
+    else if (spent > p->max_restarts)
         why = TFOS_WHY_EXHAUSTED;
     else
         why = TFOS_WHY_RESTART;
@@ -185,7 +203,7 @@ int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progre
     p->verdict[0] = '\0';
     char unused[48] = "";
     if (p->max_restarts > 0)
-        snprintf(unused, sizeof unused, " (%d of %d restarts unused)", p->max_restarts - p->attempt + 1,
+        snprintf(unused, sizeof unused, " (%d of %d restarts unused)", p->max_restarts - spent + 1,
                  p->max_restarts);
     if (why == TFOS_WHY_DETERMINISTIC) {
         /* "(worker)" when one job failed twice, else the two nodes */
@@ -198,7 +216,7 @@ int tfos_policy_decide(tfos_policy *p, const tfos_failure *f, const char *progre
         snprintf(p->verdict, sizeof p->verdict,
                  "the same %s at %s ended attempts %d and %d (%s) with no checkpoint progress in between: the "
                  "failure is deterministic, so tfos stops retrying%s",
-                 f->exc_type, f->exc_where, p->attempt - 1, p->attempt, who, unused);
+                 f->exc_type, f->exc_where, prev->failure.attempt, p->attempt, who, unused);
     } else if (why == TFOS_WHY_EXHAUSTED && p->max_restarts > 0) {
         snprintf(p->verdict, sizeof p->verdict, "every restart is used (max_restarts %d)", p->max_restarts);
     } else if (why == TFOS_WHY_NOT_RETRYABLE && f->cause == TFOS_CAUSE_START) {
@@ -220,9 +238,39 @@ void tfos_policy_retract(tfos_policy *p)
     if (!p || p->n == 0)
         return;
     p->n--;
-    if (p->recs[p->n].decision == TFOS_RESTART)
+    if (p->recs[p->n].decision != TFOS_RAISE)
         p->attempt--;
+    if (p->recs[p->n].decision == TFOS_RESIZE)
+        p->resizes--;
     p->verdict[0] = '\0';
+}
+
+int tfos_policy_resize(tfos_policy *p, const tfos_failure *f)
+{
+    if (!p || !f || !f->summary[0])
+        return TFOS_EINVAL;
+    if (grow(p))
+        return TFOS_ENOMEM;
+    tfos_attempt_record *rec = &p->recs[p->n++];
+    memset(rec, 0, sizeof *rec);
+    rec->failure = *f;
+    rec->failure.attempt = p->attempt;
+    rec->decision = TFOS_RESIZE;
+    rec->why = TFOS_WHY_RESIZE;
+    p->verdict[0] = '\0';
+    p->attempt++;
+    p->resizes++;
+    return 0;
+}
+
+const char *tfos_decision_name(int decision)
+{
+    return decision == TFOS_RESTART ? "restart" : decision == TFOS_RAISE ? "raise" : decision == TFOS_RESIZE ? "resize" : "";
+}
+
+int tfos_policy_resizes(const tfos_policy *p)
+{
+    return p->resizes;
 }
 
 int tfos_policy_attempt(const tfos_policy *p)
@@ -251,7 +299,7 @@ const char *tfos_policy_verdict(const tfos_policy *p)
 }
 
 static const char *const why_words[] = {"restarted", "not restarted", "deterministic: not restarted",
-                                        "no restarts left"};
+                                        "no restarts left", "resized (not a restart)"};
 
 void tfos_policy_line(const tfos_attempt_record *r, char *buf, size_t len)
 {
@@ -305,7 +353,7 @@ char *tfos_policy_json(const tfos_policy *p)
         tfos__json_str(out, f->exc_where);
         fprintf(out, ", \"summary\": ");
         tfos__json_str(out, f->summary);
-        fprintf(out, ", \"decision\": \"%s\", \"why\": \"%s\"}", r->decision == TFOS_RESTART ? "restart" : "raise",
+        fprintf(out, ", \"decision\": \"%s\", \"why\": \"%s\"}", tfos_decision_name(r->decision),
                 why_words[r->why]);
     }
     fputc(']', out);

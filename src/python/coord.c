@@ -247,10 +247,12 @@ static PyObject *Coord_serve_status(CoordObject *self, PyObject *args, PyObject 
 
 static PyObject *Coord_set_status(CoordObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"attempt", "max_restarts", "partitions_refed", "node_log_dir", NULL};
-    int attempt = -1, max_restarts = -1, refed = -1;
+    static char *kwlist[] = {"attempt", "max_restarts", "partitions_refed", "node_log_dir", "min_nodes", "max_nodes",
+                             NULL};
+    int attempt = -1, max_restarts = -1, refed = -1, min_nodes = -1, max_nodes = -1;
     PyObject *node_log_dir = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$iiiO", kwlist, &attempt, &max_restarts, &refed, &node_log_dir) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$iiiOii", kwlist, &attempt, &max_restarts, &refed, &node_log_dir,
+                                     &min_nodes, &max_nodes) ||
         !coord_ready(self))
         return NULL;
     char *copy = NULL;
@@ -268,6 +270,10 @@ static PyObject *Coord_set_status(CoordObject *self, PyObject *args, PyObject *k
         self->src.max_restarts = max_restarts;
     if (refed >= 0)
         self->src.partitions_refed = refed;
+    if (min_nodes >= 0)
+        self->src.min_nodes = min_nodes;
+    if (max_nodes >= 0)
+        self->src.max_nodes = max_nodes;
     if (node_log_dir) {
         free(self->node_log_dir);
         self->node_log_dir = copy;
@@ -467,7 +473,8 @@ static PyMethodDef Coord_methods[] = {
      "for this coordinator on host:port (0: any free port) from its event loop; returns the port; close() stops "
      "serving."},
     {"set_status", (PyCFunction)(void (*)(void))Coord_set_status, METH_VARARGS | METH_KEYWORDS,
-     "set_status(*, attempt=None, max_restarts=None, partitions_refed=None, node_log_dir=None): what the status "
+     "set_status(*, attempt=None, max_restarts=None, partitions_refed=None, node_log_dir=None, min_nodes=None, "
+     "max_nodes=None): what the status "
      "page shows beside the nodes and the policy's history (node_log_dir: where each node's log is on its own "
      "host)."},
     {"set_feed", (PyCFunction)(void (*)(void))Coord_set_feed, METH_VARARGS | METH_KEYWORDS,

@@ -721,6 +721,7 @@ static int module_exec(PyObject *m)
         PyModule_AddIntConstant(m, "ETOOBIG", TFOS_ETOOBIG) < 0 ||
         PyModule_AddIntConstant(m, "RESTART", TFOS_RESTART) < 0 ||
         PyModule_AddIntConstant(m, "RAISE", TFOS_RAISE) < 0 ||
+        PyModule_AddIntConstant(m, "RESIZE", TFOS_RESIZE) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_EXIT", TFOS_CAUSE_EXIT) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_SIGNAL", TFOS_CAUSE_SIGNAL) < 0 ||
         PyModule_AddIntConstant(m, "CAUSE_HEARTBEAT", TFOS_CAUSE_HEARTBEAT) < 0 ||

@@ -65,7 +65,7 @@ static PyObject *Policy_get_history(PolicyObject *self, void *Py_UNUSED(c))
             Py_DECREF(list);
             return NULL;
         }
-        PyObject *dec = PyUnicode_FromString(r->decision == TFOS_RESTART ? "restart" : "raise");
+        PyObject *dec = PyUnicode_FromString(tfos_decision_name(r->decision));
         PyObject *prog = PyUnicode_FromString(r->progress);
         if (!dec || !prog || PyDict_SetItemString(d, "decision", dec) || PyDict_SetItemString(d, "progress", prog)) {
             Py_XDECREF(dec);
@@ -128,6 +128,11 @@ static PyObject *Policy_get_max_restarts(PolicyObject *self, void *Py_UNUSED(c))
     return PyLong_FromLong(tfos_policy_max_restarts(self->policy));
 }
 
+static PyObject *Policy_get_resizes(PolicyObject *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromLong(tfos_policy_resizes(self->policy));
+}
+
 static PyObject *Policy_get_verdict(PolicyObject *self, void *Py_UNUSED(c))
 {
     return PyUnicode_FromString(tfos_policy_verdict(self->policy));
@@ -141,7 +146,32 @@ static void Policy_dealloc(PolicyObject *self)
     Py_DECREF(tp);
 }
 
+/* resize(cause, summary) -> None: an elastic run changes size (not a
+ * failure: the restart budget is not spent). */
+static PyObject *Policy_resize(PolicyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"cause", "summary", NULL};
+    int cause;
+    const char *summary;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "is", kwlist, &cause, &summary))
+        return NULL;
+    tfos_failure f;
+    memset(&f, 0, sizeof f);
+    f.cause = cause;
+    f.executor_id = -1;
+    f.exit_code = -1;
+    f.time = tfos__wall_s();
+    snprintf(f.summary, sizeof f.summary, "%s", summary);
+    int rc = tfos_policy_resize(self->policy, &f);
+    if (rc < 0)
+        return tfos__py_raise(rc, "cannot record the resize (an empty summary?)");
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Policy_methods[] = {
+    {"resize", (PyCFunction)(void (*)(void))Policy_resize, METH_VARARGS | METH_KEYWORDS,
+     "resize(cause, summary) -> None: record that an elastic run changes size; the next attempt begins "
+     "without spending the restart budget."},
     {"render", (PyCFunction)Policy_render, METH_NOARGS,
      "render() -> str: the history, one line per failed attempt (what the status page and errors show)."},
     {"decide", (PyCFunction)(void (*)(void))Policy_decide, METH_VARARGS | METH_KEYWORDS,
@@ -153,9 +183,10 @@ static PyMethodDef Policy_methods[] = {
 static PyGetSetDef Policy_getset[] = {
     {"attempt", (getter)Policy_get_attempt, NULL, "the current attempt (1 for the first)", NULL},
     {"max_restarts", (getter)Policy_get_max_restarts, NULL, "the budget", NULL},
+    {"resizes", (getter)Policy_get_resizes, NULL, "attempts begun by a resize (they spend no restart)", NULL},
     {"history", (getter)Policy_get_history, NULL,
      "one dict per failed attempt: cause, attempt, time, node, job, executor_id, host, exit_code, signal, "
-     "exception, where, summary, decision ('restart'/'raise'), progress",
+     "exception, where, summary, decision ('restart'/'raise'/'resize'), progress",
      NULL},
     {"verdict", (getter)Policy_get_verdict, NULL,
      "why the run was not restarted, in one sentence ('' after a restart)", NULL},

@@ -1813,7 +1813,7 @@ char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
     tfos__json_str(f, tfos_coord_failure(c));
     fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"failure_record\": ",
             tfos_cause_name(c->failed ? c->info.cause : TFOS_CAUSE_NONE),
-            !c->failed ? "" : c->decision == TFOS_RESTART ? "restart" : "raise");
+            !c->failed ? "" : tfos_decision_name(c->decision));
     /* the failure as the restart policy takes it (tfos_failure), for a
      * client that asks the policy itself (tfos.spark.Cluster) */
     if (c->failed) {

@@ -470,7 +470,7 @@ void tfos__tracker_history(tfos__tracker *t, const tfos_policy *p)
         snprintf(key, sizeof key, "tfos.attempt.%d.summary", f->attempt);
         tfos__tracker_tag(t, key, f->summary);
         snprintf(key, sizeof key, "tfos.attempt.%d.decision", f->attempt);
-        tfos__tracker_tag(t, key, r->decision == TFOS_RESTART ? "restart" : "raise");
+        tfos__tracker_tag(t, key, tfos_decision_name(r->decision));
         if (f->node[0]) {
             snprintf(key, sizeof key, "tfos.attempt.%d.node", f->attempt);
             tfos__tracker_tag(t, key, f->node);

@@ -113,8 +113,9 @@ static const char page[] =
     "function render(s){\n"
     " const c=s.cluster;\n"
     " paging(c);startTable(c);\n"
-    " const of=' of '+(s.max_restarts+1);\n"
-    " document.getElementById('summary').textContent=c?'state: '+c.state+' | attempt '+s.attempt+of+\n"
+    " const of=' of '+(s.max_restarts+1+(s.resizes||0)),el=s.elastic;\n"
+    " const size=c&&el?' | '+c.size+' of '+el.max_nodes+' nodes (elastic, min '+el.min_nodes+')':'';\n"
+    " document.getElementById('summary').textContent=c?'state: '+c.state+' | attempt '+s.attempt+of+size+\n"
     "  ' | coordinator '+c.address:'attempt '+s.attempt+of+': the cluster is forming again';\n"
     " const nodes=c?c.nodes:[];\n"
     " document.getElementById('nodes').innerHTML=nodes.map(n=>{const name=n.job+':'+n.index;\n"
@@ -296,6 +297,11 @@ char *tfos__status_json_page(const tfos__status_src *src, int first, int last)
     char *records = src->policy ? tfos_policy_json(src->policy) : NULL;
     fprintf(f, "], \"attempts\": %s", records ? records : "[]");
     free(records);
+    fprintf(f, ", \"resizes\": %d, \"elastic\": ", src->policy ? tfos_policy_resizes(src->policy) : 0);
+    if (src->max_nodes > 0)
+        fprintf(f, "{\"min_nodes\": %d, \"max_nodes\": %d}", src->min_nodes, src->max_nodes);
+    else
+        fprintf(f, "null");
     fprintf(f, ", \"feed\": ");
     feed_json(f, src->feed);
     fprintf(f, ", \"cluster\": %s}", cluster ? cluster : "null");

@@ -28,6 +28,7 @@ typedef struct tfos__status_src {
     const char *node_log_dir; /* NULL, or where each node's log is on its own host (shown as text) */
     const tfos_policy *policy; /* the restart policy: its history; NULL: none */
     int partitions_refed;     /* partitions fed again after a failure (Spark) */
+    int min_nodes, max_nodes; /* an elastic run's bounds (docs/RELIABILITY.md, "Elastic size"); 0: not elastic */
     const tfos__feed_meter *feed;
     tfos__logbuf *lines;       /* the nodes' forwarded output (/logs/stream/<seq>); NULL: none */
     /* /metrics contributors, in the order they were added

@@ -176,6 +176,61 @@ static void verdicts_and_errors(void)
     tfos_policy_close(p);
 }
 
+/* An elastic run's resizes: recorded, rendered, never spending the budget,
+ * and taken back by retract like any record. */
+static void resizes(void)
+{
+    tfos_policy *p;
+    CHECK_EQ(tfos_policy_open(&p, 1), 0);
+    tfos_failure f;
+    memset(&f, 0, sizeof f);
+    f.cause = TFOS_CAUSE_EXECUTOR_LOST;
+    CHECK_EQ(tfos_policy_resize(p, &f), TFOS_EINVAL); /* a resize says why */
+    snprintf(f.summary, sizeof f.summary, "resized from 2 to 1 nodes: drained: Spark executor 1 decommissioned");
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(tfos_policy_resize(p, &f), 0);
+    CHECK_EQ(tfos_policy_attempt(p), 4);
+    CHECK_EQ(tfos_policy_resizes(p), 3);
+    CHECK_STR(tfos_decision_name(tfos_policy_record(p, 0)->decision), "resize");
+    char line[1200];
+    tfos_policy_line(tfos_policy_record(p, 2), line, sizeof line);
+    CHECK(strstr(line, "attempt 3 at ") == line);
+    CHECK(strstr(line, ": resized from 2 to 1 nodes: drained: Spark executor 1 decommissioned -> resized (not a "
+                       "restart)"));
+    char *json = tfos_policy_json(p);
+    CHECK(json && strstr(json, "\"decision\": \"resize\""));
+    free(json);
+    /* three resizes spent nothing: the one restart of the budget is still there */
+    tfos_failure g;
+    memset(&g, 0, sizeof g);
+    g.cause = TFOS_CAUSE_SIGNAL;
+    snprintf(g.summary, sizeof g.summary, "worker:1 killed by signal 9");
+    CHECK_EQ(tfos_policy_decide(p, &g, "", NULL), TFOS_RESTART);
+    int why = -1;
+    CHECK_EQ(tfos_policy_decide(p, &g, "", &why), TFOS_RAISE);
+    CHECK_EQ(why, TFOS_WHY_EXHAUSTED);
+    tfos_policy_retract(p);
+    tfos_policy_retract(p);
+    tfos_policy_retract(p); /* the third resize */
+    CHECK_EQ(tfos_policy_attempt(p), 3);
+    CHECK_EQ(tfos_policy_resizes(p), 2);
+    /* a deterministic failure is still one across a resize: the records compared are failures */
+    tfos_failure e;
+    memset(&e, 0, sizeof e);
+    e.cause = TFOS_CAUSE_EXIT;
+    snprintf(e.job, sizeof e.job, "worker");
+    snprintf(e.exc_type, sizeof e.exc_type, "ValueError");
+    snprintf(e.exc_where, sizeof e.exc_where, "/app/train.py:9");
+    tfos_policy_close(p);
+    CHECK_EQ(tfos_policy_open(&p, 5), 0);
+    CHECK_EQ(tfos_policy_decide(p, &e, "fp1", NULL), TFOS_RESTART);
+    CHECK_EQ(tfos_policy_resize(p, &f), 0);
+    CHECK_EQ(tfos_policy_decide(p, &e, "fp1", &why), TFOS_RAISE);
+    CHECK_EQ(why, TFOS_WHY_DETERMINISTIC);
+    CHECK(strstr(tfos_policy_verdict(p), "ended attempts 1 and 3"));
+    tfos_policy_close(p);
+}
+
 static void parse(const char *const *lines, int n, const char *type, const char *where)
 {
     tfos_failure f;
@@ -369,6 +424,7 @@ int main(void)
 {
     local_paths();
     table();
+    resizes();
     verdicts_and_errors();
     tracebacks();
     fingerprint();

@@ -178,6 +178,64 @@ def test_finish_times_out_saying_what_it_waited_for():
     assert ("stop", "shutdown timed out") in engine.calls
 
 
+class ElasticEngine(ScriptedEngine):
+    """A ScriptedEngine with an elastic size: ``sizes`` are what next_size()
+    finds, one per resize (an exception instance is raised)."""
+
+    elastic = {"min_nodes": 1, "max_nodes": 2}
+
+    def __init__(self, sizes, **kw):
+        super().__init__(**kw)
+        self.sizes, self.size = list(sizes), 2
+
+    def next_size(self):
+        n = self.sizes.pop(0)
+        if isinstance(n, Exception):
+            raise n
+        self.calls.append(("next_size", n))
+        self.size = n
+        return n
+
+
+def drained(reason):
+    return Snapshot(DONE, stopped=True, summary="drained: " + reason, drained=True)
+
+
+def test_an_elastic_drain_is_a_resize_that_spends_no_restart(caplog):
+    """An elastic engine's drain re-forms at the size next_size() finds,
+    recorded as a resize: max_restarts=0 still lets it go on, twice, and a
+    real failure afterwards still finds its budget empty."""
+    engine = ElasticEngine([1, 2], looks=[drained("Spark executor 1 decommissioned"), running(),
+                                          drained("2 Spark executors usable for 1 of 2 nodes: growing to 2"),
+                                          running(), failed(cause=_tfos.CAUSE_SIGNAL)])
+    ctl = AttemptController(engine, _tfos.RestartPolicy(0), name="cluster e")
+    ctl.start()
+    with caplog.at_level(logging.WARNING, logger="tfos"):
+        for _ in range(2):
+            assert ctl.step() == (State.RUNNING, State.RESTARTING)
+            assert ctl.step() == (State.RESTARTING, State.FORMING)
+            assert ctl.step() == (State.FORMING, State.RUNNING)
+        assert ctl.step() == (State.RUNNING, State.FAILED)   # a signal: no restart in the budget of 0
+    assert [c for c in engine.calls if c[0] in ("form", "next_size")] == [
+        ("form", 1, True), ("next_size", 1), ("form", 2, False), ("next_size", 2), ("form", 3, False)]
+    hist = ctl.policy.history
+    assert [h["decision"] for h in hist] == ["resize", "resize", "raise"] and ctl.policy.resizes == 2
+    assert hist[0]["summary"] == "resized from 2 to 1 nodes: drained: Spark executor 1 decommissioned"
+    assert hist[1]["summary"].startswith("resized from 1 to 2 nodes: drained: 2 Spark executors usable")
+    assert "a resize, not a restart: 0 of 0 restarts left" in caplog.text
+    assert "attempts (0 restarts, 2 resizes):" in str(ctl.error)
+
+
+def test_an_elastic_cluster_below_min_nodes_fails_saying_so():
+    engine = ElasticEngine([ClusterError("the elastic cluster needs at least min_nodes=2 nodes", 1, None)],
+                           looks=[drained("Spark executor 1 decommissioned")])
+    ctl = AttemptController(engine, _tfos.RestartPolicy(3))
+    ctl.start()
+    assert ctl.step() == (State.RUNNING, State.FAILED)
+    assert "min_nodes=2" in str(ctl.error) and ctl.policy.history == []
+    assert engine.calls[-1] == ("release",)
+
+
 def test_cause_codes():
     assert cause_code("signal") == _tfos.CAUSE_SIGNAL
     assert cause_code("executor_lost") == _tfos.CAUSE_EXECUTOR_LOST

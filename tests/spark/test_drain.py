@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import urllib.request
 
 from pyspark import cloudpickle
 
@@ -75,4 +77,179 @@ def test_a_decommissioned_worker_drains_the_cluster_and_the_next_attempt_resumes
     assert any("drained: Spark executor" in m and "decommissioned; re-forming the cluster (attempt 2" in m
                for m in said), said
     assert any("checkpoint at step %d and end, within 40 s" % step in m for m in said), said  # drain_grace
+    assert wait_no_tfos_processes(30) == []
+
+
+def elastic_stepper(args, ctx):
+    """Global batch `step` is rows step*B .. step*B+B-1, split over the
+    workers by rank: each row is read once whatever the world size, as long
+    as every rank resumes at the step rank 0 checkpointed. Records the rows
+    each node read, per attempt."""
+    import json
+    import os
+    import time
+    node = "%s-%d" % (ctx.job_name, ctx.task_index)
+    out, batch = args["out"], args["batch"]
+    rank, world = ctx.task_index, ctx.num_workers
+
+    def record(name, obj):
+        with open(os.path.join(out, name + ".tmp"), "w") as f:
+            json.dump(obj, f)
+        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+    ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
+    step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+    record("start-%d-%s" % (ctx.attempt, node), {"step": step, "world": world,
+                                                 "tf_config": json.loads(os.environ.get("TF_CONFIG", "{}"))})
+    rows = []
+    while step < args["steps"]:
+        rows.extend(range(step * batch + rank, (step + 1) * batch, world))
+        step += 1
+        ctx.report(step=step)
+        if step - args["steps_per_mark"] * ctx.attempt >= 0:
+            record("mark-%d-%s" % (ctx.attempt, node), {"step": step})
+        if ctx.should_checkpoint(step):
+            if rank == 0:
+                with open(ckpt + ".tmp", "w") as f:
+                    json.dump({"step": step}, f)
+                os.replace(ckpt + ".tmp", ckpt)
+            record("rows-%d-%s" % (ctx.attempt, node), rows)
+            record("drained-%d-%s" % (ctx.attempt, node), {"step": step})
+            return
+        time.sleep(0.03)
+    record("rows-%d-%s" % (ctx.attempt, node), rows)
+    record("final-%s" % node, {"step": step, "world": world})
+
+
+def test_an_elastic_cluster_shrinks_on_a_decommission_and_grows_back(spark_cluster, tmp_path, caplog):
+    """min_nodes=1 of 2: a decommissioned worker drains the cluster, which
+    goes on with one node when no executor replaces it within elastic_wait;
+    when the worker comes back the cluster drains again and grows to two.
+    Neither resize spends the restart budget (max_restarts=0), no step is
+    redone, and every row is read exactly once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    spark = spark_cluster.spark_session("tfos-test-elastic", **{"spark.decommission.enabled": "true"})
+    steps, batch = 1500, 6
+    try:
+        sc = spark.sparkContext
+        cluster = TFCluster.run(sc, elastic_stepper, {"out": str(out), "steps": steps, "batch": batch,
+                                                      "steps_per_mark": 30},
+                                num_executors=2, input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=120,
+                                max_restarts=0, checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40,
+                                min_nodes=1, elastic_wait=8)
+        nodes = ("worker-0", "worker-1")
+        seen = {}
+
+        def capacity_goes_and_comes_back():
+            if wait_for(lambda: all((out / ("mark-1-" + n)).exists() for n in nodes), 120):
+                os.kill(spark_cluster.worker_pid(1), signal.SIGPWR)
+            if wait_for(lambda: (out / "mark-2-worker-0").exists(), 120):
+                seen["status"] = json.loads(urllib.request.urlopen(cluster.status_url() + "status", timeout=10).read())
+                spark_cluster.restart_worker(1)                # the capacity comes back
+
+        mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
+        mover.start()
+        # shutdown() steps the attempts: drained -> 1 node -> drained -> 2 nodes -> done
+        cluster.shutdown(timeout=300)
+        mover.join(60)
+    finally:
+        spark.stop()
+    status = seen.get("status")
+    assert status, sorted(p.name for p in out.iterdir())
+    assert status["cluster"]["size"] == 1 and status["elastic"] == {"min_nodes": 1, "max_nodes": 2}, status
+    assert status["resizes"] == 1 and "resized from 2 to 1 nodes: drained: Spark executor" in \
+        status["history"][0], status["history"]
+    starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
+    assert sorted(starts) == ["start-1-worker-0", "start-1-worker-1", "start-2-worker-0", "start-3-worker-0",
+                              "start-3-worker-1"], sorted(starts)
+    assert [starts["start-%d-worker-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    assert len(starts["start-2-worker-0"]["tf_config"]["cluster"]["worker"]) == 1     # TF_CONFIG follows the size
+    d1 = json.loads((out / "drained-1-worker-0").read_text())["step"]
+    d2 = json.loads((out / "drained-2-worker-0").read_text())["step"]
+    assert json.loads((out / "drained-1-worker-1").read_text())["step"] == d1       # one step for every rank
+    assert starts["start-2-worker-0"]["step"] == d1 and starts["start-3-worker-1"]["step"] == d2 > d1  # none redone
+    for n in nodes:
+        assert json.loads((out / ("final-" + n)).read_text()) == {"step": steps, "world": 2}
+    read = [r for p in out.glob("rows-*") for r in json.loads(p.read_text())]
+    assert len(read) == steps * batch and sorted(read) == list(range(steps * batch))  # each row exactly once
+    said = [r.getMessage() for r in caplog.records]
+    assert any("formed with 1 of 2 nodes (elastic: min 1)" in m for m in said), said
+    assert any("growing to 2" in m and "a resize, not a restart" in m for m in said), said
+    assert wait_no_tfos_processes(30) == []
+
+
+def elastic_feed_reader(args, ctx):
+    """InputMode.SPARK: reads row ids from its feed; at the drain step saves
+    its feed position with the ids it read (its checkpoint) and ends."""
+    import json
+    import os
+    import time
+    from tfos import TFNode
+    node = "%s-%d" % (ctx.job_name, ctx.task_index)
+    out = args["out"]
+
+    def record(name, obj):
+        with open(os.path.join(out, name + ".tmp"), "w") as f:
+            json.dump(obj, f)
+        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    ids, step = [], 0
+    while not feed.should_stop():
+        batch = feed.next_batch(10)
+        ids.extend(int(r[0]) for r in batch)
+        step += 1
+        ctx.report(step=step)
+        if step == 5:
+            record("reading-%d-%s" % (ctx.attempt, node), {"world": ctx.num_workers})
+        if ctx.should_checkpoint(step):
+            record("ids-%d-%s" % (ctx.attempt, node), ids)   # the checkpoint: what was read
+            feed.save_position()                             # and where the feed stands with it
+            return
+        time.sleep(args["slow"])
+    record("ids-%d-%s" % (ctx.attempt, node), ids)
+
+
+def test_an_elastic_feed_is_resharded_exactly_once_across_resizes(spark_cluster, tmp_path, caplog):
+    """InputMode.SPARK, min_nodes=1 of 2: a worker decommissioned while
+    train() feeds shrinks the cluster to one node, the worker's return grows
+    it back, and the feed goes on across both resizes from the positions
+    saved at each drain: every row is read exactly once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    spark = spark_cluster.spark_session("tfos-test-elastic-feed", **{"spark.decommission.enabled": "true"})
+    n = 8000
+    try:
+        sc = spark.sparkContext
+        rdd = sc.parallelize([(i,) for i in range(n)], 16)
+        cluster = TFCluster.run(sc, elastic_feed_reader, {"out": str(out), "slow": 0.05}, num_executors=2,
+                                input_mode=TFCluster.InputMode.SPARK, reservation_timeout=120, max_restarts=0,
+                                checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40, min_nodes=1, elastic_wait=8,
+                                feed_mb=1)
+
+        def capacity_goes_and_comes_back():
+            if wait_for(lambda: all((out / ("reading-1-worker-%d" % i)).exists() for i in (0, 1)), 120):
+                os.kill(spark_cluster.worker_pid(1), signal.SIGPWR)
+            if wait_for(lambda: (out / "reading-2-worker-0").exists(), 120):
+                spark_cluster.restart_worker(1)
+
+        mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
+        mover.start()
+        cluster.train(rdd, feed_timeout=300)
+        mover.join(60)
+        history = cluster.status()["history"]
+        cluster.shutdown(timeout=120)
+    finally:
+        spark.stop()
+    made = sorted(p.name for p in out.glob("reading-*"))
+    assert made == ["reading-1-worker-0", "reading-1-worker-1", "reading-2-worker-0", "reading-3-worker-0",
+                    "reading-3-worker-1"], made
+    assert [json.loads((out / ("reading-%d-worker-0" % a)).read_text())["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    assert len(history) == 2 and all("-> resized (not a restart)" in h for h in history), history
+    read = [i for p in out.glob("ids-*") for i in json.loads(p.read_text())]
+    dup = len(read) - len(set(read))
+    assert dup == 0 and sorted(read) == list(range(n)), "%d duplicates, %d never read" % (dup, n - len(set(read)))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("resumes the feed where the checkpoint stands" in m for m in said), said
     assert wait_no_tfos_processes(30) == []

@@ -189,7 +189,9 @@ def failure_text(policy, failure, context=""):
         text += "\n" + policy.verdict
     history = policy.render().splitlines()
     if len(history) > 1:
-        text += "\nattempts (%d restarts):\n  %s" % (len(history) - 1, "\n  ".join(history))
+        resizes = getattr(policy, "resizes", 0)
+        text += "\nattempts (%d restarts%s):\n  %s" % (len(history) - 1 - resizes,
+                                                      ", %d resizes" % resizes if resizes else "", "\n  ".join(history))
     return text
 
 
@@ -222,6 +224,7 @@ class AttemptController(object):
         self.restart = True
         self.context = ""            # a line for the failure message (what the feed saw)
         self.partitions_refed = 0    # partitions that were in flight when a node failed, fed again
+        self.resized = False         # the attempt being re-formed ended in a resize (not a failure)
         self.transitions = []        # (previous, next) of every move, for tests and the debug log
 
     @property
@@ -322,6 +325,8 @@ class AttemptController(object):
         if not snap.stopped:
             self._wait_stopped()
         self.last_failure = snap
+        if getattr(self.engine, "elastic", None) is not None and self.restart:
+            return self._resize(snap)
         decision = _tfos.RAISE
         if self.restart:
             decision = self.policy.decide(_tfos.CAUSE_EXECUTOR_LOST, summary=snap.summary,
@@ -332,11 +337,34 @@ class AttemptController(object):
         self.error = self.engine.error(failure_text(self.policy, snap.summary, self.context))
         return State.FAILED
 
+    def _resize(self, snap):
+        """An elastic cluster drained (capacity going, or come back): not a
+        failure. The next size is what the executors allow (a bounded wait);
+        the policy records the resize without spending a restart."""
+        before = self.engine.size
+        self.engine.release()
+        try:
+            after = self.engine.next_size()
+        except Exception as exc:  # noqa: BLE001 -- fewer executors than min_nodes: the run fails, saying so
+            self.error = exc
+            return State.FAILED
+        what = "resized from %d to %d nodes" % (before, after) if after != before else "re-formed at %d nodes" % after
+        self.policy.resize(_tfos.CAUSE_EXECUTOR_LOST, "%s: %s" % (what, snap.summary))
+        self.resized = True
+        return State.RESTARTING
+
     def _restart(self):
         self.engine.release()
         snap = self.last_failure
+        if self.resized:
+            self.resized = False
+            logger.warning("%s; re-forming the cluster (attempt %d; a resize, not a restart: %d of %d restarts "
+                           "left)", snap.summary, self.attempt, self.policy.max_restarts -
+                           (self.attempt - 1 - self.policy.resizes), self.policy.max_restarts)
+            self.context = ""
+            return State.FORMING
         logger.warning("%s; re-forming the cluster (attempt %d of %d)", snap.summary or snap.failure,
-                       self.attempt, self.policy.max_restarts + 1)
+                       self.attempt, self.policy.max_restarts + 1 + self.policy.resizes)
         self.context = ""
         return State.FORMING
 
@@ -378,27 +406,30 @@ class AttemptController(object):
             raise self.error
 
     def failed(self, wait=None):
-        """The running attempt's failure (a Snapshot), waiting up to ``wait``
-        seconds (default FAILURE_WAIT) for its coordinator to record one;
-        None when nothing failed (or the attempt is done)."""
+        """The running attempt's failure or drain (a Snapshot), waiting up to
+        ``wait`` seconds (default FAILURE_WAIT, plus the grace of a drain
+        under way) for its coordinator to record one; None when nothing
+        failed (or the attempt is done without a drain)."""
         def seen():
             snap = self.engine.snapshot()
             return snap if snap.failed or snap.state == _tfos.STATE_DONE else None
 
+        if wait is None:  # a drain under way ends within its grace
+            wait = self.FAILURE_WAIT + getattr(self.engine, "drain_pending", lambda: 0.0)()
         try:
-            snap = wait_until(seen, self.FAILURE_WAIT if wait is None else wait,
-                              "%s attempt %d to record a failure" % (self.name, self.attempt), self.engine.poll)
+            snap = wait_until(seen, wait, "%s attempt %d to record a failure" % (self.name, self.attempt),
+                              self.engine.poll)
         except WaitTimeout:
             return None
-        return snap if snap.failed else None
+        return snap if snap.failed or snap.drained else None
 
     def recover(self, snap, context=""):
-        """The running attempt failed (``snap``, from ``failed()``): RUNNING
-        -> RESTARTING -> FORMING -> RUNNING, or FAILED, raised with
+        """The running attempt failed or drained (``snap``, from ``failed()``):
+        RUNNING -> RESTARTING -> FORMING -> RUNNING, or FAILED, raised with
         ``context`` (a line saying what the feed saw) in its message."""
         self.check()
         self.context = context
-        self._move(self._after_failure(snap))
+        self._move(self._after_drain(snap) if snap.drained else self._after_failure(snap))
         self._advance()
         self.check()
 

@@ -226,7 +226,13 @@ class TFCluster(object):
             return FeedRound({part: (state, info, info if state == "done" and isinstance(info, int) else 0)
                               for part, (state, info) in outcomes.value.items()}, job_error)
 
-        fed = feed_until_delivered(self._attempts, run_round, spec.checkpoint_dir, total)
+        # an elastic cluster grows (a drain) only while it is fed: a drain
+        # after the feed would end the programs before their own end
+        self._engine.grow_allowed = True
+        try:
+            fed = feed_until_delivered(self._attempts, run_round, spec.checkpoint_dir, total)
+        finally:
+            self._engine.grow_allowed = False
         if fed.terminated:
             self._terminated.add(fed.terminated)
 
@@ -377,13 +383,41 @@ def _layout(num_executors, num_ps, master_node, eval_node):
     return {"num_ps": num_ps, "num_workers": workers, "chief": chief, "evaluator": bool(eval_node)}
 
 
+def _elastic(layout, total, min_nodes, max_nodes, wait, local, driver_ps_nodes):
+    """An elastic run's bounds ({"min": nodes on executors, "max": ..., "wait":
+    seconds}), or None when min_nodes leaves the size fixed. Only workers
+    come and go: ps, chief and evaluator are the cluster's fixed part."""
+    if max_nodes is not None and int(max_nodes) != total:
+        raise TFClusterError("max_nodes=%s: TFCluster.run's largest size is num_executors=%d; pass max_nodes=%d or "
+                             "leave it out" % (max_nodes, total, total))
+    if min_nodes is None or int(min_nodes) >= total:
+        if min_nodes is not None and int(min_nodes) > total:
+            raise TFClusterError("min_nodes=%d is more than num_executors=%d" % (min_nodes, total))
+        return None
+    fixed = layout["num_ps"] + int(layout["chief"]) + int(layout["evaluator"])
+    least = fixed + (0 if layout["chief"] else 1)  # someone must train: the chief, else one worker
+    if int(min_nodes) < least:
+        raise TFClusterError("min_nodes=%d: the cluster needs at least %d nodes (%d ps, %s%s and %s); only workers "
+                             "come and go" % (min_nodes, least, layout["num_ps"], "a chief" if layout["chief"] else
+                                              "no chief", ", an evaluator" if layout["evaluator"] else "",
+                                              "no worker" if layout["chief"] else "one worker"))
+    if local:
+        raise TFClusterError("min_nodes: a local master's executors do not come and go; an elastic size needs a "
+                             "cluster manager (standalone, YARN, Kubernetes)")
+    if float(wait) <= 0:
+        raise TFClusterError("elastic_wait=%r: give the seconds to wait for lost capacity to come back (> 0)" % (wait,))
+    on_driver = layout["num_ps"] if driver_ps_nodes else 0
+    return {"min": int(min_nodes) - on_driver, "max": total - on_driver, "wait": float(wait),
+            "min_nodes": int(min_nodes), "max_nodes": total, "on_driver": on_driver}
+
+
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
         log_dir=None, driver_ps_nodes=False, master_node=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_spark"], queues=("input", "output", "error"),
         eval_node=False, release_port=True, max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None,
         feed_mb=_DEFAULTS["feed_mb"], heartbeat_timeout=_DEFAULTS["heartbeat_timeout"],
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
-        drain_grace=None, node_log_dir="tfos-logs",
+        drain_grace=None, min_nodes=None, max_nodes=None, elastic_wait=30.0, node_log_dir="tfos-logs",
         status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
         framework="tf"):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
@@ -413,7 +447,12 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     their checkpoint and end when Spark decommissions an executor; default
     None: 25 s, as ``tfos run --drain-grace``; 0: never drain, the
     executor's node is lost as before; see docs/RELIABILITY.md, "Drain on
-    notice"),
+    notice"), ``min_nodes`` (elastic size: below ``num_executors``, the
+    cluster runs on fewer nodes, down to ``min_nodes``, when executors are
+    lost or decommissioned and none comes back within ``elastic_wait``
+    seconds, and grows back when they return; workers come and go, ps,
+    chief and evaluator stay; ``max_nodes``, if given, must be
+    ``num_executors``; see docs/RELIABILITY.md, "Elastic size"),
     ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none)
@@ -459,8 +498,10 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     local = master_kind(sc.master) == "local"
     total = int(num_executors)
     spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
-    _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
-                     int(input_mode) == InputMode.SPARK)
+    elastic = _elastic(layout, total, min_nodes, max_nodes, elastic_wait, local, driver_ps_nodes)
+    if elastic is None:
+        _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
+                         int(input_mode) == InputMode.SPARK)
 
     cluster_id = uuid.uuid4().hex[:12]
     tracker = open_tracker(mlflow, mlflow_experiment, mlflow_run_name or "tfos-spark-%s" % cluster_id, {
@@ -500,6 +541,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 hand_port=not release_port, keras=keras,
                                 max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs, hadoop_user=husr)
     spec.env = tracker_env(tracker)
+    spec.elastic = elastic is not None
     publisher = None
     if husr is not None and webhdfs is not None:
         # Kerberos: the tokens Spark renews reach the nodes through HDFS (tfos._spark.tokens)
@@ -521,7 +563,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "local": local, "driver_ps_nodes": bool(driver_ps_nodes), "status_port": int(status_port),
             "quiet": bool(quiet), "tracker": tracker, "framework": framework, "token_publisher": publisher,
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
-            "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0}
+            "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0,
+            "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout)}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

@@ -298,6 +298,10 @@ class DriverEngine(Engine):
         self.driver_agents = []      # ps agents on this driver (driver_ps_nodes=True)
         self.partitions_refed = 0
         self.drain_reason = None     # this attempt's drain (an executor decommissioned), or None
+        self.planned = None          # an elastic cluster's next size (next_size), for form()
+        # InputMode.TENSORFLOW grows whenever capacity returns; InputMode.SPARK
+        # only while train() feeds (cluster.py)
+        self.grow_allowed = conf["input_mode"] != 1
 
     def error(self, text):
         return TFClusterError(text)
@@ -306,8 +310,47 @@ class DriverEngine(Engine):
         port = self.conf.get("status_port", -1)
         return "http://127.0.0.1:%d/" % port if port is not None and port > 0 else None
 
+    @property
+    def elastic(self):
+        """The elastic bounds (cluster.py's _elastic), or None."""
+        return self.conf.get("elastic")
+
+    def drain_pending(self):
+        """Seconds a drain this attempt asked may still take (its grace and
+        the stop after it), or 0 without one."""
+        grace = self.conf.get("drain_grace", 0.0)
+        return (grace if grace > 0 else 25.0) + 35.0 if self.drain_reason else 0.0
+
+    def next_size(self):
+        """An elastic cluster's size for the next attempt, in nodes: every
+        node when the executors are all there within ``elastic_wait``, else
+        as many as there are, not fewer than ``min_nodes`` (waiting up to
+        ``reservation_timeout`` for that many). Kept for the next form()."""
+        el = self.conf["elastic"]
+        self.planned = _elastic_size(self.sc, el, self.conf["reservation_timeout"])
+        return self.planned + el["on_driver"]
+
+    @property
+    def size(self):
+        """The nodes of the current (or last) attempt."""
+        return self.spec.layout["num_ps"] + int(self.spec.layout["chief"]) + int(self.spec.layout["evaluator"]) + \
+            self.spec.layout["num_workers"]
+
+    def _apply_size(self, n):
+        """Lay the cluster out on n executor nodes: the last workers go."""
+        conf, spec, el = self.conf, self.spec, self.conf["elastic"]
+        lay = dict(conf["layout"])
+        lay["num_workers"] -= el["max"] - n
+        spec.layout = lay
+        conf["spark_ids"] = spec.spark_ids = conf["all_spark_ids"][:n]
+
     def form(self, attempt, first):
         conf, spec = self.conf, self.spec
+        el = conf.get("elastic")
+        if el is not None:
+            n = self.planned if self.planned is not None else _elastic_size(self.sc, el, conf["reservation_timeout"])
+            self.planned = None
+            self._apply_size(n)
         lay = spec.layout
         coord = _tfos.Coordinator(lay["num_workers"], spec.secret, ps=lay["num_ps"], chief=lay["chief"],
                                   evaluator=lay["evaluator"], bind_host=conf["listen"], port=conf["port"],
@@ -320,13 +363,15 @@ class DriverEngine(Engine):
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
         coord.set_status(attempt=attempt, max_restarts=conf["max_restarts"],
                          partitions_refed=self.partitions_refed, node_log_dir=spec.log_dir)
+        if el is not None:
+            coord.set_status(min_nodes=el["min_nodes"], max_nodes=el["max_nodes"])
         self.driver = _Driver(coord, conf.get("status_port", -1))
         self.drain_reason = None
         if first and self.driver.status_port >= 0:
             conf["status_port"] = self.driver.status_port  # the same port on every attempt
             logger.info("status page at %s", self.status_url())
         node_errors = []
-        if not first:  # an executor may have been lost: wait for Spark to replace it
+        if not first and el is None:  # an executor may have been lost: wait for Spark to replace it
             _check_executors(self.sc, len(conf["spark_ids"]), conf["reservation_timeout"], conf["local"])
         if conf["driver_ps_nodes"]:
             self.driver_agents = _start_driver_ps(spec, list(range(lay["num_ps"])))
@@ -336,7 +381,11 @@ class DriverEngine(Engine):
             spec.hdfs_token = conf["token_publisher"].current() or getattr(spec, "hdfs_token", None)
         self.node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], node_errors)
         _wait_formed(self.driver, node_errors, conf["reservation_timeout"])
-        logger.info("cluster %s attempt %d formed", spec.cluster_id, attempt)
+        if el is not None:
+            logger.info("cluster %s attempt %d formed with %d of %d nodes (elastic: min %d)", spec.cluster_id,
+                        attempt, self.size, el["max_nodes"], el["min_nodes"])
+        else:
+            logger.info("cluster %s attempt %d formed", spec.cluster_id, attempt)
         # between run() and shutdown() nobody steps the attempts: a thread of
         # the attempt watches for decommissioned executors
         threading.Thread(target=self._watch_decommission, args=(self.driver,), name="tfos-decommission",
@@ -367,14 +416,28 @@ class DriverEngine(Engine):
         node checkpoints at one step and ends before the executor goes, and
         the next attempt resumes there. Looked at once a second while the
         attempt runs."""
-        if self.conf.get("drain_grace", 0.0) < 0:  # drain_grace=0: never drain
+        grace = self.conf.get("drain_grace", 0.0)
+        el = self.conf.get("elastic")
+        grow = el is not None and len(self.conf["spark_ids"]) < el["max"]
+        if grace < 0 and not grow:  # drain_grace=0: never drain
             return
         while True:
             time.sleep(1.0)
             try:
                 if d.closed or d.state() != _tfos.STATE_RUNNING:
                     return
-                gone = decommissioned_executors(self.sc)
+                gone = decommissioned_executors(self.sc) if grace >= 0 else []
+                if grow and not gone and self.grow_allowed:
+                    # capacity came back: grow at a checkpoint every node takes at one step
+                    have, now = _usable_executors(self.sc), len(self.conf["spark_ids"])
+                    if have > now:
+                        reason = "%d Spark executors usable for %d of %d nodes: growing to %d" % (
+                            have, now + el["on_driver"], el["max_nodes"], min(have, el["max"]) + el["on_driver"])
+                        if d.call(d.coord.drain, reason, max(grace, 0.0)):
+                            self.drain_reason = reason
+                            logger.warning("%s: draining the cluster (every node checkpoints at one step and "
+                                           "ends; the next attempt forms at the larger size)", reason)
+                        return
                 if not gone:
                     continue
                 reason = "Spark executor%s %s decommissioned" % ("s" if len(gone) > 1 else "", ", ".join(gone))
@@ -417,6 +480,48 @@ class DriverEngine(Engine):
         self.partitions_refed = count
         if self.driver is not None and not self.driver.closed:
             self.driver.call(self.driver.coord.set_status, partitions_refed=count)
+
+
+def _usable_executors(sc):
+    """How many of the application's executors are alive and not being
+    decommissioned (a new node can start there)."""
+    jsc = sc._jsc.sc()
+    ids = [e for e in str(jsc.getExecutorIds().mkString(",")).split(",") if e]
+    gone = set(decommissioned_executors(sc))
+    return sum(1 for e in ids if e not in gone)
+
+
+def _elastic_size(sc, el, reservation_timeout):
+    """Nodes on executors for an elastic cluster's next attempt: el["max"]
+    when that many executors are usable within el["wait"] seconds, else the
+    usable count, waiting up to reservation_timeout for el["min"]."""
+    def full():
+        n = _usable_executors(sc)
+        return n if n >= el["max"] else None
+
+    try:
+        return min(wait_until(full, el["wait"], "%d usable Spark executors (every node)" % el["max"], JOB), el["max"])
+    except WaitTimeout:
+        pass
+    have = _usable_executors(sc)
+    if have >= el["min"]:
+        logger.warning("%d of %d executors usable after %.0f s (elastic_wait): forming %d of %d nodes",
+                       have, el["max"], el["wait"], have + el["on_driver"], el["max_nodes"])
+        return have
+
+    def enough():
+        n = _usable_executors(sc)
+        return n if n >= el["min"] else None
+
+    try:
+        have = wait_until(enough, reservation_timeout, "%d usable Spark executors (min_nodes=%d)" % (
+            el["min"], el["min_nodes"]), JOB)
+    except WaitTimeout:
+        raise TFClusterError(
+            "the elastic cluster needs at least min_nodes=%d nodes, but the application has %d usable executors "
+            "after %.0f s: give it more executors, or lower min_nodes" % (
+                el["min_nodes"], _usable_executors(sc), el["wait"] + reservation_timeout)) from None
+    return min(have, el["max"])
 
 
 def decommissioned_executors(sc):

@@ -34,6 +34,20 @@ def _cluster_failure(spec, wait=5.0):
         return None
 
 
+def _cluster_drain(spec):
+    """The coordinator's drain ({"step", "drained", ...}) when one is under way
+    or done, else None (also when it cannot be reached)."""
+    try:
+        return json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000)).get("drain")
+    except Exception:  # noqa: BLE001 -- unreachable: no drain to tell of
+        return None
+
+
+def _drained_text(partition, drain):
+    return "partition %d: its node ended at the drain step %s before reading all of it" % (
+        partition, drain.get("step"))
+
+
 class FeedTaskError(RuntimeError):
     pass
 
@@ -49,6 +63,11 @@ def _pick_node(spec, partition):
         failure = _cluster_failure(spec, wait=0)
         if failure:  # its node was stopped with the rest of the cluster
             raise NodeLost("feeding partition %d failed: the cluster failed: %s" % (partition, failure))
+        if getattr(spec, "elastic", False):
+            # an elastic cluster smaller than its executors: this one came
+            # back, and the cluster grows onto it at its next drain
+            raise NodeLost("partition %d: no node on this executor yet (the elastic cluster grows onto it at its "
+                           "next drain)" % partition)
         raise FeedTaskError(
             "partition %d: the Spark task feeding it runs on an executor (host %s, JVM pid %s) that has no tfos "
             "node of this cluster. Every executor of the application must run one node: give it exactly "
@@ -292,7 +311,12 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
     except _feed.FeedClosed as exc:
         # the node called terminate(), or its program ended without reading
         # on (not a failure): the rest of the feed is not wanted
-        if _terminated(client) or _cluster_failure(spec, wait=2.0) is None:
+        drain = None if _terminated(client) else _cluster_drain(spec)
+        if drain is not None:
+            # the program ended at a drain (checkpoint now, then end): the
+            # rest of the partition is fed to the next attempt, not dropped
+            outcomes.add({partition: ("aborted", _drained_text(partition, drain))})
+        elif _terminated(client) or _cluster_failure(spec, wait=2.0) is None:
             outcomes.add({partition: ("terminated", None)})
             for _ in iterator:
                 pass
@@ -305,11 +329,14 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
         # failure, once the coordinator has it (up to 5 s), or a
         # "terminated" when the program ended without reading on
         gone = _program_gone(client)
-        failure = _cluster_failure(spec, wait=5.0 if gone else 1.0)
+        drain = _cluster_drain(spec) if gone and not _terminated(client) else None
+        failure = None if drain is not None else _cluster_failure(spec, wait=5.0 if gone else 1.0)
         err = _explain(spec, executor_id, partition, exc, client)
-        if failure is None and not gone:
+        if drain is not None:
+            outcomes.add({partition: ("aborted", _drained_text(partition, drain))})
+        elif failure is None and not gone:
             raise err
-        if failure is None:
+        elif failure is None:
             outcomes.add({partition: ("terminated", None)})
         else:
             outcomes.add({partition: ("aborted", str(err))})

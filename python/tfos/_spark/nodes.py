@@ -60,6 +60,7 @@ class NodeSpec(object):
         self.max_restarts = max_restarts      # the agent's --max-restarts: TORCHELASTIC_MAX_RESTARTS
         self.webhdfs = webhdfs                # TFOS_WEBHDFS: tfos.fs reaches hdfs:// through it
         self.hadoop_user = hadoop_user        # HADOOP_USER_NAME: the driver's Hadoop user (its Kerberos one)
+        self.elastic = False                  # min_nodes < num_executors: executors may have no node for a while
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of
