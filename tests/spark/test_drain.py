@@ -174,7 +174,7 @@ def test_an_elastic_cluster_shrinks_on_a_decommission_and_grows_back(spark_clust
     read = [r for p in out.glob("rows-*") for r in json.loads(p.read_text())]
     assert len(read) == steps * batch and sorted(read) == list(range(steps * batch))  # each row exactly once
     said = [r.getMessage() for r in caplog.records]
-    assert any("formed with 1 of 2 nodes (elastic: min 1)" in m for m in said), said
+    assert any("1 of 2 executors usable after 8 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
     assert any("growing to 2" in m and "a resize, not a restart" in m for m in said), said
     assert wait_no_tfos_processes(30) == []
 
