@@ -32,6 +32,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,7 +62,8 @@ def stepper(args, ctx):
     ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
     start, first = step, None
-    while step < args["steps"]:
+    stop = os.path.join(out, "stop")
+    while not os.path.exists(stop):
         step += 1
         ctx.report(step=step)
         if first is None:
@@ -97,26 +99,41 @@ def one_round(cluster, work, rnd, opts):
     spark = cluster.spark_session("tfos-bench-elastic-%d" % rnd, **{"spark.decommission.enabled": "true"})
     try:
         sc = spark.sparkContext
-        tfc = TFCluster.run(sc, stepper, {"out": out, "steps": 10 ** 9, "step_ms": opts.step_ms},
+        tfc = TFCluster.run(sc, stepper, {"out": out, "step_ms": opts.step_ms},
                             num_executors=2, input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=120,
                             max_restarts=0, checkpoint_dir=os.path.join(out, "ckpt"), drain_grace=40,
                             min_nodes=1, elastic_wait=opts.wait)
         both = ("worker-0", "worker-1")
-        wait_for(lambda: all(os.path.exists(os.path.join(out, "first-1-" + n)) for n in both), 120, "attempt 1")
-        time.sleep(1.0)
-        notice = time.time()
-        os.kill(cluster.worker_pid(1), signal.SIGPWR)
-        wait_for(lambda: os.path.exists(os.path.join(out, "first-2-worker-0")), 120, "attempt 2 on one node")
-        time.sleep(1.0)
-        cluster.restart_worker(1)
-        registered = wait_for(lambda: time.time() if sc._jsc.sc().getExecutorIds().size() >= 2 else None, 120,
-                              "the returned worker's executor")
-        wait_for(lambda: all(os.path.exists(os.path.join(out, "first-3-" + n)) for n in both), 180, "attempt 3")
-        status = tfc.status()
-        # end the run: the programs step forever, so stop it (not counted)
-        tfc._attempts.abort("the bench round is over")
+        t = {}
+
+        def capacity_goes_and_comes_back():
+            try:
+                wait_for(lambda: all(os.path.exists(os.path.join(out, "first-1-" + n)) for n in both), 120,
+                         "attempt 1")
+                time.sleep(1.0)
+                t["notice"] = time.time()
+                os.kill(cluster.worker_pid(1), signal.SIGPWR)
+                wait_for(lambda: os.path.exists(os.path.join(out, "first-2-worker-0")), 120, "attempt 2 on one node")
+                time.sleep(1.0)
+                cluster.restart_worker(1)
+                t["registered"] = wait_for(
+                    lambda: time.time() if sc._jsc.sc().getExecutorIds().size() >= 2 else None, 120,
+                    "the returned worker's executor")
+                wait_for(lambda: all(os.path.exists(os.path.join(out, "first-3-" + n)) for n in both), 180,
+                         "attempt 3")
+                t["status"] = tfc.status()
+            finally:
+                open(os.path.join(out, "stop"), "w").close()   # the programs end: shutdown() returns
+
+        mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
+        mover.start()
+        tfc.shutdown(timeout=400)   # steps the attempts: the resizes happen in here
+        mover.join(60)
     finally:
         spark.stop()
+    if "status" not in t:
+        raise RuntimeError("round %d did not shrink and grow back: see %s" % (rnd, out))
+    notice, registered, status = t["notice"], t["registered"], t["status"]
     d1 = [load(out, "drained-1-" + n) for n in both]
     d2 = load(out, "drained-2-worker-0")
     f2 = load(out, "first-2-worker-0")
