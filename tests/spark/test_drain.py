@@ -19,6 +19,13 @@ from tfoshelpers import wait_for, wait_no_tfos_processes
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the node function travels by value
 
 
+def write_json(path, obj):
+    """Write obj to path whole (a reader never sees half of it)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".tmp", path)
+
+
 def drain_stepper(args, ctx):
     """Counts steps; checkpoints the step at the drain step and ends."""
     import json
@@ -28,9 +35,7 @@ def drain_stepper(args, ctx):
     out = args["out"]
 
     def record(name, obj):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            json.dump(obj, f)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+        write_json(os.path.join(out, name), obj)
 
     ckpt = os.path.join(ctx.checkpoint_dir, "step-%s.json" % node)
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
@@ -41,9 +46,7 @@ def drain_stepper(args, ctx):
         if step == 30:
             record("at30-%d-%s" % (ctx.attempt, node), {})
         if ctx.should_checkpoint(step):
-            with open(ckpt + ".tmp", "w") as f:
-                json.dump({"step": step}, f)
-            os.replace(ckpt + ".tmp", ckpt)
+            write_json(ckpt, {"step": step})
             record("drained-%d-%s" % (ctx.attempt, node), {"step": step, "drain_step": ctx.drain_step()})
             return
         time.sleep(0.03)
@@ -93,9 +96,7 @@ def elastic_stepper(args, ctx):
     rank, world = ctx.task_index, ctx.num_workers
 
     def record(name, obj):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            json.dump(obj, f)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+        write_json(os.path.join(out, name), obj)
 
     ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
@@ -110,9 +111,7 @@ def elastic_stepper(args, ctx):
             record("mark-%d-%s" % (ctx.attempt, node), {"step": step})
         if ctx.should_checkpoint(step):
             if rank == 0:
-                with open(ckpt + ".tmp", "w") as f:
-                    json.dump({"step": step}, f)
-                os.replace(ckpt + ".tmp", ckpt)
+                write_json(ckpt, {"step": step})
             record("rows-%d-%s" % (ctx.attempt, node), rows)
             record("drained-%d-%s" % (ctx.attempt, node), {"step": step})
             return
@@ -190,9 +189,7 @@ def elastic_feed_reader(args, ctx):
     out = args["out"]
 
     def record(name, obj):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            json.dump(obj, f)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+        write_json(os.path.join(out, name), obj)
 
     feed = TFNode.DataFeed(ctx.mgr, True)
     ids, step = [], 0
@@ -265,9 +262,7 @@ def checkpointing_stepper(args, ctx):
     out = args["out"]
 
     def record(name, obj):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            json.dump(obj, f)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+        write_json(os.path.join(out, name), obj)
 
     ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
@@ -276,17 +271,13 @@ def checkpointing_stepper(args, ctx):
         step += 1
         ctx.report(step=step)
         if ctx.task_index == 0 and step % args["every"] == 0:
-            with open(ckpt + ".tmp", "w") as f:
-                json.dump({"step": step}, f)
-            os.replace(ckpt + ".tmp", ckpt)
+            write_json(ckpt, {"step": step})
             record("saved-%d" % ctx.attempt, {"step": step})
         if step >= 30:
             record("mark-%d-%s" % (ctx.attempt, node), {})
         if ctx.should_checkpoint(step):
             if ctx.task_index == 0:
-                with open(ckpt + ".tmp", "w") as f:
-                    json.dump({"step": step}, f)
-                os.replace(ckpt + ".tmp", ckpt)
+                write_json(ckpt, {"step": step})
             record("drained-%d-%s" % (ctx.attempt, node), {"step": step})
             return
         time.sleep(0.03)
