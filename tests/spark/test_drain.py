@@ -83,101 +83,6 @@ def test_a_decommissioned_worker_drains_the_cluster_and_the_next_attempt_resumes
     assert wait_no_tfos_processes(30) == []
 
 
-def elastic_stepper(args, ctx):
-    """Global batch `step` is rows step*B .. step*B+B-1, split over the
-    workers by rank: each row is read once whatever the world size, as long
-    as every rank resumes at the step rank 0 checkpointed. Records the rows
-    each node read, per attempt."""
-    import json
-    import os
-    import time
-    node = "%s-%d" % (ctx.job_name, ctx.task_index)
-    out, batch = args["out"], args["batch"]
-    rank, world = ctx.task_index, ctx.num_workers
-
-    def record(name, obj):
-        write_json(os.path.join(out, name), obj)
-
-    ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
-    step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
-    record("start-%d-%s" % (ctx.attempt, node), {"step": step, "world": world,
-                                                 "tf_config": json.loads(os.environ.get("TF_CONFIG", "{}"))})
-    rows = []
-    while step < args["steps"]:
-        rows.extend(range(step * batch + rank, (step + 1) * batch, world))
-        step += 1
-        ctx.report(step=step)
-        if step - args["steps_per_mark"] * ctx.attempt >= 0:
-            record("mark-%d-%s" % (ctx.attempt, node), {"step": step})
-        if ctx.should_checkpoint(step):
-            if rank == 0:
-                write_json(ckpt, {"step": step})
-            record("rows-%d-%s" % (ctx.attempt, node), rows)
-            record("drained-%d-%s" % (ctx.attempt, node), {"step": step})
-            return
-        time.sleep(0.03)
-    record("rows-%d-%s" % (ctx.attempt, node), rows)
-    record("final-%s" % node, {"step": step, "world": world})
-
-
-def test_an_elastic_cluster_shrinks_on_a_decommission_and_grows_back(spark_cluster, tmp_path, caplog):
-    """min_nodes=1 of 2: a decommissioned worker drains the cluster, which
-    goes on with one node when no executor replaces it within elastic_wait;
-    when the worker comes back the cluster drains again and grows to two.
-    Neither resize spends the restart budget (max_restarts=0), no step is
-    redone, and every row is read exactly once."""
-    out = tmp_path / "out"
-    out.mkdir()
-    spark = spark_cluster.spark_session("tfos-test-elastic", **{"spark.decommission.enabled": "true"})
-    steps, batch = 1500, 6
-    try:
-        sc = spark.sparkContext
-        cluster = TFCluster.run(sc, elastic_stepper, {"out": str(out), "steps": steps, "batch": batch,
-                                                      "steps_per_mark": 30},
-                                num_executors=2, input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=120,
-                                max_restarts=0, checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40,
-                                min_nodes=1, elastic_wait=8)
-        nodes = ("worker-0", "worker-1")
-        seen = {}
-
-        def capacity_goes_and_comes_back():
-            if wait_for(lambda: all((out / ("mark-1-" + n)).exists() for n in nodes), 120):
-                os.kill(spark_cluster.worker_pid(1), signal.SIGPWR)
-            if wait_for(lambda: (out / "mark-2-worker-0").exists(), 120):
-                seen["status"] = json.loads(urllib.request.urlopen(cluster.status_url() + "status", timeout=10).read())
-                spark_cluster.restart_worker(1)                # the capacity comes back
-
-        mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
-        mover.start()
-        # shutdown() steps the attempts: drained -> 1 node -> drained -> 2 nodes -> done
-        cluster.shutdown(timeout=300)
-        mover.join(60)
-    finally:
-        spark.stop()
-    status = seen.get("status")
-    assert status, sorted(p.name for p in out.iterdir())
-    assert status["cluster"]["size"] == 1 and status["elastic"] == {"min_nodes": 1, "max_nodes": 2}, status
-    assert status["resizes"] == 1 and "resized from 2 to 1 nodes: drained: Spark executor" in \
-        status["history"][0], status["history"]
-    starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
-    assert sorted(starts) == ["start-1-worker-0", "start-1-worker-1", "start-2-worker-0", "start-3-worker-0",
-                              "start-3-worker-1"], sorted(starts)
-    assert [starts["start-%d-worker-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
-    assert len(starts["start-2-worker-0"]["tf_config"]["cluster"]["worker"]) == 1     # TF_CONFIG follows the size
-    d1 = json.loads((out / "drained-1-worker-0").read_text())["step"]
-    d2 = json.loads((out / "drained-2-worker-0").read_text())["step"]
-    assert json.loads((out / "drained-1-worker-1").read_text())["step"] == d1       # one step for every rank
-    assert starts["start-2-worker-0"]["step"] == d1 and starts["start-3-worker-1"]["step"] == d2 > d1  # none redone
-    for n in nodes:
-        assert json.loads((out / ("final-" + n)).read_text()) == {"step": steps, "world": 2}
-    read = [r for p in out.glob("rows-*") for r in json.loads(p.read_text())]
-    assert len(read) == steps * batch and sorted(read) == list(range(steps * batch))  # each row exactly once
-    said = [r.getMessage() for r in caplog.records]
-    assert any("1 of 2 executors usable after 8 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
-    assert any("growing to 2" in m and "a resize, not a restart" in m for m in said), said
-    assert wait_no_tfos_processes(30) == []
-
-
 def elastic_feed_reader(args, ctx):
     """InputMode.SPARK: reads row ids from its feed; at the drain step saves
     its feed position with the ids it read (its checkpoint) and ends."""
@@ -249,6 +154,8 @@ def test_an_elastic_feed_is_resharded_exactly_once_across_resizes(spark_cluster,
     assert dup == 0 and sorted(read) == list(range(n)), "%d duplicates, %d never read" % (dup, n - len(set(read)))
     said = [r.getMessage() for r in caplog.records]
     assert any("resumes the feed where the checkpoint stands" in m for m in said), said
+    assert any("1 of 2 executors usable after 8 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
+    assert any("growing to 2" in m and "a resize, not a restart" in m for m in said), said
     assert wait_no_tfos_processes(30) == []
 
 
@@ -266,7 +173,8 @@ def checkpointing_stepper(args, ctx):
 
     ckpt = os.path.join(ctx.checkpoint_dir, "step.json")
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
-    record("start-%d-%s" % (ctx.attempt, node), {"step": step, "world": ctx.num_workers})
+    record("start-%d-%s" % (ctx.attempt, node), {"step": step, "world": ctx.num_workers,
+                                                 "tf_config": json.loads(os.environ.get("TF_CONFIG", "{}"))})
     while step < args["steps"]:
         step += 1
         ctx.report(step=step)
@@ -299,11 +207,13 @@ def test_an_elastic_cluster_goes_on_without_an_executor_killed_for_good(spark_cl
                                 max_restarts=1, checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40,
                                 min_nodes=1, elastic_wait=8, heartbeat_timeout=10)
         nodes = ("worker-0", "worker-1")
+        seen = {}
 
         def capacity_lost_then_back():
             if wait_for(lambda: all((out / ("mark-1-" + n)).exists() for n in nodes), 120):
                 os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # the worker, its executor, its node
             if wait_for(lambda: (out / "mark-2-worker-0").exists(), 180):
+                seen["status"] = json.loads(urllib.request.urlopen(cluster.status_url() + "status", timeout=10).read())
                 spark_cluster.restart_worker(1)
 
         mover = threading.Thread(target=capacity_lost_then_back, daemon=True)
@@ -321,8 +231,15 @@ def test_an_elastic_cluster_goes_on_without_an_executor_killed_for_good(spark_cl
     # (or the one after it, when rank 0 was stopped between the checkpoint and its record)
     saved, resumed = json.loads((out / "saved-1").read_text())["step"], starts["start-2-worker-0"]["step"]
     assert resumed % 25 == 0 and resumed in (saved, saved + 25) and saved > 0, (saved, resumed)
+    assert len(starts["start-2-worker-0"]["tf_config"]["cluster"]["worker"]) == 1     # TF_CONFIG follows the size
     assert [h["decision"] for h in history] == ["restart", "resize"], history
     assert "resized from 1 to 2 nodes" in history[1]["summary"], history
+    grown_at = json.loads((out / "drained-2-worker-0").read_text())["step"]
+    assert starts["start-3-worker-0"]["step"] == starts["start-3-worker-1"]["step"] == grown_at   # none redone
+    status = seen.get("status")   # the status page during attempt 2
+    assert status and status["cluster"]["size"] == 1, status
+    assert status["elastic"] == {"min_nodes": 1, "max_nodes": 2} and status["resizes"] == 0, status
+    assert status["attempts"][0]["decision"] == "restart", status["attempts"]
     for n in nodes:
         assert json.loads((out / ("final-" + n)).read_text()) == {"step": 1500, "world": 2}
     assert wait_no_tfos_processes(30) == []
