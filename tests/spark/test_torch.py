@@ -173,3 +173,87 @@ def test_spark_documentation_program_runs_with_one_import_changed(spark, spark_c
         with open(out_dir / ("rank-%d.txt" % rank)) as f:
             assert f.read() == "rank %d of 2, learning rate 0.001\n" % rank
     assert wait_for(lambda: not tfos_processes(), 30)
+
+
+def test_an_elastic_torchdistributor_goes_on_with_one_rank_and_grows_back(spark, spark_cluster, tmp_path):
+    """TorchDistributor(min_nodes=1) of 2 on a classic session: the worker of
+    rank 1 killed for good, the ranks re-form at WORLD_SIZE 1 (gloo) from
+    rank 0's checkpoint after elastic_wait, and at WORLD_SIZE 2 again when
+    the worker returns (a resize at a drain step: no step redone)."""
+    import json
+    from tfos.torch import TorchDistributor
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def train(out, steps):
+        import json
+        import os
+        import time
+        import torch
+        import torch.distributed as dist
+        from tfos import TFNode
+        ctx = TFNode.get_context()
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+
+        def record(name, obj):
+            with open(os.path.join(out, name + ".tmp"), "w") as f:
+                json.dump(obj, f)
+            os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+        ckpt = os.path.join(os.environ["TFOS_CHECKPOINT_DIR"], "step.json")
+        step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+        record("start-%d-%d" % (ctx.attempt, rank), {"step": step, "world": world})
+        t = torch.ones(1)
+        while step < steps:
+            dist.all_reduce(t)
+            step += 1
+            ctx.report(step=step)
+            drain = ctx.should_checkpoint(step)   # every rank, every step: True once, at the drain step
+            if rank == 0 and (step % 25 == 0 or drain):
+                with open(ckpt + ".tmp", "w") as f:
+                    json.dump({"step": step}, f)
+                os.replace(ckpt + ".tmp", ckpt)
+                record("saved-%d" % ctx.attempt, {"step": step})
+            if step >= 30:
+                record("mark-%d-%d" % (ctx.attempt, rank), {})
+            if drain:
+                return None
+            time.sleep(0.03)
+        record("final-%d" % rank, {"step": step, "world": world})
+        return world
+
+    def capacity_lost_then_back():
+        if wait_for(lambda: all((out / ("mark-1-%d" % r)).exists() for r in (0, 1)), 120):
+            victim = _rank_pid(1)
+            worker = next((w for w in (0, 1) if victim and _is_under(victim, spark_cluster.worker_pid(w))), 1)
+            os.killpg(spark_cluster.worker_pid(worker), signal.SIGKILL)
+            wait_for(lambda: (out / "mark-2-0").exists(), 180)
+            spark_cluster.restart_worker(worker)
+
+    mover = threading.Thread(target=capacity_lost_then_back, daemon=True)
+    mover.start()
+    dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=1, spark=spark,
+                            checkpoint_dir=str(tmp_path / "ckpt"), min_nodes=1, elastic_wait=8)
+    assert dist.run(train, str(out), 1200) == 2
+    mover.join(60)
+    starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
+    assert sorted(starts) == ["start-1-0", "start-1-1", "start-2-0", "start-3-0", "start-3-1"], sorted(starts)
+    assert [starts["start-%d-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    drained = json.loads((out / "saved-2").read_text())["step"]
+    assert starts["start-3-0"]["step"] == starts["start-3-1"]["step"] == drained   # grown at the drain step
+    assert [h["decision"] for h in dist.cluster.policy.history] == ["restart", "resize"]
+    assert json.loads((out / "final-1").read_text()) == {"step": 1200, "world": 2}
+
+
+def _is_under(pid, ancestor):
+    """Whether process pid descends from ancestor."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
