@@ -127,7 +127,7 @@ def test_an_elastic_feed_is_resharded_exactly_once_across_resizes(spark_cluster,
         rdd = sc.parallelize([(i,) for i in range(n)], 16)
         cluster = TFCluster.run(sc, elastic_feed_reader, {"out": str(out), "slow": 0.05}, num_executors=2,
                                 input_mode=TFCluster.InputMode.SPARK, reservation_timeout=120, max_restarts=0,
-                                checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40, min_nodes=1, elastic_wait=8,
+                                checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40, min_nodes=1, elastic_wait=5,
                                 feed_mb=1)
 
         def capacity_goes_and_comes_back():
@@ -154,7 +154,7 @@ def test_an_elastic_feed_is_resharded_exactly_once_across_resizes(spark_cluster,
     assert dup == 0 and sorted(read) == list(range(n)), "%d duplicates, %d never read" % (dup, n - len(set(read)))
     said = [r.getMessage() for r in caplog.records]
     assert any("resumes the feed where the checkpoint stands" in m for m in said), said
-    assert any("1 of 2 executors usable after 8 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
+    assert any("1 of 2 executors usable after 5 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
     assert any("growing to 2" in m and "a resize, not a restart" in m for m in said), said
     assert wait_no_tfos_processes(30) == []
 
@@ -202,10 +202,10 @@ def test_an_elastic_cluster_goes_on_without_an_executor_killed_for_good(spark_cl
     spark = spark_cluster.spark_session("tfos-test-elastic-kill", **{"spark.decommission.enabled": "true"})
     try:
         sc = spark.sparkContext
-        cluster = TFCluster.run(sc, checkpointing_stepper, {"out": str(out), "steps": 1500, "every": 25},
+        cluster = TFCluster.run(sc, checkpointing_stepper, {"out": str(out), "steps": 1000, "every": 25},
                                 num_executors=2, input_mode=TFCluster.InputMode.TENSORFLOW, reservation_timeout=120,
                                 max_restarts=1, checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40,
-                                min_nodes=1, elastic_wait=8, heartbeat_timeout=10)
+                                min_nodes=1, elastic_wait=5, heartbeat_timeout=10)
         nodes = ("worker-0", "worker-1")
         seen = {}
 
@@ -241,5 +241,79 @@ def test_an_elastic_cluster_goes_on_without_an_executor_killed_for_good(spark_cl
     assert status["elastic"] == {"min_nodes": 1, "max_nodes": 2} and status["resizes"] == 0, status
     assert status["attempts"][0]["decision"] == "restart", status["attempts"]
     for n in nodes:
-        assert json.loads((out / ("final-" + n)).read_text()) == {"step": 1500, "world": 2}
+        assert json.loads((out / ("final-" + n)).read_text()) == {"step": 1000, "world": 2}
     assert wait_no_tfos_processes(30) == []
+
+
+def test_an_elastic_torchdistributor_goes_on_with_one_rank_and_grows_back(spark_cluster, tmp_path):
+    """TorchDistributor(min_nodes=1) of 2 on a classic session: worker 1
+    killed for good (whichever rank it ran), the ranks re-form at WORLD_SIZE
+    1 (gloo) from rank 0's checkpoint after elastic_wait, and at WORLD_SIZE
+    2 again when the worker returns (a resize at a drain step: no step
+    redone)."""
+    from tfos.torch import TorchDistributor
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def train(out, steps):
+        import json
+        import os
+        import time
+        import torch
+        import torch.distributed as dist
+        from tfos import TFNode
+        ctx = TFNode.get_context()
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+
+        def record(name, obj):
+            with open(os.path.join(out, name + ".tmp"), "w") as f:
+                json.dump(obj, f)
+            os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+        ckpt = os.path.join(os.environ["TFOS_CHECKPOINT_DIR"], "step.json")
+        step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+        record("start-%d-%d" % (ctx.attempt, rank), {"step": step, "world": world})
+        t = torch.ones(1)
+        while step < steps:
+            dist.all_reduce(t)
+            step += 1
+            ctx.report(step=step)
+            drain = ctx.should_checkpoint(step)   # every rank, every step: True once, at the drain step
+            if rank == 0 and (step % 25 == 0 or drain):
+                with open(ckpt + ".tmp", "w") as f:
+                    json.dump({"step": step}, f)
+                os.replace(ckpt + ".tmp", ckpt)
+                record("saved-%d" % ctx.attempt, {"step": step})
+            if step >= 30:
+                record("mark-%d-%d" % (ctx.attempt, rank), {})
+            if drain:
+                return None
+            time.sleep(0.03)
+        record("final-%d" % rank, {"step": step, "world": world})
+        return world
+
+    def capacity_lost_then_back():
+        if wait_for(lambda: all((out / ("mark-1-%d" % r)).exists() for r in (0, 1)), 120):
+            os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # the worker, its executor, its rank
+            wait_for(lambda: (out / "mark-2-0").exists(), 180)
+            spark_cluster.restart_worker(1)
+
+    spark = spark_cluster.spark_session("tfos-test-elastic-torch")
+    try:
+        mover = threading.Thread(target=capacity_lost_then_back, daemon=True)
+        mover.start()
+        dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=1, spark=spark,
+                                checkpoint_dir=str(tmp_path / "ckpt"), min_nodes=1, elastic_wait=5)
+        assert dist.run(train, str(out), 900) == 2
+        mover.join(60)
+    finally:
+        spark.stop()
+    starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
+    assert sorted(starts) == ["start-1-0", "start-1-1", "start-2-0", "start-3-0", "start-3-1"], sorted(starts)
+    assert [starts["start-%d-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    drained = json.loads((out / "saved-2").read_text())["step"]
+    assert starts["start-3-0"]["step"] == starts["start-3-1"]["step"] == drained   # grown at the drain step
+    assert [h["decision"] for h in dist.cluster.policy.history] == ["restart", "resize"]
+    assert json.loads((out / "final-1").read_text()) == {"step": 900, "world": 2}
+
