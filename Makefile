@@ -98,7 +98,7 @@ test-tsan: | deps
 
 # test-py is tests/python in two halves of about equal time, one per lane of
 # make test: test-py-a (the rest) and test-py-b (PY_B's files).
-PY_B := test_serve.py test_doc_snippets.py test_hardening.py test_status.py
+PY_B := test_serve.py test_doc_snippets.py test_hardening.py test_status.py test_tensorflow.py test_restart.py
 test-py: test-py-a test-py-b
 test-py-a: install $(VENV_MLFLOW)/.deps
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs tests/python --ignore=tests/python/test_pip_install.py \
