@@ -495,12 +495,14 @@ def _elastic_size(sc, el, reservation_timeout):
     """Nodes on executors for an elastic cluster's next attempt: el["max"]
     when that many executors are usable within el["wait"] seconds, else the
     usable count, waiting up to reservation_timeout for el["min"]."""
-    def full():
-        n = _usable_executors(sc)
-        return n if n >= el["max"] else None
+    def at_least(want):
+        def enough():
+            n = _usable_executors(sc)
+            return n if n >= want else None
+        return enough
 
     try:
-        return min(wait_until(full, el["wait"], "%d usable Spark executors (every node)" % el["max"], JOB), el["max"])
+        return min(wait_until(at_least(el["max"]), el["wait"], "%d usable Spark executors (every node)" % el["max"], JOB), el["max"])
     except WaitTimeout:
         pass
     have = _usable_executors(sc)
@@ -509,12 +511,8 @@ def _elastic_size(sc, el, reservation_timeout):
                        have, el["max"], el["wait"], have + el["on_driver"], el["max_nodes"])
         return have
 
-    def enough():
-        n = _usable_executors(sc)
-        return n if n >= el["min"] else None
-
     try:
-        have = wait_until(enough, reservation_timeout, "%d usable Spark executors (min_nodes=%d)" % (
+        have = wait_until(at_least(el["min"]), reservation_timeout, "%d usable Spark executors (min_nodes=%d)" % (
             el["min"], el["min_nodes"]), JOB)
     except WaitTimeout:
         raise TFClusterError(

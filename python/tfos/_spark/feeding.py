@@ -17,13 +17,18 @@ from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
 logger = logging.getLogger(__name__)
 
+def _coord_status(spec):
+    """The coordinator's /status document (raises when it cannot be reached)."""
+    return json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+
+
 def _cluster_failure(spec, wait=5.0):
     """The coordinator's failure text (None while nothing failed). A feed
     task sees a dead node a moment before its agent has reported why, so
     wait (bounded) for the report."""
     def failure():
         try:
-            st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+            st = _coord_status(spec)
         except Exception as exc:
             return "the coordinator at %s cannot be reached (%s)" % (spec.coord_addr, exc)
         return st.get("failure")
@@ -38,7 +43,7 @@ def _cluster_drain(spec):
     """The coordinator's drain ({"step", "drained", ...}) when one is under way
     or done, else None (also when it cannot be reached)."""
     try:
-        return json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000)).get("drain")
+        return _coord_status(spec).get("drain")
     except Exception:  # noqa: BLE001 -- unreachable: no drain to tell of
         return None
 
@@ -137,7 +142,7 @@ def _ring_state(client):
 def _node_words(spec, executor_id):
     """The coordinator's view of the node, in words (None if unknown)."""
     try:
-        st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
+        st = _coord_status(spec)
     except Exception:
         return None
     for nd in st.get("nodes", []):
