@@ -44,14 +44,15 @@ def _write_error():
     return exc
 
 
-def _feed_with(monkeypatch, prod, failure):
-    def feed_partition(rows, partition, key=0):
+def _feed_with(monkeypatch, prod, failure, drain=None, feed_partition=None):
+    def write_fails(rows, partition, key=0):
         raise _write_error()
 
-    client = types.SimpleNamespace(input=prod, feed_partition=feed_partition, close=lambda **kw: None)
+    client = types.SimpleNamespace(input=prod, feed_partition=feed_partition or write_fails, close=lambda **kw: None)
     monkeypatch.setattr(feeding, "_pick_node", lambda spec, partition: 0)
     monkeypatch.setattr(feeding, "_open_client", lambda spec, e, p, timeout: client)
     monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: failure)
+    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: drain)
     outcomes = _Outcomes()
     feeding._feed_one(_Spec(), iter([[1]]), 5, outcomes, False)
     return outcomes.got
@@ -81,3 +82,81 @@ def test_a_feed_to_a_program_that_is_gone_is_not_raised_to_spark(monkeypatch):
     assert "the cluster failed: chief:0 failed: ValueError" in text
     # no failure recorded: the program ended without reading on
     assert _feed_with(monkeypatch, prod, None) == {0: ("terminated", None)}
+
+
+def _fed_whole(prod):
+    """feed_partition of a client whose rows all go into the ring."""
+    def feed_partition(rows, partition, key=0):
+        prod.partition_begin(partition, 1000)
+        write_rows(prod, list(rows), 1000)
+        prod.partition_end(1000)
+        return 1
+    return feed_partition
+
+
+DRAIN = {"step": 31, "drained": True, "age_s": 1.2}
+
+
+def test_a_program_that_ended_at_a_drain_gets_its_partition_again(monkeypatch):
+    """A program that checkpoints at the drain step and returns closes its
+    ring, which marks it terminated as terminate() does: the partition it
+    left unread is fed to the next attempt ('aborted'), not dropped as not
+    wanted -- whichever way the feed task meets the end (issue 41: a whole
+    partition was lost under load when the ring was shut before it was
+    closed)."""
+    # the program ended before the feed task waited for its read
+    cons, prod = _ring_with_rows()
+    cons.read(1000)
+    cons.close()
+    state, text = _feed_with(monkeypatch, prod, None, DRAIN, _fed_whole(prod))[0]
+    assert state == "aborted" and "ended at the drain step 31 before reading all of it" in text
+    # ... and the same end without a drain: the rest is not wanted
+    cons, prod = _ring_with_rows()
+    cons.close()
+    assert _feed_with(monkeypatch, prod, None, None, _fed_whole(prod))[0][0] in ("done", "terminated")
+    # the agent shut the ring (the program ended) before the feed task wrote
+    cons, prod = _ring_with_rows()
+    cons.shut()
+    state, text = _feed_with(monkeypatch, prod, None, DRAIN)[0]
+    assert state == "aborted" and "drain step 31" in text
+    # shut and then closed by the program's exit: terminated, still at a drain
+    cons, prod = _ring_with_rows()
+    cons.shut()
+    cons.close()
+    state, text = _feed_with(monkeypatch, prod, None, DRAIN)[0]
+    assert state == "aborted" and "drain step 31" in text
+    assert _feed_with(monkeypatch, prod, None, None)[0] == ("terminated", None)
+
+
+def test_an_unanswered_drain_question_feeds_the_partition_again(monkeypatch):
+    """Whether a program that ended did so at a drain is the coordinator's to
+    say; when it does not answer, the partition is fed again, never dropped."""
+    cons, prod = _ring_with_rows()
+    cons.close()
+    unreachable = {"step": None, "unreachable": "the coordinator at 127.0.0.1:1 cannot be reached (refused)"}
+    state, text = _feed_with(monkeypatch, prod, None, unreachable, _fed_whole(prod))[0]
+    assert state == "aborted" and "cannot be reached (refused) to tell whether at a drain" in text
+    monkeypatch.undo()
+    # the real question, of a coordinator that is not there: bounded, then that answer
+    got = feeding._cluster_drain(_Spec(), wait=0.3)
+    assert got["step"] is None and "127.0.0.1:1 cannot be reached" in got["unreachable"]
+
+
+def test_a_feed_task_does_not_wait_for_the_socket_of_a_drained_node(monkeypatch):
+    """A feed task that begins just as its node ends at a drain finds no
+    feed socket: it asks the coordinator between tries and hands the
+    partition to the next attempt (NodeLost: 'skipped') instead of waiting
+    out feed_timeout; with no drain nor failure it waits for the agent (an
+    attempt that is starting) until the timeout, then says so."""
+    spec = _Spec()
+    spec.cluster_id = "nosuchcluster"
+    monkeypatch.setattr(feeding, "CONNECT_SLICE_S", 0.1)
+    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
+    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: DRAIN)
+    with pytest.raises(feeding.NodeLost) as ei:
+        feeding._open_client(spec, 7, 5, 60)
+    assert "partition 5: the node on executor 7 is gone: the cluster drained at step 31" in str(ei.value)
+    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: None)
+    with pytest.raises(feeding.FeedTaskError) as ei:
+        feeding._open_client(spec, 7, 5, 0.5)
+    assert "no feed socket for executor 7 of cluster nosuchcluster" in str(ei.value)

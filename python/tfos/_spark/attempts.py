@@ -523,8 +523,10 @@ def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):
             left = "%d of %d partitions" % (total - len(delivered), total) if total is not None else "partitions"
             raise engine.error("%s were not delivered, and no node failed: %s" % (left, lost[:3]))
         context = ""
+        ended = "the drain" if getattr(snap, "drained", False) else "the failure"
         if lost:
-            context = "%d partitions were being fed when it failed; the first: %s" % (len(lost), lost[0][1])
+            context = "%d partitions were being fed when it %s; the first: %s" % (
+                len(lost), "drained" if ended == "the drain" else "failed", lost[0][1])
         controller.recover(snap, context)
         # where the surviving checkpoint stands: when the program saved its
         # feed position with it (DataFeed.save_position), the partitions
@@ -541,11 +543,11 @@ def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):
         controller.partitions_refed += len(lost)
         engine.refed(controller.partitions_refed)
         if total is not None:
-            logger.warning("attempt %d: feeding again %d partitions not delivered before the failure "
-                           "(%d of them were in flight)", controller.attempt, total - len(delivered), len(lost))
+            logger.warning("attempt %d: feeding again %d partitions not delivered before %s "
+                           "(%d of them were in flight)", controller.attempt, total - len(delivered), ended, len(lost))
         else:
-            logger.warning("attempt %d: feeding again the partitions not delivered before the failure (%d were "
-                           "in flight)", controller.attempt, len(lost))
+            logger.warning("attempt %d: feeding again the partitions not delivered before %s (%d were "
+                           "in flight)", controller.attempt, ended, len(lost))
     if terminated:
         logger.info("%d partitions were not fed: the nodes had terminated their feed", terminated)
     secs = time.monotonic() - t0

@@ -39,16 +39,35 @@ def _cluster_failure(spec, wait=5.0):
         return None
 
 
-def _cluster_drain(spec):
+def _cluster_drain(spec, wait=5.0):
     """The coordinator's drain ({"step", "drained", ...}) when one is under way
-    or done, else None (also when it cannot be reached)."""
+    or done, else None. Asked of a node's program that ended before it read
+    the whole partition: one that ended at a drain must not be taken for one
+    that wanted no more data (its ring says "terminated" either way: the
+    consumer's close marks it so), which would drop the rest of the
+    partition for good. So a coordinator that does not answer within
+    ``wait`` s counts as a drain: the partition is fed again, never lost."""
+    unreachable = []
+
+    def answer():
+        try:
+            return [_coord_status(spec).get("drain")]
+        except Exception as exc:  # noqa: BLE001 -- asked again until the bound
+            unreachable[:] = [exc]
+            return None
+
     try:
-        return _coord_status(spec).get("drain")
-    except Exception:  # noqa: BLE001 -- unreachable: no drain to tell of
-        return None
+        return wait_until(answer, wait, "the coordinator at %s to say whether the cluster drains" % spec.coord_addr,
+                          NODE)[0]
+    except WaitTimeout:
+        return {"step": None, "unreachable": "the coordinator at %s cannot be reached (%s)" % (
+            spec.coord_addr, unreachable[0] if unreachable else "no answer")}
 
 
 def _drained_text(partition, drain):
+    if drain.get("unreachable"):
+        return "partition %d: its node's program ended before reading all of it, and %s to tell whether at a " \
+               "drain: it is fed again" % (partition, drain["unreachable"])
     return "partition %d: its node ended at the drain step %s before reading all of it" % (
         partition, drain.get("step"))
 
@@ -189,11 +208,35 @@ def _explain(spec, executor_id, partition, exc, client=None):
     return err
 
 
+CONNECT_SLICE_S = 2.0
+
+
 def _open_client(spec, executor_id, partition, timeout):
-    try:
-        return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret, timeout=timeout)
-    except (_feed.FeedError, OSError) as exc:
-        err = _explain(spec, executor_id, partition, exc)
+    """The node's feed, within ``timeout`` s. Its agent may not listen yet
+    (its attempt is starting), so no feed socket is tried again; between
+    tries (every CONNECT_SLICE_S) the coordinator is asked whether the
+    cluster failed or drained meanwhile: then the node's agent has gone,
+    or is going, and the partition is the next attempt's (NodeLost), not a
+    wait of the whole ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret,
+                                    timeout=max(0.05, min(left, CONNECT_SLICE_S)))
+        except _feed.FeedClosed as exc:   # no feed socket (yet)
+            if time.monotonic() < deadline:
+                failure = _cluster_failure(spec, wait=0)
+                drain = None if failure else _cluster_drain(spec, wait=0)
+                if failure or drain is not None:
+                    raise NodeLost("partition %d: the node on executor %d is gone: %s" % (
+                        partition, executor_id, "the cluster failed: %s" % failure if failure else
+                        drain.get("unreachable") or "the cluster drained at step %s" % drain.get("step"))) from None
+                continue
+            last = exc
+        except (_feed.FeedError, OSError) as exc:
+            last = exc
+        err = _explain(spec, executor_id, partition, last)
         if err.cluster_failed:
             raise NodeLost(str(err))
         raise err
@@ -210,7 +253,9 @@ def _wait_consumed(client, timeout, failed=None):
     """Wait until the program has taken every row of our partition (its
     DataFeed acknowledges each partition end it passes, in ring order): a
     partition counts as delivered only then, so a node that dies with rows
-    still in its ring or its DataFeed gets them again (at-least-once). A
+    still in its ring or its DataFeed gets them again (at-least-once).
+    Returns True when the program ended its feed (terminate(), or its end,
+    which closes its ring) before it took them, else None. A
     blocking call into the ring (a futex wait, GIL released); with
     ``failed`` (a callable: None while the cluster runs, else why it is
     over), in slices of a second, asking it in between (a node stopped with
@@ -224,7 +269,7 @@ def _wait_consumed(client, timeout, failed=None):
             client.input.wait_acked(target, int(max(0.0, min(left, 1.0) if failed else left) * 1000))
             return
         except _feed.FeedEnded:
-            return  # the program terminated its feed: the rest is not wanted
+            return True  # the program ended its feed: not wanted, unless it ended at a drain
         except _feed.FeedClosed:
             raise _feed.FeedClosed("the node's program died before it read the whole partition")
         except TimeoutError:
@@ -311,12 +356,19 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
             rows = client.feed_arrow(iterator, partition, key=key)
         else:
             rows = client.feed_partition(iterator, partition, key=key)
-        _wait_consumed(client, feed_timeout, failed)
-        outcomes.add({partition: ("done", rows)})
+        ended = _wait_consumed(client, feed_timeout, failed)
+        drain = _cluster_drain(spec) if ended else None
+        if drain is not None:
+            # the program ended at a drain (checkpoint now, then end) with
+            # this partition unread: fed to the next attempt, not dropped
+            outcomes.add({partition: ("aborted", _drained_text(partition, drain))})
+        else:
+            outcomes.add({partition: ("done", rows)})
     except _feed.FeedClosed as exc:
         # the node called terminate(), or its program ended without reading
-        # on (not a failure): the rest of the feed is not wanted
-        drain = None if _terminated(client) else _cluster_drain(spec)
+        # on (not a failure): the rest of the feed is not wanted -- unless it
+        # ended at a drain (its ring says "terminated" then too)
+        drain = _cluster_drain(spec)
         if drain is not None:
             # the program ended at a drain (checkpoint now, then end): the
             # rest of the partition is fed to the next attempt, not dropped
@@ -334,7 +386,7 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
         # failure, once the coordinator has it (up to 5 s), or a
         # "terminated" when the program ended without reading on
         gone = _program_gone(client)
-        drain = _cluster_drain(spec) if gone and not _terminated(client) else None
+        drain = _cluster_drain(spec) if gone else None
         failure = None if drain is not None else _cluster_failure(spec, wait=5.0 if gone else 1.0)
         err = _explain(spec, executor_id, partition, exc, client)
         if drain is not None:
