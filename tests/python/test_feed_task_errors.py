@@ -160,3 +160,20 @@ def test_a_feed_task_does_not_wait_for_the_socket_of_a_drained_node(monkeypatch)
     with pytest.raises(feeding.FeedTaskError) as ei:
         feeding._open_client(spec, 7, 5, 0.5)
     assert "no feed socket for executor 7 of cluster nosuchcluster" in str(ei.value)
+
+
+def test_the_connect_slices_leave_the_clients_own_timeout_whole(monkeypatch):
+    """Only the wait for the socket is sliced: the client's writes and
+    result collection keep feed_timeout (a 2 s bound there failed every
+    inference task that waited longer for its results)."""
+    seen = []
+
+    class Client(object):
+        def __init__(self, executor_id, cluster_id, secret, timeout, connect_timeout):
+            seen.append((timeout, connect_timeout))
+
+    monkeypatch.setattr(feeding._feed, "FeedClient", Client)
+    spec = _Spec()
+    spec.cluster_id = "c"
+    feeding._open_client(spec, 0, 0, 300)
+    assert seen == [(300, feeding.CONNECT_SLICE_S)]

@@ -219,11 +219,12 @@ def _open_client(spec, executor_id, partition, timeout):
     or is going, and the partition is the next attempt's (NodeLost), not a
     wait of the whole ``timeout``."""
     deadline = time.monotonic() + timeout
+    whole = False  # a socket that answered, but not in a slice (a slow greeting): then the rest at once
     while True:
         left = deadline - time.monotonic()
         try:
-            return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret,
-                                    timeout=max(0.05, min(left, CONNECT_SLICE_S)))
+            return _feed.FeedClient(executor_id, spec.cluster_id, spec.secret, timeout=timeout,
+                                    connect_timeout=max(0.05, left if whole else min(left, CONNECT_SLICE_S)))
         except _feed.FeedClosed as exc:   # no feed socket (yet)
             if time.monotonic() < deadline:
                 failure = _cluster_failure(spec, wait=0)
@@ -236,6 +237,9 @@ def _open_client(spec, executor_id, partition, timeout):
             last = exc
         except (_feed.FeedError, OSError) as exc:
             last = exc
+            if not whole and time.monotonic() < deadline:
+                whole = True
+                continue
         err = _explain(spec, executor_id, partition, last)
         if err.cluster_failed:
             raise NodeLost(str(err))

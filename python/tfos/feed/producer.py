@@ -51,12 +51,16 @@ class FeedClient(object):
     ``key=None``: never skip. docs/FEED.md."""
 
     def __init__(self, executor_id, cluster_id=None, secret=None, timeout=_tfos.DEFAULTS["connect_timeout"],
-                 batch_rows=_tfos.DEFAULTS["batch_rows"]):
+                 batch_rows=_tfos.DEFAULTS["batch_rows"], connect_timeout=None):
+        """``timeout`` (seconds) bounds every wait of the client (writes,
+        results); ``connect_timeout`` (default ``timeout``) the wait for the
+        node's feed socket alone."""
         cluster_id = cluster_id or os.environ.get("TFOS_CLUSTER_ID")
         secret = secret or os.environ.get("TFOS_SECRET")
         if not cluster_id or not secret:
             raise FeedError("FeedClient needs the cluster id and secret (TFOS_CLUSTER_ID, TFOS_SECRET)")
-        in_fd, out_fd, self.node = _tfos.feed_connect(cluster_id, int(executor_id), secret, int(timeout * 1000))
+        wait = timeout if connect_timeout is None else connect_timeout
+        in_fd, out_fd, self.node = _tfos.feed_connect(cluster_id, int(executor_id), secret, int(wait * 1000))
         try:
             self.input = _tfos.Ring(in_fd, _tfos.ROLE_PRODUCER)
             self._out_fd = out_fd
