@@ -52,7 +52,7 @@ def _feed_with(monkeypatch, prod, failure, drain=None, feed_partition=None):
     monkeypatch.setattr(feeding, "_pick_node", lambda spec, partition: 0)
     monkeypatch.setattr(feeding, "_open_client", lambda spec, e, p, timeout: client)
     monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: failure)
-    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: drain)
+    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec: drain)
     outcomes = _Outcomes()
     feeding._feed_one(_Spec(), iter([[1]]), 5, outcomes, False)
     return outcomes.got
@@ -128,20 +128,6 @@ def test_a_program_that_ended_at_a_drain_gets_its_partition_again(monkeypatch):
     assert _feed_with(monkeypatch, prod, None, None)[0] == ("terminated", None)
 
 
-def test_an_unanswered_drain_question_feeds_the_partition_again(monkeypatch):
-    """Whether a program that ended did so at a drain is the coordinator's to
-    say; when it does not answer, the partition is fed again, never dropped."""
-    cons, prod = _ring_with_rows()
-    cons.close()
-    unreachable = {"step": None, "unreachable": "the coordinator at 127.0.0.1:1 cannot be reached (refused)"}
-    state, text = _feed_with(monkeypatch, prod, None, unreachable, _fed_whole(prod))[0]
-    assert state == "aborted" and "cannot be reached (refused) to tell whether at a drain" in text
-    monkeypatch.undo()
-    # the real question, of a coordinator that is not there: bounded, then that answer
-    got = feeding._cluster_drain(_Spec(), wait=0.3)
-    assert got["step"] is None and "127.0.0.1:1 cannot be reached" in got["unreachable"]
-
-
 def test_a_feed_task_does_not_wait_for_the_socket_of_a_drained_node(monkeypatch):
     """A feed task that begins just as its node ends at a drain finds no
     feed socket: it asks the coordinator between tries and hands the
@@ -151,12 +137,12 @@ def test_a_feed_task_does_not_wait_for_the_socket_of_a_drained_node(monkeypatch)
     spec = _Spec()
     spec.cluster_id = "nosuchcluster"
     monkeypatch.setattr(feeding, "CONNECT_SLICE_S", 0.1)
-    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
-    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: DRAIN)
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: {"failure": None, "drain": DRAIN})
     with pytest.raises(feeding.NodeLost) as ei:
         feeding._open_client(spec, 7, 5, 60)
     assert "partition 5: the node on executor 7 is gone: the cluster drained at step 31" in str(ei.value)
-    monkeypatch.setattr(feeding, "_cluster_drain", lambda spec, wait=0: None)
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: {"failure": None})
+    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
     with pytest.raises(feeding.FeedTaskError) as ei:
         feeding._open_client(spec, 7, 5, 0.5)
     assert "no feed socket for executor 7 of cluster nosuchcluster" in str(ei.value)

@@ -39,35 +39,21 @@ def _cluster_failure(spec, wait=5.0):
         return None
 
 
-def _cluster_drain(spec, wait=5.0):
+def _cluster_drain(spec):
     """The coordinator's drain ({"step", "drained", ...}) when one is under way
-    or done, else None. Asked of a node's program that ended before it read
-    the whole partition: one that ended at a drain must not be taken for one
-    that wanted no more data (its ring says "terminated" either way: the
-    consumer's close marks it so), which would drop the rest of the
-    partition for good. So a coordinator that does not answer within
-    ``wait`` s counts as a drain: the partition is fed again, never lost."""
-    unreachable = []
-
-    def answer():
-        try:
-            return [_coord_status(spec).get("drain")]
-        except Exception as exc:  # noqa: BLE001 -- asked again until the bound
-            unreachable[:] = [exc]
-            return None
-
+    or done, else None (also when it cannot be reached: a coordinator is
+    closed after its programs finished, and never during a drain). Asked of
+    a node's program that ended before it read the whole partition: one
+    that ended at a drain must not be taken for one that wanted no more
+    data (its ring says "terminated" either way: the consumer's close marks
+    it so), which would drop the rest of the partition for good."""
     try:
-        return wait_until(answer, wait, "the coordinator at %s to say whether the cluster drains" % spec.coord_addr,
-                          NODE)[0]
-    except WaitTimeout:
-        return {"step": None, "unreachable": "the coordinator at %s cannot be reached (%s)" % (
-            spec.coord_addr, unreachable[0] if unreachable else "no answer")}
+        return _coord_status(spec).get("drain")
+    except Exception:  # noqa: BLE001 -- unreachable: no drain to tell of
+        return None
 
 
 def _drained_text(partition, drain):
-    if drain.get("unreachable"):
-        return "partition %d: its node's program ended before reading all of it, and %s to tell whether at a " \
-               "drain: it is fed again" % (partition, drain["unreachable"])
     return "partition %d: its node ended at the drain step %s before reading all of it" % (
         partition, drain.get("step"))
 
@@ -227,12 +213,15 @@ def _open_client(spec, executor_id, partition, timeout):
                                     connect_timeout=max(0.05, left if whole else min(left, CONNECT_SLICE_S)))
         except _feed.FeedClosed as exc:   # no feed socket (yet)
             if time.monotonic() < deadline:
-                failure = _cluster_failure(spec, wait=0)
-                drain = None if failure else _cluster_drain(spec, wait=0)
+                try:
+                    st = _coord_status(spec)
+                except Exception:  # noqa: BLE001 -- not an answer: wait on, as for a node still starting
+                    st = {}
+                failure, drain = st.get("failure"), st.get("drain")
                 if failure or drain is not None:
                     raise NodeLost("partition %d: the node on executor %d is gone: %s" % (
                         partition, executor_id, "the cluster failed: %s" % failure if failure else
-                        drain.get("unreachable") or "the cluster drained at step %s" % drain.get("step"))) from None
+                        "the cluster drained at step %s" % drain.get("step"))) from None
                 continue
             last = exc
         except (_feed.FeedError, OSError) as exc:
