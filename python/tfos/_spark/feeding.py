@@ -199,7 +199,7 @@ CONNECT_SLICE_S = 2.0
 
 def _open_client(spec, executor_id, partition, timeout):
     """The node's feed, within ``timeout`` s. Its agent may not listen yet
-    (its attempt is starting), so no feed socket is tried again; between
+    (its attempt is starting), so a missing feed socket is tried again; between
     tries (every CONNECT_SLICE_S) the coordinator is asked whether the
     cluster failed or drained meanwhile: then the node's agent has gone,
     or is going, and the partition is the next attempt's (NodeLost), not a
