@@ -29,6 +29,9 @@
  * are stopped (--grace) and the run falls back to its last checkpoint. 25 s
  * fits inside the shortest cloud notice (30 s) with the stop after it. */
 #define TFOS_DEFAULT_DRAIN_GRACE 25.0
+/* An elastic run's wait for a new attempt's nodes before it forms with fewer
+ * (tfos_run_opts.elastic_wait; Spark's TFCluster.run(elastic_wait=) too). */
+#define TFOS_DEFAULT_ELASTIC_WAIT 30.0
 /* A node ended by SIGTERM: milliseconds the restart waits for a stop of
  * the run itself (a scheduler cancelling the whole job signals its parts
  * one after another; launch.c, conclude). */

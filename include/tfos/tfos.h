@@ -281,6 +281,12 @@ typedef struct tfos_coord_opts {
      * bytes per node; TFOS_SPEC_RANKS the node's rank, the counts and rank
      * 0's address, all torch and JAX need: O(1) per node. */
     int spec_form;
+    /* Standby nodes it accepts (an elastic run, docs/RELIABILITY.md
+     * "Elastic size"): a process the launcher started where a node of a
+     * larger cluster would run registers with "standby" to say that
+     * capacity is there; it is never part of this cluster
+     * (tfos__coord_standbys counts those connected). 0: none. */
+    int standby;
 } tfos_coord_opts;
 
 enum { TFOS_SPEC_FULL = 0, TFOS_SPEC_RANKS = 1 };
@@ -525,6 +531,16 @@ typedef struct tfos_run_opts {
      * read TFOS_DRAIN_FILE and checkpoint at their next check). */
     double drain_grace;
     bool drain_force;
+    /* Elastic size (docs/RELIABILITY.md, "Elastic size"): 0 < min_nodes <
+     * the layout's total lets workers come and go. An attempt whose nodes
+     * have not all registered elastic_wait seconds after it began forms
+     * again with those that did (never fewer than min_nodes); a drain on a
+     * cluster manager's notice re-forms instead of ending the run; while it
+     * is smaller, standby nodes ask for the missing capacity, and one that
+     * gets it grows the cluster back at a drain step. Resizes spend no
+     * restart. 0: not elastic. elastic_wait 0: TFOS_DEFAULT_ELASTIC_WAIT. */
+    int min_nodes;
+    double elastic_wait;
     double hang_timeout;        /* > 0: the agents' hang watchdog (see tfos_agent_opts); 0: off */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics

@@ -4,7 +4,11 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/yarn_opts.h"
+#include "core/link.h"
 #include "core/spec.h"
+#include "core/wire.h"
+#include "platform/clock.h"
+#include "roles/client.h"
 #include "tfos/tfos.h"
 
 #include <limits.h>
@@ -48,12 +52,14 @@ const char tfos__node_help[] =
     "  --forward-logs           also send the program's output to the coordinator (the launcher\n"
     "                           shows it where the console is not the user's: tfos yarn)\n"
     "  --respawn N              start the program again here, alone, up to N times when it fails after\n"
-    "                           running 5 s or more (tfos serve's model servers; default 0)\n";
+    "                           running 5 s or more (tfos serve's model servers; default 0)\n"
+    "  --standby                run no program: tell the coordinator that capacity for one more node\n"
+    "                           is here (an elastic run grows onto it), then wait until it hangs up\n";
 
 typedef struct node_cli {
     const char *coord, *host, *log_dir, *ps_python, *cluster_id, *checkpoint_dir, *keras, *tensorboard_logdir;
     int executor_id, feed_mb, max_restarts, watch_pid, tensorboard_port, respawn;
-    int tensorboard, hand_port, quiet, forward_logs;
+    int tensorboard, hand_port, quiet, forward_logs, standby;
     double hang_timeout;
     char **argv;
 } node_cli;
@@ -106,6 +112,7 @@ static int node_option(node_cli *n, tfos__args *it, const char *a)
                 : !strcmp(a, "--hand-port")    ? &n->hand_port
                 : !strcmp(a, "--quiet")        ? &n->quiet
                 : !strcmp(a, "--forward-logs") ? &n->forward_logs
+                : !strcmp(a, "--standby")      ? &n->standby
                                                : NULL;
     if (!flag)
         return 0;
@@ -132,6 +139,56 @@ static int node_parse(node_cli *n, int argc, char **argv)
     return tfos__args_parse(argc, argv, node_any, n, &n->argv);
 }
 
+/* --standby (docs/RELIABILITY.md, "Elastic size"): this process runs where
+ * a node of the larger cluster would, so its cluster manager has the
+ * capacity again. Say so to the coordinator, then wait until it hangs up
+ * (the attempt ended: the launcher then stops this process too) or refuses.
+ * The wait's bound is the attempt's: the launcher ends every standby with
+ * its attempt, and a launcher that dies takes them with it (the backends'
+ * parent-death signal, YARN's containers). Exit 0, or 1 saying why. */
+static int standby(const node_cli *n, const char *secret)
+{
+    char err[512];
+    tfos__link *k = NULL;
+    int rc = tfos__coord_dial(&k, n->coord, tfos__now_ms() + (int64_t)(TFOS_DEFAULT_CONNECT_TIMEOUT * 1000), 1,
+                              1000, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "tfos: standby node %d: %s\n", n->executor_id, err);
+        return 1;
+    }
+    tfos__msg m;
+    tfos__link_hello(k, &m, TFOS_MSG_REGISTER, secret);
+    tfos__msg_add(&m, "executor_id", "%d", n->executor_id);
+    tfos__msg_add(&m, "standby", "1");
+    rc = tfos__msg_end(&m);
+    if (!rc)
+        rc = tfos__link_send(k, &m, NULL, 0);
+    tfos__msg_fini(&m);
+    if (!rc)
+        rc = tfos__link_flush_wait(k, 10000);
+    int code = rc ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "tfos: standby node %d: cannot register with the coordinator at %s: %s\n", n->executor_id,
+                n->coord, tfos_strerror(rc));
+    while (!rc) {
+        tfos__frame f;
+        const char *why = NULL;
+        rc = tfos__link_wait_frame(k, -1, &f, &why);
+        if (rc)
+            break; /* the coordinator hung up: the attempt is over */
+        if (f.type == TFOS_MSG_ERROR) {
+            char text[512] = "";
+            tfos__kv_str(f.payload, f.len, "message", text, sizeof text);
+            fprintf(stderr, "tfos: standby node %d: the coordinator refused it: %s\n", n->executor_id, text);
+            code = 1;
+            break;
+        }
+        tfos__link_consume(k);
+    }
+    tfos__link_close(k);
+    return code;
+}
+
 int tfos__cmd_node(int argc, char **argv)
 {
     node_cli n;
@@ -142,7 +199,7 @@ int tfos__cmd_node(int argc, char **argv)
     }
     if (rc)
         return rc;
-    if (!n.argv || !n.argv[0])
+    if (!n.standby && (!n.argv || !n.argv[0]))
         return tfos__usage_error("%s", "node needs a program (tfos node [options] [--] PROGRAM [ARGS...])");
     if (!n.coord || n.executor_id < 0)
         return tfos__usage_error("%s", "node needs --coord HOST:PORT and --executor-id N");
@@ -151,6 +208,9 @@ int tfos__cmd_node(int argc, char **argv)
         fprintf(stderr, "tfos: node: $TFOS_SECRET is not set (the cluster's secret, from its launcher)\n");
         return 2;
     }
+    signal(SIGPIPE, SIG_IGN);
+    if (n.standby)
+        return standby(&n, secret);
     char *ps_argv[2] = {(char *)n.ps_python, NULL};
     tfos_agent_opts o = {.coord_addr = n.coord, .secret = secret, .executor_id = n.executor_id,
                          .host = n.host, .log_dir = n.log_dir, .argv = n.argv,

@@ -62,6 +62,13 @@ const char tfos__run_help[] =
     "                           resumes; programs still running then are stopped (exit 143). By default\n"
     "                           only programs that report steps (ctx.report(step=)) are drained, else\n"
     "                           SIGTERM stops at once; given, every program is; 0: never drain\n"
+    "  --min-nodes M            elastic size (docs/RELIABILITY.md): run on as few as M nodes when the\n"
+    "                           cluster manager has no capacity for the others (their agents do not\n"
+    "                           register within --elastic-wait), re-form after YARN preempts a\n"
+    "                           container instead of ending, and grow back at a drain step when\n"
+    "                           capacity returns; only workers come and go; resizes spend no restart\n"
+    "  --elastic-wait S         an elastic attempt's wait for all its nodes before it forms with fewer\n"
+    "                           (default " TFOS__STR(TFOS_DEFAULT_ELASTIC_WAIT) ")\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two; default "
     TFOS__STR(TFOS_DEFAULT_FEED_MB) ",\n"
     "                           or, for .npy inputs, 8 records' worth from 4 MiB up: see docs/FEED.md)\n"
@@ -133,6 +140,10 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
             r->drain_force = 1; /* asked for: also programs that report no step */
         return 1;
     }
+    if (!strcmp(a, "--min-nodes"))
+        return tfos__opt_int(a, tfos__args_value(it), 1, 1024, &r->min_nodes) ? 2 : 1;
+    if (!strcmp(a, "--elastic-wait"))
+        return tfos__opt_secs(a, tfos__args_value(it), 0, &r->elastic_wait) ? 2 : 1;
     if (!strcmp(a, "--epochs"))
         return tfos__opt_int(a, tfos__args_value(it), 1, 1000000, &r->epochs) ? 2 : 1;
     if (!strcmp(a, "--batch-rows"))
@@ -236,8 +247,20 @@ int tfos__run_check(const tfos__run_cli *r)
     int rc = tfos__cluster_check(&r->cluster, "run");
     if (rc)
         return rc;
-    if (tfos_layout_total(&r->cluster.layout) > 1024)
+    const tfos_layout *lay = &r->cluster.layout;
+    int total = tfos_layout_total(lay);
+    if (total > 1024)
         return tfos__usage_error("%s", "--workers/--ps: a cluster has at most 1024 nodes");
+    int least = lay->num_ps + (lay->evaluator ? 1 : 0) + 1; /* only workers come and go */
+    if (r->min_nodes && (r->min_nodes > total || r->min_nodes < least)) {
+        char why[300];
+        snprintf(why, sizeof why, "--min-nodes %d: this cluster has %d nodes, and only workers come and go: give "
+                 "--min-nodes from %d (its ps and evaluator nodes and %s) to %d", r->min_nodes, total, least,
+                 lay->chief ? "the chief" : "one worker", total);
+        return tfos__usage_error("%s", why);
+    }
+    if (r->elastic_wait && !r->min_nodes)
+        return tfos__usage_error("%s", "--elastic-wait is the wait of an elastic cluster: give --min-nodes too");
     return 0;
 }
 
@@ -255,7 +278,8 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .checkpoint_dir = r->checkpoint_dir, .status_port = r->status_port,
                          .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
                          .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
-                         .drain_force = r->drain_force, .spec_form = tfos_framework_spec_form(r->framework),
+                         .drain_force = r->drain_force, .min_nodes = r->min_nodes,
+                         .elastic_wait = r->elastic_wait, .spec_form = tfos_framework_spec_form(r->framework),
                          .tensorboard_logdir = r->tensorboard_logdir, .mlflow = r->mlflow,
                          .mlflow_experiment = r->mlflow_experiment, .mlflow_run_name = r->mlflow_run_name};
 }

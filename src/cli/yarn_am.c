@@ -132,6 +132,7 @@ typedef struct am_watch {
     tfos_local *l;
     int fd;              /* the notes; -1 once they ended */
     int drain_off;       /* --drain-grace 0: a notice is told, not drained */
+    int elastic;         /* --min-nodes: a drain on a notice re-forms the cluster at the size left */
     char buf[8192];
     size_t have;
     tfos__timer timer;
@@ -142,24 +143,37 @@ typedef struct am_watch {
 } am_watch;
 
 /* "DRAIN REASON": the ApplicationMaster's notice that YARN preempts a
- * container of this application (sent once). Taken as tfos__launch_run
- * takes SIGTERM: drained, with signo SIGTERM (no restart after it; exit 75
- * when every node checkpointed) and YARN's reason in the coordinator's
- * lines; where no drain can start (the cluster forms, or its attempt is
- * ending) stopped. Two differences: a drain under way (a graceful kill
- * came first) goes on, where a second SIGTERM would stop it; and with
+ * container of this application (once per container). Taken as
+ * tfos__launch_run takes SIGTERM: drained, with signo SIGTERM (no restart
+ * after it; exit 75 when every node checkpointed) and YARN's reason in the
+ * coordinator's lines; where no drain can start (the cluster forms, or its
+ * attempt is ending) stopped. Differences: a drain under way (a graceful
+ * kill came first) goes on, where a second SIGTERM would stop it; with
  * --drain-grace 0 the notice is only told: the container's loss is then a
- * node failure, restarted under --max-restarts, rather than a stop. */
-static void drain_on_notice(am_watch *w, const char *reason)
+ * node failure, restarted under --max-restarts, rather than a stop; and
+ * with --min-nodes (elastic) the drained cluster forms again on the
+ * containers YARN grants then (a resize, docs/YARN.md), unless `end` (the
+ * ApplicationMaster's own container: "DRAIN-END"), going on without the
+ * `lost` worker containers YARN named ("DRAIN K": 0, a ps or chief among
+ * them, asks for every node again), and a notice while it
+ * forms is only told (the container's loss, if it was one of the
+ * attempt's, is then a node failure). */
+static void drain_on_notice(am_watch *w, const char *reason, int end, int lost)
 {
     if (w->drain_off) {
         TFOS_WARN("%s: not drained (--drain-grace 0): its loss will be a node failure", reason);
         return;
     }
-    int rc = tfos_local_drain(w->l, reason, SIGTERM);
+    int go_on = w->elastic && !end;
+    if (go_on)
+        tfos__launch_lost(w->l, lost);
+    int rc = tfos_local_drain(w->l, reason, go_on ? 0 : SIGTERM);
     tfos_coord *c = tfos_local_coord(w->l);
     if (rc == TFOS_EINVAL && c && tfos_coord_state(c) == TFOS_COORD_RUNNING) {
         TFOS_INFO("%s: the cluster drains already", reason);
+    } else if (rc && go_on) {
+        TFOS_WARN("%s: not drained (%s): the container's loss will be a node failure", reason,
+                  rc == TFOS_EAGAIN ? "the cluster forms" : "no drain can start now");
     } else if (rc) {
         TFOS_WARN("%s: %s; stopping the cluster", reason,
                   rc == TFOS_EAGAIN ? "the cluster forms, no program runs to checkpoint" : "no drain can start now");
@@ -188,8 +202,13 @@ static void on_notes(tfos__loop *loop, int fd, int events, void *user)
             *nl = '\0';
         if (!strncmp(start, "NOTE ", 5))
             TFOS_INFO("%s", start + 5);
-        else if (nl && !strncmp(start, "DRAIN ", 6))
-            drain_on_notice(w, start + 6);
+        else if (nl && !strncmp(start, "DRAIN ", 6)) {
+            char *reason = NULL;
+            long lost = strtol(start + 6, &reason, 10); /* "DRAIN K REASON" */
+            drain_on_notice(w, reason && *reason == ' ' ? reason + 1 : start + 6, 0,
+                            lost > 0 && lost < 1 << 20 ? (int)lost : 0);
+        } else if (nl && !strncmp(start, "DRAIN-END ", 10))
+            drain_on_notice(w, start + 10, 1, 0);
         start = nl ? nl + 1 : w->buf + w->have;
     }
     w->have = strlen(start);
@@ -303,7 +322,7 @@ int tfos__cmd_yarn_am(int argc, char **argv)
         return 1;
     }
     term_open(l);
-    am_watch w = {.l = l, .fd = notes, .drain_off = o.drain_grace < 0};
+    am_watch w = {.l = l, .fd = notes, .drain_off = o.drain_grace < 0, .elastic = o.min_nodes > 0 && o.min_nodes < tfos_layout_total(&o.layout)};
     tfos__loop *loop = tfos__launch_loop(l);
     if (w.fd >= 0 && tfos__loop_watch(loop, w.fd, TFOS_EV_READ, on_notes, &w)) {
         close(w.fd);

@@ -10,7 +10,9 @@
  *                    container of its own (tfos yarn's ApplicationMaster)
  *   backend_slurm.c  an srun per node: a job step of the Slurm allocation
  *                    the launcher runs in (tfos run --backend slurm)
- * An elastic resize would be one more file.
+ * An elastic run (launch.c, "elastic size") needs nothing more of them: a
+ * node that gets no capacity simply does not start (its agent never
+ * registers), and a standby is one more node with a program of its own.
  *
  * Every op runs on the launcher's thread and loop. The backend's state is
  * opened once per attempt and closed when the attempt is over: node ids are

@@ -47,6 +47,9 @@
 extern char **environ;
 
 #define MAX_ENV_EXTRA 8
+/* An elastic run grows when its standbys have stopped coming for this long
+ * (or all are back): one resize for capacity that returns in a burst. */
+#define STANDBY_SETTLE_MS 3000
 
 struct tfos_local {
     tfos_run_opts opts;
@@ -60,7 +63,17 @@ struct tfos_local {
     char cluster_id[17];
     char log_dir[4096];
     char checkpoint_dir[4200];
-    int n;
+    int n;                   /* this attempt's nodes (fewer than full_n after an elastic resize) */
+    int full_n;              /* the nodes asked for: the backend's ids 0..full_n-1, standbys past n */
+    tfos_layout full;        /* their layout; opts.layout is this attempt's (fewer workers) */
+    int elastic;             /* 0 < min_nodes < full_n (tfos_run_opts.min_nodes) */
+    int64_t attempt_at;      /* when this attempt began: its elastic wait counts from then */
+    int standbys;            /* standby nodes started this attempt: ids n..n+standbys-1 */
+    int growing;             /* the drain under way grows the cluster by this many (standbys with capacity) */
+    int lost;                /* the drain's notice takes this many workers away (tfos__launch_lost) */
+    int standbys_back;       /* standbys connected when last looked at, and since when (a grow waits */
+    int64_t standbys_at;     /* STANDBY_SETTLE_MS for more to come, to grow once, not node by node) */
+    int grow_refused;        /* a drain to grow could not start: said once an attempt */
     int *ended;              /* per node: its end has been seen (this attempt) */
     int started;             /* tfos__launch_start was called */
     int stop_signo;
@@ -92,6 +105,14 @@ struct tfos_local {
     tfos__logbuf lines;      /* the nodes' forwarded output (backends that forward: tfos yarn) */
     tfos__tracker *tracker;  /* --mlflow: the job's MLflow run; NULL: none */
 };
+
+/* The fewest nodes an elastic cluster of layout lay runs on: its ps and
+ * evaluator nodes (only workers come and go) and one that trains: the
+ * chief, else a worker. */
+static int elastic_least(const tfos_layout *lay)
+{
+    return lay->num_ps + (lay->evaluator ? 1 : 0) + 1;
+}
 
 /* Is host a loopback address (the status page needs no token there)? */
 static int is_loopback(const char *host)
@@ -184,6 +205,12 @@ static void agent_ended(void *user, int id, int status)
 {
     tfos_local *l = user;
     l->ended[id] = 1;
+    if (id >= l->n) { /* a standby: its end is nobody's failure */
+        char desc[96];
+        tfos__describe_status(status, desc, sizeof desc);
+        TFOS_DEBUG("standby node %d ended (%s)", id, desc);
+        return;
+    }
     if (l->coord && tfos_coord_state(l->coord) == TFOS_COORD_RESERVING) {
         /* an agent that dies before registering would otherwise only show
          * up as a reservation timeout */
@@ -352,7 +379,8 @@ static void end_attempt(tfos_local *l)
     if (l->backend)
         l->ops->close(l->backend);
     l->backend = NULL;
-    memset(l->ended, 0, (size_t)l->n * sizeof *l->ended);
+    memset(l->ended, 0, (size_t)l->full_n * sizeof *l->ended);
+    l->standbys = l->growing = l->grow_refused = l->standbys_back = 0;
     if (l->coord)
         tfos_coord_close(l->coord);
     l->coord = NULL;
@@ -390,7 +418,8 @@ static int start_attempt(tfos_local *l)
                           .failure_grace = l->opts.failure_grace, .heartbeat_timeout = l->opts.heartbeat_timeout,
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
                           .spec_form = l->opts.spec_form,
-                          .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l};
+                          .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l,
+                          .standby = l->elastic ? l->full_n - l->n : 0};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
@@ -401,7 +430,8 @@ static int start_attempt(tfos_local *l)
         tfos__coord_on_report(l->coord, on_report, l);
     }
     char **env = child_env(l);
-    if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->n, agent_ended, l))) {
+    l->attempt_at = tfos__now_ms();
+    if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->full_n, agent_ended, l))) {
         free(env);
         end_attempt(l);
         return env ? rc : TFOS_ENOMEM;
@@ -423,10 +453,186 @@ static int start_attempt(tfos_local *l)
     else if (attempt == 1)
         TFOS_INFO("cluster of %d nodes starting (coordinator %s, logs in %s)", l->n, tfos_coord_address(l->coord),
                   l->log_dir);
+    else if (l->elastic)
+        TFOS_INFO("cluster of %d of %d nodes starting again: attempt %d (%d of %d restarts spent, %d resizes; "
+                  "coordinator %s)", l->n, l->full_n, attempt, attempt - 1 - tfos_policy_resizes(l->policy),
+                  l->opts.max_restarts, tfos_policy_resizes(l->policy), tfos_coord_address(l->coord));
     else
         TFOS_INFO("cluster of %d nodes starting again: attempt %d of %d (coordinator %s)", l->n, attempt,
                   l->opts.max_restarts + 1, tfos_coord_address(l->coord));
     return 0;
+}
+
+/* ---- elastic size (docs/RELIABILITY.md, "Elastic size") ---------------------- */
+
+static void render_history(tfos_local *l);
+static void save_final_status(tfos_local *l);
+
+/* This attempt's layout: the full one with `workers` workers. */
+static void set_workers(tfos_local *l, int workers)
+{
+    l->opts.layout = l->full;
+    l->opts.layout.num_workers = workers;
+    l->n = tfos_layout_total(&l->opts.layout);
+}
+
+/* End this attempt and form the next with `workers` workers: a resize,
+ * recorded in the history ("resized from 2 to 1 nodes: WHY") without
+ * spending a restart. 0, or 1 when the next attempt could not start (the
+ * run is then over, failed). */
+static int resize(tfos_local *l, int workers, const char *why)
+{
+    int before = l->n, after = before - l->opts.layout.num_workers + workers;
+    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
+    if (after != before)
+        snprintf(f.summary, sizeof f.summary, "resized from %d to %d nodes: %s", before, after, why);
+    else
+        snprintf(f.summary, sizeof f.summary, "re-formed at %d nodes: %s", after, why);
+    if (tfos_policy_resize(l->policy, &f)) {
+        l->finished = 1;
+        l->exit_code = 1;
+        snprintf(l->summary, sizeof l->summary, "out of memory recording a resize");
+        return 1;
+    }
+    render_history(l);
+    TFOS_WARN("elastic: %s; attempt %d forms %d of %d nodes (a resize: no restart spent)", f.summary,
+              tfos_policy_attempt(l->policy), after, l->full_n);
+    end_attempt(l);
+    l->draining = 0;
+    set_workers(l, workers);
+    if (start_attempt(l) == 0)
+        return 0;
+    save_final_status(l);
+    l->finished = 1;
+    l->exit_code = 1;
+    snprintf(l->summary, sizeof l->summary, "could not form the cluster for attempt %d:\n%s",
+             tfos_policy_attempt(l->policy), l->history);
+    return 1;
+}
+
+/* A standby node, id (past this attempt's nodes): `AGENT node --standby`,
+ * where a worker of the larger cluster would run. */
+static int spawn_standby(tfos_local *l, int id, char **env)
+{
+    char idbuf[16];
+    snprintf(idbuf, sizeof idbuf, "%d", id);
+    char *argv[] = {(char *)l->opts.agent_path, "node", "--coord", (char *)tfos_coord_address(l->coord),
+                    "--executor-id", idbuf, "--host", (char *)l->ops->agent_host, "--standby", NULL};
+    tfos__node_launch node = {.id = id, .job = "worker", .index = id - l->n + l->opts.layout.num_workers,
+                              .argv = argv, .envp = env};
+    int rc = l->ops->start(l->backend, &node);
+    if (rc)
+        TFOS_WARN("cannot start standby node %d: %s", id, rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
+    return rc;
+}
+
+/* How many of this attempt's nodes have registered: all of them, and
+ * those of its fixed part (ps, chief, evaluator) and its workers. */
+static void count_registered(const tfos_local *l, int *fixed, int *workers)
+{
+    *fixed = *workers = 0;
+    tfos_node_info nd;
+    for (int i = 0; i < tfos_coord_node_count(l->coord); i++) {
+        if (tfos_coord_node(l->coord, i, &nd) || !strcmp(nd.state, "waiting"))
+            continue;
+        const char *job;
+        int idx;
+        if (!tfos_layout_role(&l->opts.layout, nd.executor_id, &job, &idx))
+            ++*(strcmp(job, "worker") ? fixed : workers);
+    }
+}
+
+/* An elastic run's watch, each step: 0, or 1 when the run is over.
+ *  - forming: elastic_wait after the attempt began, with nodes still
+ *    missing (their cluster manager has no capacity for them) and at least
+ *    min_nodes registered, the cluster forms again with those;
+ *  - running at fewer than full_n: standby nodes ask for the missing
+ *    capacity; once one has it, the cluster drains to grow (a drain step
+ *    is the checkpoint boundary every rank resumes from). */
+static int elastic_step(tfos_local *l, int st)
+{
+    int64_t now = tfos__now_ms();
+    if (st == TFOS_COORD_RESERVING && now >= l->attempt_at + (int64_t)(l->opts.elastic_wait * 1000)) {
+        int fixed, workers;
+        count_registered(l, &fixed, &workers);
+        int need_fixed = l->opts.layout.num_ps + (l->opts.layout.chief ? 1 : 0) + (l->opts.layout.evaluator ? 1 : 0);
+        int have = fixed + workers, n = l->n;
+        if (have < n && fixed == need_fixed && have >= l->opts.min_nodes && have >= elastic_least(&l->full)) {
+            char why[256];
+            snprintf(why, sizeof why, "%d of %d nodes registered within --elastic-wait %g s (no capacity for the "
+                     "others)", have, n, l->opts.elastic_wait);
+            return resize(l, workers, why);
+        }
+        return 0;
+    }
+    if (st != TFOS_COORD_RUNNING || l->n >= l->full_n || l->draining)
+        return 0;
+    if (!l->standbys) {
+        char **env = child_env(l);
+        if (!env)
+            return 0;
+        for (int id = l->n; id < l->full_n; id++)
+            if (spawn_standby(l, id, env) == 0)
+                l->standbys++;
+        free(env);
+        TFOS_INFO("elastic: running %d of %d nodes; %d standby nodes ask for the capacity of the others", l->n,
+                  l->full_n, l->standbys);
+        return 0;
+    }
+    int back = tfos__coord_standbys(l->coord);
+    if (back != l->standbys_back) {
+        l->standbys_back = back;
+        l->standbys_at = now;
+    }
+    /* grow once the capacity has stopped coming (or all of it is back), and
+     * at a step every program reached: a drain before they report steps
+     * would stop them, not drain them (unless --drain-grace drains all) */
+    if (back <= 0 || l->grow_refused || (back < l->standbys && now < l->standbys_at + STANDBY_SETTLE_MS) ||
+        (!l->opts.drain_force && !tfos__coord_stepping(l->coord)))
+        return 0;
+    char reason[256];
+    snprintf(reason, sizeof reason, "capacity for %d more node%s is back: growing from %d to %d nodes", back,
+             back == 1 ? "" : "s", l->n, l->n + back);
+    double grace = l->opts.drain_grace > 0 ? l->opts.drain_grace : TFOS_DEFAULT_DRAIN_GRACE;
+    int rc = tfos_coord_drain(l->coord, reason, grace, l->opts.drain_force);
+    if (rc == 0) {
+        l->draining = 1;
+        l->growing = back;
+        TFOS_INFO("elastic: %s, at a drain step", reason);
+    } else if (rc != TFOS_EAGAIN) {
+        l->grow_refused = 1;
+        TFOS_WARN("elastic: %s, but the cluster cannot drain (%s): it stays at %d nodes until this attempt ends; "
+                  "programs that report steps (ctx.report(step=)) are drained, or all with --drain-grace",
+                  reason, tfos_strerror(rc), l->n);
+    }
+    return 0;
+}
+
+/* The attempt ended drained and the run goes on at the size the capacity
+ * allows: the nodes that are there when the next attempt has waited
+ * elastic_wait (a grow: the standbys that had capacity too). */
+static int elastic_next(tfos_local *l)
+{
+    char why[300];
+    snprintf(why, sizeof why, "drained: %s", tfos__coord_drain_reason(l->coord));
+    int workers = l->growing ? l->opts.layout.num_workers + l->growing
+                  : l->lost     ? l->opts.layout.num_workers - l->lost
+                                : l->full.num_workers;
+    int least = l->opts.min_nodes - (l->full_n - l->full.num_workers); /* min_nodes' workers */
+    if (workers < least)
+        workers = least;
+    if (workers < (l->full.chief ? 0 : 1))
+        workers = l->full.chief ? 0 : 1;
+    if (workers > l->full.num_workers)
+        workers = l->full.num_workers;
+    l->lost = 0;
+    return resize(l, workers, why);
+}
+
+void tfos__launch_lost(tfos_local *l, int workers)
+{
+    if (l && l->elastic && !l->draining)
+        l->lost = workers > 0 ? workers : 0;
 }
 
 /* "COORD_ADDR\nSTATUS_URL\n" (STATUS_URL "" without a page), written whole:
@@ -599,7 +805,18 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
             TFOS_INFO("input ring: %d MiB per node, sized for the records of the .npy input (--feed-mb sets it)",
                       l->opts.feed_mb);
     }
-    l->n = n;
+    l->n = l->full_n = n;
+    l->full = opts->layout;
+    if (opts->min_nodes < 0 || opts->min_nodes > n || (opts->min_nodes > 0 && opts->min_nodes < elastic_least(&l->full))) {
+        TFOS_ERROR("min_nodes=%d: an elastic cluster of these %d nodes takes min_nodes from %d (its ps, chief and "
+                   "evaluator nodes, %s) to %d; only workers come and go", opts->min_nodes, n,
+                   elastic_least(&l->full), opts->layout.chief ? "with no worker" : "and one worker", n);
+        free(l);
+        return TFOS_EINVAL;
+    }
+    l->elastic = opts->min_nodes > 0 && opts->min_nodes < n;
+    if (l->opts.elastic_wait <= 0)
+        l->opts.elastic_wait = TFOS_DEFAULT_ELASTIC_WAIT;
     l->started_s = (double)time(NULL) - 1; /* mtimes have a second's resolution at worst */
     l->positions_since = l->started_s;
     tfos__feed_meter_init(&l->meter, tfos__now_ms());
@@ -664,6 +881,10 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     l->status.max_restarts = opts->max_restarts;
     l->status.policy = l->policy;
     l->status.attempt = 1;
+    if (l->elastic) {
+        l->status.min_nodes = opts->min_nodes;
+        l->status.max_nodes = n;
+    }
     render_history(l);
     if (opts->mlflow && (rc = open_tracking(l)))
         goto fail;
@@ -768,7 +989,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
 
 static int all_agents_done(const tfos_local *l)
 {
-    for (int i = 0; i < l->n; i++)
+    for (int i = 0; i < l->full_n; i++)
         if (l->backend && l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING)
             return 0;
     return 1;
@@ -930,6 +1151,13 @@ static int conclude(tfos_local *l)
                  tfos_policy_attempt(l->policy), l->history);
         return 1;
     }
+    /* an elastic run drained on a notice or to grow goes on: a notice from
+     * the run's own user (SIGTERM, a graceful kill) ends it as ever */
+    if (l->elastic && tfos_coord_state(l->coord) == TFOS_COORD_DONE && tfos_coord_drained(l->coord) &&
+        !l->stop_signo) {
+        save_final_status(l);
+        return elastic_next(l);
+    }
     finish(l);
     return 1;
 }
@@ -957,6 +1185,10 @@ static void stop_unregistered(tfos_local *l)
     tfos_node_info nd;
     if (!l->backend)
         return;
+    tfos__coord_release_standbys(l->coord); /* they end when it hangs up */
+    for (int id = l->n; id < l->n + l->standbys; id++) /* those still asking for capacity: withdrawn */
+        if (l->ops->observe(l->backend, id, NULL) == TFOS_NODE_RUNNING && !tfos__coord_standby_seen(l->coord, id))
+            l->ops->stop(l->backend, id, 0);
     for (int i = 0; i < tfos_coord_node_count(l->coord); i++)
         if (!tfos_coord_node(l->coord, i, &nd) && !strcmp(nd.state, "waiting") && nd.executor_id >= 0 &&
             nd.executor_id < l->n && l->ops->observe(l->backend, nd.executor_id, NULL) == TFOS_NODE_RUNNING)
@@ -973,6 +1205,9 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
     if (tfos__loop_run(l->loop, timeout_ms) < 0 && errno != EINTR)
         TFOS_WARN("the launcher's event loop failed: %s", strerror(errno));
     st = tfos_coord_state(l->coord);
+    if (l->elastic && st < TFOS_COORD_DONE && elastic_step(l, st))
+        return 1; /* could not form again: over */
+    st = tfos_coord_state(l->coord);
     if (l->opts.ninputs > 0 && !l->feed && st == TFOS_COORD_RUNNING)
         start_feed(l);
     if (st < TFOS_COORD_DONE)
@@ -988,9 +1223,9 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
         if (now < l->agents_deadline)
             return 0;
         if (!l->killed_deadline) {
-            for (int i = 0; i < l->n; i++)
+            for (int i = 0; i < l->full_n; i++)
                 if (l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING) {
-                    TFOS_WARN("agent of executor %d did not exit; killing it", i);
+                    TFOS_WARN("%s %d did not exit; killing it", i < l->n ? "agent of executor" : "standby node", i);
                     l->ops->stop(l->backend, i, 1);
                 }
             l->killed_deadline = now + 5000;

@@ -87,6 +87,12 @@ int tfos__launch_start(tfos_local *l);
  * all (10 s at most). *exit_code: tfos_local_exit_code. */
 void tfos__launch_run(tfos_local *l, volatile int *stop_signal, int *exit_code);
 
+/* An elastic run (tfos_run_opts.min_nodes): the drain about to be asked
+ * is for a notice that takes `workers` workers' capacity away (YARN named
+ * their containers), so the next attempt forms without them, not waiting
+ * --elastic-wait to find out. 0: it asks for every node again. */
+void tfos__launch_lost(tfos_local *l, int workers);
+
 /* Set a launcher up in tfos yarn's ApplicationMaster container
  * (backend_yarn.c): nodes through stand-ins (tfos__backend_yarn with cfg,
  * which the caller keeps while the launcher lives), the coordinator on

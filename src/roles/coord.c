@@ -132,6 +132,7 @@ struct peer {
     int authed;
     int closing;     /* its last frame is queued: the link ends once it is written */
     int gone;        /* dropped: in the graveyard, freed after the callback */
+    int standby;     /* a standby node: capacity for one more (opts.standby), counted in c->standbys */
     peer *next_dead;
 };
 
@@ -147,6 +148,9 @@ struct tfos_coord {
     int state;
     int n;
     int registered;
+    int standbys;          /* standby nodes connected now (opts.standby at most) */
+    int *standby_ids;      /* the executor ids standbys registered with, nstandby_ids of them */
+    int nstandby_ids;
     cnode *nodes;
     peer **peers;
     int npeers;
@@ -320,6 +324,10 @@ static void drop_peer(tfos_coord *c, peer *p, const char *why)
         }
     p->next_dead = c->graveyard;
     c->graveyard = p;
+    if (p->standby) {
+        p->standby = 0;
+        c->standbys--;
+    }
     int ni = p->node;
     if (ni < 0)
         return;
@@ -514,8 +522,26 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (!peer_authed(c, p, f, "registration"))
         return;
-    long long id, port, pid, tb_port = 0;
+    long long id, port, pid, tb_port = 0, standby = 0;
     char host[TFOS_HOST_MAX], tb[16];
+    if (!tfos__kv_int(f->payload, f->len, "standby", 0, 1, &standby) && standby) {
+        /* Capacity for one more node (an elastic run's launcher asked its
+         * cluster manager for it): counted while it stays connected, never
+         * part of this cluster. At most opts.standby of them. */
+        if (c->state > TFOS_COORD_RUNNING || c->standbys >= c->opts.standby) {
+            refuse(c, p, TFOS_EINVAL, "a standby node is not wanted: this cluster waits for no more capacity");
+            return;
+        }
+        long long sid = -1;
+        tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &sid);
+        if (c->nstandby_ids < c->opts.standby)
+            c->standby_ids[c->nstandby_ids++] = (int)sid;
+        p->standby = 1;
+        c->standbys++;
+        TFOS_INFO("coordinator: capacity for one more node is here (a standby node from %s; %d standing by)",
+                  p->name, c->standbys);
+        return;
+    }
     /* tb_port is optional (agents before it was added do not send it), but
      * when present it must be a port */
     int has_tb = tfos__kv_str(f->payload, f->len, "tb_port", tb, sizeof tb) != TFOS_EINVAL;
@@ -1033,7 +1059,8 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
         return NULL;
     }
     if (p->node < 0)
-        return "unexpected message from a status client";
+        return p->standby ? "a standby node sends nothing after its registration"
+                          : "unexpected message from a status client";
     cnode *nd = &c->nodes[p->node];
     switch (f->type) {
     case TFOS_MSG_HEARTBEAT:
@@ -1096,7 +1123,7 @@ static void on_peer_frame(tfos__link *k, const tfos__frame *f, void *user)
     tfos_coord *c = user;
     peer *p = tfos__link_data(k);
     if (!p) {
-        if (c->npeers >= c->n + EXTRA_PEERS) {
+        if (c->npeers >= c->n + EXTRA_PEERS + c->opts.standby) {
             tfos__warn_limited(&c->warn, "refused %s: too many connections", tfos__link_name(k));
             tfos__link_close(k);
             return;
@@ -1306,6 +1333,8 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->warn = (tfos__warn_limit){.who = "coordinator", .per_window = WARN_PER_WINDOW, .window_ms = WARN_WINDOW_MS};
     if (!c->opts.bind_host)
         c->opts.bind_host = "127.0.0.1";
+    if (c->opts.standby < 0 || c->opts.standby > TFOS_MAX_NODES)
+        c->opts.standby = 0;
     if (c->opts.reservation_timeout <= 0)
         c->opts.reservation_timeout = TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK;
     if (c->opts.stop_grace <= 0)
@@ -1324,8 +1353,9 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->secret = strdup(opts->secret);
     c->checkpoint_dir = opts->checkpoint_dir ? strdup(opts->checkpoint_dir) : NULL;
     c->nodes = calloc((size_t)n, sizeof *c->nodes);
-    c->peers = calloc((size_t)n + EXTRA_PEERS, sizeof *c->peers);
-    if (!c->secret || !c->nodes || !c->peers || (opts->checkpoint_dir && !c->checkpoint_dir))
+    c->peers = calloc((size_t)n + EXTRA_PEERS + (size_t)c->opts.standby, sizeof *c->peers);
+    c->standby_ids = calloc((size_t)c->opts.standby + 1, sizeof *c->standby_ids);
+    if (!c->secret || !c->nodes || !c->peers || !c->standby_ids || (opts->checkpoint_dir && !c->checkpoint_dir))
         goto fail;
     c->opts.secret = c->secret;
     c->opts.checkpoint_dir = c->checkpoint_dir;
@@ -1522,6 +1552,45 @@ int tfos_coord_drain(tfos_coord *c, const char *reason, double grace, int force)
     bury(c);
     schedule(c);
     return 0;
+}
+
+int tfos__coord_standby_seen(const tfos_coord *c, int executor_id)
+{
+    for (int i = 0; c && i < c->nstandby_ids; i++)
+        if (c->standby_ids[i] == executor_id)
+            return 1;
+    return 0;
+}
+
+void tfos__coord_release_standbys(tfos_coord *c)
+{
+    for (int i = c ? c->npeers - 1 : -1; i >= 0; i--)
+        if (i < c->npeers && c->peers[i]->standby)
+            drop_peer(c, c->peers[i], NULL);
+    if (c)
+        bury(c);
+}
+
+int tfos__coord_stepping(const tfos_coord *c)
+{
+    if (!c || c->state != TFOS_COORD_RUNNING)
+        return 0;
+    for (int i = 0; i < c->n; i++) {
+        const cnode *nd = &c->nodes[i];
+        if (is_tracked(nd) && nd->state != N_EXITED && !nd->has_step)
+            return 0;
+    }
+    return 1;
+}
+
+const char *tfos__coord_drain_reason(const tfos_coord *c)
+{
+    return c && c->draining ? c->drain_reason : "";
+}
+
+int tfos__coord_standbys(const tfos_coord *c)
+{
+    return c ? c->standbys : 0;
 }
 
 int tfos_coord_drained(const tfos_coord *c)
@@ -1903,6 +1972,7 @@ void tfos_coord_close(tfos_coord *c)
             tfos__loop_close(c->loop);
     }
     free(c->peers);
+    free(c->standby_ids);
     free(c->nodes);
     tfos__turns_free(c->turns);
     free(c->secret);

@@ -25,6 +25,19 @@ void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user);
  * each phase's p50/p99/max and the slowest phase with its slowest nodes.
  * 0, TFOS_EAGAIN (nothing known yet) or TFOS_ENOMEM. */
 int tfos__coord_start_summary(const tfos_coord *c, char *buf, size_t len);
+/* Standby nodes connected now (tfos_coord_opts.standby): capacity for that
+ * many more nodes is there. */
+int tfos__coord_standbys(const tfos_coord *c);
+/* Whether a standby node registered with this executor id. */
+int tfos__coord_standby_seen(const tfos_coord *c, int executor_id);
+/* Hang up on every standby node: they exit 0 (the attempt is over). */
+void tfos__coord_release_standbys(tfos_coord *c);
+/* 1 when the cluster runs and every chief, worker and evaluator still
+ * running has reported a step (ctx.report(step=)): a drain now puts them
+ * all at one step. */
+int tfos__coord_stepping(const tfos_coord *c);
+/* Why the drain asked (tfos_coord_drain's reason), "" when none was. */
+const char *tfos__coord_drain_reason(const tfos_coord *c);
 
 /* tfos_coord_status_json with only nodes first..last (clamped to the
  * cluster) and a "nodes_page" object saying which; last < 0: every node and

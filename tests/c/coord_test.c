@@ -11,6 +11,7 @@
 #include "core/wire.h"
 #include "platform/clock.h"
 #include "platform/net.h"
+#include "roles/coord.h"
 #include "tfos/tfos.h"
 
 #include <limits.h>
@@ -1080,6 +1081,57 @@ static void spec_bytes(void)
     CHECK(full > 20ULL * (unsigned)n * (unsigned)n);
 }
 
+/* Standby nodes (an elastic run's capacity come back): counted while
+ * connected, at most opts.standby of them, never part of the cluster; what
+ * one sends after its registration is a protocol error; released on ask. */
+static void standby(void)
+{
+    tfos_coord_opts o = {.layout = {.num_workers = 1}, .secret = SECRET, .reservation_timeout = 10,
+                         .stop_grace = 1, .heartbeat_timeout = 30, .standby = 2};
+    tfos_coord *c;
+    CHECK_EQ(tfos_coord_open(&c, &o), 0);
+    tfos__link *w, *sb[3];
+    char mac[TFOS_MAC_HEX_LEN + 1];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "%d", 1 + i);
+        greet(c, &sb[i], SECRET, mac);
+        send_kv(sb[i], TFOS_MSG_REGISTER, 3, "mac", mac, "executor_id", id, "standby", "1");
+        steps(c, 30);
+    }
+    CHECK_EQ(tfos__coord_standbys(c), 2);
+    CHECK(tfos__coord_standby_seen(c, 1) && tfos__coord_standby_seen(c, 2) && !tfos__coord_standby_seen(c, 3));
+    expect_error(c, sb[2], "a standby node is not wanted");
+    /* they are not the cluster: it still waits for its one worker */
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RESERVING);
+    do_register(c, &w, 0, SECRET, 5000);
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, w, &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_SPEC);
+    tfos__link_consume(w);
+    CHECK_EQ(tfos_coord_node_count(c), 1);
+    /* a standby that says more is dropped; the other one is released */
+    send_kv(sb[0], TFOS_MSG_HEARTBEAT, 0);
+    steps(c, 50);
+    CHECK_EQ(tfos__coord_standbys(c), 1);
+    CHECK_EQ(wait_frame(c, sb[0], &f, 2000), TFOS_ECLOSED);
+    tfos__coord_release_standbys(c);
+    CHECK_EQ(tfos__coord_standbys(c), 0);
+    CHECK_EQ(wait_frame(c, sb[1], &f, 2000), TFOS_ECLOSED);
+    /* a coordinator that takes none refuses them */
+    tfos_coord *c0 = open_coord(1, 0, 10, 30);
+    tfos__link *x;
+    greet(c0, &x, SECRET, mac);
+    send_kv(x, TFOS_MSG_REGISTER, 3, "mac", mac, "executor_id", "1", "standby", "1");
+    expect_error(c0, x, "a standby node is not wanted");
+    tfos__link_close(x);
+    tfos_coord_close(c0);
+    for (int i = 0; i < 3; i++)
+        tfos__link_close(sb[i]);
+    tfos__link_close(w);
+    tfos_coord_close(c);
+}
+
 int main(void)
 {
     tfos_set_logger(capture, NULL);
@@ -1102,5 +1154,6 @@ int main(void)
     RUN(feed_turns);
     RUN(drain);
     RUN(spec_bytes);
+    RUN(standby);
     return 0;
 }

@@ -3,6 +3,7 @@ from the doc as written, the digits example on 2 tasks, a task killed
 mid-run and the cluster formed again from new steps, resuming from its
 checkpoint."""
 
+import importlib.util
 import os
 import re
 import shutil
@@ -90,3 +91,60 @@ def test_doc_script_trains_digits_on_two_tasks_and_resumes_after_a_task_is_kille
     r = slurm_cluster.run(["scontrol", "show", "job", job])
     assert "JobState=COMPLETED" in r.stdout and "ExitCode=0:0" in r.stdout, r.stdout
     assert (work / "model" / "digits.keras").exists()
+
+
+ELASTIC = os.path.join(REPO, "tests", "yarn", "progs", "elastic.py")
+
+
+def elastic_prog():
+    """tests/yarn/progs/elastic.py as a module (its each_id_once)."""
+    spec = importlib.util.spec_from_file_location("elastic_prog", ELASTIC)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free(slurm_cluster, tmp_path):
+    """tfos run --backend slurm --min-nodes (issue 41): an allocation of 4
+    CPUs, 2 of them held by another job step of the same job. The 4
+    workers' steps cannot all start: after --elastic-wait the cluster forms
+    with the 2 that registered (a resize, no restart spent), and 2 standby
+    steps ask for the rest. Once the other step ends, they start, and the
+    cluster drains and grows back to 4. Every row id is read once across
+    the three attempts, and nothing is left running."""
+    out = tmp_path / "out"
+    out.mkdir()
+    log = tmp_path / "job.out"
+    script = tmp_path / "elastic.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2 --ntasks=4\n"
+        "srun --exact --nodes=1 --ntasks=2 --job-name=other sleep 600 &\n"
+        "until squeue -h -s -j \"$SLURM_JOB_ID\" -o %%j | grep -qx other; do sleep 0.2; done\n"
+        "tfos run --backend slurm --workers 4 --min-nodes 2 --elastic-wait 5 --max-restarts 0 --log-dir %s "
+        "-- python %s %s 120 4\n"
+        "rc=$?\n"
+        "kill %%1 2>/dev/null; wait\n"
+        "exit $rc\n" % (tmp_path / "logs", ELASTIC, out))
+    r = slurm_cluster.run(["sbatch", "--parsable", "--output", str(log), str(script)], cwd=str(tmp_path),
+                          env=user_env(slurm_cluster))
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    wait_for(lambda: "resized from 4 to 2 nodes" in read(log) and "training at 2 nodes" in read(log), 90,
+             "the cluster at 2 nodes (%s)" % log)
+    steps = slurm_cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"]).stdout.split("\n")
+    other = [line.split()[0] for line in steps if line.endswith(" other")]
+    assert other, steps
+    assert slurm_cluster.run(["scancel", other[0]]).returncode == 0
+    wait_for(lambda: not slurm_cluster.jobs(), 120, "end of job %s (%s)" % (job, log))
+    text = read(log)
+    assert re.search(r"resized from 2 to 4 nodes: drained: capacity for 2 more nodes is back", text), text
+    assert len(re.findall(r"a resize: no restart spent", text)) == 2, text
+    assert "all nodes finished successfully" in text, text
+    assert len(re.findall(r"\] done at step", text)) == 4, text
+    # the drain to grow: both ranks of attempt 2 at one step
+    drains = re.findall(r"\[worker:(\d)\] checkpoint at drain step (\d+)", text)
+    assert sorted(w for w, _ in drains) == ["0", "1"] and len({s for _, s in drains}) == 1, drains
+    assert elastic_prog().each_id_once(str(out)) == ""
+    r = slurm_cluster.run(["scontrol", "show", "job", job])
+    assert "ExitCode=0:0" in r.stdout, r.stdout

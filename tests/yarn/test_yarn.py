@@ -8,6 +8,7 @@ absolute path (the containers are on this machine), so no archive is needed
 except in the test that ships one.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -229,55 +230,74 @@ def test_graceful_kill_drains_every_node_at_one_step(yarn_cluster, tmp_path):
     assert_drained_at_one_step(yarn_cluster, app, text)
 
 
-def test_preemption_for_another_queue_drains_every_node_at_one_step(yarn_cluster, tmp_path):
-    """YARN's CapacityScheduler preempting a container (issue 41): an
-    application of queue default fills the cluster (2 workers of 1500 MB,
-    the NodeManagers have 2048 MB each) and one of queue urgent, guaranteed
-    half the cluster, asks for a worker of 1024 MB. The preemption monitor
-    (yarncluster.py) tells the first application's ApplicationMaster which
-    container it takes back, 30 s before it kills it: the AM names it on the
-    client's terminal and the cluster drains as on a graceful kill (both
-    workers checkpoint at one step, exit 75, KILLED); the capacity it gives
-    back lets the urgent application run to its end."""
+def test_preemption_for_another_queue_resizes_an_elastic_application(yarn_cluster, tmp_path):
+    """YARN's CapacityScheduler preempting a container of an elastic
+    application (issue 41): one of queue default fills the cluster (2
+    workers of 1500 MB, the NodeManagers have 2048 MB each, --min-nodes 1),
+    and one of queue urgent, guaranteed half the cluster, asks for a worker
+    of 1024 MB. The preemption monitor (yarncluster.py) tells the first
+    application's ApplicationMaster which container it takes back, 30 s
+    before it kills it: the AM names it on the client's terminal and the
+    cluster drains (both workers checkpoint at one step). It forms again
+    without the container YARN named: one worker, while the urgent
+    application runs. A standby asks for the other container; when the
+    urgent application has ended YARN grants it, and the cluster drains and
+    grows back to 2. No restart is spent, every row id is read once across
+    the attempts (tests/yarn/progs/elastic.py), and the application
+    succeeds."""
     out_path = tmp_path / "default.out"
+    ids = tmp_path / "ids"
+    ids.mkdir()
     urgent = None
     with open(out_path, "wb") as out:
         p = subprocess.Popen([TFOS, "yarn", "--workers", "2", "--worker-memory", "1500m", "--am-memory", "384m",
-                              "--file", os.path.join(HERE, "progs", "drain.py"), "--", sys.executable, "drain.py"],
+                              "--min-nodes", "1", "--elastic-wait", "8", "--max-restarts", "0",
+                              "--file", os.path.join(HERE, "progs", "elastic.py"), "--", sys.executable, "elastic.py",
+                              str(ids), "500", "2"],
                              env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            text = out_path.read_text()
-            if "[worker:0] training" in text and "[worker:1] training" in text:
-                break
-            assert p.poll() is None, text
+        while time.monotonic() < deadline and "training at 2 nodes" not in out_path.read_text():
+            assert p.poll() is None, out_path.read_text()
             time.sleep(0.5)
-        text = out_path.read_text()
-        assert "[worker:0] training" in text and "[worker:1] training" in text, text
-        app = app_id(text)
-        urgent = tfos_yarn(yarn_cluster, ["--queue", "urgent", "--workers", "1", "--worker-memory", "1024m",
-                                          "--am-memory", "384m", "--", sys.executable, "-c",
-                                          "print('urgent done', flush=True)"])
-        code = p.wait(timeout=60)  # it ended before the urgent application could
+        assert "training at 2 nodes" in out_path.read_text(), out_path.read_text()
+        urgent = subprocess.Popen([TFOS, "yarn", "--queue", "urgent", "--workers", "1", "--worker-memory", "1024m",
+                                   "--am-memory", "384m", "--", sys.executable, "-c",
+                                   "import time; time.sleep(10); print('urgent done', flush=True)"],
+                                  env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        urgent_out, urgent_err = urgent.communicate(timeout=180)
+        code = p.wait(timeout=180)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(timeout=30)
+        for proc in (p, urgent):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
     text = out_path.read_text()
-    assert urgent is not None and urgent.returncode == 0, (urgent and urgent.stdout + urgent.stderr, text)
-    assert "to queue urgent" in urgent.stderr and "[worker:0] urgent done" in urgent.stdout, urgent.stderr
-    assert code == 75, text
+    assert urgent.returncode == 0, urgent_out + urgent_err + text
+    assert "to queue urgent" in urgent_err and "[worker:0] urgent done" in urgent_out, urgent_err
+    assert code == 0, text
     # the note names the container YARN takes back: one of this application's worker containers
+    app = app_id(text)
     ts, seq = app.split("_")[1:]
     m = re.search(r"^tfos: YARN is preempting a worker container, (container_(?:e\d+_)?%s_%s_\d+_\d+) on \S+ "
                   r".*max_wait_before_kill.*: draining the cluster$" % (ts, seq), text, re.M)
     assert m, text
     assert "draining (YARN preempts a worker container, %s" % m.group(1) in text, text
-    assert len(re.findall(r"YARN is preempting", text)) == 1, text  # one notice, one drain
-    # drained before YARN killed anything: no restart, no container ended by YARN
+    # drained at one step before YARN killed anything, then on 1 node, then back on 2
+    drain1 = text[:text.index("elastic: resized from 2 to 1 nodes: drained: YARN preempts a worker container")]
+    steps = re.findall(r"\[(worker:\d)\] checkpoint at drain step (\d+)", drain1)
+    assert sorted(w for w, _ in steps) == ["worker:0", "worker:1"] and len({s for _, s in steps}) == 1, text
+    assert "training at 1 nodes" in text, text
+    assert "resized from 1 to 2 nodes: drained: capacity for 1 more node is back" in text, text
     assert "restarting" not in text and "container exited with status" not in text, text
-    assert_drained_at_one_step(yarn_cluster, app, text)
+    assert text.count("[worker:0] done at step") == 1 and text.count("[worker:1] done at step") == 1, text
+    history = text[text.index("all nodes finished successfully on attempt"):]
+    assert history.count("-> resized (not a restart)") == 2, history
+    spec = importlib.util.spec_from_file_location("elastic_prog", os.path.join(HERE, "progs", "elastic.py"))
+    prog = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prog)
+    assert prog.each_id_once(str(ids)) == ""
 
 
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):

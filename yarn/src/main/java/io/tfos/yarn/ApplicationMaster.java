@@ -69,9 +69,10 @@ import org.apache.hadoop.yarn.util.Apps;
  *
  * YARN's notice that it preempts one of the application's containers (the
  * CapacityScheduler's preemption monitor, for a queue below its guaranteed
- * capacity) drains the cluster as a graceful kill does: the first such
- * notice is told to the user and asks the launcher to drain ("DRAIN reason"
- * on its stdin, see drain()); later ones are ignored.
+ * capacity) drains the cluster as a graceful kill does: a notice naming a
+ * container not named before is told to the user and asks the launcher to
+ * drain ("DRAIN K reason" on its stdin, "DRAIN-END reason" for the
+ * ApplicationMaster's own container; see drain()); repeats are ignored.
  *
  * When the launcher exits, every container left is stopped and the
  * application unregisters: SUCCEEDED for exit code 0, else FAILED, with
@@ -109,8 +110,8 @@ public final class ApplicationMaster {
     private volatile String fatal;
     /** Lines to the launcher's stdin, "NOTE text" (see note()) and "DRAIN reason" (see drain()). */
     private final BlockingQueue<String> notes = new ArrayBlockingQueue<>(256);
-    /** YARN has said it preempts a container of this application: the one drain is asked. */
-    private volatile boolean preemptionNoticed;
+    /** The containers YARN has said it preempts: each is told to the launcher once. */
+    private final Set<ContainerId> preemptionNoticed = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private volatile boolean notesRead = true;
     private long waitNoted;
     private boolean waitSaid;
@@ -325,8 +326,11 @@ public final class ApplicationMaster {
      * reason in the coordinator's lines. Not SIGTERM itself: the reason would read "signal 15", and tfos
      * yarn serve's launcher, which reads no notes, would stop every replica for the loss of one.
      */
-    private void drain(String reason) {
-        if (!notesRead || !notes.offer("DRAIN " + reason.replace('\n', ' '))) {
+    /** line: "DRAIN K REASON" (the launcher drains, and with --min-nodes goes on without the K worker
+     * containers named; 0: it asks for all again), or "DRAIN-END REASON" (it drains and ends). */
+    private void drain(String line) {
+        String reason = line.replaceFirst("^DRAIN(-END)? (\\d+ )?", "");
+        if (!notesRead || !notes.offer(line.replace('\n', ' '))) {
             System.err.println(notDrained(reason));
         }
     }
@@ -641,13 +645,15 @@ public final class ApplicationMaster {
         /**
          * YARN's preemption notice (the CapacityScheduler's monitor marks containers for another queue and
          * kills them after yarn.resourcemanager.monitor.capacity.preemption.max_wait_before_kill): strict
-         * or negotiable, the first that names one of ours drains the whole cluster (there is no resizing
-         * yet: a cluster without the container could not go on). Later notices, which YARN repeats every
-         * monitoring interval until it has the capacity, are ignored.
+         * or negotiable, one that names a container of ours not named before drains the whole cluster.
+         * The launcher then ends the run, or with --min-nodes forms it again on the containers YARN
+         * leaves it (docs/YARN.md); the ApplicationMaster's own container always ends it ("DRAIN-END").
+         * YARN repeats a notice every monitoring interval until it has the capacity: a container is told
+         * once.
          */
         @Override
         public void onPreemptionMessageReceived(PreemptionMessage message) {
-            if (preemptionNoticed || message == null) {
+            if (message == null) {
                 return;
             }
             Set<ContainerId> named = new LinkedHashSet<>();
@@ -664,23 +670,35 @@ public final class ApplicationMaster {
             }
             String self = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
             List<String> ours = new ArrayList<>();
+            boolean self_named = false;
+            int workers = 0;       // worker containers named: an elastic cluster goes on without them
+            boolean fixed = false; // a ps, chief or evaluator named: it needs that one back
             for (ContainerId id : named) {
+                if (!preemptionNoticed.add(id)) {
+                    continue;
+                }
                 Node n = byContainer.get(id);
                 if (n != null) {
+                    if (n.role.equals("worker")) {
+                        workers++;
+                    } else {
+                        fixed = true;
+                    }
                     ours.add((n.role.matches("[aeiou].*") ? "an " : "a ") + n.role + " container, " + id + " on " + n.container.getNodeId().getHost());
                 } else if (id.toString().equals(self)) {
                     ours.add("the ApplicationMaster's container, " + id);
+                    self_named = true;
                 }
             }
             if (ours.isEmpty()) {
                 return;
             }
-            preemptionNoticed = true;
             String what = String.join("; ", ours);
             note("YARN is preempting " + what + " (its scheduler takes the capacity back for another queue, "
                     + "and kills the container once yarn.resourcemanager.monitor.capacity.preemption."
                     + "max_wait_before_kill has passed): draining the cluster");
-            drain("YARN preempts " + (ours.size() == 1 ? what : ours.size() + " containers: " + what));
+            drain((self_named ? "DRAIN-END " : "DRAIN " + (fixed ? 0 : workers) + " ") + "YARN preempts "
+                    + (ours.size() == 1 ? what : ours.size() + " containers: " + what));
         }
 
         @Override
