@@ -244,8 +244,9 @@ bench-drain: install
 	$(VPY) bench/drain.py --tfos $(BUILD)/tfos
 
 # Elastic size on a Spark standalone cluster: shrink on a decommission, grow back.
-bench-elastic: install
+bench-elastic: install yarn yarn-minicluster
 	$(VPY) bench/elastic_spark.py
+	$(VPY) bench/elastic_yarn.py
 
 # Cluster formation up to tfos run's 1,024 nodes against N bare processes.
 bench-scale: install

@@ -9,7 +9,9 @@ step, to OUT/ids-<attempt>-<rank>. At a drain step every rank checkpoints
 at the step after it, at whatever size it has. A run ends once it is at
 FULL nodes and at step END or past it (rank 0 writes OUT/final): each id
 up to then was read exactly once across all attempts if no step was lost
-or redone: each_id_once(OUT) says whether it was."""
+or redone: each_id_once(OUT) says whether it was. OUT/events gets a line
+"KIND ATTEMPT RANK WORLD STEP TIME" at each attempt's first step (first)
+and each drain checkpoint (drain), for bench/elastic_yarn.py."""
 import collections
 import os
 import sys
@@ -45,6 +47,11 @@ def write_whole(out, name, text):
     os.replace(tmp, os.path.join(out, name))
 
 
+def event(out, kind, attempt, rank, world, step):
+    with open(os.path.join(out, "events"), "a") as f:
+        f.write("%s %s %d %d %d %.3f\n" % (kind, attempt, rank, world, step, time.time()))
+
+
 def main(out, end, full):
     import tfos
 
@@ -63,11 +70,14 @@ def main(out, end, full):
             ids.flush()
             time.sleep(0.05)
             ctx.report(step=step)
+            if step == start:
+                event(out, "first", attempt, rank, world, step)
             if step == start + 20:
                 print("training at %d nodes" % world, flush=True)
             if ctx.should_checkpoint(step):
                 if rank == 0:
                     write_whole(out, "step", "%d" % step)
+                event(out, "drain", attempt, rank, world, step)
                 print("checkpoint at drain step %d" % step, flush=True)
                 return
             if world == full and step >= end:
