@@ -287,6 +287,12 @@ typedef struct tfos_coord_opts {
      * capacity is there; it is never part of this cluster
      * (tfos__coord_standbys counts those connected). 0: none. */
     int standby;
+    /* > 0: an elastic torch cluster of workers only, in the ranks spec form
+     * (docs/RELIABILITY.md, "Torch survivors in place"): a worker lost while
+     * it runs is not a failure while at least this many workers are left;
+     * they are sent their new rank, world size and rank 0's address, and
+     * re-form their process group without a restart. 0: off. */
+    int inplace_min;
 } tfos_coord_opts;
 
 enum { TFOS_SPEC_FULL = 0, TFOS_SPEC_RANKS = 1 };
@@ -541,6 +547,11 @@ typedef struct tfos_run_opts {
      * restart. 0: not elastic. elastic_wait 0: TFOS_DEFAULT_ELASTIC_WAIT. */
     int min_nodes;
     double elastic_wait;
+    /* With min_nodes, spec_form TFOS_SPEC_RANKS and workers only: a worker
+     * lost while the cluster runs leaves the others running in place
+     * (tfos_coord_opts.inplace_min), their programs re-forming their
+     * process group (tfos.torch.ElasticGroup), instead of a restart. */
+    bool resize_in_place;
     double hang_timeout;        /* > 0: the agents' hang watchdog (see tfos_agent_opts); 0: off */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics

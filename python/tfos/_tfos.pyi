@@ -154,6 +154,9 @@ class LocalCluster:
         mlflow_experiment: str | None = None,
         mlflow_run_name: str | None = None,
         framework: str | None = None,
+        min_nodes: int = 0,
+        elastic_wait: float = 0.0,
+        resize_in_place: bool = False,
     ) -> None: ...
     def step(self, timeout_ms: int = 100, /) -> bool: ...
     def stop(self, reason: str | None = None, signo: int = 0, /) -> None: ...

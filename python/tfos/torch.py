@@ -56,7 +56,7 @@ import torch.utils.data  # noqa: E402
 from . import _payload, _tfos  # noqa: E402
 from ._launch import ClusterError  # noqa: E402
 
-__all__ = ["TorchDistributor", "FeedDataset"]
+__all__ = ["TorchDistributor", "FeedDataset", "ElasticGroup"]
 
 _DEFAULTS = _tfos.DEFAULTS
 
@@ -401,3 +401,112 @@ class FeedDataset(torch.utils.data.IterableDataset):
                 yield {k: self._tensor(v) for k, v in batch.items()}
             else:
                 yield tuple(self._tensor(v) for v in batch)
+
+
+class ElasticGroup(object):
+    """The default ``torch.distributed`` process group of a node of
+    ``tfos run --framework torch --min-nodes M --resize-in-place``, kept
+    across a resize: when a worker is lost, the others' processes go on and
+    re-form the group at the new world size from what they hold in memory
+    (docs/RELIABILITY.md, "Torch survivors in place")::
+
+        group = ElasticGroup()                    # dist.init_process_group from tfos's RANK, WORLD_SIZE, MASTER_*
+        while step < steps:
+            try:
+                train_step(step, group.rank, group.world)   # its collectives
+            except group.errors:                  # a peer was lost in a collective
+                group.rejoin()                    # the new rank and world size; the step is done again
+                continue
+            step += 1
+
+    ``rank`` and ``world`` are the node's place now; ``generation`` counts
+    the resizes it went through. The group's store is a ``TCPStore`` at rank
+    0's reserved port, kept while rank 0 lives; each generation's group is
+    under its own prefix of it (a new rank 0 serves a new store at its own
+    reserved port). ``rejoin(timeout)`` waits up to ``timeout`` seconds for
+    the coordinator's word (it comes within a heartbeat of the loss) and
+    raises ``TimeoutError`` naming what it waited for: the cluster then
+    failed instead, and the program should end (it is restarted from its
+    checkpoint, as without this helper). A run not started with
+    ``--resize-in-place`` never resizes in place: ``rejoin`` then raises at
+    once.
+    """
+
+    #: what a collective raises when a peer is lost (gloo and NCCL raise
+    #: RuntimeError or its subclass DistBackendError)
+    errors = (RuntimeError,)
+
+    def __init__(self, backend="gloo", timeout=60.0):
+        import datetime
+
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.backend = backend
+        self.timeout = datetime.timedelta(seconds=float(timeout))
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.generation = 0
+        self._file = os.environ.get("TFOS_RESIZE_FILE", "")
+        self._store = None
+        self._store_at = None
+        self._form(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+
+    def _form(self, addr, port):
+        dist = self._dist
+        if self._store_at != (addr, port):
+            # rank 0 serves the store; the others dial it (the rank 0 of a
+            # generation after its predecessor was lost serves a new one)
+            self._store = dist.TCPStore(addr, port, None, self.rank == 0, self.timeout, wait_for_workers=False)
+            self._store_at = (addr, port)
+        store = dist.PrefixStore("tfos-generation-%d" % self.generation, self._store)
+        dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=self.world, timeout=self.timeout)
+
+    def _read(self):
+        """The coordinator's last word: {generation, rank, world, master,
+        reason}, or None."""
+        if not self._file:
+            return None
+        try:
+            with open(self._file) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        info = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        try:
+            return {"generation": int(info["generation"]), "rank": int(info["rank"]), "world": int(info["world"]),
+                    "master": info["master"], "reason": info.get("reason", "")}
+        except (KeyError, ValueError):
+            return None  # being written: the agent writes it whole, so this is an old format
+
+    def resized(self):
+        """True when the cluster has resized since this node last formed
+        its group: call ``rejoin()``."""
+        info = self._read()
+        return bool(info and info["generation"] > self.generation)
+
+    def rejoin(self, timeout=60.0):
+        """Wait (up to ``timeout`` s) for the cluster's new membership,
+        then re-form the group in it: returns ``(rank, world)``."""
+        import time
+
+        if not self._file:
+            raise TimeoutError("ElasticGroup.rejoin: this node has no TFOS_RESIZE_FILE: start it with tfos run "
+                               "--resize-in-place (and --min-nodes, --framework torch)")
+        deadline = time.monotonic() + timeout
+        info = self._read()
+        while not (info and info["generation"] > self.generation):
+            if time.monotonic() >= deadline:
+                raise TimeoutError("ElasticGroup.rejoin: no new membership from the coordinator within %.0f s "
+                                   "(generation %d, %s): the cluster failed instead of resizing in place"
+                                   % (timeout, self.generation, self._file))
+            time.sleep(0.02)
+            info = self._read()
+        try:
+            self._dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 -- a group broken by the lost peer may not end cleanly
+            pass
+        host, _, port = info["master"].rpartition(":")
+        self.generation, self.rank, self.world = info["generation"], info["rank"], info["world"]
+        self._form(host.strip("[]"), int(port))
+        return self.rank, self.world

@@ -69,6 +69,10 @@ const char tfos__run_help[] =
     "                           capacity returns; only workers come and go; resizes spend no restart\n"
     "  --elastic-wait S         an elastic attempt's wait for all its nodes before it forms with fewer\n"
     "                           (default " TFOS__STR(TFOS_DEFAULT_ELASTIC_WAIT) ")\n"
+    "  --resize-in-place        (with --min-nodes, --framework torch, workers only) a worker lost while\n"
+    "                           the cluster runs leaves the others running: they get their new rank and\n"
+    "                           world size and re-form their process group (tfos.torch.ElasticGroup)\n"
+    "                           instead of a restart of every node\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two; default "
     TFOS__STR(TFOS_DEFAULT_FEED_MB) ",\n"
     "                           or, for .npy inputs, 8 records' worth from 4 MiB up: see docs/FEED.md)\n"
@@ -200,6 +204,7 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
     }
     /* flags */
     int *flag = !strcmp(a, "--ps-runs-program") ? &r->ps_runs_program
+                : !strcmp(a, "--resize-in-place") ? &r->resize_in_place
                 : !strcmp(a, "--tensorboard")   ? &r->tensorboard
                 : !strcmp(a, "--quiet")         ? &r->quiet
                 : !strcmp(a, "--csv-header") || !strcmp(a, "--no-csv-header") ? &r->csv_header
@@ -259,6 +264,15 @@ int tfos__run_check(const tfos__run_cli *r)
                  lay->chief ? "the chief" : "one worker", total);
         return tfos__usage_error("%s", why);
     }
+    if (r->resize_in_place && (!r->min_nodes || r->min_nodes >= total || !r->framework ||
+                               strcmp(r->framework, "torch") || lay->num_ps || lay->chief || lay->evaluator))
+        return tfos__usage_error("%s", "--resize-in-place keeps the survivors of an elastic torch cluster of "
+                                       "workers running: give --min-nodes below the node count and --framework "
+                                       "torch, and no --ps, --chief or --evaluator");
+    if (r->resize_in_place && r->ninputs)
+        return tfos__usage_error("%s", "--resize-in-place and --input: the feed deals partitions to every node's "
+                                       "ring, and a lost node's would not be read again: read the data by rank in "
+                                       "the program (docs/RELIABILITY.md, \"Torch survivors in place\")");
     if (r->elastic_wait && !r->min_nodes)
         return tfos__usage_error("%s", "--elastic-wait is the wait of an elastic cluster: give --min-nodes too");
     return 0;
@@ -279,7 +293,8 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .status_host = r->status_host, .quiet = r->quiet, .hang_timeout = r->hang_timeout,
                          .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
                          .drain_force = r->drain_force, .min_nodes = r->min_nodes,
-                         .elastic_wait = r->elastic_wait, .spec_form = tfos_framework_spec_form(r->framework),
+                         .elastic_wait = r->elastic_wait, .resize_in_place = r->resize_in_place,
+                         .spec_form = tfos_framework_spec_form(r->framework),
                          .tensorboard_logdir = r->tensorboard_logdir, .mlflow = r->mlflow,
                          .mlflow_experiment = r->mlflow_experiment, .mlflow_run_name = r->mlflow_run_name};
 }

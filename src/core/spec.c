@@ -196,8 +196,8 @@ static int owned_var(const char *kv)
                                          "TFOS_TENSORBOARD_PORT", "TFOS_TENSORBOARD_LOGDIR",
                                          "TFOS_EXECUTOR_KEY", "TFOS_LOG_LEVEL", "TFOS_FEED_EMPTY",
                                          "TFOS_WEBHDFS", "TFOS_SERVE_ADDR", "TFOS_DRAIN_FILE",
-                                         "TFOS_ERROR_FILE", "TFOS_HDFS_CREDENTIALS", "TFOS_HDFS_TOKEN_RENEW_MS",
-                                         "TFOS_HDFS_TOKEN_CACHE"};
+                                         "TFOS_ERROR_FILE", "TFOS_RESIZE_FILE", "TFOS_HDFS_CREDENTIALS",
+                                         "TFOS_HDFS_TOKEN_RENEW_MS", "TFOS_HDFS_TOKEN_CACHE"};
     if (!strncmp(kv, "TFOS_", 5)) {
         for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) {
             size_t l = strlen(passed[i]);

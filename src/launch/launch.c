@@ -64,7 +64,9 @@ struct tfos_local {
     char log_dir[4096];
     char checkpoint_dir[4200];
     int n;                   /* this attempt's nodes (fewer than full_n after an elastic resize) */
-    int full_n;              /* the nodes asked for: the backend's ids 0..full_n-1, standbys past n */
+    int full_n;              /* the nodes asked for */
+    int slots;               /* the backend's ids 0..slots-1 (2 full_n): nodes 0..n-1, standbys past n */
+    int live;                /* this attempt's nodes still in it (n, less those an in-place resize lost) */
     tfos_layout full;        /* their layout; opts.layout is this attempt's (fewer workers) */
     int elastic;             /* 0 < min_nodes < full_n (tfos_run_opts.min_nodes) */
     int64_t attempt_at;      /* when this attempt began: its elastic wait counts from then */
@@ -105,6 +107,9 @@ struct tfos_local {
     tfos__logbuf lines;      /* the nodes' forwarded output (backends that forward: tfos yarn) */
     tfos__tracker *tracker;  /* --mlflow: the job's MLflow run; NULL: none */
 };
+
+static void render_history(tfos_local *l);
+static void save_final_status(tfos_local *l);
 
 /* The fewest nodes an elastic cluster of layout lay runs on: its ps and
  * evaluator nodes (only workers come and go) and one that trains: the
@@ -379,7 +384,7 @@ static void end_attempt(tfos_local *l)
     if (l->backend)
         l->ops->close(l->backend);
     l->backend = NULL;
-    memset(l->ended, 0, (size_t)l->full_n * sizeof *l->ended);
+    memset(l->ended, 0, (size_t)l->slots * sizeof *l->ended);
     l->standbys = l->growing = l->grow_refused = l->standbys_back = 0;
     if (l->coord)
         tfos_coord_close(l->coord);
@@ -404,6 +409,20 @@ static void on_report(void *user, int node, const char *report, long long age_ms
     tfos__tracker_report(l->tracker, node, report, age_ms);
 }
 
+/* The coordinator went on in place without a lost worker (tfos run
+ * --resize-in-place): a resize in the history, no restart; the standbys
+ * then ask for the lost node's capacity (elastic_step). */
+static void on_resize_in_place(void *user, int from, int to, const char *why)
+{
+    tfos_local *l = user;
+    l->live -= from - to;
+    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
+    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, to, why);
+    if (tfos_policy_resize(l->policy, &f) == 0)
+        render_history(l);
+    TFOS_WARN("elastic: %s (no process restarted, no restart spent)", f.summary);
+}
+
 /* Form the cluster anew: a fresh coordinator, cluster id and agents; the
  * attempt number comes from the policy. */
 static int start_attempt(tfos_local *l)
@@ -419,7 +438,8 @@ static int start_attempt(tfos_local *l)
                           .policy = l->policy, .checkpoint_dir = l->checkpoint_dir,
                           .spec_form = l->opts.spec_form,
                           .on_log = l->ops->forward_logs ? on_node_log : NULL, .log_user = l,
-                          .standby = l->elastic ? l->full_n - l->n : 0};
+                          .standby = l->elastic ? l->full_n : 0,
+                          .inplace_min = l->opts.resize_in_place ? l->opts.min_nodes : 0};
     rc = tfos__coord_open_on(&l->coord, &co, l->loop);
     if (rc) {
         TFOS_ERROR("cannot start the coordinator: %s", rc == TFOS_ESYS ? strerror(errno) : tfos_strerror(rc));
@@ -429,9 +449,12 @@ static int start_attempt(tfos_local *l)
         tfos__tracker_history(l->tracker, l->policy);
         tfos__coord_on_report(l->coord, on_report, l);
     }
+    if (l->opts.resize_in_place)
+        tfos__coord_on_resize(l->coord, on_resize_in_place, l);
     char **env = child_env(l);
     l->attempt_at = tfos__now_ms();
-    if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->full_n, agent_ended, l))) {
+    l->live = l->n;
+    if (!env || (rc = l->ops->open(&l->backend, l->loop, l->lopts.backend_cfg, l->slots, agent_ended, l))) {
         free(env);
         end_attempt(l);
         return env ? rc : TFOS_ENOMEM;
@@ -465,8 +488,6 @@ static int start_attempt(tfos_local *l)
 
 /* ---- elastic size (docs/RELIABILITY.md, "Elastic size") ---------------------- */
 
-static void render_history(tfos_local *l);
-static void save_final_status(tfos_local *l);
 
 /* This attempt's layout: the full one with `workers` workers. */
 static void set_workers(tfos_local *l, int workers)
@@ -482,7 +503,7 @@ static void set_workers(tfos_local *l, int workers)
  * run is then over, failed). */
 static int resize(tfos_local *l, int workers, const char *why)
 {
-    int before = l->n, after = before - l->opts.layout.num_workers + workers;
+    int before = l->live, after = l->n - l->opts.layout.num_workers + workers;
     tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
     if (after != before)
         snprintf(f.summary, sizeof f.summary, "resized from %d to %d nodes: %s", before, after, why);
@@ -565,17 +586,22 @@ static int elastic_step(tfos_local *l, int st)
         }
         return 0;
     }
-    if (st != TFOS_COORD_RUNNING || l->n >= l->full_n || l->draining)
+    if (st != TFOS_COORD_RUNNING || l->live >= l->full_n || l->draining)
         return 0;
-    if (!l->standbys) {
+    if (l->standbys < l->full_n - l->live && !l->grow_refused) { /* after an in-place resize too: the lost node's capacity */
         char **env = child_env(l);
         if (!env)
             return 0;
-        for (int id = l->n; id < l->full_n; id++)
-            if (spawn_standby(l, id, env) == 0)
+        int more = l->full_n - l->live - l->standbys;
+        for (int k = 0; k < more && l->n + l->standbys < l->slots; k++)
+            if (spawn_standby(l, l->n + l->standbys, env) == 0) {
                 l->standbys++;
+            } else {
+                l->grow_refused = 1; /* said by spawn_standby; no more tries this attempt */
+                break;
+            }
         free(env);
-        TFOS_INFO("elastic: running %d of %d nodes; %d standby nodes ask for the capacity of the others", l->n,
+        TFOS_INFO("elastic: running %d of %d nodes; %d standby nodes ask for the capacity of the others", l->live,
                   l->full_n, l->standbys);
         return 0;
     }
@@ -591,8 +617,10 @@ static int elastic_step(tfos_local *l, int st)
         (!l->opts.drain_force && !tfos__coord_stepping(l->coord)))
         return 0;
     char reason[256];
+    if (back > l->full_n - l->live)
+        back = l->full_n - l->live;
     snprintf(reason, sizeof reason, "capacity for %d more node%s is back: growing from %d to %d nodes", back,
-             back == 1 ? "" : "s", l->n, l->n + back);
+             back == 1 ? "" : "s", l->live, l->live + back);
     double grace = l->opts.drain_grace > 0 ? l->opts.drain_grace : TFOS_DEFAULT_DRAIN_GRACE;
     int rc = tfos_coord_drain(l->coord, reason, grace, l->opts.drain_force);
     if (rc == 0) {
@@ -615,7 +643,7 @@ static int elastic_next(tfos_local *l)
 {
     char why[300];
     snprintf(why, sizeof why, "drained: %s", tfos__coord_drain_reason(l->coord));
-    int workers = l->growing ? l->opts.layout.num_workers + l->growing
+    int workers = l->growing ? l->opts.layout.num_workers - (l->n - l->live) + l->growing
                   : l->lost     ? l->opts.layout.num_workers - l->lost
                                 : l->full.num_workers;
     int least = l->opts.min_nodes - (l->full_n - l->full.num_workers); /* min_nodes' workers */
@@ -805,7 +833,8 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
             TFOS_INFO("input ring: %d MiB per node, sized for the records of the .npy input (--feed-mb sets it)",
                       l->opts.feed_mb);
     }
-    l->n = l->full_n = n;
+    l->n = l->full_n = l->live = n;
+    l->slots = 2 * n;
     l->full = opts->layout;
     if (opts->min_nodes < 0 || opts->min_nodes > n || (opts->min_nodes > 0 && opts->min_nodes < elastic_least(&l->full))) {
         TFOS_ERROR("min_nodes=%d: an elastic cluster of these %d nodes takes min_nodes from %d (its ps, chief and "
@@ -815,6 +844,13 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
         return TFOS_EINVAL;
     }
     l->elastic = opts->min_nodes > 0 && opts->min_nodes < n;
+    if (opts->resize_in_place && (!l->elastic || opts->spec_form != TFOS_SPEC_RANKS || opts->layout.num_ps ||
+                                  opts->layout.chief || opts->layout.evaluator || opts->ninputs)) {
+        TFOS_ERROR("resize_in_place: an elastic torch cluster of workers only (min_nodes below the node count, the "
+                   "torch framework, no ps, chief or evaluator, no input feed)");
+        free(l);
+        return TFOS_EINVAL;
+    }
     if (l->opts.elastic_wait <= 0)
         l->opts.elastic_wait = TFOS_DEFAULT_ELASTIC_WAIT;
     l->started_s = (double)time(NULL) - 1; /* mtimes have a second's resolution at worst */
@@ -827,7 +863,7 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     if (rc)
         goto fail;
     rc = TFOS_ENOMEM;
-    l->ended = calloc((size_t)n, sizeof *l->ended);
+    l->ended = calloc((size_t)l->slots, sizeof *l->ended);
     if (!l->ended)
         goto fail;
     if (opts->log_dir) {
@@ -989,7 +1025,7 @@ int tfos_local_open(tfos_local **out, const tfos_run_opts *opts)
 
 static int all_agents_done(const tfos_local *l)
 {
-    for (int i = 0; i < l->full_n; i++)
+    for (int i = 0; i < l->slots; i++)
         if (l->backend && l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING)
             return 0;
     return 1;
@@ -1223,7 +1259,7 @@ int tfos_local_step(tfos_local *l, int timeout_ms)
         if (now < l->agents_deadline)
             return 0;
         if (!l->killed_deadline) {
-            for (int i = 0; i < l->full_n; i++)
+            for (int i = 0; i < l->slots; i++)
                 if (l->ops->observe(l->backend, i, NULL) == TFOS_NODE_RUNNING) {
                     TFOS_WARN("%s %d did not exit; killing it", i < l->n ? "agent of executor" : "standby node", i);
                     l->ops->stop(l->backend, i, 1);

@@ -187,6 +187,7 @@ struct agent {
     tfos__keras_probe keras_probe; /* started before registering (tfos__keras_probe_start) */
     const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
     char drain_path[4200];        /* the program's TFOS_DRAIN_FILE ("" before it starts) */
+    char resize_path[4200];       /* its TFOS_RESIZE_FILE: the membership an in-place resize gave it */
     char error_path[4200];        /* its TFOS_ERROR_FILE: when it caught its own failure */
     double ended_at;              /* when the program's end was seen (wall clock; 0: not yet) */
 };
@@ -769,7 +770,9 @@ static void start_program(agent *a)
      * this run's failure from the last one) */
     node_file(a, me, "drain", a->drain_path, sizeof a->drain_path);
     node_file(a, me, "error", a->error_path, sizeof a->error_path);
+    node_file(a, me, "resize", a->resize_path, sizeof a->resize_path);
     setenv("TFOS_DRAIN_FILE", a->drain_path, 1);
+    setenv("TFOS_RESIZE_FILE", a->resize_path, 1);
     setenv("TFOS_ERROR_FILE", a->error_path, 1);
     tfos__ctx_env ctx = {.coord_addr = a->coord, .attempt = a->attempt, .log_dir = a->o->log_dir,
                          .secret = a->o->secret, .cluster_id = a->o->cluster_id,
@@ -1042,6 +1045,27 @@ static int handle_frame(agent *a, const tfos__frame *f)
                        "grace's end", a->label, a->drain_path, strerror(errno));
         else
             TFOS_DEBUG("agent %s: drain: checkpoint at step %lld (%s)", a->label, step, a->drain_path);
+        return 0;
+    }
+    case TFOS_MSG_RESIZE: {
+        /* the cluster went on in place without a lost worker: the program's
+         * new place in it (tfos.torch.ElasticGroup reads it), written whole */
+        long long gen = 0, rank = -1, world = 0;
+        char master[TFOS_HOST_MAX + 16] = "", reason[300] = "", text[800];
+        tfos__kv_int(f->payload, f->len, "generation", 1, INT32_MAX, &gen);
+        tfos__kv_int(f->payload, f->len, "rank", 0, INT32_MAX, &rank);
+        tfos__kv_int(f->payload, f->len, "world", 1, INT32_MAX, &world);
+        tfos__kv_str(f->payload, f->len, "master", master, sizeof master);
+        tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
+        if (!a->resize_path[0] || a->child_done || gen < 1 || rank < 0 || rank >= world || !master[0])
+            return 0;
+        snprintf(text, sizeof text, "generation=%lld\nrank=%lld\nworld=%lld\nmaster=%s\nreason=%s\n", gen, rank,
+                 world, master, reason);
+        if (tfos__write_file_whole(a->resize_path, text))
+            TFOS_ERROR("agent %s: cannot write the new membership to %s: %s", a->label, a->resize_path,
+                       strerror(errno));
+        else
+            TFOS_INFO("agent %s: the cluster goes on in place: rank %lld of %lld (%s)", a->label, rank, world, reason);
         return 0;
     }
     case TFOS_MSG_END_FEED:
@@ -1479,6 +1503,8 @@ int tfos_agent_run(const tfos_agent_opts *o, int *exit_code)
 out:
     if (a.drain_path[0])
         unlink(a.drain_path);
+    if (a.resize_path[0])
+        unlink(a.resize_path);
     if (a.error_path[0])
         unlink(a.error_path);
     for (int i = 0; i < 2; i++)

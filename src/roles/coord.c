@@ -92,6 +92,7 @@ typedef struct cnode {
     peer *peer;     /* NULL when not connected */
     int agent_pid;
     int prog_pid;
+    int left;       /* lost, and the others went on without it (resize_in_place) */
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
     char exit_desc[400]; /* the agent's one line: "exit code 1", or why the program could not start */
@@ -149,6 +150,11 @@ struct tfos_coord {
     int n;
     int registered;
     int standbys;          /* standby nodes connected now (opts.standby at most) */
+    int generation;        /* in-place resizes so far (resize_in_place) */
+    int world;             /* the workers in the cluster now (n, less those that left) */
+    int master;            /* the node that is rank 0 now (its host and port are MASTER_ADDR/PORT) */
+    char resize_reason[512]; /* why the last in-place resize was */
+    int left_count;        /* nodes that left (resize_in_place) */
     int *standby_ids;      /* the executor ids standbys registered with, nstandby_ids of them */
     int nstandby_ids;
     cnode *nodes;
@@ -184,10 +190,14 @@ struct tfos_coord {
     int decided;              /* the policy recorded a decision on it */
     char failure[8192];
     tfos__coord_report_fn on_report; /* tfos__coord_on_report */
+    tfos__coord_resize_fn on_resize; /* tfos__coord_on_resize */
+    void *resize_user;
     void *report_user;
 };
 
 static void schedule(tfos_coord *c);
+static void check_done(tfos_coord *c);
+static int resize_in_place(tfos_coord *c, cnode *nd, const char *why);
 static void check_probe(tfos_coord *c, int timed_out);
 static int64_t hb_period(const tfos_coord *c);
 
@@ -343,6 +353,16 @@ static void drop_peer(tfos_coord *c, peer *p, const char *why)
                   label);
         nd->state = N_EMPTY;
         c->registered--;
+        return;
+    }
+    char lost[512];
+    snprintf(lost, sizeof lost, "%s (executor %d, host %s) lost contact with the coordinator: its agent died or was "
+             "killed", label, nd->addr.executor_id, nd->addr.host);
+    if (c->state == TFOS_COORD_RUNNING && resize_in_place(c, nd, lost)) {
+        nd->state = N_EXITED;
+        nd->exit_code = -1;
+        snprintf(nd->exit_desc, sizeof nd->exit_desc, "agent lost");
+        check_done(c);
         return;
     }
     if (c->state == TFOS_COORD_RUNNING) {
@@ -615,7 +635,7 @@ static void check_done(tfos_coord *c)
      * spent seconds here) */
     while (c->done_scan < c->n) {
         const cnode *nd = &c->nodes[c->done_scan];
-        if (is_tracked(nd) && (nd->state != N_EXITED || nd->exit_code != 0))
+        if (is_tracked(nd) && !nd->left && (nd->state != N_EXITED || nd->exit_code != 0))
             return;
         c->done_scan++;
     }
@@ -758,6 +778,63 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
     }
 }
 
+/* An elastic torch cluster (opts.inplace_min > 0: workers only, the ranks
+ * spec form): worker nd is lost (why). When at least inplace_min workers
+ * are left, the cluster goes on without it, in place: nd has left, the
+ * others are renumbered in executor order (rank 0's host and reserved port
+ * are the new MASTER_ADDR/PORT, the old ones while rank 0 stays) and each
+ * is sent RESIZE with the new generation; their programs re-form their
+ * process group from memory (tfos.torch.ElasticGroup). Nothing is failed
+ * and nothing restarted. 1 when it went on so; 0: a failure as ever. */
+static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
+{
+    if (c->opts.inplace_min <= 0 || c->state != TFOS_COORD_RUNNING || c->draining || nd->left ||
+        strcmp(nd->addr.job, "worker"))
+        return 0;
+    int live = 0, first = -1;
+    for (int i = 0; i < c->n; i++) {
+        const cnode *o = &c->nodes[i];
+        if (o != nd && is_tracked(o) && !o->left && o->state != N_EXITED && o->peer) {
+            live++;
+            if (first < 0)
+                first = i;
+        }
+    }
+    if (live < c->opts.inplace_min || first < 0)
+        return 0;
+    nd->left = 1;
+    c->left_count++;
+    int from = c->world;
+    c->world = live;
+    c->generation++;
+    if (c->master < 0 || c->nodes[c->master].left || c->nodes[c->master].state == N_EXITED)
+        c->master = first;
+    /* rank 0 first: the master stays rank 0 while it lives */
+    const cnode *m = &c->nodes[c->master];
+    char master[TFOS_HOST_MAX + 16];
+    snprintf(master, sizeof master, strchr(m->addr.host, ':') ? "[%s]:%d" : "%s:%d", m->addr.host, m->addr.port);
+    snprintf(c->resize_reason, sizeof c->resize_reason, "%s", why);
+    int rank = 1;
+    for (int i = 0; i < c->n; i++) {
+        cnode *o = &c->nodes[i];
+        if (o == nd || !is_tracked(o) || o->left || o->state == N_EXITED || !o->peer)
+            continue;
+        tfos__msg msg;
+        tfos__msg_begin(&msg, TFOS_MSG_RESIZE);
+        tfos__msg_add(&msg, "generation", "%d", c->generation);
+        tfos__msg_add(&msg, "rank", "%d", i == c->master ? 0 : rank++);
+        tfos__msg_add(&msg, "world", "%d", live);
+        tfos__msg_add(&msg, "master", "%s", master);
+        tfos__msg_add(&msg, "reason", "%.250s", why);
+        send_msg(c, o->peer, &msg);
+    }
+    TFOS_WARN("coordinator: %s: the other %d worker%s go on in place at world size %d (generation %d, rank 0 "
+              "at %s)", why, live, live == 1 ? "" : "s", live, c->generation, master);
+    if (c->on_resize)
+        c->on_resize(c->resize_user, from, live, why);
+    return 1;
+}
+
 /* nd's program failed by itself (cause): the failure, with its last lines. */
 static void node_failed(tfos_coord *c, const cnode *nd, int cause, const char *const *lines, int nlines)
 {
@@ -853,6 +930,15 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
     int failed_itself = code != 0 && !stopped && !c->failed;
     if ((c->state == TFOS_COORD_RUNNING && (code != 0 || !is_tracked(nd))) ||
         (c->state == TFOS_COORD_STOPPING && failed_itself)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s (executor %d, host %s) failed: %s", label, nd->addr.executor_id,
+                 nd->addr.host, nd->exit_desc);
+        if (code != 0 && resize_in_place(c, nd, why)) {
+            if (nd->tail[0])
+                TFOS_WARN("coordinator: last lines of %s:\n%s", label, nd->tail);
+            check_done(c);
+            return;
+        }
         if (code != 0) {
             node_failed(c, nd, exit_cause(f, code), lines, nlines);
             if (c->state == TFOS_COORD_STOPPING)
@@ -1360,6 +1446,8 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->opts.secret = c->secret;
     c->opts.checkpoint_dir = c->checkpoint_dir;
     c->n = n;
+    c->world = n;   /* the in-place resizes' count: a workers-only cluster (opts.inplace_min) */
+    c->master = 0;
     for (int i = 0; i < n; i++) {
         const char *job;
         tfos_layout_role(&opts->layout, i, &job, &c->nodes[i].addr.index);
@@ -1402,6 +1490,12 @@ fail:
 int tfos_coord_open(tfos_coord **out, const tfos_coord_opts *opts)
 {
     return tfos__coord_open_on(out, opts, NULL);
+}
+
+void tfos__coord_on_resize(tfos_coord *c, tfos__coord_resize_fn fn, void *user)
+{
+    c->on_resize = fn;
+    c->resize_user = user;
 }
 
 void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user)
@@ -1877,7 +1971,7 @@ char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
     fprintf(f, "{\"state\": \"%s\", \"address\": ", states[c->state]);
     tfos__json_str(f, c->address);
     fprintf(f, ", \"attempt\": %d, \"registered\": %d, \"size\": %d, \"spec_form\": \"%s\", "
-               "\"spec_bytes\": %llu, \"failure\": ", c->opts.attempt, c->registered, c->n,
+               "\"spec_bytes\": %llu, \"failure\": ", c->opts.attempt, c->registered, c->n - c->left_count,
             c->opts.spec_form == TFOS_SPEC_RANKS ? "ranks" : "full", c->spec_bytes);
     tfos__json_str(f, tfos_coord_failure(c));
     fprintf(f, ", \"cause\": \"%s\", \"decision\": \"%s\", \"failure_record\": ",

@@ -66,11 +66,14 @@ static void bad_headers(void)
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);
     h[5] = 200;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);
-    /* DRAIN is a control frame; 21-31 are no frame's yet; data frames from 32 */
+    /* DRAIN and RESIZE are control frames; 22-31 are no frame's yet; data frames from 32 */
     h[5] = TFOS_MSG_DRAIN;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), 0);
     CHECK(!tfos__wire_is_data(TFOS_MSG_DRAIN));
-    h[5] = TFOS_MSG_DRAIN + 1;
+    h[5] = TFOS_MSG_RESIZE;
+    CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), 0);
+    CHECK(!tfos__wire_is_data(TFOS_MSG_RESIZE));
+    h[5] = TFOS_MSG_RESIZE + 1;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);
     h[5] = TFOS_MSG_DATA_FIRST_ - 1;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);

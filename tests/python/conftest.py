@@ -21,7 +21,7 @@ PY = sys.executable
 # loop, leaves them out (-m "not heavy"); `make test` runs everything.
 HEAVY = {"test_serve.py", "test_doc_snippets.py", "test_tensorflow.py", "test_torch.py", "test_restart.py",
          "test_hardening.py", "test_export.py", "test_readme.py", "test_jax.py", "test_pip_install.py",
-         "test_models.py", "test_drain.py", "test_tracking.py"}
+         "test_models.py", "test_drain.py", "test_tracking.py", "test_elastic.py"}
 
 
 def pytest_configure(config):

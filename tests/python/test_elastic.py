@@ -1,0 +1,96 @@
+"""tfos run's elastic size (docs/RELIABILITY.md, "Elastic size"): torch
+survivors kept in place (--resize-in-place, tfos.torch.ElasticGroup)."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+from conftest import PY, tfos_cli
+
+# Every step, each rank sums the row ids it reads (global step s is rows
+# (s-1)*8..s*8-1, rank r of W takes every W-th) and the ranks all_reduce the
+# sums into `total`, state held in memory only. A lost peer breaks the
+# collective: the rank rejoins the group at its new rank and world size,
+# takes rank 0's step and total (a survivor may have finished the step the
+# others lost) and goes on. At the end every rank's total is the sum of all
+# ids read once each.
+PROG = r"""
+import os, sys, time
+import torch
+import torch.distributed as dist
+from tfos.torch import ElasticGroup
+
+marker, steps = sys.argv[1], int(sys.argv[2])
+g = ElasticGroup()
+print("pid %d rank %d of %d" % (os.getpid(), g.rank, g.world), flush=True)
+step, total = 1, torch.zeros(1, dtype=torch.float64)
+while step <= steps:
+    t = torch.tensor([float(sum(i for i in range((step - 1) * 8, step * 8) if i % g.world == g.rank))],
+                     dtype=torch.float64)
+    try:
+        dist.all_reduce(t)
+    except g.errors as e:
+        print("lost a peer at step %d (%s)" % (step, type(e).__name__), flush=True)
+        g.rejoin(timeout=30)
+        state = torch.tensor([float(step), total.item()], dtype=torch.float64)
+        dist.broadcast(state, 0)
+        step, total = int(state[0].item()), state[1:].clone()
+        print("rejoined as rank %d of %d (generation %d) at step %d" % (g.rank, g.world, g.generation, step),
+              flush=True)
+        continue
+    total += t
+    if step == 20:
+        print("stepping at %d" % g.world, flush=True)
+    time.sleep(0.02)
+    step += 1
+print("pid %d done at world %d: total %d" % (os.getpid(), g.world, int(total.item())), flush=True)
+"""
+
+
+def test_torch_survivors_go_on_in_place_when_a_worker_is_lost(tmp_path, marker):
+    """--workers 3 --min-nodes 2 --resize-in-place, gloo all_reduce every
+    step: worker 0's program (rank 0, whose store the group used) is
+    SIGKILLed while all three step. The coordinator does not fail the
+    cluster: it sends the two others their new ranks (the lower executor
+    is rank 0 and serves a new store at its reserved port) and world size
+    2; their programs rejoin and go on in the same processes, and the run
+    ends with exit 0 having spent no restart. Each survivor's in-memory
+    total counts every row id exactly once."""
+    prog = tmp_path / "inplace.py"
+    prog.write_text(PROG)
+    steps = 300
+    p = subprocess.Popen([tfos_cli(), "run", "--workers", "3", "--framework", "torch", "--min-nodes", "2",
+                          "--resize-in-place", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"),
+                          "--", PY, str(prog), marker, str(steps)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if sum("stepping at 3" in x for x in lines) == 3:
+                break
+        text = "".join(lines)
+        pids = {int(w): int(pid) for w, pid in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", text)}
+        assert sorted(pids) == [0, 1, 2] and text.count("stepping at 3") == 3, text
+        os.kill(pids[0], signal.SIGKILL)
+        rest, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(lines) + rest
+    assert p.returncode == 0, text[-4000:]
+    assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host 127\.0\.0\.1\) failed: "
+                     r"signal 9", text), text[-4000:]
+    assert "restarting" not in text and "starting again" not in text, text[-4000:]
+    expected = sum(range(steps * 8))
+    for w in (1, 2):
+        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, w - 1), text), text[-4000:]
+        # the same process from its first step to its last: nothing restarted
+        assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], expected) in text, text[-4000:]
