@@ -18,7 +18,7 @@ PYSOURCES := $(shell find python -name '*.py') pyproject.toml
 MLFLOW_VERSION := $(shell sed -n 's/^mlflow-skinny==//p' requirements.txt)
 VENV_MLFLOW := .venv-mlflow
 
-.PHONY: all deps venv build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-a test-py-b test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-elastic bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
+.PHONY: all deps venv build asan-build yarn yarn-minicluster install dist docs check test test-c test-asan test-tsan test-py test-py-a test-py-b test-py-asan test-spark test-spark-compat test-dist test-yarn test-slurm test-lane-a test-lane-b demo mlflow-server bench bench-start bench-feed bench-recovery bench-drain bench-elastic bench-spark bench-spark-connect bench-torch bench-serve bench-gpu bench-scale clean
 
 all: install
 
@@ -83,9 +83,11 @@ install: build $(VENV)/.installed
 test-c: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: | deps
+asan-build: | deps
 	$(CMAKE) -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DTFOS_SANITIZE=address,undefined >/dev/null
 	$(CMAKE) --build $(ASAN) -j $(JOBS)
+
+test-asan: asan-build
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
 # ThreadSanitizer: the rings are shared-memory concurrency, the rest single-threaded;
@@ -111,7 +113,7 @@ test-py-b: install $(VENV_MLFLOW)/.deps
 # cases that move memory (bad requests, overload, a killed model server, the
 # local socket under abuse, hung and raising model servers, the reader's
 # edges, versions in place), not all of test_serve.py (suite time).
-test-py-asan: install test-asan
+test-py-asan: install asan-build
 	TFOS_CLI=$(CURDIR)/$(ASAN)/tfos $(VPY) -m pytest -q tests/python/test_run.py tests/python/test_serve.py \
 	    -k "test_run or bad_requests or overload or killed or abuse or hung or raise or edges or in_place or concurrent"
 
@@ -135,7 +137,7 @@ SPARK_SMOKE := test_train_rdd_every_row_once_per_epoch or test_train_dataframe_t
 # py4j, and a .pth that puts the project venv's after them for the rest
 # (tfos included).
 SITE := lib/python$(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages
-$(VENV35)/.deps: $(VENV)/.installed
+$(VENV35)/.deps: $(VENV)/.deps | $(VENV)/.installed
 	rm -rf $(VENV35) && $(PY) -m venv $(VENV35)
 	echo "$(CURDIR)/$(VENV)/$(SITE)" > $(VENV35)/$(SITE)/zz-project-venv.pth
 	$(VENV35)/bin/python -m pip install -q pyspark==$(PYSPARK_COMPAT)
