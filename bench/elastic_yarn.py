@@ -32,7 +32,6 @@ Needs `make yarn yarn-minicluster`; run with `make bench-elastic`, never
 beside other work if the figures are kept.
 """
 import argparse
-import importlib.util
 import os
 import re
 import statistics
@@ -45,17 +44,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "yarn"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from elasticids import each_id_once  # noqa: E402
 from yarncluster import YarnCluster  # noqa: E402
 
 TFOS = os.path.join(ROOT, "build", "tfos")
 PROG = os.path.join(ROOT, "tests", "yarn", "progs", "elastic.py")
-
-
-def load_prog():
-    spec = importlib.util.spec_from_file_location("elastic_prog", PROG)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Stamped:
@@ -141,7 +135,7 @@ def one_round(cluster, work):
     m = re.search(r"\((\d+) of \d+ restarts spent", text)
     return {"drained_s": drained, "shrink_s": max(e[5] for e in small) - ckpt1,
             "grow_s": max(e[5] for e in big) - ckpt2_seen, "steps_redone": sum(redone),
-            "restarts": int(m.group(1)) if m else -1, "ids_once": load_prog().each_id_once(ids) == ""}
+            "restarts": int(m.group(1)) if m else -1, "ids_once": each_id_once(ids) == ""}
 
 
 def main():

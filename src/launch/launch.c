@@ -489,6 +489,21 @@ static int start_attempt(tfos_local *l)
 /* ---- elastic size (docs/RELIABILITY.md, "Elastic size") ---------------------- */
 
 
+/* The last attempt is over and gone (end_attempt): form the next one. 0,
+ * or 1 when it could not start: the run is then over, failed ("could not
+ * <what> the cluster for attempt N" and the history). */
+static int next_attempt(tfos_local *l, const char *what)
+{
+    if (start_attempt(l) == 0)
+        return 0;
+    save_final_status(l);
+    l->finished = 1;
+    l->exit_code = 1;
+    snprintf(l->summary, sizeof l->summary, "could not %s the cluster for attempt %d:\n%s", what,
+             tfos_policy_attempt(l->policy), l->history);
+    return 1;
+}
+
 /* This attempt's layout: the full one with `workers` workers. */
 static void set_workers(tfos_local *l, int workers)
 {
@@ -521,14 +536,7 @@ static int resize(tfos_local *l, int workers, const char *why)
     end_attempt(l);
     l->draining = 0;
     set_workers(l, workers);
-    if (start_attempt(l) == 0)
-        return 0;
-    save_final_status(l);
-    l->finished = 1;
-    l->exit_code = 1;
-    snprintf(l->summary, sizeof l->summary, "could not form the cluster for attempt %d:\n%s",
-             tfos_policy_attempt(l->policy), l->history);
-    return 1;
+    return next_attempt(l, "form");
 }
 
 /* A standby node, id (past this attempt's nodes): `AGENT node --standby`,
@@ -1178,14 +1186,7 @@ static int conclude(tfos_local *l)
         TFOS_WARN("restarting every node (attempt %d of %d) after: %s", tfos_policy_attempt(l->policy),
                   l->opts.max_restarts + 1, f.summary);
         end_attempt(l);
-        if (start_attempt(l) == 0)
-            return 0;
-        save_final_status(l);
-        l->finished = 1;
-        l->exit_code = 1;
-        snprintf(l->summary, sizeof l->summary, "could not restart the cluster for attempt %d:\n%s",
-                 tfos_policy_attempt(l->policy), l->history);
-        return 1;
+        return next_attempt(l, "restart");
     }
     /* an elastic run drained on a notice or to grow goes on: a notice from
      * the run's own user (SIGTERM, a graceful kill) ends it as ever */

@@ -3,14 +3,17 @@ from the doc as written, the digits example on 2 tasks, a task killed
 mid-run and the cluster formed again from new steps, resuming from its
 checkpoint."""
 
-import importlib.util
 import os
 import re
 import shutil
 import signal
+import sys
 import time
 
 from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
+from elasticids import each_id_once  # noqa: E402
 
 CLI = os.environ.get("TFOS_CLI", os.path.join(REPO, "build", "tfos"))
 
@@ -96,14 +99,6 @@ def test_doc_script_trains_digits_on_two_tasks_and_resumes_after_a_task_is_kille
 ELASTIC = os.path.join(REPO, "tests", "yarn", "progs", "elastic.py")
 
 
-def elastic_prog():
-    """tests/yarn/progs/elastic.py as a module (its each_id_once)."""
-    spec = importlib.util.spec_from_file_location("elastic_prog", ELASTIC)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free(slurm_cluster, tmp_path):
     """tfos run --backend slurm --min-nodes (issue 41): an allocation of 4
     CPUs, 2 of them held by another job step of the same job. The 4
@@ -145,6 +140,6 @@ def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free
     # the drain to grow: both ranks of attempt 2 at one step
     drains = re.findall(r"\[worker:(\d)\] checkpoint at drain step (\d+)", text)
     assert sorted(w for w, _ in drains) == ["0", "1"] and len({s for _, s in drains}) == 1, drains
-    assert elastic_prog().each_id_once(str(out)) == ""
+    assert each_id_once(str(out)) == ""
     r = slurm_cluster.run(["scontrol", "show", "job", job])
     assert "ExitCode=0:0" in r.stdout, r.stdout

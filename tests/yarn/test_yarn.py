@@ -8,7 +8,6 @@ absolute path (the containers are on this machine), so no archive is needed
 except in the test that ships one.
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -19,6 +18,8 @@ import time
 import urllib.request
 
 import pytest
+
+from elasticids import each_id_once  # tests/support, on the path (conftest.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -294,10 +295,7 @@ def test_preemption_for_another_queue_resizes_an_elastic_application(yarn_cluste
     assert text.count("[worker:0] done at step") == 1 and text.count("[worker:1] done at step") == 1, text
     history = text[text.index("all nodes finished successfully on attempt"):]
     assert history.count("-> resized (not a restart)") == 2, history
-    spec = importlib.util.spec_from_file_location("elastic_prog", os.path.join(HERE, "progs", "elastic.py"))
-    prog = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prog)
-    assert prog.each_id_once(str(ids)) == ""
+    assert each_id_once(str(ids)) == ""
 
 
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):

@@ -9,33 +9,14 @@ step, to OUT/ids-<attempt>-<rank>. At a drain step every rank checkpoints
 at the step after it, at whatever size it has. A run ends once it is at
 FULL nodes and at step END or past it (rank 0 writes OUT/final): each id
 up to then was read exactly once across all attempts if no step was lost
-or redone: each_id_once(OUT) says whether it was. OUT/events gets a line
+or redone: tests/support/elasticids.py says whether it was. OUT/events gets a line
 "KIND ATTEMPT RANK WORLD STEP TIME" at each attempt's first step (first)
 and each drain checkpoint (drain), for bench/elastic_yarn.py."""
-import collections
 import os
 import sys
 import time
 
 B = 8
-
-
-def each_id_once(out):
-    """"" when every row id up to OUT/final's step was read exactly once
-    across the attempts, whatever their sizes; else what was wrong."""
-    with open(os.path.join(out, "final")) as f:
-        final = int(f.read())
-    seen = []
-    for name in sorted(os.listdir(out)):
-        if name.startswith("ids-"):
-            with open(os.path.join(out, name)) as f:
-                seen += [int(i) for i in f.read().split()]
-    twice = sorted(i for i, k in collections.Counter(seen).items() if k > 1)
-    never = sorted(set(range(final * B)) - set(seen))
-    if twice or never or len(seen) != final * B:
-        return "%d ids read twice (%s), %d never read (%s), %d read of %d" % (
-            len(twice), twice[:10], len(never), never[:10], len(seen), final * B)
-    return ""
 
 
 def write_whole(out, name, text):
