@@ -1,5 +1,6 @@
 """tfos run's elastic size (docs/RELIABILITY.md, "Elastic size"): torch
 survivors kept in place (--resize-in-place, tfos.torch.ElasticGroup)."""
+import json
 import os
 import re
 import signal
@@ -89,6 +90,10 @@ def test_torch_survivors_go_on_in_place_when_a_worker_is_lost(tmp_path, marker):
     assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host 127\.0\.0\.1\) failed: "
                      r"signal 9", text), text[-4000:]
     assert "restarting" not in text and "starting again" not in text, text[-4000:]
+    # the run's last status: elastic 2..3, one resize, the cluster at 2 nodes
+    status = json.loads((tmp_path / "logs" / "status.json").read_text())
+    assert status["elastic"] == {"min_nodes": 2, "max_nodes": 3} and status["resizes"] == 1, status
+    assert status["cluster"]["size"] == 2, status["cluster"]
     expected = sum(range(steps * 8))
     for w in (1, 2):
         assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, w - 1), text), text[-4000:]
