@@ -322,7 +322,8 @@ int tfos__cmd_yarn_am(int argc, char **argv)
         return 1;
     }
     term_open(l);
-    am_watch w = {.l = l, .fd = notes, .drain_off = o.drain_grace < 0, .elastic = o.min_nodes > 0 && o.min_nodes < tfos_layout_total(&o.layout)};
+    am_watch w = {.l = l, .fd = notes, .drain_off = o.drain_grace < 0,
+                  .elastic = o.min_nodes > 0 && o.min_nodes < tfos_layout_total(&o.layout)};
     tfos__loop *loop = tfos__launch_loop(l);
     if (w.fd >= 0 && tfos__loop_watch(loop, w.fd, TFOS_EV_READ, on_notes, &w)) {
         close(w.fd);

@@ -596,7 +596,8 @@ static int elastic_step(tfos_local *l, int st)
     }
     if (st != TFOS_COORD_RUNNING || l->live >= l->full_n || l->draining)
         return 0;
-    if (l->standbys < l->full_n - l->live && !l->grow_refused) { /* after an in-place resize too: the lost node's capacity */
+    /* the missing nodes' capacity asked for (after an in-place resize too) */
+    if (l->standbys < l->full_n - l->live && !l->grow_refused) {
         char **env = child_env(l);
         if (!env)
             return 0;
@@ -639,7 +640,7 @@ static int elastic_step(tfos_local *l, int st)
         l->grow_refused = 1;
         TFOS_WARN("elastic: %s, but the cluster cannot drain (%s): it stays at %d nodes until this attempt ends; "
                   "programs that report steps (ctx.report(step=)) are drained, or all with --drain-grace",
-                  reason, tfos_strerror(rc), l->n);
+                  reason, tfos_strerror(rc), l->live);
     }
     return 0;
 }
@@ -844,7 +845,8 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     l->n = l->full_n = l->live = n;
     l->slots = 2 * n;
     l->full = opts->layout;
-    if (opts->min_nodes < 0 || opts->min_nodes > n || (opts->min_nodes > 0 && opts->min_nodes < elastic_least(&l->full))) {
+    if (opts->min_nodes < 0 || opts->min_nodes > n ||
+        (opts->min_nodes > 0 && opts->min_nodes < elastic_least(&l->full))) {
         TFOS_ERROR("min_nodes=%d: an elastic cluster of these %d nodes takes min_nodes from %d (its ps, chief and "
                    "evaluator nodes, %s) to %d; only workers come and go", opts->min_nodes, n,
                    elastic_least(&l->full), opts->layout.chief ? "with no worker" : "and one worker", n);
