@@ -151,9 +151,7 @@ struct tfos_coord {
     int registered;
     int standbys;          /* standby nodes connected now (opts.standby at most) */
     int generation;        /* in-place resizes so far (resize_in_place) */
-    int world;             /* the workers in the cluster now (n, less those that left) */
     int master;            /* the node that is rank 0 now (its host and port are MASTER_ADDR/PORT) */
-    char resize_reason[512]; /* why the last in-place resize was */
     int left_count;        /* nodes that left (resize_in_place) */
     int *standby_ids;      /* the executor ids standbys registered with, nstandby_ids of them */
     int nstandby_ids;
@@ -802,10 +800,9 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     }
     if (live < c->opts.inplace_min || first < 0)
         return 0;
+    int from = c->n - c->left_count; /* a workers-only cluster: all its nodes are workers */
     nd->left = 1;
     c->left_count++;
-    int from = c->world;
-    c->world = live;
     c->generation++;
     if (c->master < 0 || c->nodes[c->master].left || c->nodes[c->master].state == N_EXITED)
         c->master = first;
@@ -813,7 +810,6 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     const cnode *m = &c->nodes[c->master];
     char master[TFOS_HOST_MAX + 16];
     snprintf(master, sizeof master, strchr(m->addr.host, ':') ? "[%s]:%d" : "%s:%d", m->addr.host, m->addr.port);
-    snprintf(c->resize_reason, sizeof c->resize_reason, "%s", why);
     int rank = 1;
     for (int i = 0; i < c->n; i++) {
         cnode *o = &c->nodes[i];
@@ -1446,8 +1442,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
     c->opts.secret = c->secret;
     c->opts.checkpoint_dir = c->checkpoint_dir;
     c->n = n;
-    c->world = n;   /* the in-place resizes' count: a workers-only cluster (opts.inplace_min) */
-    c->master = 0;
+    c->master = 0; /* rank 0 of a workers-only cluster (opts.inplace_min) */
     for (int i = 0; i < n; i++) {
         const char *job;
         tfos_layout_role(&opts->layout, i, &job, &c->nodes[i].addr.index);
