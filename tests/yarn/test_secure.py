@@ -132,7 +132,12 @@ def test_a_run_outlives_its_tokens_a_node_kill_and_a_lost_application_master(sec
             assert p.poll() is None, out_path.read_text()
             time.sleep(0.5)
         assert "STEPS worker:1 attempt=2" in out_path.read_text(), out_path.read_text()
-        time.sleep(4)
+        # both nodes checkpointed past step 40 (a fixed sleep here was too short on a loaded machine)
+        while time.monotonic() < deadline and not all("STEPS worker:%d past 42" % i in out_path.read_text()
+                                                      for i in (0, 1)):
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.5)
+        assert all("STEPS worker:%d past 42" % i in out_path.read_text() for i in (0, 1)), out_path.read_text()
         app = app_id(out_path.read_text())
         kill_application_master(app)
         assert p.wait(timeout=120 + STEPS) == 0, out_path.read_text()

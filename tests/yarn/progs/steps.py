@@ -3,7 +3,8 @@
 $TFOS_CHECKPOINT_DIR/<job>-<index>.step (its checkpoint), and starts from
 there after a restart. A checkpoint dir on HDFS (tfos yarn's default) goes
 through a tfos.fs.Mirror: pulled at the start, pushed after every step. Prints "STEPS <node> attempt=<n> from=<step>
-container=<id>" when it starts and "STEPS <node> done" at the end.
+container=<id>" when it starts, "STEPS <node> past <n>" once its checkpoint is
+$STEPS_AT + 2, and "STEPS <node> done" at the end.
 
 On attempt 1, at step $STEPS_AT (default 3), the node named by $STEPS_NODE
 (e.g. worker:1) does $STEPS_DO: "kill9" SIGKILLs itself (a crashed
@@ -39,5 +40,7 @@ for step in range(start, int(os.environ.get("STEPS_TOTAL", "8"))):
         f.write(str(step + 1))
     os.replace(path + ".tmp", path)
     mirror.push()
+    if step + 1 == int(os.environ.get("STEPS_AT", "3")) + 2:  # checkpointed past the failure point
+        print("STEPS %s past %d" % (me, step + 1), flush=True)
 print("STEPS %s done" % me, flush=True)
 sys.exit(0)
