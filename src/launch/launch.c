@@ -488,7 +488,6 @@ static int start_attempt(tfos_local *l)
 
 /* ---- elastic size (docs/RELIABILITY.md, "Elastic size") ---------------------- */
 
-
 /* The last attempt is over and gone (end_attempt): form the next one. 0,
  * or 1 when it could not start: the run is then over, failed ("could not
  * <what> the cluster for attempt N" and the history). */
@@ -585,11 +584,11 @@ static int elastic_step(tfos_local *l, int st)
         int fixed, workers;
         count_registered(l, &fixed, &workers);
         int need_fixed = l->opts.layout.num_ps + (l->opts.layout.chief ? 1 : 0) + (l->opts.layout.evaluator ? 1 : 0);
-        int have = fixed + workers, n = l->n;
-        if (have < n && fixed == need_fixed && have >= l->opts.min_nodes && have >= elastic_least(&l->full)) {
+        int have = fixed + workers;
+        if (have < l->n && fixed == need_fixed && have >= l->opts.min_nodes && have >= elastic_least(&l->full)) {
             char why[256];
             snprintf(why, sizeof why, "%d of %d nodes registered within --elastic-wait %g s (no capacity for the "
-                     "others)", have, n, l->opts.elastic_wait);
+                     "others)", have, l->n, l->opts.elastic_wait);
             return resize(l, workers, why);
         }
         return 0;

@@ -1653,11 +1653,13 @@ int tfos__coord_standby_seen(const tfos_coord *c, int executor_id)
 
 void tfos__coord_release_standbys(tfos_coord *c)
 {
-    for (int i = c ? c->npeers - 1 : -1; i >= 0; i--)
-        if (i < c->npeers && c->peers[i]->standby)
+    if (!c)
+        return;
+    /* backwards: drop_peer moves the last peer into the slot it frees */
+    for (int i = c->npeers - 1; i >= 0; i--)
+        if (c->peers[i]->standby)
             drop_peer(c, c->peers[i], NULL);
-    if (c)
-        bury(c);
+    bury(c);
 }
 
 int tfos__coord_stepping(const tfos_coord *c)
