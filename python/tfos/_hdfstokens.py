@@ -8,7 +8,8 @@ that file and keeps the token fresh: ``tfos yarn --principal/--keytab``'s
 ApplicationMaster writes new tokens before the old ones reach their maximum
 lifetime to ``$TFOS_HDFS_CREDENTIALS`` (an hdfs:// file in the application's
 staging dir, readable by its user only), which is read, with the token still
-held, once that token is past 60 % of its lifetime. On Spark-on-YARN the
+held, once that token is past 60 % of its lifetime, by a thread (a token
+left to die unused could not read its successor). On Spark-on-YARN the
 driver publishes the token Spark renewed there (tfos._spark.tokens); those
 tokens are replaced rather than renewed, so their lifetime is also capped at
 the NameNode's renewal interval when ``$TFOS_HDFS_TOKEN_RENEW_MS`` gives it.
@@ -212,11 +213,15 @@ def _keep(token, path=None):
 class Keeper:
     """The token this process uses, refreshed as the module says."""
 
+    WAKE_S = 5.0  # keep_fresh's thread looks at the clock at least this often
+
     def __init__(self):
         self._lock = threading.Lock()
         self._token = None
         self._loaded = False
         self._checked_ms = 0
+        self._refresher = None  # the thread refreshing the token (keep_fresh)
+        self._stopped = threading.Event()
         self._spnego = {}  # NameNode -> (URL string, got at ms, expires ms) of a token got with a ticket
 
     def token(self, read_remote, kerberos=None, namenode=None):
@@ -228,35 +233,88 @@ class Keeper:
         ``namenode`` (one kept for each), asked again once 60 % of the time
         to that expiry has passed."""
         with self._lock:
-            if not self._loaded:
-                self._loaded = True
-                held = []
-                for path in (os.environ.get("HADOOP_TOKEN_FILE_LOCATION"), os.environ.get("TFOS_HDFS_TOKEN_CACHE")):
-                    if path and os.path.isfile(path):
-                        with open(path, "rb") as f:
-                            held.append(best_hdfs_token(read_credentials(f.read())))
-                held = [t for t in held if t is not None]
-                self._token = max(held, key=lambda t: t.dates()[1]) if held else None  # the longest-lived
+            self._load()
             if self._token is None:
                 return None if kerberos is None else self._kerberos(kerberos, namenode)
-            fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
-            issue, maximum = self._token.dates()
-            now = time.time() * 1000
-            life = max(maximum - issue, 0)
-            renew = os.environ.get("TFOS_HDFS_TOKEN_RENEW_MS")
-            if renew and renew.isdigit() and int(renew) > 0:
-                life = min(life, int(renew))  # a token nobody renews expires then
-            if fresh and now > issue + 0.6 * life and now - self._checked_ms > max(1000, life / 20):
-                self._checked_ms = now
-                try:
-                    newer = best_hdfs_token(read_credentials(read_remote(fresh, self._token.url_string())))
-                    if newer is not None and newer.dates()[1] > maximum:
-                        self._token = newer
-                        _keep(newer)
-                except Exception as e:  # noqa: BLE001 (kept, and said: the held token may still do)
-                    sys.stderr.write("tfos.fs: could not read fresh HDFS delegation tokens from %s (%s); the token "
-                                     "held is used while it lasts\n" % (fresh, e))
+            if os.environ.get("TFOS_HDFS_CREDENTIALS"):
+                self._refresh(read_remote)
             return self._token.url_string()
+
+    def keep_fresh(self, read_remote):
+        """Refresh the token from now on whether or not this process uses
+        HDFS meanwhile (a node's program, from its start): a token read
+        only when the program first needs HDFS, minutes in, may have died
+        unused, and a dead token cannot read its successor."""
+        if not os.environ.get("TFOS_HDFS_CREDENTIALS"):
+            return
+        with self._lock:
+            self._load()
+            if self._token is not None:
+                self._start_refresher(read_remote)
+
+    def _load(self):
+        if self._loaded:
+            return
+        self._loaded = True
+        held = []
+        for path in (os.environ.get("HADOOP_TOKEN_FILE_LOCATION"), os.environ.get("TFOS_HDFS_TOKEN_CACHE")):
+            if path and os.path.isfile(path):
+                with open(path, "rb") as f:
+                    held.append(best_hdfs_token(read_credentials(f.read())))
+        held = [t for t in held if t is not None]
+        self._token = max(held, key=lambda t: t.dates()[1]) if held else None  # the longest-lived
+
+    def _life(self):
+        """(issue, maximum, life) of the token held, in ms; life capped at
+        the renewal interval where $TFOS_HDFS_TOKEN_RENEW_MS gives it."""
+        issue, maximum = self._token.dates()
+        life = max(maximum - issue, 0)
+        renew = os.environ.get("TFOS_HDFS_TOKEN_RENEW_MS")
+        if renew and renew.isdigit() and int(renew) > 0:
+            life = min(life, int(renew))  # a token nobody renews expires then
+        return issue, maximum, life
+
+    def _refresh(self, read_remote):
+        """Read $TFOS_HDFS_CREDENTIALS with the token held once that token
+        is past 60 % of its life (at most every 1/20 of it); lock held."""
+        issue, maximum, life = self._life()
+        now = time.time() * 1000
+        if not (now > issue + 0.6 * life and now - self._checked_ms > max(1000, life / 20)):
+            return
+        self._checked_ms = now
+        fresh = os.environ.get("TFOS_HDFS_CREDENTIALS")
+        try:
+            newer = best_hdfs_token(read_credentials(read_remote(fresh, self._token.url_string())))
+            if newer is not None and newer.dates()[1] > maximum:
+                self._token = newer
+                _keep(newer)
+        except Exception as e:  # noqa: BLE001 (kept, and said: the held token may still do)
+            sys.stderr.write("tfos.fs: could not read fresh HDFS delegation tokens from %s (%s); the token "
+                             "held is used while it lasts\n" % (fresh, e))
+
+    def _start_refresher(self, read_remote):
+        """A daemon thread that refreshes the token on time (lock held)."""
+        if self._refresher is not None:
+            return
+
+        def run():
+            while True:
+                with self._lock:
+                    issue, _, life = self._life()
+                    due = max(issue + 0.6 * life, self._checked_ms + max(1000, life / 20)) + 1
+                if self._stopped.wait(min(max(0.1, (due - time.time() * 1000) / 1000.0), self.WAKE_S)):
+                    return
+                with self._lock:
+                    self._refresh(read_remote)
+
+        self._refresher = threading.Thread(target=run, name="tfos-hdfs-token", daemon=True)
+        self._refresher.start()
+
+    def stop(self):
+        """End the refreshing thread, if any (keep_fresh)."""
+        self._stopped.set()
+        if self._refresher is not None:
+            self._refresher.join(5)
 
     def _kerberos(self, get, namenode):
         now = time.time() * 1000

@@ -90,6 +90,9 @@ def main():
         from . import _tfkeras
         _tfkeras.install()  # TFoS programs' Adam(lr=...) (tfos._tfkeras)
     map_fun, tf_args = _read_payload()
+    if os.environ.get("TFOS_HDFS_CREDENTIALS"):
+        from . import fs
+        fs.keep_tokens_fresh()  # its token must not die while map_fun computes without HDFS
     ctx = TFNode.get_context()
     tb = None
     try:

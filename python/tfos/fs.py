@@ -154,6 +154,13 @@ def hadoop_user() -> str:
 _tokens = _hdfstokens.Keeper()
 
 
+def keep_tokens_fresh():
+    """From now on, keep this process's HDFS delegation token fresh whether
+    or not it uses HDFS meanwhile (a node's program calls it at its start;
+    nothing to do off a Kerberized cluster)."""
+    _tokens.keep_fresh(_read_with)
+
+
 # what the NameNode says of a delegation token it no longer takes
 _TOKEN_GONE = ("InvalidToken", " is expired", "can't be found in cache")
 _WebHDFS = None

@@ -2,6 +2,7 @@
 (Writable and protobuf), token URL strings, and Keeper's refresh rules, on
 bytes built here by hand from Hadoop's encoding rules."""
 import base64
+import time
 
 import pytest
 
@@ -302,3 +303,32 @@ def test_url_string_reads_back(monkeypatch, tmp_path):
     later = tok(ISSUE + 1, ISSUE + LIFE + 1, pw=b"later")
     _hdfstokens.keep_if_newer(later)
     assert _hdfstokens.read_credentials(cache.read_bytes()) == [later]
+
+
+def test_keeper_kept_fresh_refreshes_a_token_the_program_does_not_use(env):
+    # a node's program may compute for longer than its token lives without touching HDFS; a dead token cannot
+    # read its successor, so keep_fresh refreshes it on time from a thread, with no call to token()
+    held, at, calls = env
+    newer = tok(ISSUE + LIFE // 2, ISSUE + 2 * LIFE, pw=b"newer")
+    k = _hdfstokens.Keeper()
+    k.WAKE_S = 0.1  # the clock here jumps; a real one moves as the thread waits
+    at(0.5)
+    k.keep_fresh(remote(calls, cred_v1([(b"hdfs", newer)])))
+    try:
+        time.sleep(0.5)
+        assert calls == []  # before 60 % of its life: nothing read
+        at(0.61)
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert calls[:1] == [(FRESH, held.url_string())]
+        assert k.token(remote([], fail)) == newer.url_string()
+    finally:
+        k.stop()
+
+
+def test_keeper_kept_fresh_does_nothing_without_a_credentials_file(env, monkeypatch):
+    monkeypatch.delenv("TFOS_HDFS_CREDENTIALS")
+    k = _hdfstokens.Keeper()
+    k.keep_fresh(remote([], fail))
+    assert k._refresher is None

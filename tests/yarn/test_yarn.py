@@ -501,7 +501,7 @@ def test_tfcluster_on_spark_on_yarn_feeds_a_dataframe_read_from_hdfs(yarn_cluste
     assert len(yarn_cluster.container_logs(result["app"])) == 3, yarn_cluster.container_logs(result["app"]).keys()
 
 
-def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdfs(yarn_cluster, monkeypatch):
+def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdfs(yarn_cluster, monkeypatch, tmp_path):
     """examples/digits/spark_digits.py under spark-submit --master yarn, as
     its docstring and docs/YARN.md give it: the splits written to HDFS as
     Parquet and read back as DataFrames, fed (InputMode.SPARK) to 2 workers
@@ -526,11 +526,17 @@ def test_spark_digits_example_on_spark_on_yarn_trains_from_hdfs_and_saves_to_hdf
                            cwd=yarn_cluster.tmp_dir)
     except subprocess.TimeoutExpired as e:
         # what the driver and the executors' containers said, to tell a hang from slowness
-        tail = lambda b: (b or b"")[-3000:].decode(errors="replace") if isinstance(b, bytes) else (b or "")[-3000:]
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        out, err = text(e.stdout), text(e.stderr)
+        with open(str(tmp_path / "spark-digits.out"), "w") as f:
+            f.write(out + "\n---- stderr\n" + err)
+        # tfos's own lines (why an attempt ended), less the progress lines
+        said = [ln for ln in (out + err).splitlines() if "tfos" in ln and "feeding (attempt" not in ln]
         logs = "\n".join("%s %s: %s" % (c, n, t[-1500:]) for c, f in yarn_cluster.all_container_logs().items()
                          for n, t in f.items())
-        pytest.fail("spark-submit ran past 400 s\nstdout: %s\nstderr: %s\ncontainers:\n%s"
-                    % (tail(e.stdout), tail(e.stderr), logs[-12000:]))
+        pytest.fail("spark-submit ran past 400 s (its whole output: %s)\ntfos said:\n%s\ncontainers:\n%s"
+                    % (str(tmp_path / "spark-digits.out"), "\n".join(said[-60:])[-6000:],
+                       logs[-8000:]))
     causes = [ln for ln in r.stderr.splitlines() if "Exception" in ln or "Error" in ln][:10]
     assert r.returncode == 0, "\n".join(causes) + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
     m = re.search(r"^test accuracy: ([0-9.]+)$", r.stdout, re.M)
