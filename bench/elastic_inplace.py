@@ -15,6 +15,11 @@ completed. It reports, from time.time() (one machine):
   step_s      the kill -> the last survivor's first all_reduce at world 2
   restarted   survivor processes restarted (0: their pids are the same)
 
+--silent H: a silent host instead: rank 2's agent and program are
+stopped (SIGSTOP), run with --heartbeat-timeout H; the survivors are ranks
+0 and 1, and the times include the H seconds of silence it takes to call
+the node lost.
+
 --rounds rounds (default 5); the median and the range. No timed
 assertions anywhere: run it by hand, never beside other work if the
 figures are kept.
@@ -62,13 +67,19 @@ while True:
 """
 
 
-def one_round(work, step_ms):
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def one_round(work, step_ms, silent=None):
     prog = os.path.join(work, "prog.py")
     with open(prog, "w") as f:
         f.write(PROG)
     p = subprocess.Popen([TFOS, "run", "--workers", "3", "--framework", "torch", "--min-nodes", "2",
-                          "--resize-in-place", "--max-restarts", "0", "--log-dir", os.path.join(work, "logs"),
-                          "--", sys.executable, prog, work, str(step_ms)],
+                          "--resize-in-place", "--max-restarts", "0", "--log-dir", os.path.join(work, "logs")]
+                         + (["--heartbeat-timeout", "%g" % silent] if silent else [])
+                         + ["--", sys.executable, prog, work, str(step_ms)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
     text = ""
@@ -80,7 +91,11 @@ def one_round(work, step_ms):
             text += line
         pids = {int(w): int(pid) for w, pid in re.findall(r"\[worker:(\d)\] pid (\d+) rank", text)}
         killed = time.time()
-        os.kill(pids[0], signal.SIGKILL)
+        if silent:
+            for pid in (_ppid(pids[2]), pids[2]):  # its agent, then its program
+                os.kill(pid, signal.SIGSTOP)
+        else:
+            os.kill(pids[0], signal.SIGKILL)
         rest, _ = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
@@ -90,7 +105,7 @@ def one_round(work, step_ms):
     if p.returncode != 0:
         raise RuntimeError("exit %d:\n%s" % (p.returncode, text[-3000:]))
     # a survivor's record is named after the pid it had at its first step
-    files = [os.path.join(work, "survivor-%d" % pids[w]) for w in (1, 2)]
+    files = [os.path.join(work, "survivor-%d" % pids[w]) for w in ((0, 1) if silent else (1, 2))]
     restarted = sum(not os.path.exists(f) for f in files)
     if restarted:
         raise RuntimeError("%d survivor(s) restarted:\n%s" % (restarted, text[-3000:]))
@@ -106,11 +121,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--step-ms", type=float, default=20)
+    ap.add_argument("--silent", type=float, default=None, metavar="H",
+                    help="stop rank 2 (SIGSTOP) under --heartbeat-timeout H instead of killing rank 0")
     args = ap.parse_args()
     rounds = []
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="tfos-inplace-") as work:
-            res = one_round(work, args.step_ms)
+            res = one_round(work, args.step_ms, args.silent)
         rounds.append(res)
         print("round %d: %s" % (r + 1, " ".join("%s=%.3f" % (k, v) for k, v in res.items())), flush=True)
     for key in ("detect_s", "rejoin_s", "step_s"):

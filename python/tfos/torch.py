@@ -403,6 +403,23 @@ class FeedDataset(torch.utils.data.IterableDataset):
                 yield tuple(self._tensor(v) for v in batch)
 
 
+def _await_listener(addr, port, timeout):
+    """Wait (up to ``timeout`` s, in 10 ms turns) until addr:port accepts a
+    connection: a TCPStore client that dials a new rank 0 before its store
+    listens backs off for most of a second. Past the wait, TCPStore itself
+    says what it could not reach."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, port), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
 class ElasticGroup(object):
     """The default ``torch.distributed`` process group of a node of
     ``tfos run --framework torch --min-nodes M --resize-in-place``, kept
@@ -457,6 +474,8 @@ class ElasticGroup(object):
         if self._store_at != (addr, port):
             # rank 0 serves the store; the others dial it (the rank 0 of a
             # generation after its predecessor was lost serves a new one)
+            if self.rank != 0:
+                _await_listener(addr, port, self.timeout.total_seconds())
             self._store = dist.TCPStore(addr, port, None, self.rank == 0, self.timeout, wait_for_workers=False)
             self._store_at = (addr, port)
         store = dist.PrefixStore("tfos-generation-%d" % self.generation, self._store)
@@ -485,6 +504,23 @@ class ElasticGroup(object):
         info = self._read()
         return bool(info and info["generation"] > self.generation)
 
+    def _end_group(self):
+        """Destroy the broken group, closing its connections now: a peer
+        still waiting in the collective on this rank (not on the lost one)
+        then fails at once instead of at the group's timeout. The error
+        being handled holds the group in its traceback's frames (the
+        collective's locals), so they are cleared first."""
+        import traceback
+
+        tb = sys.exc_info()[2]
+        if tb is not None:
+            traceback.clear_frames(tb)
+        del tb
+        try:
+            self._dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 -- a group broken by the lost peer may not end cleanly
+            pass
+
     def rejoin(self, timeout=60.0):
         """Wait (up to ``timeout`` s) for the cluster's new membership,
         then re-form the group in it: returns ``(rank, world)``."""
@@ -494,6 +530,7 @@ class ElasticGroup(object):
             raise TimeoutError("ElasticGroup.rejoin: this node has no TFOS_RESIZE_FILE: start it with tfos run "
                                "--resize-in-place (and --min-nodes, --framework torch)")
         deadline = time.monotonic() + timeout
+        self._end_group()  # at once: a peer waiting on this rank learns of the break now
         info = self._read()
         while not (info and info["generation"] > self.generation):
             if time.monotonic() >= deadline:
@@ -502,10 +539,6 @@ class ElasticGroup(object):
                                    % (timeout, self.generation, self._file))
             time.sleep(0.02)
             info = self._read()
-        try:
-            self._dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 -- a group broken by the lost peer may not end cleanly
-            pass
         host, _, port = info["master"].rpartition(":")
         self.generation, self.rank, self.world = info["generation"], info["rank"], info["world"]
         self._form(host.strip("[]"), int(port))

@@ -827,7 +827,7 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     TFOS_WARN("coordinator: %s: the other %d worker%s go on in place at world size %d (generation %d, rank 0 "
               "at %s)", why, live, live == 1 ? "" : "s", live, c->generation, master);
     if (c->on_resize)
-        c->on_resize(c->resize_user, from, live, why);
+        c->on_resize(c->resize_user, nd->addr.executor_id, from, live, why);
     return 1;
 }
 
@@ -1299,7 +1299,21 @@ static void check_timers(tfos_coord *c)
             if (nd->state == N_EXITED || !nd->peer)
                 continue;
             if (now - nd->last_heartbeat >= (int64_t)(c->opts.heartbeat_timeout * 1000)) {
-                char label[48];
+                char label[48], why[512];
+                snprintf(why, sizeof why, "%s (executor %d, host %s) sent no heartbeat for %g s: its agent hangs "
+                         "or the host is unreachable", node_label(nd, label, sizeof label), nd->addr.executor_id,
+                         nd->addr.host, c->opts.heartbeat_timeout);
+                if (resize_in_place(c, nd, why)) {
+                    /* gone from the cluster: an agent that wakes finds its
+                     * connection closed and stops its program */
+                    nd->state = N_EXITED;
+                    nd->exit_code = -1;
+                    snprintf(nd->exit_desc, sizeof nd->exit_desc, "no heartbeat");
+                    drop_peer(c, nd->peer, "left the cluster: no heartbeat");
+                    nd->peer = NULL;
+                    check_done(c);
+                    continue;
+                }
                 set_failure(c, TFOS_CAUSE_HEARTBEAT, nd, NULL, 0, "%s (executor %d, host %s) sent no heartbeat for "
                             "%g s: its agent hangs or the host is unreachable",
                             node_label(nd, label, sizeof label), nd->addr.executor_id, nd->addr.host,

@@ -49,21 +49,14 @@ print("pid %d done at world %d: total %d" % (os.getpid(), g.world, int(total.ite
 """
 
 
-def test_torch_survivors_go_on_in_place_when_a_worker_is_lost(tmp_path, marker):
-    """--workers 3 --min-nodes 2 --resize-in-place, gloo all_reduce every
-    step: worker 0's program (rank 0, whose store the group used) is
-    SIGKILLed while all three step. The coordinator does not fail the
-    cluster: it sends the two others their new ranks (the lower executor
-    is rank 0 and serves a new store at its reserved port) and world size
-    2; their programs rejoin and go on in the same processes, and the run
-    ends with exit 0 having spent no restart. Each survivor's in-memory
-    total counts every row id exactly once."""
+def _start(tmp_path, marker, steps, *options):
+    """tfos run --workers 3 --min-nodes 2 --resize-in-place of PROG, read
+    until all three ranks step: (process, lines read, {worker: pid})."""
     prog = tmp_path / "inplace.py"
     prog.write_text(PROG)
-    steps = 300
     p = subprocess.Popen([tfos_cli(), "run", "--workers", "3", "--framework", "torch", "--min-nodes", "2",
-                          "--resize-in-place", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"),
-                          "--", PY, str(prog), marker, str(steps)],
+                          "--resize-in-place", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs")]
+                         + list(options) + ["--", PY, str(prog), marker, str(steps)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines = []
@@ -79,23 +72,90 @@ def test_torch_survivors_go_on_in_place_when_a_worker_is_lost(tmp_path, marker):
         text = "".join(lines)
         pids = {int(w): int(pid) for w, pid in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", text)}
         assert sorted(pids) == [0, 1, 2] and text.count("stepping at 3") == 3, text
-        os.kill(pids[0], signal.SIGKILL)
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p, lines, pids
+
+
+def _finish(p, lines):
+    """The rest of the run's output, once it ended (120 s at most)."""
+    try:
         rest, _ = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    text = "".join(lines) + rest
-    assert p.returncode == 0, text[-4000:]
-    assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host 127\.0\.0\.1\) failed: "
-                     r"signal 9", text), text[-4000:]
+    return "".join(lines) + rest
+
+
+def _check_survivors(tmp_path, text, pids, steps, survivors):
+    """exit 0, no restart, one resize to 2 nodes in the status, and each
+    survivor (worker: its new rank) rejoined at generation 1 and counted
+    every row id once, in the process it started in."""
     assert "restarting" not in text and "starting again" not in text, text[-4000:]
     # the run's last status: elastic 2..3, one resize, the cluster at 2 nodes
     status = json.loads((tmp_path / "logs" / "status.json").read_text())
     assert status["elastic"] == {"min_nodes": 2, "max_nodes": 3} and status["resizes"] == 1, status
     assert status["cluster"]["size"] == 2, status["cluster"]
     expected = sum(range(steps * 8))
-    for w in (1, 2):
-        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, w - 1), text), text[-4000:]
+    for w, rank in survivors.items():
+        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, rank), text), text[-4000:]
         # the same process from its first step to its last: nothing restarted
         assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], expected) in text, text[-4000:]
+
+
+def test_torch_survivors_go_on_in_place_when_a_worker_is_lost(tmp_path, marker):
+    """--workers 3 --min-nodes 2 --resize-in-place, gloo all_reduce every
+    step: worker 0's program (rank 0, whose store the group used) is
+    SIGKILLed while all three step. The coordinator does not fail the
+    cluster: it sends the two others their new ranks (the lower executor
+    is rank 0 and serves a new store at its reserved port) and world size
+    2; their programs rejoin and go on in the same processes, and the run
+    ends with exit 0 having spent no restart. Each survivor's in-memory
+    total counts every row id exactly once."""
+    steps = 300
+    p, lines, pids = _start(tmp_path, marker, steps)
+    os.kill(pids[0], signal.SIGKILL)
+    text = _finish(p, lines)
+    assert p.returncode == 0, text[-4000:]
+    assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host 127\.0\.0\.1\) failed: "
+                     r"signal 9", text), text[-4000:]
+    _check_survivors(tmp_path, text, pids, steps, {1: 0, 2: 1})
+
+
+def _ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_torch_survivors_go_on_in_place_without_a_silent_worker(tmp_path, marker):
+    """A silent host: worker 2's agent and program are stopped (SIGSTOP)
+    while all three step, so the survivors' all_reduce waits on a peer
+    that neither answers nor fails. After --heartbeat-timeout the
+    coordinator goes on in place without it, and the launcher ends what
+    is left of it (SIGKILL: a stopped process still dies), which breaks
+    the survivors' collective: they rejoin as ranks 0 and 1 of 2 in the
+    same processes, and nothing of worker 2 is left running."""
+    steps = 300
+    p, lines, pids = _start(tmp_path, marker, steps, "--heartbeat-timeout", "3")
+    agent = _ppid(pids[2])
+    for pid in (agent, pids[2]):
+        os.kill(pid, signal.SIGSTOP)
+    text = _finish(p, lines)
+    assert p.returncode == 0, text[-4000:]
+    assert re.search(r"resized in place from 3 to 2 nodes: worker:2 \(executor 2, host 127\.0\.0\.1\) sent no "
+                     r"heartbeat for 3 s", text), text[-4000:]
+    _check_survivors(tmp_path, text, pids, steps, {0: 0, 1: 1})
+    for pid in (agent, pids[2]):
+        assert _state(pid) in (None, "Z"), "worker 2's process %d is left (state %s)" % (pid, _state(pid))
+
+
+def _state(pid):
+    """A process's state letter, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
