@@ -153,7 +153,10 @@ class TorchDistributor(object):
     classic session: fewer ranks, down to ``min_nodes``, when executors go,
     and back up when they return; each resize re-forms the ranks at the new
     ``WORLD_SIZE`` from the drained checkpoint: docs/RELIABILITY.md,
-    "Elastic size"). ``local_mode=False``
+    "Elastic size"), ``resize_in_place`` (with ``min_nodes``, for ``run``
+    without a DataFrame: a lost rank's survivors go on in their processes,
+    their group re-formed by :class:`ElasticGroup`; docs/RELIABILITY.md,
+    "Torch survivors in place"). ``local_mode=False``
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
@@ -162,7 +165,8 @@ class TorchDistributor(object):
 
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
                  max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, log_dir=None, status_port=0,
-                 quiet=False, spark=None, mlflow=None, mlflow_experiment=None, min_nodes=None, elastic_wait=30.0):
+                 quiet=False, spark=None, mlflow=None, mlflow_experiment=None, min_nodes=None, elastic_wait=30.0,
+                 resize_in_place=False):
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
             raise ValueError("TorchDistributor: num_processes must be a positive int, got %r" % (num_processes,))
         self.num_processes = num_processes
@@ -179,6 +183,11 @@ class TorchDistributor(object):
             raise ValueError("TorchDistributor: min_nodes=%r needs local_mode=False (executors that come and go) and "
                              "1 <= min_nodes <= num_processes=%d" % (min_nodes, num_processes))
         self.elastic = {} if min_nodes is None else {"min_nodes": int(min_nodes), "elastic_wait": float(elastic_wait)}
+        if resize_in_place:
+            if min_nodes is None or int(min_nodes) >= num_processes:
+                raise ValueError("TorchDistributor: resize_in_place=True needs min_nodes below num_processes=%d"
+                                 % num_processes)
+            self.elastic["resize_in_place"] = True
         self.cluster = None  # the last Spark run's TFCluster, or tfos.spark.Cluster over Connect (status, history)
 
     # -- checks
@@ -237,6 +246,10 @@ class TorchDistributor(object):
         if self.local_mode:
             raise ValueError("TorchDistributor.train_on_dataframe needs local_mode=False: the DataFrame's rows "
                              "stream from the executors that compute them into the ranks on those executors")
+        if self.elastic.get("resize_in_place"):
+            raise ValueError("TorchDistributor(resize_in_place=True) is for run(): a lost rank's share of the "
+                             "DataFrame's partitions would not be read again; leave resize_in_place out to restart "
+                             "the ranks at the new size instead")
         self._check_gpus()
         return self._run_spark(train_object, args, df, int(epochs), feed_timeout)
 

@@ -10,6 +10,7 @@
  * loop once. */
 #include "tfosmod.h"
 
+#include "core/log.h"
 #include "core/loop.h"
 #include "platform/clock.h"
 #include "roles/coord.h"
@@ -71,12 +72,25 @@ static void on_report(void *user, int node, const char *report, long long age_ms
     tfos__tracker_report(user, node, report, age_ms);
 }
 
+/* An in-place resize (resize_in_place): a record of the restart policy's
+ * history that spends no restart, as the launcher keeps one. On the loop's
+ * thread, as the coordinator's own decisions on that policy are. */
+static void on_resize(void *user, int lost, int from, int to, const char *why)
+{
+    (void)lost; /* the node's agent ends with its Spark task */
+    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
+    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, to, why);
+    if (user)
+        tfos_policy_resize(user, &f);
+    TFOS_WARN("elastic: %s (no process restarted, no restart spent)", f.summary);
+}
+
 static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"workers", "secret", "ps", "chief", "evaluator", "bind_host", "port",
                              "reservation_timeout", "grace", "heartbeat_timeout", "attempt", "policy",
-                             "checkpoint_dir", "failure_grace", "tracker", "framework", NULL};
-    int workers, ps = 0, chief = 0, evaluator = 0, port = 0, attempt = 1;
+                             "checkpoint_dir", "failure_grace", "tracker", "framework", "resize_in_place", NULL};
+    int workers, ps = 0, chief = 0, evaluator = 0, port = 0, attempt = 1, inplace_min = 0;
     const char *secret, *bind_host = "127.0.0.1", *ckpt = NULL, *framework = "tf";
     double rt = TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK, grace = TFOS_DEFAULT_STOP_GRACE,
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT, fgrace = TFOS_DEFAULT_FAILURE_GRACE;
@@ -85,10 +99,15 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Coordinator is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzdOs", kwlist, &workers, &secret, &ps, &chief,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "is|ipp$sidddiOzdOsi", kwlist, &workers, &secret, &ps, &chief,
                                      &evaluator, &bind_host, &port, &rt, &grace, &hb, &attempt, &policy, &ckpt,
-                                     &fgrace, &tracker, &framework))
+                                     &fgrace, &tracker, &framework, &inplace_min))
         return -1;
+    if (inplace_min < 0 || inplace_min > workers || (inplace_min && (ps || chief || evaluator))) {
+        PyErr_Format(PyExc_ValueError, "resize_in_place=%d: the least workers to go on with, 1..workers=%d, in a "
+                     "cluster of workers only (0: off)", inplace_min, workers);
+        return -1;
+    }
     int spec_form = tfos_framework_spec_form(framework);
     if (spec_form < 0) {
         PyErr_Format(PyExc_ValueError, "framework='%s': use 'tf', 'torch' or 'jax'", framework);
@@ -122,13 +141,15 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
                          .bind_host = bind_host, .port = port, .secret = secret, .reservation_timeout = rt,
                          .stop_grace = grace, .failure_grace = fgrace, .heartbeat_timeout = hb, .attempt = attempt,
                          .policy = self->policy ? tfos__py_policy(self->policy) : NULL, .checkpoint_dir = ckpt,
-                         .spec_form = spec_form};
+                         .spec_form = spec_form, .inplace_min = inplace_min};
     rc = tfos__coord_open_on(&self->coord, &o, self->loop);
     if (rc) {
         tfos__py_raise(rc, "cannot start the coordinator");
         return -1;
     }
     self->src.policy = self->policy ? tfos__py_policy(self->policy) : NULL;
+    if (inplace_min)
+        tfos__coord_on_resize(self->coord, on_resize, self->policy ? tfos__py_policy(self->policy) : NULL);
     if (tracker != Py_None) {
         /* reports reach the tracker on the loop's thread, without the GIL:
          * the reference kept here keeps it open while the coordinator lives */
@@ -505,8 +526,10 @@ static PyGetSetDef Coord_getset[] = {
 static PyType_Slot Coord_slots[] = {
     {Py_tp_doc, "Coordinator(workers, secret, ps=0, chief=False, evaluator=False, *, bind_host='127.0.0.1', "
                 "port=0, reservation_timeout=600, grace=5, heartbeat_timeout=30, attempt=1, policy=None, "
-                "checkpoint_dir=None, failure_grace=0, tracker=None, framework='tf'): framework 'torch' or 'jax' "
-                "sends each node the ranks form of the cluster, not every address (docs/DESIGN.md)"},
+                "checkpoint_dir=None, failure_grace=0, tracker=None, framework='tf', resize_in_place=0): framework "
+                "'torch' or 'jax' sends each node the ranks form of the cluster, not every address (docs/DESIGN.md); "
+                "resize_in_place=M (torch, workers only) goes on without a lost worker while M are left "
+                "(docs/RELIABILITY.md, \"Torch survivors in place\")"},
     {Py_tp_init, Coord_init},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, Coord_dealloc},

@@ -159,3 +159,16 @@ def _state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return None
+
+
+def test_torchdistributor_resize_in_place_is_refused_where_it_cannot_work():
+    """resize_in_place needs min_nodes below num_processes, and run(): a
+    fed rank's partitions would not be read again."""
+    import pytest
+    from tfos.torch import TorchDistributor
+    for kw in (dict(), dict(min_nodes=2)):
+        with pytest.raises(ValueError, match="resize_in_place=True needs min_nodes below num_processes=2"):
+            TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, resize_in_place=True, **kw)
+    d = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, min_nodes=1, resize_in_place=True)
+    with pytest.raises(ValueError, match=r"resize_in_place=True\) is for run\(\)"):
+        d.train_on_dataframe(lambda: None, object())

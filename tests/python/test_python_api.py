@@ -46,6 +46,11 @@ def test_native_coordinator_object():
         c.close()
     with pytest.raises(ValueError, match="framework='mxnet': use 'tf', 'torch' or 'jax'"):
         tfos._tfos.Coordinator(2, "s", framework="mxnet")
+    # an in-place resize keeps at least M of the workers, in a cluster of workers only
+    for bad in (dict(resize_in_place=3), dict(resize_in_place=-1), dict(resize_in_place=1, ps=1)):
+        with pytest.raises(ValueError, match="resize_in_place=-?[0-9]+: the least workers to go on with"):
+            tfos._tfos.Coordinator(2, "s", framework="torch", **bad)
+    tfos._tfos.Coordinator(2, tfos._tfos.random_secret(), framework="torch", resize_in_place=1).close()
 
 
 def test_get_context_outside_tfos(monkeypatch):

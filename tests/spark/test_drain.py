@@ -317,3 +317,65 @@ def test_an_elastic_torchdistributor_goes_on_with_one_rank_and_grows_back(spark_
     assert [h["decision"] for h in dist.cluster.policy.history] == ["restart", "resize"]
     assert json.loads((out / "final-1").read_text()) == {"step": 900, "world": 2}
 
+
+
+def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark_cluster, tmp_path):
+    """TorchDistributor(min_nodes=1, resize_in_place=True) of 2 on a classic
+    session, gloo all_reduce every step through tfos.torch.ElasticGroup:
+    rank 1's program is SIGKILLed while both step. The survivor's process
+    goes on: it rejoins as rank 0 of 1, keeps its in-memory state (the sum
+    of every row id, each read once) and returns; the history holds one
+    resize and no restart."""
+    from tfos.torch import TorchDistributor
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def train(out, steps):
+        import os
+        import time
+        import torch
+        import torch.distributed as dist
+        from tfos.torch import ElasticGroup
+        g = ElasticGroup()
+        with open(os.path.join(out, "pid-%d" % g.rank), "w") as f:
+            f.write(str(os.getpid()))
+        step, total = 1, torch.zeros(1, dtype=torch.float64)
+        while step <= steps:
+            ids = [i for i in range((step - 1) * 8, step * 8) if i % g.world == g.rank]
+            t = torch.tensor([float(sum(ids))], dtype=torch.float64)
+            try:
+                dist.all_reduce(t)
+            except g.errors:
+                g.rejoin(timeout=60)
+                state = torch.tensor([float(step), total.item()], dtype=torch.float64)
+                dist.broadcast(state, 0)
+                step, total = int(state[0].item()), state[1:].clone()
+                continue
+            total += t
+            if step == 30:
+                open(os.path.join(out, "stepping-%d" % g.rank), "w").close()
+            time.sleep(0.02)
+            step += 1
+        return {"pid": os.getpid(), "world": g.world, "generation": g.generation, "total": int(total.item())}
+
+    def kill_rank_1():
+        if wait_for(lambda: all((out / ("stepping-%d" % r)).exists() for r in (0, 1)), 120):
+            os.kill(int((out / "pid-1").read_text()), signal.SIGKILL)
+
+    spark = spark_cluster.spark_session("tfos-test-inplace-torch")
+    steps = 400
+    try:
+        killer = threading.Thread(target=kill_rank_1, daemon=True)
+        killer.start()
+        dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=0, spark=spark,
+                                min_nodes=1, resize_in_place=True)
+        got = dist.run(train, str(out), steps)
+        killer.join(10)
+    finally:
+        spark.stop()
+    assert got == {"pid": int((out / "pid-0").read_text()), "world": 1, "generation": 1,
+                   "total": sum(range(steps * 8))}, got
+    history = dist.cluster.policy.history
+    assert [h["decision"] for h in history] == ["resize"], history
+    assert "resized in place from 2 to 1 nodes: worker:1" in history[0]["summary"], history
+    assert wait_no_tfos_processes(60) == []

@@ -419,7 +419,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         drain_grace=None, min_nodes=None, max_nodes=None, elastic_wait=30.0, node_log_dir="tfos-logs",
         status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
-        framework="tf"):
+        framework="tf", resize_in_place=False):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered.
@@ -453,7 +453,11 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     seconds, and grows back when they return; workers come and go, ps,
     chief and evaluator stay; ``max_nodes``, if given, must be
     ``num_executors``; see docs/RELIABILITY.md, "Elastic size"),
-    ``node_log_dir`` (per-node logs, relative to each executor's
+    ``resize_in_place`` (with ``min_nodes``, ``framework="torch"``, workers
+    only and InputMode.TENSORFLOW: a lost worker's survivors go on in their
+    processes at the smaller world size, their programs' process group
+    re-formed by ``tfos.torch.ElasticGroup``; see docs/RELIABILITY.md,
+    "Torch survivors in place"), ``node_log_dir`` (per-node logs, relative to each executor's
     working directory) and ``status_port`` (the driver's status page on
     127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none)
     and ``keras``: which Keras ``tf.keras`` is in ``map_fun``. ``"auto"`` (the
@@ -499,6 +503,14 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     total = int(num_executors)
     spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
     elastic = _elastic(layout, total, min_nodes, max_nodes, elastic_wait, local, driver_ps_nodes)
+    inplace = 0
+    if resize_in_place:
+        if elastic is None or framework != "torch" or layout["num_ps"] or layout["chief"] or layout["evaluator"] \
+                or int(input_mode) != InputMode.TENSORFLOW:
+            raise TFClusterError("resize_in_place=True needs min_nodes below num_executors, framework='torch', "
+                                 "workers only (no ps, master_node or eval_node) and InputMode.TENSORFLOW (a fed "
+                                 "node's partitions would not be read again)")
+        inplace = elastic["min_nodes"]
     if elastic is None:
         _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
                          int(input_mode) == InputMode.SPARK)
@@ -542,6 +554,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                 max_restarts=max(0, int(max_restarts)), webhdfs=webhdfs, hadoop_user=husr)
     spec.env = tracker_env(tracker)
     spec.elastic = elastic is not None
+    spec.resize_in_place = bool(inplace)
     publisher = None
     if husr is not None and webhdfs is not None:
         # Kerberos: the tokens Spark renews reach the nodes through HDFS (tfos._spark.tokens)
@@ -564,7 +577,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "quiet": bool(quiet), "tracker": tracker, "framework": framework, "token_publisher": publisher,
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
             "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0,
-            "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout)}
+            "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout), "resize_in_place": inplace}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

@@ -357,7 +357,8 @@ class DriverEngine(Engine):
                                   reservation_timeout=conf["reservation_timeout"], grace=conf["grace"],
                                   heartbeat_timeout=conf["heartbeat_timeout"], policy=self.policy,
                                   checkpoint_dir=spec.checkpoint_dir, failure_grace=conf["failure_grace"],
-                                  tracker=conf.get("tracker"), framework=conf.get("framework", "tf"))
+                                  tracker=conf.get("tracker"), framework=conf.get("framework", "tf"),
+                                  resize_in_place=conf.get("resize_in_place", 0))
         if first:
             conf["port"] = int(coord.address.rsplit(":", 1)[1])
             spec.coord_addr = "%s:%d" % (conf["advertise"], conf["port"])
@@ -541,7 +542,10 @@ def _start_node_job(sc, spec, spark_ids, errors):
     rdd = sc.parallelize(spark_ids, len(spark_ids))
     fn = guarded(node_task(spec))  # an executor without tfos says so (nodes.py)
     conf = sc.getConf()
-    barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true"
+    # not a barrier stage where a node may go while the others run on: a
+    # barrier stage's failed task (an executor lost) kills every other task
+    barrier = conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true" and \
+        not getattr(spec, "resize_in_place", False)
 
     def job():
         sc.setJobGroup(node_group(spec), "tfos nodes of cluster %s" % spec.cluster_id, interruptOnCancel=True)
