@@ -143,3 +143,41 @@ def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free
     assert each_id_once(str(out)) == ""
     r = slurm_cluster.run(["scontrol", "show", "job", job])
     assert "ExitCode=0:0" in r.stdout, r.stdout
+
+
+INPLACE = os.path.join(REPO, "tests", "support", "inplace_prog.py")
+
+
+def test_torch_survivors_go_on_in_place_in_job_steps(slurm_cluster, tmp_path):
+    """tfos run --backend slurm --framework torch --resize-in-place: 3
+    workers in job steps, gloo all_reduce every step through ElasticGroup;
+    worker 0's program (rank 0, the store's host) is SIGKILLed. Workers 1
+    and 2 go on as ranks 0 and 1 of 2 in the same processes, each step's
+    ids summed once, and the job ends with exit 0, no restart spent."""
+    log = tmp_path / "job.out"
+    script = tmp_path / "inplace.sbatch"
+    steps = 400
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2 --ntasks=3\n"
+        "exec tfos run --backend slurm --framework torch --workers 3 --min-nodes 2 --resize-in-place "
+        "--max-restarts 0 --log-dir %s -- python %s slurm %d\n" % (tmp_path / "logs", INPLACE, steps))
+    r = slurm_cluster.run(["sbatch", "--parsable", "--output", str(log), str(script)], cwd=str(tmp_path),
+                          env=user_env(slurm_cluster))
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    wait_for(lambda: read(log).count("stepping at 3") == 3, 90, "all three ranks stepping (%s)" % log)
+    pids = {int(w): int(p) for w, p in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", read(log))}
+    assert sorted(pids) == [0, 1, 2], read(log)
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not slurm_cluster.jobs(), 120, "end of job %s (%s)" % (job, log))
+    text = read(log)
+    assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host [^)]*\) failed: signal 9",
+                     text), text[-4000:]
+    assert "restarting" not in text and "all nodes finished successfully" in text, text[-4000:]
+    for w, rank in ((1, 0), (2, 1)):
+        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, rank), text), text[-4000:]
+        assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], sum(range(steps * 8))) in text, \
+            text[-4000:]
+    r = slurm_cluster.run(["scontrol", "show", "job", job])
+    assert "ExitCode=0:0" in r.stdout, r.stdout
