@@ -53,6 +53,13 @@ def read(path):
         return ""
 
 
+def submit(cluster, script, log, cwd):
+    """sbatch the script as the user (output to log): the job id."""
+    r = cluster.run(["sbatch", "--parsable", "--output", str(log), str(script)], cwd=str(cwd), env=user_env(cluster))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
 def agent_of(cluster, executor):
     """The pid of the agent (the step's task) of executor, or None."""
     for pid, cmd in cluster.processes():
@@ -121,10 +128,7 @@ def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free
         "rc=$?\n"
         "kill %%1 2>/dev/null; wait\n"
         "exit $rc\n" % (tmp_path / "logs", ELASTIC, out))
-    r = slurm_cluster.run(["sbatch", "--parsable", "--output", str(log), str(script)], cwd=str(tmp_path),
-                          env=user_env(slurm_cluster))
-    assert r.returncode == 0, r.stderr
-    job = r.stdout.strip().split(";")[0]
+    job = submit(slurm_cluster, script, log, tmp_path)
     wait_for(lambda: "resized from 4 to 2 nodes" in read(log) and "training at 2 nodes" in read(log), 90,
              "the cluster at 2 nodes (%s)" % log)
     steps = slurm_cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"]).stdout.split("\n")
@@ -162,10 +166,7 @@ def test_torch_survivors_go_on_in_place_in_job_steps(slurm_cluster, tmp_path):
         "#SBATCH --nodes=2 --ntasks=3\n"
         "exec tfos run --backend slurm --framework torch --workers 3 --min-nodes 2 --resize-in-place "
         "--max-restarts 0 --log-dir %s -- python %s slurm %d\n" % (tmp_path / "logs", INPLACE, steps))
-    r = slurm_cluster.run(["sbatch", "--parsable", "--output", str(log), str(script)], cwd=str(tmp_path),
-                          env=user_env(slurm_cluster))
-    assert r.returncode == 0, r.stderr
-    job = r.stdout.strip().split(";")[0]
+    job = submit(slurm_cluster, script, log, tmp_path)
     wait_for(lambda: read(log).count("stepping at 3") == 3, 90, "all three ranks stepping (%s)" % log)
     pids = {int(w): int(p) for w, p in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", read(log))}
     assert sorted(pids) == [0, 1, 2], read(log)
