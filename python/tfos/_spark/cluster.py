@@ -457,10 +457,10 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     only and InputMode.TENSORFLOW: a lost worker's survivors go on in their
     processes at the smaller world size, their programs' process group
     re-formed by ``tfos.torch.ElasticGroup``; see docs/RELIABILITY.md,
-    "Torch survivors in place"), ``node_log_dir`` (per-node logs, relative to each executor's
-    working directory) and ``status_port`` (the driver's status page on
-    127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free port, -1: none)
-    and ``keras``: which Keras ``tf.keras`` is in ``map_fun``. ``"auto"`` (the
+    "Torch survivors in place"), ``node_log_dir`` (per-node logs, relative
+    to each executor's working directory) and ``status_port`` (the driver's
+    status page on 127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free
+    port, -1: none) and ``keras``: which Keras ``tf.keras`` is in ``map_fun``. ``"auto"`` (the
     default) gives tf-keras (Keras 2, ``TF_USE_LEGACY_KERAS=1``) on every
     executor that has the ``tf_keras`` package and no ``TF_USE_LEGACY_KERAS``
     of its own: TensorFlowOnSpark programs were written for Keras 2, and Keras
