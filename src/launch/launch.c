@@ -410,22 +410,19 @@ static void on_report(void *user, int node, const char *report, long long age_ms
 }
 
 /* The coordinator went on in place without a lost worker (tfos run
- * --resize-in-place): a resize in the history, no restart; the standbys
- * then ask for the lost node's capacity (elastic_step). What is left of
- * the lost node is ended now: an agent that hangs (no heartbeat) and its
- * program would otherwise hold the survivors' collective until it times
- * out, and the capacity it holds. */
-static void on_resize_in_place(void *user, int lost, int from, int to, const char *why)
+ * --resize-in-place) and recorded the resize in the policy's history (no
+ * restart); the standbys then ask for the lost node's capacity
+ * (elastic_step). What is left of the lost node is ended now: an agent
+ * that hangs (no heartbeat) and its program would otherwise hold the
+ * survivors' collective until it times out, and the capacity it holds. */
+static void on_resize_in_place(void *user, int lost, int from, int to, const char *summary)
 {
     tfos_local *l = user;
     if (lost >= 0 && lost < l->n && l->backend && l->ops->observe(l->backend, lost, NULL) == TFOS_NODE_RUNNING)
         l->ops->stop(l->backend, lost, 1);
     l->live -= from - to;
-    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
-    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, to, why);
-    if (tfos_policy_resize(l->policy, &f) == 0)
-        render_history(l);
-    TFOS_WARN("elastic: %s (no process restarted, no restart spent)", f.summary);
+    render_history(l);
+    TFOS_WARN("elastic: %s (no process restarted, no restart spent)", summary);
 }
 
 /* Form the cluster anew: a fresh coordinator, cluster id and agents; the

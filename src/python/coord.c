@@ -10,7 +10,6 @@
  * loop once. */
 #include "tfosmod.h"
 
-#include "core/log.h"
 #include "core/loop.h"
 #include "platform/clock.h"
 #include "roles/coord.h"
@@ -70,19 +69,6 @@ static void unlock(CoordObject *self)
 static void on_report(void *user, int node, const char *report, long long age_ms)
 {
     tfos__tracker_report(user, node, report, age_ms);
-}
-
-/* An in-place resize (resize_in_place): a record of the restart policy's
- * history that spends no restart, as the launcher keeps one. On the loop's
- * thread, as the coordinator's own decisions on that policy are. */
-static void on_resize(void *user, int lost, int from, int to, const char *why)
-{
-    (void)lost; /* the node's agent ends with its Spark task */
-    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
-    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, to, why);
-    if (user)
-        tfos_policy_resize(user, &f);
-    TFOS_WARN("elastic: %s (no process restarted, no restart spent)", f.summary);
 }
 
 static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
@@ -148,8 +134,6 @@ static int Coord_init(CoordObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     self->src.policy = self->policy ? tfos__py_policy(self->policy) : NULL;
-    if (inplace_min)
-        tfos__coord_on_resize(self->coord, on_resize, self->policy ? tfos__py_policy(self->policy) : NULL);
     if (tracker != Py_None) {
         /* reports reach the tracker on the loop's thread, without the GIL:
          * the reference kept here keeps it open while the coordinator lives */

@@ -783,7 +783,7 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
  * are the new MASTER_ADDR/PORT, the old ones while rank 0 stays) and each
  * is sent RESIZE with the new generation; their programs re-form their
  * process group from memory (tfos.torch.ElasticGroup). Nothing is failed
- * and nothing restarted. 1 when it went on so; 0: a failure as ever. */
+ * and nothing restarted: the policy's history has a resize. 1 when it went on so; 0: a failure as ever. */
 static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
 {
     if (c->opts.inplace_min <= 0 || c->state != TFOS_COORD_RUNNING || c->draining || nd->left ||
@@ -826,8 +826,13 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     }
     TFOS_WARN("coordinator: %s: the other %d worker%s go on in place at world size %d (generation %d, rank 0 "
               "at %s)", why, live, live == 1 ? "" : "s", live, c->generation, master);
+    /* the restart policy's history: a resize, no restart spent */
+    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
+    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, live, why);
+    if (c->opts.policy)
+        tfos_policy_resize(c->opts.policy, &f);
     if (c->on_resize)
-        c->on_resize(c->resize_user, nd->addr.executor_id, from, live, why);
+        c->on_resize(c->resize_user, nd->addr.executor_id, from, live, f.summary);
     return 1;
 }
 
