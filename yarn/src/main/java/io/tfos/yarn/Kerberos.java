@@ -232,10 +232,11 @@ final class Kerberos {
                 } catch (InterruptedException e) {
                     return;
                 } catch (Exception e) {
+                    // the sets held stay: the nodes use them, and only a renewal keeps them alive (dropping
+                    // them after a passing failure let them expire at their renewal time, nodes and all)
                     System.err.println("tfos-am: could not " + (held == null ? "obtain" : "renew")
                             + " HDFS delegation tokens (" + String.valueOf(e.getMessage()).split("\n")[0].strip()
                             + "); trying again in " + RETRY_MS / 1000 + " s");
-                    held = null; // obtain a new set next time
                     at = System.currentTimeMillis() + RETRY_MS;
                 }
             }
@@ -253,17 +254,14 @@ final class Kerberos {
             if (got == null || got.length == 0) {
                 throw new IOException("the NameNode gave no delegation token");
             }
-            previous = held;
-            held = c;
-            issued = Long.MAX_VALUE;
-            maxDate = Long.MAX_VALUE;
+            long first = Long.MAX_VALUE;
+            long max = Long.MAX_VALUE;
             for (Token<?> t : c.getAllTokens()) {
                 if (t.decodeIdentifier() instanceof AbstractDelegationTokenIdentifier id) {
-                    issued = Math.min(issued, id.getIssueDate());
-                    maxDate = Math.min(maxDate, id.getMaxDate());
+                    first = Math.min(first, id.getIssueDate());
+                    max = Math.min(max, id.getMaxDate());
                 }
             }
-            renew();
             Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
             try (FSDataOutputStream out = fs.create(tmp, new FsPermission((short) 0600), true, 4096,
                     fs.getDefaultReplication(tmp), fs.getDefaultBlockSize(tmp), null)) {
@@ -272,7 +270,14 @@ final class Kerberos {
             // one atomic replacement (HDFS's rename with OVERWRITE): a node reading it never finds it missing
             org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf).rename(tmp, file,
                     org.apache.hadoop.fs.Options.Rename.OVERWRITE);
+            // the new set is held once the nodes can read it, not before: a failure up to here leaves the
+            // sets they use held, and renewed on the next try
+            previous = held;
+            held = c;
+            issued = first;
+            maxDate = max;
             fresh.accept(c);
+            renew();
             System.err.println("tfos-am: new HDFS delegation tokens for the nodes in " + file + ", valid until "
                     + new java.util.Date(maxDate));
         }
