@@ -783,7 +783,8 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
  * are the new MASTER_ADDR/PORT, the old ones while rank 0 stays) and each
  * is sent RESIZE with the new generation; their programs re-form their
  * process group from memory (tfos.torch.ElasticGroup). Nothing is failed
- * and nothing restarted: the policy's history has a resize. 1 when it went on so; 0: a failure as ever. */
+ * and nothing restarted: the policy's history has a resize. 1 when it
+ * went on so; 0: a failure as ever. */
 static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
 {
     if (c->opts.inplace_min <= 0 || c->state != TFOS_COORD_RUNNING || c->draining || nd->left ||
@@ -1309,7 +1310,8 @@ static void check_timers(tfos_coord *c)
                          "or the host is unreachable", node_label(nd, label, sizeof label), nd->addr.executor_id,
                          nd->addr.host, c->opts.heartbeat_timeout);
                 if (resize_in_place(c, nd, why)) {
-                    /* gone from the cluster: an agent that wakes finds its
+                    /* gone from the cluster (exited first: its connection's
+                     * end is then no loss); an agent that wakes finds its
                      * connection closed and stops its program */
                     nd->state = N_EXITED;
                     nd->exit_code = -1;
@@ -1319,10 +1321,7 @@ static void check_timers(tfos_coord *c)
                     check_done(c);
                     continue;
                 }
-                set_failure(c, TFOS_CAUSE_HEARTBEAT, nd, NULL, 0, "%s (executor %d, host %s) sent no heartbeat for "
-                            "%g s: its agent hangs or the host is unreachable",
-                            node_label(nd, label, sizeof label), nd->addr.executor_id, nd->addr.host,
-                            c->opts.heartbeat_timeout);
+                set_failure(c, TFOS_CAUSE_HEARTBEAT, nd, NULL, 0, "%s", why);
                 enter_stopping(c);
                 break;
             }
