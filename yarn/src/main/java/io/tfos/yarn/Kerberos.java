@@ -212,13 +212,13 @@ final class Kerberos {
             long at = 0; // when to act next: at once, then as each renewal or new set says
             while (true) {
                 long now = System.currentTimeMillis();
+                boolean renewOnly = held != null && now < halfLife();
                 try {
                     if (at > now) {
                         Thread.sleep(Math.max(100, at - now));
                         continue;
                     }
                     ugi.checkTGTAndReloginFromKeytab();
-                    boolean renewOnly = held != null && System.currentTimeMillis() < halfLife();
                     ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
                         if (renewOnly) {
                             renew();
@@ -234,7 +234,7 @@ final class Kerberos {
                 } catch (Exception e) {
                     // the sets held stay: the nodes use them, and only a renewal keeps them alive (dropping
                     // them after a passing failure let them expire at their renewal time, nodes and all)
-                    System.err.println("tfos-am: could not " + (held == null ? "obtain" : "renew")
+                    System.err.println("tfos-am: could not " + (renewOnly ? "renew" : "obtain")
                             + " HDFS delegation tokens (" + String.valueOf(e.getMessage()).split("\n")[0].strip()
                             + "); trying again in " + RETRY_MS / 1000 + " s");
                     at = System.currentTimeMillis() + RETRY_MS;
