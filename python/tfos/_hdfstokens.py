@@ -255,7 +255,6 @@ class Keeper:
     def _load(self):
         if self._loaded:
             return
-        self._loaded = True
         held = []
         for path in (os.environ.get("HADOOP_TOKEN_FILE_LOCATION"), os.environ.get("TFOS_HDFS_TOKEN_CACHE")):
             if path and os.path.isfile(path):
@@ -263,6 +262,7 @@ class Keeper:
                     held.append(best_hdfs_token(read_credentials(f.read())))
         held = [t for t in held if t is not None]
         self._token = max(held, key=lambda t: t.dates()[1]) if held else None  # the longest-lived
+        self._loaded = True  # not before: a file that cannot be read says so at every call
 
     def _life(self):
         """(issue, maximum, life) of the token held, in ms; life capped at

@@ -25,9 +25,11 @@ On a Kerberized cluster, in a YARN container (``tfos yarn``, Spark on YARN),
 the NameNode is asked with the application's HDFS delegation token, from
 ``$HADOOP_TOKEN_FILE_LOCATION``; under ``tfos yarn --principal/--keytab`` it
 is replaced by the fresh one the ApplicationMaster writes before it expires
-(``tfos._hdfstokens``). Outside a container (a Spark driver, a laptop), on a
-cluster whose ``hadoop.security.authentication`` is ``kerberos``, the
-process's Kerberos ticket (``kinit``) gets a delegation token over SPNEGO
+(``tfos._hdfstokens``), by a thread from the import of this module on, so
+a token the program leaves unused while it computes does not die. Outside
+a container (a Spark driver, a laptop), on a cluster whose
+``hadoop.security.authentication`` is ``kerberos``, the process's
+Kerberos ticket (``kinit``) gets a delegation token over SPNEGO
 (through libcurl, in tfos's C library), renewed by getting a new one.
 
 Otherwise the user is Hadoop's (simple authentication), as ``hdfs dfs`` and
@@ -156,8 +158,8 @@ _tokens = _hdfstokens.Keeper()
 
 def keep_tokens_fresh():
     """From now on, keep this process's HDFS delegation token fresh whether
-    or not it uses HDFS meanwhile (a node's program calls it at its start;
-    nothing to do off a Kerberized cluster)."""
+    or not it uses HDFS meanwhile (done when this module is imported in a
+    node's program; nothing to do off a Kerberized cluster)."""
     _tokens.keep_fresh(_read_with)
 
 
@@ -384,3 +386,11 @@ class Mirror:
 
     def __exit__(self, *exc):
         self.close()
+
+
+if os.environ.get("TFOS_HDFS_CREDENTIALS"):
+    # a node's program: its token must not die while the program imports TensorFlow or computes, unused
+    try:
+        keep_tokens_fresh()
+    except (OSError, ValueError, IndexError) as _e:  # an unreadable token file: the first HDFS call says so, with its path
+        del _e

@@ -2,6 +2,9 @@
 (Writable and protobuf), token URL strings, and Keeper's refresh rules, on
 bytes built here by hand from Hadoop's encoding rules."""
 import base64
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -332,3 +335,32 @@ def test_keeper_kept_fresh_does_nothing_without_a_credentials_file(env, monkeypa
     k = _hdfstokens.Keeper()
     k.keep_fresh(remote([], fail))
     assert k._refresher is None
+
+
+@pytest.mark.parametrize("credentials, token_file, threads", [
+    (FRESH, "good", ["tfos-hdfs-token"]),  # a node's program: from the import on
+    (None, "good", []),  # not a node under tfos yarn --keytab: nothing to refresh
+    (FRESH, "corrupt", []),  # the first HDFS call says what is wrong with the file, not the import
+])
+def test_importing_tfos_fs_in_a_node_keeps_its_token_fresh(tmp_path, credentials, token_file, threads):
+    # a program may take longer to import TensorFlow than its token lives, before its first HDFS call
+    path = tmp_path / "container_tokens"
+    now = int(time.time() * 1000)
+    path.write_bytes(cred_v0([(b"hdfs", tok(now, now + 3_600_000))]) if token_file == "good" else b"HDTS\x07")
+    env = dict(os.environ, HADOOP_TOKEN_FILE_LOCATION=str(path))
+    env.pop("TFOS_HDFS_CREDENTIALS", None)
+    if credentials:
+        env["TFOS_HDFS_CREDENTIALS"] = credentials
+    prog = """import threading, tfos.fs
+print(sorted(t.name for t in threading.enumerate() if t.name.startswith('tfos-hdfs')))
+try:
+    print('token' if tfos.fs._tokens.token(None) else 'none')
+except ValueError as e:
+    print('ValueError: %s' % e)
+"""
+    out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    shown, used = out.stdout.strip().split("\n")
+    assert shown == repr(threads)
+    # an unreadable token file still fails each call that needs it, not only the import's try
+    assert used == ("token" if token_file == "good" else "ValueError: Hadoop credentials format version 7 is unknown")

@@ -103,6 +103,8 @@ public final class ApplicationMaster {
     private NMClientAsync nm;
     /** The credentials each node container is launched with (renewed: Kerberos.Renewal). */
     private volatile ByteBuffer tokens;
+    /** How long the nodes' launch waits for the first fresh HDFS delegation tokens (a keytab given). */
+    private static final long FIRST_TOKENS_MS = 60_000;
     /** Where running nodes find fresh tokens on HDFS, or null (no keytab). */
     private String credentialsFile;
     private double reservationTimeout = 60;
@@ -189,7 +191,7 @@ public final class ApplicationMaster {
         String staging = System.getenv("TFOS_YARN_STAGING");
         if (principal != null && staging != null && Files.isReadable(Paths.get(Kerberos.KEYTAB_ALIAS))) {
             credentialsFile = new org.apache.hadoop.fs.Path(staging, Kerberos.CREDENTIALS_FILE).toString();
-            new Kerberos.Renewal(conf, principal, Kerberos.KEYTAB_ALIAS,
+            Kerberos.Renewal renewal = new Kerberos.Renewal(conf, principal, Kerberos.KEYTAB_ALIAS,
                     new org.apache.hadoop.fs.Path(credentialsFile), fresh -> {
                         try {
                             tokens = Kerberos.forNodes(creds, fresh);
@@ -197,7 +199,15 @@ public final class ApplicationMaster {
                         } catch (IOException e) {
                             System.err.println("tfos-am: cannot write the nodes' credentials: " + e);
                         }
-                    }).start();
+                    });
+            renewal.start();
+            // no node starts before the first fresh set: on a later attempt the submitted tokens are dead, and
+            // a node launched with them fails at its first HDFS call (one restart of the whole cluster)
+            if (!renewal.awaitFirst(FIRST_TOKENS_MS)) {
+                System.err.println("tfos-am: no fresh HDFS delegation tokens after " + FIRST_TOKENS_MS / 1000
+                        + " s (see the lines above); the nodes start with the application's, which live only "
+                        + "until the cluster's dfs.namenode.delegation.token.max-lifetime from submission");
+            }
         }
 
         String host = System.getenv(ApplicationConstants.Environment.NM_HOST.name());

@@ -184,6 +184,8 @@ final class Kerberos {
         private long expires;
         private long issued;
         private long maxDate;
+        /** Counted down once the first set is written for the nodes (or never will be: no login). */
+        private final java.util.concurrent.CountDownLatch firstSet = new java.util.concurrent.CountDownLatch(1);
 
         Renewal(Configuration conf, String principal, String keytab, Path file, Consumer<Credentials> fresh) {
             this.conf = conf;
@@ -199,6 +201,14 @@ final class Kerberos {
             t.start();
         }
 
+        /**
+         * Waits up to {@code ms} for the first set: a new ApplicationMaster attempt must not launch nodes with
+         * the application's submitted tokens, which are past their lifetime by then. True once it is written.
+         */
+        boolean awaitFirst(long ms) throws InterruptedException {
+            return firstSet.await(ms, java.util.concurrent.TimeUnit.MILLISECONDS) && held != null;
+        }
+
         @Override
         public void run() {
             UserGroupInformation ugi;
@@ -207,6 +217,7 @@ final class Kerberos {
             } catch (IOException e) {
                 System.err.println("tfos-am: " + explain(e, principal, keytab) + "; the HDFS delegation tokens "
                         + "will not be renewed past their lifetime");
+                firstSet.countDown();
                 return;
             }
             long at = 0; // when to act next: at once, then as each renewal or new set says
@@ -234,10 +245,13 @@ final class Kerberos {
                 } catch (Exception e) {
                     // the sets held stay: the nodes use them, and only a renewal keeps them alive (dropping
                     // them after a passing failure let them expire at their renewal time, nodes and all)
+                    // again soon enough that the sets held are renewed before they expire
+                    now = System.currentTimeMillis();
+                    long retry = held == null ? RETRY_MS : Math.max(1000, Math.min(RETRY_MS, (expires - now) / 3));
                     System.err.println("tfos-am: could not " + (renewOnly ? "renew" : "obtain")
                             + " HDFS delegation tokens (" + String.valueOf(e.getMessage()).split("\n")[0].strip()
-                            + "); trying again in " + RETRY_MS / 1000 + " s");
-                    at = System.currentTimeMillis() + RETRY_MS;
+                            + "); trying again in " + String.format("%.1f", retry / 1000.0) + " s");
+                    at = now + retry;
                 }
             }
         }
@@ -278,6 +292,7 @@ final class Kerberos {
             maxDate = max;
             fresh.accept(c);
             renew();
+            firstSet.countDown();
             System.err.println("tfos-am: new HDFS delegation tokens for the nodes in " + file + ", valid until "
                     + new java.util.Date(maxDate));
         }
