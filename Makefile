@@ -103,10 +103,10 @@ test-tsan: | deps
 PY_B := test_serve.py test_doc_snippets.py test_hardening.py test_status.py test_tensorflow.py test_restart.py
 test-py: test-py-a test-py-b
 test-py-a: install $(VENV_MLFLOW)/.deps
-	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs tests/python --ignore=tests/python/test_pip_install.py \
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=12 tests/python --ignore=tests/python/test_pip_install.py \
 	    $(foreach f,$(PY_B),--ignore=tests/python/$(f))
 test-py-b: install $(VENV_MLFLOW)/.deps
-	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs $(addprefix tests/python/,$(PY_B))
+	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs --durations=12 $(addprefix tests/python/,$(PY_B))
 
 # The process-level tests again, with the agent and coordinator built with
 # AddressSanitizer and UBSan (a sanitizer report makes the agent exit non-zero): tfos run's, and tfos serve's
@@ -120,7 +120,7 @@ test-py-asan: install asan-build
 # TFCluster on a real Spark standalone cluster (master + 2 one-core workers
 # on 127.0.0.1, started and stopped by the tests).
 test-spark: install $(VENV_MLFLOW)/.deps
-	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -rs tests/spark
+	TF_CPP_MIN_LOG_LEVEL=2 $(VPY) -m pytest -q -rs --durations=12 tests/spark
 
 # Spark 3.5 still works (issue 11): a copy of the project's environment with
 # pyspark $(PYSPARK_COMPAT) in place of requirements.txt's 4.x pin, and a smoke
