@@ -469,7 +469,9 @@ int tfos_query_status(const char *coord_addr, const char *secret, int timeout_ms
  * answers: NULL or "" (none: a query, which renews the lease), "end_feed"
  * (tfos_coord_end_feed), "stop" (tfos_coord_stop with `reason`; newlines
  * become spaces), "release" (tfos_coord_released turns true: the client has
- * read the outcome). An unknown command is refused (TFOS_EINVAL). */
+ * read the outcome), "drain" (tfos_coord_drain with `reason` and the default
+ * grace; one that cannot start now is no error: "drain" in the status says
+ * whether one is under way). An unknown command is refused (TFOS_EINVAL). */
 int tfos_coord_command(const char *coord_addr, const char *secret, const char *command, const char *reason,
                        int timeout_ms, char **json_out);
 

@@ -83,6 +83,7 @@ class _Defaults(TypedDict):
     serve_timeout: float
     serve_max_body: int
     serve_client_timeout: float
+    drain_grace: float
 
 #: include/tfos/defaults.h
 DEFAULTS: Final[_Defaults]

@@ -210,8 +210,9 @@ static PyObject *mod_query_status(PyObject *Py_UNUSED(m), PyObject *args, PyObje
         return NULL;
     if (timeout < 0)
         return PyErr_Format(PyExc_ValueError, "query_status: timeout_ms must be >= 0");
-    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
-        return PyErr_Format(PyExc_ValueError, "query_status: unknown command '%s' (end_feed, stop, release)",
+    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release") &&
+        strcmp(command, "drain"))
+        return PyErr_Format(PyExc_ValueError, "query_status: unknown command '%s' (end_feed, stop, release, drain)",
                             command);
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_coord_command(addr, secret, command, reason, timeout, &json);
@@ -561,7 +562,7 @@ out:
 static int add_defaults(PyObject *m)
 {
     PyObject *d = Py_BuildValue(
-        "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:i,s:d,s:i,s:i,s:i,s:d,s:L,s:d}",
+        "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:i,s:d,s:i,s:i,s:i,s:d,s:L,s:d,s:d}",
         "reservation_timeout_local", TFOS_DEFAULT_RESERVATION_TIMEOUT_LOCAL, "reservation_timeout_spark",
         TFOS_DEFAULT_RESERVATION_TIMEOUT_SPARK, "stop_grace", TFOS_DEFAULT_STOP_GRACE, "results_timeout",
         TFOS_DEFAULT_RESULTS_TIMEOUT, "failure_grace", TFOS_DEFAULT_FAILURE_GRACE, "heartbeat_timeout",
@@ -575,7 +576,7 @@ static int add_defaults(PyObject *m)
         TFOS_SERVE_DEFAULT_MAX_BATCH, "serve_max_delay_ms", TFOS_SERVE_DEFAULT_MAX_DELAY_MS,
         "serve_queue_batches", TFOS_SERVE_DEFAULT_QUEUE_BATCHES, "serve_timeout", TFOS_SERVE_DEFAULT_TIMEOUT,
         "serve_max_body", (long long)TFOS_SERVE_DEFAULT_MAX_BODY, "serve_client_timeout",
-        TFOS_SERVE_DEFAULT_CLIENT_TIMEOUT);
+        TFOS_SERVE_DEFAULT_CLIENT_TIMEOUT, "drain_grace", TFOS_DEFAULT_DRAIN_GRACE);
     if (!d)
         return -1;
     int rc = PyModule_AddObjectRef(m, "DEFAULTS", d);

@@ -149,7 +149,8 @@ int tfos_coord_command(const char *coord_addr, const char *secret, const char *c
     *json_out = NULL;
     if (!coord_addr || !secret || timeout_ms < 0)
         return TFOS_EINVAL;
-    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release"))
+    if (command && *command && strcmp(command, "end_feed") && strcmp(command, "stop") && strcmp(command, "release") &&
+        strcmp(command, "drain"))
         return TFOS_EINVAL;
     char line[1024] = "";
     if (reason) { /* one line: the frame's values end at a newline */

@@ -1123,9 +1123,18 @@ static void handle_query(tfos_coord *c, peer *p, const tfos__frame *f)
         }
     } else if (!strcmp(cmd, "release")) {
         c->released = 1;
+    } else if (!strcmp(cmd, "drain")) {
+        /* a client that cannot call tfos_coord_drain itself (a Spark Connect
+         * feed task that found capacity come back), with the default grace.
+         * A drain that cannot start (one under way, no program yet, the
+         * cluster over) is no error: the status says how it stands */
+        char reason[256] = "";
+        tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
+        if (tfos_coord_drain(c, reason[0] ? reason : "asked by a client", 0, 0) == 0)
+            TFOS_INFO("coordinator: a client asked for a drain (%s)", c->drain_reason);
     } else if (cmd[0]) {
         char msg[96];
-        snprintf(msg, sizeof msg, "unknown command '%s' (end_feed, stop, release, feed_turn)", cmd);
+        snprintf(msg, sizeof msg, "unknown command '%s' (end_feed, stop, release, drain, feed_turn)", cmd);
         refuse(c, p, TFOS_EINVAL, msg);
         return;
     }
@@ -2010,9 +2019,12 @@ char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
     } else {
         fputs("null", f);
     }
-    if (c->draining)
-        fprintf(f, ", \"drain\": {\"step\": %lld, \"drained\": %s, \"age_s\": %.1f}", c->drain_step,
+    if (c->draining) {
+        fprintf(f, ", \"drain\": {\"step\": %lld, \"drained\": %s, \"age_s\": %.1f, \"reason\": ", c->drain_step,
                 c->drained ? "true" : "false", (double)(tfos__now_ms() - c->drain_at) / 1000.0);
+        tfos__json_str(f, c->drain_reason);
+        fputs("}", f);
+    }
     /* the nodes by state, so a page of a large cluster still says how
      * all of them are */
     int counts[4] = {0}, failed = 0;

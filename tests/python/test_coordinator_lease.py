@@ -1,7 +1,7 @@
 """`tfos coordinator` as tfos.spark.Cluster runs it on an executor: its
 address in a file, a lease that its client's queries renew (no query for
 --lease seconds: the client is gone and the cluster is stopped), commands
-carried by queries (end_feed, stop, release), and --linger: the outcome stays
+carried by queries (end_feed, stop, release, drain), and --linger: the outcome stays
 readable until the client releases it."""
 import json
 import os
@@ -72,6 +72,9 @@ def test_end_feed_without_nodes_and_unknown_commands(tmp_path):
     proc, addr = start(tmp_path)
     try:
         assert query(addr, "end_feed")["state"] == "reserving"
+        # a drain before any program runs cannot start: no error, and the status shows none under way
+        st = query(addr, "drain", "capacity came back")
+        assert st["state"] == "reserving" and "drain" not in st, st
         with pytest.raises(ValueError, match="unknown command 'frobnicate'"):
             query(addr, "frobnicate")
         with pytest.raises(Exception, match="secret|auth"):
