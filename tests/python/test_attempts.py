@@ -11,7 +11,7 @@ from tfos import _tfos
 from tfos._launch import ClusterError
 from tfos._spark import wait as waiting
 from tfos._spark.attempts import (AttemptController, Engine, FeedRound, Snapshot, State, cause_code,
-                                  feed_until_delivered)
+                                  elastic_bounds, elastic_size, feed_until_delivered)
 
 RUNNING, DONE, FAILED = _tfos.STATE_RUNNING, _tfos.STATE_DONE, _tfos.STATE_FAILED
 FAST = waiting.Schedule(0.001, 0.0, 0.001)
@@ -234,6 +234,52 @@ def test_an_elastic_cluster_below_min_nodes_fails_saying_so():
     assert ctl.step() == (State.RUNNING, State.FAILED)
     assert "min_nodes=2" in str(ctl.error) and ctl.policy.history == []
     assert engine.calls[-1] == ("release",)
+
+
+WORKERS = {"num_ps": 0, "num_workers": 2, "chief": False, "evaluator": False}
+
+
+def bounds(min_nodes, layout=WORKERS, total=2, max_nodes=None, wait=5.0, local=False, on_driver=False):
+    return elastic_bounds(layout, total, min_nodes, max_nodes, wait, local, on_driver, ValueError, "num_nodes")
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: bounds(3), "min_nodes=3 is more than num_nodes=2"),
+    (lambda: bounds(1, max_nodes=3), "max_nodes=3: the largest size is num_nodes=2"),
+    (lambda: bounds(1, layout=dict(WORKERS, num_workers=1, chief=True, evaluator=True), total=3),
+     "min_nodes=1: the cluster needs at least 2 nodes (0 ps, a chief, an evaluator and no worker); only workers"),
+    (lambda: bounds(0), "min_nodes=0: the cluster needs at least 1 nodes (0 ps, no chief and one worker)"),
+    (lambda: bounds(1, local=True), "a local master's executors do not come and go"),
+    (lambda: bounds(1, wait=0), "elastic_wait=0: give the seconds"),
+])
+def test_elastic_bounds_refuse_what_cannot_be(call, says):
+    # the one check of TFCluster.run's and tfos.spark.Cluster's min_nodes (each names its own size argument)
+    with pytest.raises(ValueError) as info:
+        call()
+    assert says in str(info.value)
+
+
+def test_elastic_bounds():
+    assert bounds(None) is None and bounds(2) is None  # a fixed size
+    assert bounds(1) == {"min": 1, "max": 2, "wait": 5.0, "min_nodes": 1, "max_nodes": 2, "on_driver": 0}
+    ps = dict(WORKERS, num_ps=1)
+    assert bounds(2, layout=ps, total=3, on_driver=True)["min"] == 1  # a ps on the driver is not an executor's
+
+
+def test_elastic_size_waits_for_every_node_then_takes_what_there_is(caplog):
+    el = bounds(1, total=3, wait=0.6)
+    assert elastic_size(lambda: 3, el, 1.0, ValueError) == 3
+    assert elastic_size(lambda: 5, el, 1.0, ValueError) == 3  # never more than the largest size
+    seen = iter([1, 1, 3])  # the third look finds every executor
+    assert elastic_size(lambda: next(seen, 3), el, 1.0, ValueError) == 3
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="tfos"):
+        assert elastic_size(lambda: 2, el, 1.0, ValueError) == 2
+    assert time.monotonic() - t0 >= 0.6  # elastic_wait for all of them first
+    assert "2 of 3 executors usable after 1 s (elastic_wait): forming 2 of 3 nodes" in caplog.text
+    with pytest.raises(ValueError, match="needs at least min_nodes=1 nodes, but the application has 0 usable "
+                                         "executors after 2 s"):
+        elastic_size(lambda: 0, el, 1.0, ValueError)
 
 
 def test_cause_codes():

@@ -40,10 +40,10 @@ from .. import _tfos
 from .. import feed as _feed
 from .._launch import ClusterError
 from .._log import log as logger
-from .wait import LOCAL, WaitTimeout, wait_until
+from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 __all__ = ["State", "Snapshot", "Engine", "AttemptController", "FeedRound", "FeedResult", "feed_until_delivered",
-           "cause_code", "failure_text", "open_tracker", "tracker_env"]
+           "cause_code", "failure_text", "open_tracker", "tracker_env", "elastic_bounds", "elastic_size"]
 
 
 class State(enum.Enum):
@@ -476,6 +476,68 @@ terminated, aborted, skipped, before), ``error`` the job's exception or None."""
 
 FeedResult = collections.namedtuple("FeedResult", "rows terminated seconds")
 FeedResult.__doc__ = """What feed_until_delivered fed: rows, partitions not wanted (terminated), seconds."""
+
+
+def elastic_bounds(layout, total, min_nodes, max_nodes, wait, local, driver_ps_nodes, error, size_name):
+    """An elastic run's bounds ({"min": nodes on executors, "max": ..., "wait":
+    seconds, ...}), or None when min_nodes leaves the size fixed. Only workers
+    come and go: ps, chief and evaluator are the cluster's fixed part.
+    ``total``: the largest size, the launcher's ``size_name`` argument;
+    ``error``: the exception class a bad value raises."""
+    if max_nodes is not None and int(max_nodes) != total:
+        raise error("max_nodes=%s: the largest size is %s=%d; pass max_nodes=%d or leave it out" % (
+            max_nodes, size_name, total, total))
+    if min_nodes is None or int(min_nodes) >= total:
+        if min_nodes is not None and int(min_nodes) > total:
+            raise error("min_nodes=%d is more than %s=%d" % (min_nodes, size_name, total))
+        return None
+    fixed = layout["num_ps"] + int(layout["chief"]) + int(layout["evaluator"])
+    least = fixed + (0 if layout["chief"] else 1)  # someone must train: the chief, else one worker
+    if int(min_nodes) < least:
+        raise error("min_nodes=%d: the cluster needs at least %d nodes (%d ps, %s%s and %s); only workers "
+                    "come and go" % (min_nodes, least, layout["num_ps"], "a chief" if layout["chief"] else
+                                     "no chief", ", an evaluator" if layout["evaluator"] else "",
+                                     "no worker" if layout["chief"] else "one worker"))
+    if local:
+        raise error("min_nodes: a local master's executors do not come and go; an elastic size needs a "
+                    "cluster manager (standalone, YARN, Kubernetes)")
+    if float(wait) <= 0:
+        raise error("elastic_wait=%r: give the seconds to wait for lost capacity to come back (> 0)" % (wait,))
+    on_driver = layout["num_ps"] if driver_ps_nodes else 0
+    return {"min": int(min_nodes) - on_driver, "max": total - on_driver, "wait": float(wait),
+            "min_nodes": int(min_nodes), "max_nodes": total, "on_driver": on_driver}
+
+
+def elastic_size(usable, el, reservation_timeout, error):
+    """Nodes on executors for an elastic cluster's next attempt: el["max"]
+    when ``usable()`` (the executors a node can start on now) reaches it
+    within el["wait"] seconds, else that count, waiting up to
+    ``reservation_timeout`` for el["min"]; raises ``error`` (an exception
+    class) when even that many do not come."""
+    def at_least(want):
+        def enough():
+            n = usable()
+            return n if n >= want else None
+        return enough
+
+    try:
+        return min(wait_until(at_least(el["max"]), el["wait"], "%d usable Spark executors (every node)" % el["max"],
+                              JOB), el["max"])
+    except WaitTimeout:
+        pass
+    have = usable()
+    if have >= el["min"]:
+        logger.warning("%d of %d executors usable after %.0f s (elastic_wait): forming %d of %d nodes",
+                       have, el["max"], el["wait"], have + el["on_driver"], el["max_nodes"])
+        return have
+    try:
+        have = wait_until(at_least(el["min"]), reservation_timeout, "%d usable Spark executors (min_nodes=%d)" % (
+            el["min"], el["min_nodes"]), JOB)
+    except WaitTimeout:
+        raise error("the elastic cluster needs at least min_nodes=%d nodes, but the application has %d usable "
+                    "executors after %.0f s: give it more executors, or lower min_nodes" % (
+                        el["min_nodes"], usable(), el["wait"] + reservation_timeout)) from None
+    return min(have, el["max"])
 
 
 def feed_until_delivered(controller, run_round, checkpoint_dir, total=None):

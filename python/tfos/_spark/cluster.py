@@ -9,8 +9,8 @@ import uuid
 
 from .. import _payload, _tfos
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
-from .attempts import (AttemptController, FeedRound, State, feed_until_delivered, failure_text, open_tracker,
-                       tracker_env)
+from .attempts import (AttemptController, FeedRound, State, elastic_bounds, feed_until_delivered, failure_text,
+                       open_tracker, tracker_env)
 from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
 from .feeding import feed_task, feed_task_arrow, inference_task
 from .nodes import NodeSpec, master_kind
@@ -383,34 +383,6 @@ def _layout(num_executors, num_ps, master_node, eval_node):
     return {"num_ps": num_ps, "num_workers": workers, "chief": chief, "evaluator": bool(eval_node)}
 
 
-def _elastic(layout, total, min_nodes, max_nodes, wait, local, driver_ps_nodes):
-    """An elastic run's bounds ({"min": nodes on executors, "max": ..., "wait":
-    seconds}), or None when min_nodes leaves the size fixed. Only workers
-    come and go: ps, chief and evaluator are the cluster's fixed part."""
-    if max_nodes is not None and int(max_nodes) != total:
-        raise TFClusterError("max_nodes=%s: TFCluster.run's largest size is num_executors=%d; pass max_nodes=%d or "
-                             "leave it out" % (max_nodes, total, total))
-    if min_nodes is None or int(min_nodes) >= total:
-        if min_nodes is not None and int(min_nodes) > total:
-            raise TFClusterError("min_nodes=%d is more than num_executors=%d" % (min_nodes, total))
-        return None
-    fixed = layout["num_ps"] + int(layout["chief"]) + int(layout["evaluator"])
-    least = fixed + (0 if layout["chief"] else 1)  # someone must train: the chief, else one worker
-    if int(min_nodes) < least:
-        raise TFClusterError("min_nodes=%d: the cluster needs at least %d nodes (%d ps, %s%s and %s); only workers "
-                             "come and go" % (min_nodes, least, layout["num_ps"], "a chief" if layout["chief"] else
-                                              "no chief", ", an evaluator" if layout["evaluator"] else "",
-                                              "no worker" if layout["chief"] else "one worker"))
-    if local:
-        raise TFClusterError("min_nodes: a local master's executors do not come and go; an elastic size needs a "
-                             "cluster manager (standalone, YARN, Kubernetes)")
-    if float(wait) <= 0:
-        raise TFClusterError("elastic_wait=%r: give the seconds to wait for lost capacity to come back (> 0)" % (wait,))
-    on_driver = layout["num_ps"] if driver_ps_nodes else 0
-    return {"min": int(min_nodes) - on_driver, "max": total - on_driver, "wait": float(wait),
-            "min_nodes": int(min_nodes), "max_nodes": total, "on_driver": on_driver}
-
-
 def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_mode=InputMode.TENSORFLOW,
         log_dir=None, driver_ps_nodes=False, master_node=None,
         reservation_timeout=_DEFAULTS["reservation_timeout_spark"], queues=("input", "output", "error"),
@@ -502,7 +474,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     local = master_kind(sc.master) == "local"
     total = int(num_executors)
     spark_ids = list(range(num_ps, total)) if driver_ps_nodes else list(range(total))
-    elastic = _elastic(layout, total, min_nodes, max_nodes, elastic_wait, local, driver_ps_nodes)
+    elastic = elastic_bounds(layout, total, min_nodes, max_nodes, elastic_wait, local, driver_ps_nodes,
+                             TFClusterError, "num_executors")
     inplace = 0
     if resize_in_place:
         if elastic is None or framework != "torch" or layout["num_ps"] or layout["chief"] or layout["evaluator"] \

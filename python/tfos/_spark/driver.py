@@ -14,7 +14,7 @@ import time
 from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
-from .attempts import Engine, Snapshot, cause_code, failure_text  # noqa: F401 (failure_text: its old home)
+from .attempts import Engine, Snapshot, cause_code, elastic_size, failure_text  # noqa: F401 (failure_text: its old home)
 from .nodes import executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
@@ -312,7 +312,7 @@ class DriverEngine(Engine):
 
     @property
     def elastic(self):
-        """The elastic bounds (cluster.py's _elastic), or None."""
+        """The elastic bounds (attempts.elastic_bounds), or None."""
         return self.conf.get("elastic")
 
     def drain_pending(self):
@@ -493,35 +493,8 @@ def _usable_executors(sc):
 
 
 def _elastic_size(sc, el, reservation_timeout):
-    """Nodes on executors for an elastic cluster's next attempt: el["max"]
-    when that many executors are usable within el["wait"] seconds, else the
-    usable count, waiting up to reservation_timeout for el["min"]."""
-    def at_least(want):
-        def enough():
-            n = _usable_executors(sc)
-            return n if n >= want else None
-        return enough
-
-    try:
-        return min(wait_until(at_least(el["max"]), el["wait"], "%d usable Spark executors (every node)" % el["max"], JOB), el["max"])
-    except WaitTimeout:
-        pass
-    have = _usable_executors(sc)
-    if have >= el["min"]:
-        logger.warning("%d of %d executors usable after %.0f s (elastic_wait): forming %d of %d nodes",
-                       have, el["max"], el["wait"], have + el["on_driver"], el["max_nodes"])
-        return have
-
-    try:
-        have = wait_until(at_least(el["min"]), reservation_timeout, "%d usable Spark executors (min_nodes=%d)" % (
-            el["min"], el["min_nodes"]), JOB)
-    except WaitTimeout:
-        raise TFClusterError(
-            "the elastic cluster needs at least min_nodes=%d nodes, but the application has %d usable executors "
-            "after %.0f s: give it more executors, or lower min_nodes" % (
-                el["min_nodes"], _usable_executors(sc), el["wait"] + reservation_timeout)) from None
-    return min(have, el["max"])
-
+    """elastic_size with the executors the driver's scheduler lists."""
+    return elastic_size(lambda: _usable_executors(sc), el, reservation_timeout, TFClusterError)
 
 def decommissioned_executors(sc):
     """Ids of the application's executors being decommissioned, as Spark's
