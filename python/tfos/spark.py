@@ -33,7 +33,8 @@ from ._extras import spark_extra
 from ._launch import ClusterError
 from ._log import log as logger
 from ._spark import session as _session
-from ._spark.attempts import AttemptController, FeedRound, State, feed_until_delivered, open_tracker, tracker_env
+from ._spark.attempts import (AttemptController, FeedRound, State, elastic_bounds, feed_until_delivered, open_tracker,
+                              tracker_env)
 from ._spark.client import SessionEngine
 from ._spark.progress import JobProgress, Ticker
 from ._spark.nodes import NodeSpec, master_kind
@@ -73,7 +74,16 @@ class Cluster(object):
     restarts included, is one MLflow run there (``mlflow_experiment``,
     ``mlflow_run_name``), as with TFCluster.run (docs/MODELS.md,
     "Tracking"); the nodes' reports are sampled each time the client looks
-    at the cluster.
+    at the cluster. ``min_nodes`` (an elastic size, workers only; below
+    ``num_nodes``, which is then the largest size, as ``max_nodes`` may
+    repeat): a node lost with its executor restarts the cluster (one restart
+    of ``max_restarts``) on the executors there are within ``elastic_wait``
+    seconds, not fewer than ``min_nodes``; while ``train()`` feeds a smaller
+    cluster, a feed task that runs on an executor with no node asks for a
+    drain (every node checkpoints at one step and ends), and the cluster
+    forms again on every executor there is, a resize that spends no restart.
+    The client cannot list executors over Spark Connect: a probe job of a few
+    0.3 s tasks for each node counts those that run its tasks.
     """
 
     def __init__(self, spark, main_fun, args=None, num_nodes=2, *, chief=False,
@@ -83,7 +93,7 @@ class Cluster(object):
                  node_log_dir="tfos-logs", checkpoint_dir=None, keras="auto", lease_timeout=_DEFAULTS["lease_timeout"],
                  max_restarts=_DEFAULTS["max_restarts"], tensorboard=False, tensorboard_log_dir=None,
                  show_output=None, quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
-                 framework="tf"):
+                 framework="tf", min_nodes=None, max_nodes=None, elastic_wait=30.0):
         from ._extras import require
         # a Spark Connect client is told tfos[connect], a classic driver tfos[spark]
         require("tfos.spark.Cluster", "pyspark", "pyarrow", "numpy", extra=spark_extra(spark))
@@ -105,6 +115,8 @@ class Cluster(object):
             local = master_kind(spark.conf.get("spark.master", "")) == "local"
         except Exception:
             local = False
+        elastic = elastic_bounds(layout, self.num_nodes, min_nodes, max_nodes, elastic_wait, local, False,
+                                 lambda text: ValueError("Cluster: %s" % text), "num_nodes")
         if checkpoint_dir is None:
             checkpoint_dir = os.path.abspath(os.path.join("tfos-checkpoints", self.cluster_id))
         self.checkpoint_dir = checkpoint_dir
@@ -115,7 +127,8 @@ class Cluster(object):
                              tensorboard=bool(tensorboard), tb_logdir=tensorboard_log_dir)
         tracker = open_tracker(mlflow, mlflow_experiment, mlflow_run_name or "tfos-spark-%s" % self.cluster_id,
                                {"num_nodes": self.num_nodes, "chief": bool(chief), "max_restarts": max_restarts,
-                                "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout},
+                                "feed_mb": feed_mb, "heartbeat_timeout": heartbeat_timeout,
+                                "min_nodes": elastic["min_nodes"] if elastic else self.num_nodes},
                                {"tfos.cluster_id": self.cluster_id, "tfos.backend": "spark"})
         self.spec.env = tracker_env(tracker)
         self.spec.grace = float(grace)
@@ -131,10 +144,17 @@ class Cluster(object):
         self._engine = SessionEngine(spark, self.spec, self.num_nodes, self.lease_timeout, checkpoint_dir,
                                      output=show_output)
         self._engine.tracker = tracker
+        if elastic is not None:
+            elastic["layout"] = dict(layout)
+            self._engine.elastic = elastic
+            self.spec.elastic = True  # a feed task on an executor with no node: fed again, not an error
         self._attempts = AttemptController(self._engine, self.policy, name="cluster %s" % self.cluster_id,
                                            tracker=tracker)
         self._stop_keepalive = threading.Event()
         self._keepalive = None
+        # programs that read no feed (TorchDistributor.run over Connect): an
+        # elastic cluster below its size grows from the keepalive's look
+        self.grow_unfed = False
 
     @property
     def attempt(self):
@@ -187,9 +207,9 @@ class Cluster(object):
 
     def _renew(self):
         """The lease: a small job every ``lease_timeout / 4`` seconds (a
-        timer, woken early when the cluster ends)."""
-        interval = self.lease_timeout / 4.0
-        while not self._stop_keepalive.wait(interval):
+        timer, woken early when the cluster ends); every GROW_LOOK_S
+        seconds while an elastic cluster of unfed programs is small."""
+        while not self._stop_keepalive.wait(self._keepalive_interval()):
             if self._closed:
                 return
             try:
@@ -199,6 +219,37 @@ class Cluster(object):
                 continue
             if st.get("state") in ("done", "failed"):
                 return
+            if self.grow_unfed and st.get("state") == "running" and not st.get("drain"):
+                self._grow_if_capacity()
+
+    #: seconds between two looks for capacity come back (grow_unfed)
+    GROW_LOOK_S = 5.0
+
+    def _keepalive_interval(self):
+        eng = self._engine
+        if self.grow_unfed and eng.elastic is not None and eng.size < eng.elastic["max"]:
+            return min(self.lease_timeout / 4.0, self.GROW_LOOK_S)
+        return self.lease_timeout / 4.0
+
+    def _grow_if_capacity(self):
+        """An elastic cluster below its size whose programs read no feed:
+        when more executors run tasks than it has nodes, ask for the drain
+        that forms it again on all of them (a feed's tasks ask it
+        themselves: feeding._ask_to_grow)."""
+        eng = self._engine
+        el = eng.elastic
+        if el is None or eng.size >= el["max"]:
+            return
+        try:
+            have = eng.usable_executors()
+            if have > eng.size:
+                reason = "%d Spark executors run tasks for %d of %d nodes: growing to %d" % (
+                    have, eng.size, el["max_nodes"], min(have, el["max"]))
+                logger.warning("%s: draining the cluster (every node checkpoints at one step and ends; the next "
+                               "attempt forms at the larger size)", reason)
+                self._query("drain", reason)
+        except Exception as exc:  # the session or the cluster is going: the next look tries again
+            logger.debug("tfos keepalive: looking for capacity: %s", exc)
 
     def tensorboard_url(self):
         """``http://HOST:PORT`` of the TensorBoard that ``tensorboard=True``

@@ -324,12 +324,16 @@ class TorchDistributor(object):
         ranks resume from TFOS_CHECKPOINT_DIR); raised as TFClusterError."""
         from ._spark.driver import TFClusterError
         from .spark import Cluster
-        if self.elastic:
-            raise TFClusterError("TorchDistributor(min_nodes=...) runs on a classic SparkSession; over Spark Connect "
-                                 "the driver cannot see executors come and go: leave min_nodes out")
+        if self.elastic.get("resize_in_place"):
+            raise TFClusterError("TorchDistributor(resize_in_place=True) runs on a classic SparkSession: over Spark "
+                                 "Connect the ranks form in a barrier stage, where one lost task ends every other; "
+                                 "leave resize_in_place out (a lost rank then restarts the ranks at the smaller size)")
+        elastic = {k: v for k, v in self.elastic.items() if k in ("min_nodes", "elastic_wait")}
         cluster = Cluster(spark, _spark_node, payload, self.num_processes, max_restarts=self.max_restarts,
                           checkpoint_dir=self.checkpoint_dir, keras="env", quiet=self.quiet, framework="torch",
-                          **self.mlflow)
+                          **self.mlflow, **elastic)
+        # ranks that read no feed (run): the keepalive looks for capacity come back
+        cluster.grow_unfed = df is None
         self.cluster = cluster
         try:
             cluster.start()

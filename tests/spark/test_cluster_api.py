@@ -389,3 +389,195 @@ def test_connect_client_sees_the_nodes_output_and_what_it_waits_for(session, cap
     waits = [r.getMessage() for r in caplog.records if r.name == "tfos"]
     assert any(m.startswith("feeding (attempt 1): ") and "programs are still starting" in m for m in waits), waits
     assert wait_no_tfos_processes(30) == []
+
+
+# ---- an elastic size over Spark Connect (issue 41) -----------------------------------
+
+def wait_executors_over_connect(spark, n, timeout=90):
+    """Until the session's jobs run on n executors (a worker restarted by the
+    test before has its executor back), counted as Cluster counts them."""
+    from tfos._spark import session as stages
+
+    def enough():
+        rows = spark.range(0, 3 * n, 1, 3 * n).mapInArrow(stages.probe_stage(0.3),
+                                                          stages.ddl(stages.PROBE_FIELDS)).collect()
+        return len({(r["host"], r["key"]) for r in rows}) >= n
+
+    assert wait_for(enough, timeout, interval=1), "the Connect server has fewer than %d executors" % n
+
+
+def elastic_reader(args, ctx):
+    """checkpointing_reader's model (its state: the row ids it trained on,
+    checkpointed with its feed position every few batches), drain-aware: at
+    the drain step it checkpoints and ends. Alone, it reads slower, so that
+    the feed outlasts the capacity's return."""
+    import json
+    import os
+    import time
+    from tfos import TFNode
+    node = "%s-%d" % (ctx.job_name, ctx.task_index)
+    ckpt = os.path.join(ctx.checkpoint_dir, "state-%s.json" % node)
+    state = json.load(open(ckpt)) if os.path.exists(ckpt) else []
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    fresh, step = [], 0
+
+    def checkpoint():
+        with feed.checkpoint():  # the state and its feed position together
+            state.extend(fresh)
+            del fresh[:]
+            with open(ckpt + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(ckpt + ".tmp", ckpt)
+
+    def record(name, obj):
+        with open(os.path.join(args["out"], name), "w") as f:
+            json.dump(obj, f)
+
+    while not feed.should_stop():
+        fresh.extend(int(r[0]) for r in feed.next_batch(20))
+        step += 1
+        ctx.report(step=step)
+        if step == 1:
+            record("reading-%d-%s" % (ctx.attempt, node), {"world": ctx.num_workers})
+        if ctx.should_checkpoint(step):
+            checkpoint()
+            record("drained-%d-%s" % (ctx.attempt, node), {"step": step})
+            return
+        if step % args["every"] == 0:
+            checkpoint()
+        time.sleep(args["slow"] if ctx.num_workers > 1 else args["alone"])
+    state.extend(fresh)
+    record("final-%d-%s.json" % (ctx.attempt, node), state)
+
+
+def test_an_elastic_cluster_over_connect_shrinks_and_grows_back(session, spark_cluster, tmp_path, caplog):
+    """Cluster(min_nodes=1) of 2 over Spark Connect, whose client cannot
+    list executors: worker 1 killed with its executor mid-feed restarts the
+    cluster on the one executor a probe job finds (one restart); when the
+    worker returns, a feed task on its executor, which has no node, asks
+    for a drain, and the cluster grows back to 2 (a resize). The surviving
+    state has every row once."""
+    connect_covers_it(session)
+    import collections
+    import json
+    import threading
+    from tfos.spark import Cluster
+    _, spark, _ = session
+    caplog.set_level("INFO", logger="tfos")
+    n = 3000
+    df = spark.range(0, n, 1, 15)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = {"out": str(out), "every": 3, "slow": 0.1, "alone": 0.4}
+    wait_executors_over_connect(spark, 2)
+
+    def capacity_goes_and_comes_back():
+        if wait_for(lambda: all((out / ("reading-1-worker-%d" % i)).exists() for i in (0, 1)), 120):
+            os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # the worker, its executor, its node
+        if wait_for(lambda: (out / "reading-2-worker-0").exists(), 120):
+            spark_cluster.restart_worker(1)
+
+    with Cluster(spark, elastic_reader, args, 2, max_restarts=1, checkpoint_dir=str(tmp_path / "ckpt"),
+                 reservation_timeout=60, min_nodes=1, elastic_wait=5) as cluster:
+        mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
+        mover.start()
+        cluster.train(df, feed_timeout=300)
+        mover.join(120)
+        history = cluster.policy.history
+    made = sorted(p.name for p in out.glob("reading-*"))
+    assert made == ["reading-1-worker-0", "reading-1-worker-1", "reading-2-worker-0", "reading-3-worker-0",
+                    "reading-3-worker-1"], made
+    assert [json.loads((out / ("reading-%d-worker-0" % a)).read_text())["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    assert [h["decision"] for h in history] == ["restart", "resize"], history
+    assert "resized from 1 to 2 nodes" in history[1]["summary"], history
+    assert "with no node ran a feed task" in history[1]["summary"], history
+    counts = collections.Counter()
+    for p in out.glob("final-3-*.json"):
+        counts.update(json.loads(p.read_text()))
+    wrong = {i: c for i, c in counts.items() if c != 1}
+    missing = [i for i in range(n) if i not in counts]
+    assert not missing and not wrong, (missing[:5], list(wrong.items())[:5])
+    said = [r.getMessage() for r in caplog.records]
+    assert any("1 of 2 executors usable after 5 s (elastic_wait): forming 1 of 2 nodes" in m for m in said), said
+    assert any("formed in" in m and "1 of 2 nodes (elastic: min 1)" in m for m in said), said
+    assert wait_no_tfos_processes(30) == []
+
+
+def elastic_torch_steps(out, steps):
+    """gloo all_reduce every step; rank 0 checkpoints every 25 steps and at
+    the drain step, where every rank ends. Alone, slower, so that the
+    capacity is back before the end."""
+    import json
+    import os
+    import time
+    import torch
+    import torch.distributed as dist
+    from tfos import TFNode
+    ctx = TFNode.get_context()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def record(name, obj):
+        with open(os.path.join(out, name + ".tmp"), "w") as f:
+            json.dump(obj, f)
+        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+
+    ckpt = os.path.join(os.environ["TFOS_CHECKPOINT_DIR"], "step.json")
+    step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+    record("start-%d-%d" % (ctx.attempt, rank), {"step": step, "world": world})
+    t = torch.ones(1)
+    while step < steps:
+        dist.all_reduce(t)
+        step += 1
+        ctx.report(step=step)
+        drain = ctx.should_checkpoint(step)
+        if rank == 0 and (step % 25 == 0 or drain):
+            with open(ckpt + ".tmp", "w") as f:
+                json.dump({"step": step}, f)
+            os.replace(ckpt + ".tmp", ckpt)
+            record("saved-%d" % ctx.attempt, {"step": step})
+        if step >= 30:
+            record("mark-%d-%d" % (ctx.attempt, rank), {})
+        if drain:
+            return None
+        time.sleep(0.03 if world > 1 else 0.2)
+    return world
+
+
+def test_an_elastic_torchdistributor_over_connect_goes_on_with_one_rank_and_grows_back(session, spark_cluster,
+                                                                                      tmp_path):
+    """TorchDistributor(min_nodes=1) of 2 over Connect: worker 1 killed for
+    good, the ranks re-form at WORLD_SIZE 1 from rank 0's checkpoint; the
+    ranks read no feed, so the client's keepalive looks for executors (the
+    probe job) and, finding the worker back, drains: WORLD_SIZE 2 again, at
+    the drain step."""
+    torch_over_connect(session)
+    import json
+    import threading
+    from tfos.torch import TorchDistributor
+    _, spark, _ = session
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def capacity_lost_then_back():
+        if wait_for(lambda: all((out / ("mark-1-%d" % r)).exists() for r in (0, 1)), 120):
+            os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # the worker, its executor, its rank
+            wait_for(lambda: (out / "mark-2-0").exists(), 180)
+            spark_cluster.restart_worker(1)
+
+    wait_executors_over_connect(spark, 2)
+    mover = threading.Thread(target=capacity_lost_then_back, daemon=True)
+    mover.start()
+    dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=1, spark=spark,
+                            checkpoint_dir=str(tmp_path / "ckpt"), min_nodes=1, elastic_wait=5)
+    assert dist.run(elastic_torch_steps, str(out), 400) == 2
+    mover.join(60)
+    starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
+    assert sorted(starts) == ["start-1-0", "start-1-1", "start-2-0", "start-3-0", "start-3-1"], sorted(starts)
+    assert [starts["start-%d-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    drained = json.loads((out / "saved-2").read_text())["step"]
+    assert starts["start-3-0"]["step"] == starts["start-3-1"]["step"] == drained   # grown at the drain step
+    history = dist.cluster.policy.history
+    assert [h["decision"] for h in history] == ["restart", "resize"], history
+    assert "run tasks for 1 of 2 nodes: growing to 2" in history[1]["summary"], history
+    assert wait_no_tfos_processes(30) == []

@@ -21,11 +21,15 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import console_write, log as logger
 from . import session as _session
-from .attempts import STATES, Engine, Snapshot, cause_code, failure_text
+from .attempts import STATES, Engine, Snapshot, cause_code, elastic_size, failure_text
 from .driver import SetupError, setup_errors_first, short, spark_job_error
 from .nodes import executors_python, guarded, missing_module_text, missing_of_row
 from .progress import JobProgress, Ticker
 from .wait import JOB, WaitTimeout, wait_until
+
+
+#: failure causes after which a node's executor may be gone
+LOST_CAUSES = (_tfos.CAUSE_EXECUTOR_LOST, _tfos.CAUSE_AGENT_LOST, _tfos.CAUSE_HEARTBEAT)
 
 
 class SessionEngine(Engine):
@@ -38,6 +42,10 @@ class SessionEngine(Engine):
 
     #: seconds between two reads of the nodes' output while the client waits
     OUTPUT_EVERY = 2.0
+    #: an elastic cluster's probe job (usable_executors): tasks for each node
+    #: it may have, and the seconds each holds its task slot
+    PROBE_TASKS_PER_NODE = 3
+    PROBE_HOLD_S = 0.3
 
     def __init__(self, spark, spec, num_nodes, lease, checkpoint_dir, output=False):
         self.spark, self.spec, self.num_nodes = spark, spec, int(num_nodes)
@@ -52,6 +60,8 @@ class SessionEngine(Engine):
         self.read_at_end = None  # (attempt, state, failed) of the last forced read
         self.tracker = None   # the job's MLflow run (mlflow=), or None
         self.reports = {}     # (attempt, executor_id) -> (report text, when made): those sent to it
+        self.elastic = None   # min_nodes's bounds (attempts.elastic_bounds, with "layout": the whole one), or None
+        self.planned = None   # an elastic cluster's next size (next_size), for form()
 
     # -- the coordinator, through Spark jobs
     def query(self, command=None, reason=None):
@@ -87,8 +97,57 @@ class SessionEngine(Engine):
             self.reports[key] = (text, now - age)
             self.tracker.report(key[1], text, int(age * 1000))
 
+    # -- an elastic size (Cluster's min_nodes)
+    @property
+    def size(self):
+        """The nodes of the current (or last) attempt."""
+        return self.num_nodes
+
+    def usable_executors(self):
+        """How many executors run this session's tasks now. Spark Connect
+        lists no executors to its clients, so a probe job asks: a few short
+        tasks for each node the cluster may have, each saying which
+        executor ran it. A decommissioned or lost executor runs none."""
+        n = self.PROBE_TASKS_PER_NODE * (self.elastic["max"] + 1)
+        rows = self.spark.range(0, n, 1, n).mapInArrow(_session.probe_stage(self.PROBE_HOLD_S),
+                                                       _session.ddl(_session.PROBE_FIELDS)).collect()
+        return len({(r["host"], r["key"]) for r in rows})
+
+    def next_size(self):
+        """The next attempt's size (attempts.elastic_size over the probe
+        job's count), kept for the next form()."""
+        self.planned = elastic_size(self.usable_executors, self.elastic, self.spec.reservation_timeout, self.error)
+        return self.planned
+
+    def drain_pending(self):
+        """Seconds a drain under way may still take (the coordinator's
+        default grace, and the stop after it), or 0 without one."""
+        if self.elastic is None or self.released or not self.spec.coord_addr:
+            return 0.0
+        try:
+            drain = self.query().get("drain")
+        except ClusterError:
+            return 0.0
+        return _tfos.DEFAULTS["drain_grace"] + 35.0 if drain and not drain.get("drained") else 0.0
+
+    def _apply_size(self, n):
+        """Lay the cluster out on n nodes: the last workers go. Below its
+        size, a feed task on an executor with no node asks for the drain
+        that grows the cluster onto it (feeding._ask_to_grow)."""
+        el = self.elastic
+        lay = dict(el["layout"])
+        lay["num_workers"] -= el["max"] - n
+        self.num_nodes = n
+        self.spec.layout = lay
+        self.spec.spark_ids = list(range(n))
+        self.spec.grow_by_feed = n < el["max"]
+
     # -- Engine
     def form(self, attempt, first):
+        if self.elastic is not None:
+            n = self.planned if self.planned is not None else self.next_size()
+            self.planned = None
+            self._apply_size(n)
         n = self.num_nodes
         self.spec.attempt = attempt
         self.spec.coord_addr = None
@@ -136,8 +195,10 @@ class SessionEngine(Engine):
             raise ClusterError("the tfos cluster did not form: %s" % exc, 1, None) from None
         if st["state"] == "failed":
             raise ClusterError(failure_text(self.policy, st.get("failure")), 1, None)
-        logger.info("cluster %s attempt %d formed in %.1f s: %d nodes on %s; coordinator at %s, checkpoints in %s",
-                    self.spec.cluster_id, attempt, time.monotonic() - t0, n,
+        size = "%d nodes" % n if self.elastic is None else "%d of %d nodes (elastic: min %d)" % (
+            n, self.elastic["max_nodes"], self.elastic["min_nodes"])
+        logger.info("cluster %s attempt %d formed in %.1f s: %s on %s; coordinator at %s, checkpoints in %s",
+                    self.spec.cluster_id, attempt, time.monotonic() - t0, size,
                     ", ".join(sorted({r["host"] for r in rows})), self.spec.coord_addr, self.checkpoint_dir)
         self.logs = {r["executor_id"]: [r["key"], r["log"], r["log_offset"] or 0, self.spec.label(r["executor_id"])]
                      for r in rows if r.get("log") and r.get("key")}
@@ -154,13 +215,25 @@ class SessionEngine(Engine):
         return st if st.get("state") in states else None
 
     # -- the nodes' output, brought to the client
-    def read_output(self, force=False):
+    def read_output(self, force=False, looked=False):
         """Show the nodes' output written since the last read (``[worker:0]
         line`` on this client's stdout): at most every OUTPUT_EVERY seconds,
         or now with ``force``. A barrier job of one task per executor reads
         each node's log file on its executor (session.logs_stage); the lines
-        are whole and in order, each node's after the last shown."""
+        are whole and in order, each node's after the last shown. Not
+        after a node was lost with its executor or host (that job would
+        wait for the lost slot); ``looked``: the status was just asked."""
         if not self.output or not self.logs:
+            return
+        if force and not looked and not self.released:
+            try:  # how the attempt stands now (a feed's end may be a node's loss)
+                self.query()
+            except ClusterError:
+                return
+        if cause_code((self.last or {}).get("cause")) in LOST_CAUSES:
+            # a node's executor (or host) may be gone: a barrier job of one task
+            # per node would wait for its slot (Spark checks every 15 s, up to
+            # 40 times); the failure text carries the node's last lines
             return
         now = time.monotonic()
         if not force and now - self.logs_read_at < self.OUTPUT_EVERY:
@@ -186,12 +259,22 @@ class SessionEngine(Engine):
                 console_write(sys.stdout, "[%s] %s" % (entry[3], line))
 
     def snapshot(self):
-        st = self.query()
+        try:
+            st = self.query()
+        except ClusterError as exc:
+            if self.released:
+                raise
+            # the coordinator is gone while its attempt ran: its host (an
+            # executor's) was lost, or it ended and lingered out unread. The
+            # attempt is over (its nodes stop when they lose it): a failure
+            # the policy may restart, as a lost executor
+            text = "%s; its host may be lost" % exc
+            return Snapshot(_tfos.STATE_FAILED, text, _tfos.CAUSE_EXECUTOR_LOST, 0, text, True, {})
         # the output up to now, before a look that ends the wait: a rank's
         # last lines come before the run ends or its failure is raised
         ending = (self.spec.attempt, st.get("state"), bool(st.get("failure")))
         over = ending[2] or ending[1] in ("done", "failed")
-        self.read_output(force=over and ending != self.read_at_end)
+        self.read_output(force=over and ending != self.read_at_end, looked=True)
         if over:
             self.read_at_end = ending
         failure = st.get("failure") or ""
@@ -202,9 +285,11 @@ class SessionEngine(Engine):
         record = {k: rec[k] for k in ("node", "job", "exception", "where") if rec.get(k)}
         if failure and rec.get("exit_code", -1) >= 0:
             record["exit_code"] = int(rec["exit_code"])
-        return Snapshot(state, failure, cause_code(st.get("cause")) if failure else 0, 0,
-                        failure.splitlines()[0] if failure else "",
-                        state in (_tfos.STATE_DONE, _tfos.STATE_FAILED), record)
+        drain = st.get("drain") or {}
+        drained = state == _tfos.STATE_DONE and bool(drain.get("drained"))
+        summary = failure.splitlines()[0] if failure else ("drained: %s" % drain.get("reason") if drained else "")
+        return Snapshot(state, failure, cause_code(st.get("cause")) if failure else 0, 0, summary,
+                        state in (_tfos.STATE_DONE, _tfos.STATE_FAILED), record, drained=drained)
 
     def end_feed(self):
         self.query("end_feed")

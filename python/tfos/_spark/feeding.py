@@ -58,6 +58,19 @@ def _drained_text(partition, drain):
         partition, drain.get("step"))
 
 
+def _ask_to_grow(spec, partition, key):
+    """Capacity came back where the client cannot see it (Spark Connect):
+    ask the coordinator to drain, so that the next attempt forms on every
+    executor there is. Once per cluster drain (the coordinator ignores the
+    ask while one is under way); a failure here only leaves the size as it is."""
+    reason = ("a Spark executor with no node ran a feed task (partition %d, host %s, JVM pid %s): growing onto it" %
+              (partition, socket.gethostname(), key))
+    try:
+        _tfos.query_status(spec.coord_addr, spec.secret, 5000, "drain", reason)
+    except Exception as exc:  # noqa: BLE001 -- the partition is fed again either way
+        logger.warning("partition %d: could not ask the coordinator to grow the cluster: %s", partition, exc)
+
+
 class FeedTaskError(RuntimeError):
     pass
 
@@ -76,6 +89,8 @@ def _pick_node(spec, partition):
         if getattr(spec, "elastic", False):
             # an elastic cluster smaller than its executors: this one came
             # back, and the cluster grows onto it at its next drain
+            if getattr(spec, "grow_by_feed", False):
+                _ask_to_grow(spec, partition, key)
             raise NodeLost("partition %d: no node on this executor yet (the elastic cluster grows onto it at its "
                            "next drain)" % partition)
         raise FeedTaskError(

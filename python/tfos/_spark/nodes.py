@@ -61,6 +61,9 @@ class NodeSpec(object):
         self.webhdfs = webhdfs                # TFOS_WEBHDFS: tfos.fs reaches hdfs:// through it
         self.hadoop_user = hadoop_user        # HADOOP_USER_NAME: the driver's Hadoop user (its Kerberos one)
         self.elastic = False                  # min_nodes < num_executors: executors may have no node for a while
+        # an elastic cluster below its size whose client cannot see executors (Spark Connect): a feed task on
+        # an executor with no node asks the coordinator for the drain that grows the cluster onto it
+        self.grow_by_feed = False
 
     def roles(self):
         """[(job, index)] by executor id: libtfos's role table (the order of

@@ -11,7 +11,10 @@ from the executors to the client).
   executor (feeding.py) and returns its outcome, or the rows with the node's
   results appended, as Arrow;
 - the query stage: one task asks the coordinator for its status, carrying a
-  command (end the feed, stop, release).
+  command (end the feed, stop, release, drain);
+- the probe stage (an elastic cluster's): short tasks that say which
+  executor ran them, so that the client, which cannot list executors over
+  Spark Connect, learns how many there are.
 
 Every one of them renews the client's lease on the coordinator (``tfos
 coordinator --lease``): when no stage of the client's has asked for
@@ -23,6 +26,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 
 from .. import _tfos
 from .._launch import agent_path
@@ -36,6 +40,7 @@ NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"),
 LOG_FIELDS = (("executor_id", "long"), ("offset", "long"), ("end", "long"), ("lines", "string"))
 FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"))
 QUERY_FIELDS = (("status", "string"), ("error", "string"))
+PROBE_FIELDS = (("host", "string"), ("key", "string"))
 
 
 def ddl(fields):
@@ -326,5 +331,20 @@ def query_stage(spec, command=None, reason=None):
         except Exception as exc:
             row = {"status": None, "error": "%s (from host %s)" % (exc, socket.gethostname())}
         yield _batch(QUERY_FIELDS, [row])
+
+    return run
+
+
+def probe_stage(hold):
+    """One row per task: the executor that ran it (host, JVM pid), after it
+    held its task slot ``hold`` seconds, so that a job of several tasks per
+    executor spreads over all of them (Spark offers a free slot of any
+    executor the next task)."""
+
+    def run(batches):
+        for _ in batches:
+            pass
+        time.sleep(hold)
+        yield _batch(PROBE_FIELDS, [{"host": socket.gethostname(), "key": executor_key()}])
 
     return run
