@@ -186,8 +186,10 @@ def test_a_driver_coordinator_drains_its_nodes(marker):
         wait_done(coord)
         step = coord.drain_step
         assert coord.drained and step > 20
+        # the first drain's reason, not the refused one's
         assert json.loads(coord.status())["drain"] == {"step": step, "drained": True,
-                                                       "age_s": json.loads(coord.status())["drain"]["age_s"]}
+                                                       "age_s": json.loads(coord.status())["drain"]["age_s"],
+                                                       "reason": "executor 1 is decommissioned"}
     finally:
         outs = finish(agents)
         coord.close()
