@@ -217,8 +217,8 @@ class Cluster(object):
             except Exception as exc:  # the session is gone, or the cluster is over
                 logger.debug("tfos keepalive: %s", exc)
                 continue
-            if st.get("state") in ("done", "failed"):
-                return
+            # an attempt that is done or failed may still be followed by
+            # another (a restart, a resize): the thread ends with the cluster
             if self.grow_unfed and st.get("state") == "running" and not st.get("drain"):
                 self._grow_if_capacity()
 
@@ -226,8 +226,7 @@ class Cluster(object):
     GROW_LOOK_S = 5.0
 
     def _keepalive_interval(self):
-        eng = self._engine
-        if self.grow_unfed and eng.elastic is not None and eng.size < eng.elastic["max"]:
+        if self.grow_unfed and self._engine.below_size:
             return min(self.lease_timeout / 4.0, self.GROW_LOOK_S)
         return self.lease_timeout / 4.0
 
@@ -238,7 +237,7 @@ class Cluster(object):
         themselves: feeding._ask_to_grow)."""
         eng = self._engine
         el = eng.elastic
-        if el is None or eng.size >= el["max"]:
+        if not eng.below_size:
             return
         try:
             have = eng.usable_executors()

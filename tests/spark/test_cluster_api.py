@@ -505,8 +505,10 @@ def test_an_elastic_cluster_over_connect_shrinks_and_grows_back(session, spark_c
 
 def elastic_torch_steps(out, steps):
     """gloo all_reduce every step; rank 0 checkpoints every 25 steps and at
-    the drain step, where every rank ends. Alone, slower, so that the
-    capacity is back before the end."""
+    the drain step, where every rank ends. Alone, it steps until the drain
+    that grows it (at most 240 s, then it ends at world 1: the test fails
+    saying so), whatever the machine's speed; at 2 ranks, to the last step
+    and at least 50 steps."""
     import json
     import os
     import time
@@ -526,7 +528,9 @@ def elastic_torch_steps(out, steps):
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
     record("start-%d-%d" % (ctx.attempt, rank), {"step": step, "world": world})
     t = torch.ones(1)
-    while step < steps:
+    alone_until = time.monotonic() + 240
+    last = max(steps, step + 50)
+    while (step < last) if world > 1 else (time.monotonic() < alone_until):
         dist.all_reduce(t)
         step += 1
         ctx.report(step=step)
@@ -570,8 +574,10 @@ def test_an_elastic_torchdistributor_over_connect_goes_on_with_one_rank_and_grow
     mover.start()
     dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=1, spark=spark,
                             checkpoint_dir=str(tmp_path / "ckpt"), min_nodes=1, elastic_wait=5)
-    assert dist.run(elastic_torch_steps, str(out), 400) == 2
+    world = dist.run(elastic_torch_steps, str(out), 400)
     mover.join(60)
+    assert world == 2, "the one rank left stepped 240 s and was never grown back: %s" % sorted(
+        p.name for p in out.iterdir())
     starts = {p.name: json.loads(p.read_text()) for p in out.glob("start-*")}
     assert sorted(starts) == ["start-1-0", "start-1-1", "start-2-0", "start-3-0", "start-3-1"], sorted(starts)
     assert [starts["start-%d-0" % a]["world"] for a in (1, 2, 3)] == [2, 1, 2]

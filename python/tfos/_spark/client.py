@@ -103,6 +103,11 @@ class SessionEngine(Engine):
         """The nodes of the current (or last) attempt."""
         return self.num_nodes
 
+    @property
+    def below_size(self):
+        """An elastic cluster formed on fewer nodes than its size."""
+        return self.elastic is not None and self.size < self.elastic["max"]
+
     def usable_executors(self):
         """How many executors run this session's tasks now. Spark Connect
         lists no executors to its clients, so a probe job asks: a few short
