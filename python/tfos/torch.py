@@ -289,7 +289,10 @@ class TorchDistributor(object):
         payload = (main, tuple(args), result_name)
         if _is_connect(spark):
             self._run_session(spark, payload, df, epochs, feed_timeout)
-            slots = self.num_processes  # tfos.spark.Cluster: one executor per node, one task slot each
+            # tfos.spark.Cluster: one executor per node, one task slot each;
+            # an elastic cluster that ended small: the executors there are now
+            eng = self.cluster._engine
+            slots = max(1, eng.usable_executors()) if eng.below_size else self.num_processes
         else:
             slots = self._run_classic(spark.sparkContext, payload, df, epochs, feed_timeout)
         if isinstance(main, str):
@@ -301,7 +304,7 @@ class TorchDistributor(object):
         """The ranks as a TFCluster (the driver engine: the coordinator in
         this process); returns the task slots that reach every executor."""
         from ._spark import cluster as spark_cluster
-        from ._spark.driver import _executor_count
+        from ._spark.driver import _executor_count, live_task_slots
         mode = spark_cluster.InputMode.SPARK if df is not None else spark_cluster.InputMode.TENSORFLOW
         cluster = spark_cluster.run(sc, _spark_node, payload, self.num_processes, input_mode=mode,
                                     max_restarts=self.max_restarts, checkpoint_dir=self.checkpoint_dir,
@@ -313,8 +316,10 @@ class TorchDistributor(object):
                 cluster.train(df, epochs, feed_timeout=feed_timeout)
         finally:
             cluster.shutdown()  # raises the failure (with its traceback) if a rank failed
-        # a barrier job as wide as every task slot reaches every executor
-        return max(self.num_processes, _executor_count(sc), sc.defaultParallelism)
+        # a barrier job as wide as every task slot reaches every executor;
+        # no wider than the slots alive now (an executor lost for good
+        # under an elastic run: a wider barrier job would fail)
+        return live_task_slots(sc) or max(self.num_processes, _executor_count(sc), sc.defaultParallelism)
 
     def _run_session(self, spark, payload, df, epochs, feed_timeout):
         """The ranks as a tfos.spark.Cluster (the session engine: the

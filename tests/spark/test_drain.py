@@ -10,6 +10,7 @@ import sys
 import threading
 import urllib.request
 
+import pytest
 from pyspark import cloudpickle
 
 from tfos import TFCluster
@@ -248,13 +249,16 @@ def test_an_elastic_cluster_goes_on_without_an_executor_killed_for_good(spark_cl
     assert wait_no_tfos_processes(30) == []
 
 
-def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark_cluster, tmp_path):
+@pytest.mark.parametrize("lost", ["program", "executor"])
+def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark_cluster, tmp_path, lost):
     """TorchDistributor(min_nodes=1, resize_in_place=True) of 2 on a classic
     session, gloo all_reduce every step through tfos.torch.ElasticGroup:
-    rank 1's program is SIGKILLed while both step. The survivor's process
-    goes on: it rejoins as rank 0 of 1, keeps its in-memory state (the sum
-    of every row id, each read once) and returns; the history holds one
-    resize and no restart."""
+    while both step, rank 1's program is SIGKILLed ("program"), or worker
+    1 is, with its executor, node agent and rank, for good ("executor":
+    Spark's task of that node is lost and may be tried again). The
+    survivor's process goes on: it rejoins as rank 0 of 1, keeps its
+    in-memory state (the sum of every row id, each read once) and returns;
+    the history holds one resize and no restart, and nothing is left."""
     from tfos.torch import TorchDistributor
     out = tmp_path / "out"
     out.mkdir()
@@ -289,7 +293,10 @@ def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark
 
     def kill_rank_1():
         if wait_for(lambda: all((out / ("stepping-%d" % r)).exists() for r in (0, 1)), 120):
-            os.kill(int((out / "pid-1").read_text()), signal.SIGKILL)
+            if lost == "program":
+                os.kill(int((out / "pid-1").read_text()), signal.SIGKILL)
+            else:
+                os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # whichever rank it runs
 
     spark = spark_cluster.spark_session("tfos-test-inplace-torch")
     steps = 400
@@ -302,9 +309,14 @@ def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark
         killer.join(10)
     finally:
         spark.stop()
-    assert got == {"pid": int((out / "pid-0").read_text()), "world": 1, "generation": 1,
-                   "total": sum(range(steps * 8))}, got
+        if lost == "executor":
+            spark_cluster.restart_worker(1)
+    pids = [int((out / ("pid-%d" % r)).read_text()) for r in (0, 1)]
+    survivor = pids[0] if lost == "program" else got["pid"]
+    assert survivor in pids, (got, pids)
+    assert got == {"pid": survivor, "world": 1, "generation": 1, "total": sum(range(steps * 8))}, got
     history = dist.cluster.policy.history
     assert [h["decision"] for h in history] == ["resize"], history
-    assert "resized in place from 2 to 1 nodes: worker:1" in history[0]["summary"], history
+    assert "resized in place from 2 to 1 nodes: worker:%s" % ("1" if lost == "program" else "") in \
+        history[0]["summary"], history
     assert wait_no_tfos_processes(60) == []

@@ -115,6 +115,18 @@ def _executor_count(sc):
     return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1  # minus the driver
 
 
+def live_task_slots(sc):
+    """The task slots of the executors alive now, as Spark counts them for
+    a barrier stage (which fails when it asks for more), or None when this
+    Spark cannot say."""
+    try:
+        jsc = sc._jsc.sc()
+        n = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 -- py4j's errors: a Spark without the (internal) method
+        return None
+    return n if n > 0 else None
+
+
 def _check_executors(sc, n_tasks, wait_s, local, spark_mode=False):
     """Clear errors for clusters that cannot run one node per executor."""
     conf = sc.getConf()
