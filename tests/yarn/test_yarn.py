@@ -301,6 +301,48 @@ def test_preemption_for_another_queue_resizes_an_elastic_application(yarn_cluste
     assert each_id_once(str(ids)) == ""
 
 
+INPLACE = os.path.join(REPO, "tests", "support", "inplace_prog.py")
+
+
+def test_torch_survivors_go_on_in_place_in_containers(yarn_cluster, tmp_path):
+    """tfos yarn --framework torch --resize-in-place (issue 41): the
+    ApplicationMaster's launcher takes the option of tfos run. 3 workers in
+    containers, gloo all_reduce every step through ElasticGroup; worker 0's
+    program (rank 0, the store's host) is SIGKILLed. Workers 1 and 2 go on
+    as ranks 0 and 1 of 2 in the same processes, each step's ids summed
+    once, and the application succeeds, no restart spent."""
+    out_path = tmp_path / "yarn.out"
+    steps = 400
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen([TFOS, "yarn", "--framework", "torch", "--workers", "3", "--worker-memory", "640m",
+                              "--am-memory", "384m", "--min-nodes", "2", "--resize-in-place", "--max-restarts", "0",
+                              "--file", INPLACE, "--", sys.executable, "inplace_prog.py", "yarn", str(steps)],
+                             env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and out_path.read_text().count("stepping at 3") < 3:
+            assert p.poll() is None, out_path.read_text()
+            time.sleep(0.2)
+        text = out_path.read_text()
+        assert text.count("stepping at 3") == 3, text
+        pids = {int(w): int(pid) for w, pid in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", text)}
+        assert sorted(pids) == [0, 1, 2], text
+        os.kill(pids[0], signal.SIGKILL)
+        code = p.wait(timeout=150)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    text = out_path.read_text()
+    assert code == 0, text
+    assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host [^)]*\) failed: signal 9",
+                     text), text
+    assert "restarting" not in text and "all nodes finished successfully" in text, text
+    for w, rank in ((1, 0), (2, 1)):
+        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, rank), text), text
+        assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], sum(range(steps * 8))) in text, text
+
+
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):
     """tfos yarn --mlflow (issue 39): the launcher in the ApplicationMaster's
     container makes one MLflow run for the application, with each rank's
