@@ -209,17 +209,23 @@ class Cluster(object):
         """The lease: a small job every ``lease_timeout / 4`` seconds (a
         timer, woken early when the cluster ends); every GROW_LOOK_S
         seconds while an elastic cluster of unfed programs is small."""
+        over = None  # the coordinator of an attempt seen ended: not asked again
         while not self._stop_keepalive.wait(self._keepalive_interval()):
             if self._closed:
                 return
+            addr = self._engine.spec.coord_addr
+            if addr is None or addr == over:
+                continue
             try:
                 st = self._query()
             except Exception as exc:  # the session is gone, or the cluster is over
                 logger.debug("tfos keepalive: %s", exc)
                 continue
-            # an attempt that is done or failed may still be followed by
-            # another (a restart, a resize): the thread ends with the cluster
-            if self.grow_unfed and st.get("state") == "running" and not st.get("drain"):
+            if st.get("state") in ("done", "failed"):
+                # another attempt may follow (a restart, a resize), with its
+                # own coordinator: the thread ends with the cluster
+                over = addr
+            elif self.grow_unfed and st.get("state") == "running" and not st.get("drain"):
                 self._grow_if_capacity()
 
     #: seconds between two looks for capacity come back (grow_unfed)
