@@ -545,7 +545,8 @@ class ElasticGroup(object):
 
     def rejoin(self, timeout=60.0):
         """Wait (up to ``timeout`` s) for the cluster's new membership,
-        then re-form the group in it: returns ``(rank, world)``."""
+        then re-form the group in it: returns ``(rank, world)``. The
+        environment's RANK, WORLD_SIZE and MASTER_* follow the new group."""
         import time
 
         if not self._file:
@@ -563,5 +564,9 @@ class ElasticGroup(object):
             info = self._read()
         host, _, port = info["master"].rpartition(":")
         self.generation, self.rank, self.world = info["generation"], info["rank"], info["world"]
+        # what reads the environment after this (the program, tfos's own
+        # "rank 0 returns the value") sees the group it is now in
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), MASTER_ADDR=host.strip("[]"),
+                          MASTER_PORT=port)
         self._form(host.strip("[]"), int(port))
         return self.rank, self.world
