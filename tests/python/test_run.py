@@ -263,9 +263,10 @@ def test_port_held_until_program_starts(tmp_path, marker):
         node1 = subprocess.Popen([tfos_cli(), "node", "--coord", addr, "--executor-id", "1", "--", PY,
                                   prog("bind_port.py"), marker], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-        out0, _ = node0.communicate(timeout=60)
+        out0, err0 = node0.communicate(timeout=60)
         node1.communicate(timeout=60)
-        assert "bound %d" % port in out0  # ...and the program itself could bind it at once
+        # ...and the program itself could bind it at once
+        assert "bound %d" % port in out0, (node0.returncode, out0, err0[-3000:], "".join(lines))
         assert node0.returncode == 0 and node1.returncode == 0
         assert coord.wait(timeout=30) == 0
     finally:

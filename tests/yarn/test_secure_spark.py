@@ -64,7 +64,10 @@ def test_tfcluster_outlives_its_tokens_and_a_node_restart_under_spark_submit_key
     assert all(ln.endswith("home=%s/user/tfos/" % c.default_fs) for ln in starts), starts
     resumed = [ln for ln in starts if " attempt=2 " in ln]
     assert sorted(ln.split()[1] for ln in resumed) == ["worker:0", "worker:1"], lines
-    assert all(int(re.search(r"from=(\d+)", ln).group(1)) >= 55 for ln in resumed), resumed
+    # each from its own checkpoint: worker:1 pushed step 60 and killed itself there; worker:0, a step of
+    # its own it had pushed (how far it got depends on when it started)
+    froms = {ln.split()[1]: int(re.search(r"from=(\d+)", ln).group(1)) for ln in resumed}
+    assert froms["worker:1"] == 60 and froms["worker:0"] > 0, resumed
     assert result["checkpoints"].startswith("%s/user/tfos/tfos-checkpoints/" % c.default_fs), result
     logs = r.stderr + "\n".join(t for cont in c.container_logs(result["app"]).values() for t in cont.values())
     for bad in ("InvalidToken", "token is expired", "could not read fresh", "could not publish"):
