@@ -38,7 +38,8 @@ def test_tfcluster_outlives_its_tokens_and_a_node_restart_under_spark_submit_key
     # lifetime); worker:1 kills itself at step 60, ~35 s in, past the tokens the executors started with:
     # the restarted programs must start from a token kept on their executor, and every node resumes
     c = spark_secure_cluster
-    env = spark_on_yarn_env(c)  # its spark-defaults.conf: --principal/--keytab and krb5.conf for every JVM
+    # its spark-defaults.conf: --principal/--keytab and krb5.conf for every JVM; Spark's own 75 %
+    env = spark_on_yarn_env(c, renewal_ratio=None)
     jars = os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars", "*")
     conf = {"spark.yarn.jars": "local:" + jars, "spark.yarn.am.memory": "512m",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",

@@ -499,13 +499,20 @@ def test_container_killed_through_yarn_restarts_the_cluster(yarn_cluster, tmp_pa
     assert "STEPS worker:0 done" in lines and "STEPS worker:1 done" in lines, lines
 
 
-def spark_on_yarn_env(cluster):
+def spark_on_yarn_env(cluster, renewal_ratio=0.5):
     """The environment of a Spark driver (client mode) for the minicluster.
     Without Spark's web UI: on Spark 4 its handlers are started while YARN's
     ApplicationMaster adds its filter to them, and SparkContext's start
     failed once in a whole run with a ConcurrentModificationException in
     Jetty's ServletHandler.initialize (Spark's race, not tfos's; nothing
-    here uses that UI)."""
+    here uses that UI).
+
+    Secure: Spark replaces its HDFS tokens at ``renewal_ratio`` of their
+    renewal interval (Spark's default 0.75: at 45 s of the shared cluster's
+    60 s) and a failed replacement is tried again 5 s later (Spark's
+    default: 1 h). At 0.75 an executor wrote with an expired token once on
+    CI's loaded machine, 60 s into the application; Spark's own timing, as
+    a 24 h interval would leave 6 h of margin. None: Spark's default."""
     conf_dir = os.path.join(cluster.tmp_dir, "spark-conf")
     os.makedirs(conf_dir, exist_ok=True)
     with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
@@ -514,6 +521,9 @@ def spark_on_yarn_env(cluster):
             # spark-submit --principal/--keytab, as a long job on a Kerberized cluster is run; and Java reads
             # no KRB5_CONFIG: every JVM of the application is told where krb5.conf is
             f.write("spark.kerberos.principal %s\nspark.kerberos.keytab %s\n" % (cluster.principal, cluster.keytab))
+            f.write("spark.security.credentials.retryWait 5s\n")
+            if renewal_ratio is not None:
+                f.write("spark.security.credentials.renewalRatio %s\n" % renewal_ratio)
             krb = "-Djava.security.krb5.conf=" + os.path.join(cluster.conf_dir, "krb5.conf")
             for jvm in ("driver", "yarn.am", "executor"):
                 f.write("spark.%s.extraJavaOptions %s\n" % (jvm, krb))
