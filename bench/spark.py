@@ -129,6 +129,8 @@ def run_driver(side, py, cluster, work, rnd, opts):
            "--feed-rows", str(opts.feed_rows), "--inference-rows", str(opts.inference_rows),
            "--partitions", str(opts.partitions), "--digits-npz", os.path.join(work, "digits.npz"),
            "--digits-epochs", str(opts.digits_epochs)]
+    if opts.ready_timeout is not None:
+        cmd += ["--ready-timeout", str(opts.ready_timeout)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     env["TMPDIR"] = os.path.join(work, "tmp-driver-%s-r%d" % (side, rnd))
     os.makedirs(env["TMPDIR"], exist_ok=True)
@@ -372,6 +374,9 @@ def main():
     p.add_argument("--digits-epochs", type=int, default=10)
     p.add_argument("--workloads", default="feed,dataframe,inference,digits")
     p.add_argument("--only", choices=SIDES, default=None, help="run one side only (no ratios)")
+    p.add_argument("--ready-timeout", type=float, default=None,
+                   help="tfos: TFCluster.run(ready_timeout=) (0: run() returns at registration, as before "
+                        "2026-11-28); default: run()'s own")
     p.add_argument("--driver-timeout", type=int, default=900, help="seconds per driver process")
     p.add_argument("--keep-logs", action="store_true", help="keep the work dir (driver logs, results)")
     opts = p.parse_args()

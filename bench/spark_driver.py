@@ -233,8 +233,12 @@ def fresh_dir(base, name):
     return d
 
 
+READY_TIMEOUT = None  # --ready-timeout (tfos only): run()'s wait for the programs to read; None: its default
+
+
 def run_cluster(sc, fun, tf_args):
-    return TFCluster.run(sc, fun, tf_args, NUM_EXECUTORS, 0, False, TFCluster.InputMode.SPARK)
+    extra = {} if READY_TIMEOUT is None else {"ready_timeout": READY_TIMEOUT}
+    return TFCluster.run(sc, fun, tf_args, NUM_EXECUTORS, 0, False, TFCluster.InputMode.SPARK, **extra)
 
 
 def _drain(iterator):
@@ -485,7 +489,11 @@ def main():
     p.add_argument("--digits-epochs", type=int, default=10)
     p.add_argument("--digits-batch", type=int, default=32)
     p.add_argument("--digits-partitions", type=int, default=4)
+    p.add_argument("--ready-timeout", type=float, default=None,
+                   help="tfos: TFCluster.run(ready_timeout=); 0: return at registration, as TFoS does")
     opts = p.parse_args()
+    global READY_TIMEOUT
+    READY_TIMEOUT = opts.ready_timeout if IMPL == "tfos" else None
     workloads = [w for w in opts.workloads.split(",") if w]
 
     import numpy as np

@@ -120,6 +120,7 @@ struct agent {
     tfos__loop *loop;
     int done;              /* leave the loop */
     tfos__timer hb_timer, kill_timer, end_feed_timer;
+    tfos__timer ready_timer; /* looks for the program's first read of its feed (on_ready_poll) */
     /* the program could not be started: 0, or the kind the coordinator
      * decides on: START_PROGRAM (it cannot start: exec failed, no script, no
      * tf_keras for --keras legacy; retrying cannot help) or START_SETUP (the
@@ -506,6 +507,38 @@ static void add_progress(agent *a, tfos__msg *m)
     }
 }
 
+/* The program's first read of its input ring, told to the coordinator at
+ * once rather than at the next heartbeat (up to 1 s later): a Spark driver's
+ * run() waits for every fed node to read before it returns, so that its
+ * first train() does not share the cores with the programs' start
+ * (docs/SPARK.md, "When run() returns"). Reading: the program waited on the
+ * empty ring or took rows. Looked at every READY_POLL_FAST_MS for the first
+ * READY_FAST_FOR_MS of the program's life, then every READY_POLL_SLOW_MS
+ * until READY_POLL_FOR_MS; after that the heartbeats carry it. */
+enum { READY_POLL_FAST_MS = 10, READY_FAST_FOR_MS = 2000, READY_POLL_SLOW_MS = 200, READY_POLL_FOR_MS = 120000 };
+
+static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
+{
+    agent *a = user;
+    if (!a->in_ring || !a->child || a->child_done)
+        return;
+    tfos__ring_stats in;
+    tfos__ring_stats_get(a->in_ring, &in);
+    if (in.consumer_wait_ns > 0 || in.rows_out > 0) {
+        if (a->connected) {
+            tfos__msg m;
+            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+            add_progress(a, &m);
+            send_msg(a, &m);
+        }
+        return;
+    }
+    int64_t now = tfos__now_ms(), age = now - a->child_started_ms;
+    if (age < READY_POLL_FOR_MS)
+        tfos__timer_arm(l, t, now + (age < READY_FAST_FOR_MS ? READY_POLL_FAST_MS : READY_POLL_SLOW_MS),
+                        on_ready_poll, a);
+}
+
 /* The time in the program's TFOS_ERROR_FILE (seconds since the epoch, as
  * its catcher wrote it: tfos's Python wrapper does), or 0: none, or one not
  * within this program's life (a clock's jump, a stray file). */
@@ -825,6 +858,8 @@ static void start_program(agent *a)
     tfos__msg_begin(&m, TFOS_MSG_STARTED);
     tfos__msg_add(&m, "pid", "%d", (int)a->child);
     send_msg(a, &m);
+    if (a->in_ring)
+        tfos__timer_arm(a->loop, &a->ready_timer, a->child_started_ms + READY_POLL_FAST_MS, on_ready_poll, a);
     TFOS_DEBUG("agent %s: started %s (pid %d)", a->label, argv[0], (int)a->child);
     if (tb_argv) {
         char line[TFOS_HOST_MAX + PATH_MAX + 64];

@@ -1800,7 +1800,8 @@ int tfos_coord_node(const tfos_coord *c, int i, tfos_node_info *out)
     return 0;
 }
 
-/* A node's "feed" object: its input ring as its agent last saw it. */
+/* A node's "feed" object: its input ring as its agent last saw it ("reading":
+ * its program has waited on it or taken rows). */
 static void node_feed_json(FILE *f, const cnode *nd)
 {
     if (!nd->has_feed) {
@@ -1810,11 +1811,12 @@ static void node_feed_json(FILE *f, const cnode *nd)
     uint64_t buffered = nd->rows_in > nd->rows_out ? nd->rows_in - nd->rows_out : 0;
     fprintf(f, "{\"rows_written\": %llu, \"rows_consumed\": %llu, \"rows_buffered\": %llu, \"ring_bytes\": %llu, "
                "\"ring_used\": %llu, \"ring_fill\": %.3f, \"wait_data\": %.3f, \"wait_trainer\": %.3f, "
-               "\"ended\": %s, \"age_s\": %.1f}",
+               "\"ended\": %s, \"reading\": %s, \"age_s\": %.1f}",
             (unsigned long long)nd->rows_in, (unsigned long long)nd->rows_out, (unsigned long long)buffered,
             (unsigned long long)nd->ring_cap, (unsigned long long)nd->ring_used,
             nd->ring_cap ? (double)nd->ring_used / (double)nd->ring_cap : 0.0, nd->wait_data, nd->wait_room,
-            nd->feed_ended ? "true" : "false", (double)(tfos__now_ms() - nd->progress_at) / 1000.0);
+            nd->feed_ended ? "true" : "false", nd->wait_data_ns || nd->rows_out ? "true" : "false",
+            (double)(tfos__now_ms() - nd->progress_at) / 1000.0);
 }
 
 /* ---- start telemetry -------------------------------------------------- */

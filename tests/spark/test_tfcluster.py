@@ -49,6 +49,10 @@ def count_rows(args, ctx):
     n = total = 0
     if ctx.executor_id == 0 and args.get("first_delay"):  # a program slow to start (TF's own start)
         time.sleep(args["first_delay"])
+    if args.get("go"):  # a program that reads only once the test says so (at most 120 s)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(args["go"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
     while not feed.should_stop():
         batch = feed.next_batch(args.get("batch", 100))
         n += len(batch)
@@ -236,13 +240,52 @@ def test_a_node_slow_to_start_still_gets_its_share(spark, tmp_path, kind):
     rows = [(i, float(i)) for i in range(800)]
     data = sc.parallelize(rows, 8) if kind == "rdd" else \
         spark.createDataFrame(sc.parallelize(rows, 8), "a long, b double")
+    # ready_timeout=0: run() returns at registration, while chief:0 is still asleep (else run() waits for it)
     cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path), "first_delay": 2.0}, num_executors=2,
-                            num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+                            num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, ready_timeout=0)
     cluster.train(data, num_epochs=1, feed_timeout=120)
     cluster.shutdown(timeout=120)
     counts = [json.load(open(tmp_path / ("count-%d.json" % i))) for i in range(2)]
     assert sum(c["sum"] for c in counts) == sum(range(800))
     assert all(300 <= c["rows"] <= 500 for c in counts), counts  # 4 : 4, at worst 3 : 5
+    assert wait_no_tfos_processes(30) == []
+
+
+def test_run_returns_once_every_fed_program_reads_or_after_ready_timeout(spark, tmp_path, caplog):
+    """InputMode.SPARK: run() returns once every fed node's program reads its
+    feed, so that the first train() does not share the cores with their
+    start; past ready_timeout it returns, naming the nodes not reading."""
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i, float(i)) for i in range(1000)], 4)
+    # programs that start reading 2 s late (executor 0's): run() waits for them
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    cluster = TFCluster.run(sc, count_rows, {"out": str(slow), "first_delay": 2.0}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    try:
+        nodes = cluster.status()["nodes"]
+        assert [bool(n["feed"] and n["feed"]["reading"]) for n in nodes] == [True, True], nodes
+        cluster.train(rdd, num_epochs=1, feed_timeout=120)
+    finally:
+        cluster.shutdown(timeout=120)
+    # programs that read only once told: run() returns after ready_timeout, saying which nodes do not read
+    held, go = tmp_path / "held", tmp_path / "go"
+    held.mkdir()
+    caplog.set_level("INFO", logger="tfos")
+    cluster = TFCluster.run(sc, count_rows, {"out": str(held), "go": str(go)}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, ready_timeout=1)
+    try:
+        said = [r.getMessage() for r in caplog.records if "not reading its feed yet" in r.getMessage()]
+        assert len(said) == 1 and "worker:0" in said[0] and "worker:1" in said[0], said
+        nodes = cluster.status()["nodes"]
+        assert not any(n["feed"] and n["feed"]["reading"] for n in nodes), nodes
+        go.touch()
+        cluster.train(rdd, num_epochs=1, feed_timeout=120)
+    finally:
+        cluster.shutdown(timeout=120)
+    for out in (slow, held):
+        counts = [json.load(open(out / ("count-%d.json" % i))) for i in range(2)]
+        assert sum(c["rows"] for c in counts) == 1000 and sum(c["sum"] for c in counts) == sum(range(1000)), counts
     assert wait_no_tfos_processes(30) == []
 
 

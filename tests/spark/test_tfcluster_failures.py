@@ -44,8 +44,8 @@ def test_second_node_on_an_executor_is_refused(spark):
     when spark.task.cpus < spark.executor.cores lets two node tasks share
     one): it says so and what to change, and the cluster stops."""
     sc = spark.sparkContext
-    cluster = TFCluster.run(sc, sleep_fun, 300, num_executors=2, num_ps=0,
-                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster = TFCluster.run(sc, sleep_fun, 300, num_executors=2, num_ps=0,  # never reads: run() need not wait
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60, ready_timeout=0)
     spec = cluster.spec
 
     def second_node(it):

@@ -391,10 +391,14 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         drain_grace=None, min_nodes=None, max_nodes=None, elastic_wait=30.0, node_log_dir="tfos-logs",
         status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
-        framework="tf", resize_in_place=False):
+        framework="tf", resize_in_place=False, ready_timeout=30.0):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
-    return a :class:`TFCluster` once every node has registered.
+    return a :class:`TFCluster` once every node has registered; with
+    InputMode.SPARK, also once every fed node's program reads its feed, for
+    at most ``ready_timeout`` seconds (default 30; 0: return at
+    registration, as TensorFlowOnSpark does; see docs/SPARK.md, "When run()
+    returns").
 
     Roles follow TensorFlowOnSpark: ps first, then ``master_node`` ('chief'),
     then the evaluator (``eval_node``), then workers. ``log_dir`` is the
@@ -550,7 +554,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             "quiet": bool(quiet), "tracker": tracker, "framework": framework, "token_publisher": publisher,
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
             "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0,
-            "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout), "resize_in_place": inplace}
+            "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout), "resize_in_place": inplace,
+            "ready_timeout": float(ready_timeout or 0)}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

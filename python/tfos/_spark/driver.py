@@ -15,7 +15,7 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import Engine, Snapshot, cause_code, elastic_size, failure_text  # noqa: F401 (failure_text: its old home)
-from .nodes import executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
+from .nodes import TASK_JOBS_BLOCKING, executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
@@ -394,6 +394,8 @@ class DriverEngine(Engine):
             spec.hdfs_token = conf["token_publisher"].current() or getattr(spec, "hdfs_token", None)
         self.node_thread = _start_node_job(self.sc, spec, conf["spark_ids"], node_errors)
         _wait_formed(self.driver, node_errors, conf["reservation_timeout"])
+        if first and conf["input_mode"] == 1 and conf.get("ready_timeout", 0) > 0:
+            _wait_reading(self.driver, conf["ready_timeout"])
         if el is not None:
             logger.info("cluster %s attempt %d formed with %d of %d nodes (elastic: min %d)", spec.cluster_id,
                         attempt, self.size, el["max_nodes"], el["min_nodes"])
@@ -580,6 +582,32 @@ def setup_errors_first(errors):
 def node_group(spec):
     """The Spark job group of a cluster's node stage."""
     return "tfos-nodes-%s" % spec.cluster_id
+
+
+def _wait_reading(driver, timeout):
+    """InputMode.SPARK: wait until every fed node's program reads its feed
+    (the coordinator's ``nodes[i].feed.reading``, which each agent sends as
+    soon as its program first waits on its ring or takes rows), so that the
+    first train() does not share the executors' cores with the programs'
+    start. Not for ps and evaluator nodes (never fed) or nodes that exited;
+    ends early when the cluster failed or stopped (train() says why). At
+    most ``timeout`` seconds, then run() returns and says which nodes were
+    not reading: their rows wait in their rings."""
+    def unread():
+        if driver.failed() or driver.state() != _tfos.STATE_RUNNING:
+            return []
+        return ["%s:%d" % (n["job"], n["index"]) for n in driver.status()["nodes"]
+                if n["job"] not in TASK_JOBS_BLOCKING and n["state"] in ("registered", "running")
+                and not (n.get("feed") or {}).get("reading")]
+
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: not unread(), timeout, "every fed node's program to read its feed", LOCAL)
+    except WaitTimeout:
+        logger.info("run() returns %g s after the cluster formed with %s not reading its feed yet (ready_timeout); "
+                    "train() feeds their rings meanwhile", timeout, ", ".join(unread()[:8]) or "every node")
+        return
+    logger.debug("every fed node read its feed %.2f s after the cluster formed", time.monotonic() - t0)
 
 
 def _wait_formed(driver, errors, timeout):

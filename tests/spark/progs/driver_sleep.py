@@ -26,7 +26,8 @@ def main():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     cluster = TFCluster.run(spark.sparkContext, sleeper, None, num_executors=2, num_ps=0,
-                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60,
+                            ready_timeout=0)  # sleeper never reads its feed
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         nodes = cluster.status()["nodes"]
