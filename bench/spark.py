@@ -65,6 +65,12 @@ plain job right before it, then the median over the rounds. The pairs cancel
 the drift between the blocks before and after the cluster (JVM warm-up, the
 machine's speed).
 
+*_first_run_vs_plain_first_run is the first run against the plain job's
+own first run (its warm-up, one per workload; for rdd_arrays the same RDD's
+plain job has run before): a job of a new plan pays Spark's start of it
+(code generation, its Python workers) on either side, which the warm
+ceilings leave out.
+
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
 so above 1 means tfos is faster everywhere); progress on stderr.
@@ -239,8 +245,19 @@ def print_ceiling(name, rounds, w, *keys):
     run right after run(), while the node programs start), and the target."""
     print("%s_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys)))
     print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, *keys, rate="rows_per_s")))
+    print_first_vs_plain_first(name, rounds, w)
     print_interleaved(name, rounds, w, "interleaved_vs_ceiling")
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
+
+
+def print_first_vs_plain_first(name, rounds, w):
+    """<name>_first_run_vs_plain_first_run: tfos's first run on its cluster
+    over the plain job's own first run (the warm-up before its ceiling
+    runs): a job of a new plan pays Spark's start of it (code generation,
+    its Python workers) on either side."""
+    xs = [r[w]["rows_per_s"] / r[w]["plain_first_rows_per_s"] for r in rounds if "plain_first_rows_per_s" in r[w]]
+    if xs:
+        print("%s_first_run_vs_plain_first_run: %s %s" % (name, fmt(med(xs)), spread(xs)))
 
 
 def print_interleaved(name, rounds, w, key):
@@ -266,6 +283,7 @@ def print_inference_ceiling(name, rounds, w):
     print("%s_collect_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s")))
     print("%s_first_run_vs_ceiling: %s %s" % ((name,) + vs_ceiling(rounds, w, "plain_map_collect_rows_per_s",
                                                                   rate="rows_per_s")))
+    print_first_vs_plain_first(name, rounds, w)
     print_interleaved(name, rounds, w, "interleaved_vs_ceiling")
     print_interleaved(name, rounds, w, "interleaved_collect_vs_ceiling")
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))

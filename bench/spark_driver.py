@@ -293,14 +293,18 @@ def plain_inference_rates(rdd, n):
     return n / (t1 - t0), n / (t2 - t1)
 
 
+FIRST_PLAIN = []  # the rate of each warm-up run of ceiling_runs: the plain job's own first run
+
+
 def ceiling_runs(measure, runs=2, warm_up=True):
     """``runs`` runs of a plain Spark job (its rates), after one run to warm
     it up (the JVM's code paths, the Python workers) unless ``warm_up`` is
-    false. Its jobs last 0.2-0.6 s, so single runs scatter: the ceiling is
-    the median of the runs before and after the cluster, as tfos's warm rate
-    is the median of its warm runs."""
+    false; that run's rate, the plain job's first, goes to FIRST_PLAIN. Its
+    jobs last 0.2-0.6 s, so single runs scatter: the ceiling is the median
+    of the runs before and after the cluster, as tfos's warm rate is the
+    median of its warm runs."""
     if warm_up:
-        measure()
+        FIRST_PLAIN.append(measure())
     return [measure() for _ in range(runs)]
 
 
@@ -331,6 +335,7 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     tf_args = argparse.Namespace(out_dir=out_dir)
     ceiling = ceiling or (lambda: plain_spark_rate(rdd, n))
     plain_runs = ceiling_runs(ceiling)
+    plain_first = FIRST_PLAIN[-1]
     t0 = time.monotonic()
     cluster = run_cluster(sc, fun or feed_fun, tf_args)
     t1 = time.monotonic()
@@ -364,7 +369,8 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     out = {"rows": n, "start_s": t1 - t0, "train_s": t2 - t1, "consumed_s": last - w1, "feed_s": feed_s,
            "shutdown_s": t3 - t2w, "total_s": t3 - t0, "results_after_shutdown_s": t4 - t3,
            "rows_per_s": n / feed_s, "per_node_rows": sorted(r["rows"] for r in res),
-           "plain_spark_rows_per_s": plain, "plain_spark_runs_rows_per_s": plain_runs}
+           "plain_spark_rows_per_s": plain, "plain_spark_runs_rows_per_s": plain_runs,
+           "plain_first_rows_per_s": plain_first}
     if warm:
         out["warm_train_s"] = warm
         out["warm_rows_per_s"] = n / statistics.median(warm)
@@ -382,7 +388,7 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
 def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
     out_dir = fresh_dir(opts.work, "%s-%s-r%d" % (IMPL, name, opts.round))
     tf_args = argparse.Namespace(out_dir=out_dir)
-    plain_inference_rates(rdd, n)  # warm-up
+    plain_first = plain_inference_rates(rdd, n)  # warm-up: the plain jobs' own first runs
     runs = [plain_inference_rates(rdd, n) for _ in range(2)]
     t0 = time.monotonic()
     cluster = run_cluster(sc, fun or inference_fun, tf_args)
@@ -426,7 +432,8 @@ def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
                            % (rows, 1 + len(warm) + len(warm_count), n))
     out = {"rows": n, "start_s": t1 - t0, "inference_s": t2 - t1, "shutdown_s": t3 - t2w, "total_s": t3 - t0,
            "rows_per_s": n / (t2 - t1), "rows_answered_by_nodes": rows,
-           "plain_map_count_rows_per_s": ceilings[0], "plain_map_collect_rows_per_s": ceilings[1]}
+           "plain_map_count_rows_per_s": ceilings[0], "plain_map_collect_rows_per_s": ceilings[1],
+           "plain_first_rows_per_s": plain_first[1]}  # collect(), as tfos's first run
     if warm:
         out["warm_inference_s"] = warm
         out["warm_rows_per_s"] = n / statistics.median(warm)
