@@ -188,6 +188,8 @@ struct agent {
     tfos__keras_probe keras_probe; /* started before registering (tfos__keras_probe_start) */
     const char *legacy_keras;     /* TF_USE_LEGACY_KERAS for the program; NULL: inherited */
     char drain_path[4200];        /* the program's TFOS_DRAIN_FILE ("" before it starts) */
+    int64_t drain_until;          /* ms: the end of the drain's grace told to the program; 0: none */
+    tfos__timer owner_timer;      /* the executor left during a drain: the stop at drain_until */
     char resize_path[4200];       /* its TFOS_RESIZE_FILE: the membership an in-place resize gave it */
     char error_path[4200];        /* its TFOS_ERROR_FILE: when it caught its own failure */
     double ended_at;              /* when the program's end was seen (wall clock; 0: not yet) */
@@ -945,7 +947,27 @@ static int watch_owner(agent *a)
     return 0;
 }
 
-/* The owner is gone. Returns 1 when the agent should end now (no program). */
+static void stop_for_owner(agent *a)
+{
+    TFOS_ERROR("agent %s: its Spark executor (pid %d) is gone; stopping the program", a->label, a->o->watch_pid);
+    a->owner_stop = 1;
+    begin_stop(a, OWNER_GRACE_MS, "its Spark executor is gone");
+}
+
+static void on_owner_deadline(tfos__loop *l, tfos__timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    agent *a = user;
+    if (a->child && !a->child_done)
+        stop_for_owner(a);
+}
+
+/* The owner is gone. Returns 1 when the agent should end now (no program).
+ * During a drain the program keeps the rest of the drain's grace to write
+ * its checkpoint at the drain step: Spark ends a decommissioned executor
+ * that runs no task within seconds (its node's feed task may be over),
+ * while the drain's grace was given for the node (docs/RELIABILITY.md). */
 static int owner_lost(agent *a)
 {
     a->owner_gone = 1;
@@ -961,9 +983,15 @@ static int owner_lost(agent *a)
         a->error_exit = 1;
         return 1;
     }
-    TFOS_ERROR("agent %s: its Spark executor (pid %d) is gone; stopping the program", a->label, a->o->watch_pid);
-    a->owner_stop = 1;
-    begin_stop(a, OWNER_GRACE_MS, "its Spark executor is gone");
+    int64_t now = tfos__now_ms();
+    if (a->drain_until > now) {
+        TFOS_WARN("agent %s: its Spark executor (pid %d) is gone during a drain; the program has the drain's "
+                  "%lld ms left to checkpoint, then is stopped", a->label, a->o->watch_pid,
+                  (long long)(a->drain_until - now));
+        tfos__timer_arm(a->loop, &a->owner_timer, a->drain_until, on_owner_deadline, a);
+        return 0;
+    }
+    stop_for_owner(a);
     return 0;
 }
 
@@ -1080,6 +1108,7 @@ static int handle_frame(agent *a, const tfos__frame *f)
                        "grace's end", a->label, a->drain_path, strerror(errno));
         else
             TFOS_DEBUG("agent %s: drain: checkpoint at step %lld (%s)", a->label, step, a->drain_path);
+        a->drain_until = grace > 0 ? tfos__now_ms() + grace : 0;
         return 0;
     }
     case TFOS_MSG_RESIZE: {

@@ -131,16 +131,28 @@ def test_an_elastic_feed_is_resharded_exactly_once_across_resizes(spark_cluster,
                                 checkpoint_dir=str(tmp_path / "ckpt"), drain_grace=40, min_nodes=1, elastic_wait=5,
                                 feed_mb=1)
 
+        moved = {"gone": False, "back": False}
+        over = threading.Event()  # the test ended early: the mover stops waiting
+
         def capacity_goes_and_comes_back():
-            if wait_for(lambda: all((out / ("reading-1-worker-%d" % i)).exists() for i in (0, 1)), 120):
+            if wait_for(lambda: over.is_set() or all((out / ("reading-1-worker-%d" % i)).exists() for i in (0, 1)),
+                        120) and not over.is_set():
                 os.kill(spark_cluster.worker_pid(1), signal.SIGPWR)
-            if wait_for(lambda: (out / "reading-2-worker-0").exists(), 120):
+                moved["gone"] = True
+            if wait_for(lambda: over.is_set() or (out / "reading-2-worker-0").exists(), 120) and not over.is_set():
                 spark_cluster.restart_worker(1)
+                moved["back"] = True
 
         mover = threading.Thread(target=capacity_goes_and_comes_back, daemon=True)
         mover.start()
-        cluster.train(rdd, feed_timeout=300)
-        mover.join(60)
+        try:
+            cluster.train(rdd, feed_timeout=300)
+            mover.join(60)
+        finally:
+            over.set()
+            mover.join(60)
+            if moved["gone"] and not moved["back"]:
+                spark_cluster.restart_worker(1)  # a decommissioned worker left behind fails every later test
         history = cluster.status()["history"]
         cluster.shutdown(timeout=120)
     finally:
