@@ -509,6 +509,17 @@ static void add_progress(agent *a, tfos__msg *m)
     }
 }
 
+/* A HEARTBEAT with the progress, when the coordinator is there. */
+static void send_heartbeat(agent *a)
+{
+    if (a->connected) {
+        tfos__msg m;
+        tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+        add_progress(a, &m);
+        send_msg(a, &m);
+    }
+}
+
 /* The program's first read of its input ring, told to the coordinator at
  * once rather than at the next heartbeat (up to 1 s later): a Spark driver's
  * run() waits for every fed node to read before it returns, so that its
@@ -527,12 +538,7 @@ static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
     tfos__ring_stats in;
     tfos__ring_stats_get(a->in_ring, &in);
     if (in.consumer_wait_ns > 0 || in.rows_out > 0) {
-        if (a->connected) {
-            tfos__msg m;
-            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
-            add_progress(a, &m);
-            send_msg(a, &m);
-        }
+        send_heartbeat(a);
         return;
     }
     int64_t now = tfos__now_ms(), age = now - a->child_started_ms;
@@ -1089,10 +1095,7 @@ static int handle_frame(agent *a, const tfos__frame *f)
         if (tfos__kv_str(f->payload, f->len, "probe", (char[4]){0}, 4) == 0) {
             /* the coordinator chooses the drain step: the program's latest
              * report now, not at the next beat */
-            tfos__msg m;
-            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
-            add_progress(a, &m);
-            send_msg(a, &m);
+            send_heartbeat(a);
             return 0;
         }
         long long step = -1, grace = 0;
@@ -1430,12 +1433,7 @@ static void on_heartbeat(tfos__loop *l, tfos__timer *t, void *user)
         a->done = 1;
         return;
     }
-    if (a->connected) {
-        tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
-        add_progress(a, &m);
-        send_msg(a, &m);
-    }
+    send_heartbeat(a);
 }
 
 static void agent_loop(agent *a)
