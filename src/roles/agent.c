@@ -520,12 +520,13 @@ static void send_heartbeat(agent *a)
     }
 }
 
-/* The program's first read of its input ring, told to the coordinator at
- * once rather than at the next heartbeat (up to 1 s later): a Spark driver's
- * run() waits for every fed node to read before it returns, so that its
- * first train() does not share the cores with the programs' start
- * (docs/SPARK.md, "When run() returns"). Reading: the program waited on the
- * empty ring or took rows. Looked at every READY_POLL_FAST_MS for the first
+/* The program's first wait on its empty input ring, told to the coordinator
+ * at once rather than at the next heartbeat (up to 1 s later): a Spark
+ * driver's run() waits for every fed node to read before it returns, so
+ * that its first train() does not share the cores with the programs' start
+ * (docs/SPARK.md, "When run() returns"). A first read that took rows already
+ * there is left to the heartbeats: tfos run's console takes the first count
+ * after the feed's end for the whole feed. Looked at every READY_POLL_FAST_MS for the first
  * READY_FAST_FOR_MS of the program's life, then every READY_POLL_SLOW_MS
  * until READY_POLL_FOR_MS; after that the heartbeats carry it. */
 enum { READY_POLL_FAST_MS = 10, READY_FAST_FOR_MS = 2000, READY_POLL_SLOW_MS = 200, READY_POLL_FOR_MS = 120000 };
@@ -537,8 +538,7 @@ static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
         return;
     tfos__ring_stats in;
     tfos__ring_stats_get(a->in_ring, &in);
-    if (in.rows_out > 0) /* it took rows already there: the heartbeats carry that (a count mid-feed would
-                          * be read as the feed's end by tfos run's console) */
+    if (in.rows_out > 0) /* it took rows already there: the heartbeats carry that */
         return;
     if (in.consumer_wait_ns > 0) {
         send_heartbeat(a);

@@ -586,8 +586,9 @@ def node_group(spec):
 
 def _wait_reading(driver, timeout):
     """InputMode.SPARK: wait until every fed node's program reads its feed
-    (the coordinator's ``nodes[i].feed.reading``, which each agent sends as
-    soon as its program first waits on its ring or takes rows), so that the
+    (the coordinator's ``nodes[i].feed.reading``: waited on its ring or took
+    rows; each agent sends a first wait at once, rows taken with its next
+    heartbeat), so that the
     first train() does not share the executors' cores with the programs'
     start. Not for ps and evaluator nodes (never fed) or nodes that exited;
     ends early when the cluster failed or stopped (train() says why). At
