@@ -70,8 +70,14 @@ def spark(spark_cluster, request):
 
 @pytest.fixture(autouse=True)
 def no_tfos_leftovers(spark_cluster):
-    """No test may leave a tfos agent or node program behind."""
+    """No test may leave a tfos agent or node program behind. Before each
+    test, the workers an earlier (failed) test left dead or decommissioned
+    are restarted: one failure must not become every later test's."""
     import tfoshelpers
     tfoshelpers.MARKER = spark_cluster.tmp_dir
+    healed = spark_cluster.heal()
+    if healed:
+        import warnings
+        warnings.warn("an earlier test left the Spark cluster short; restarted " + ", ".join(healed))
     yield
     tfoshelpers.check_no_leftovers(tfoshelpers.tfos_processes, 30)

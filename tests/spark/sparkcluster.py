@@ -474,6 +474,24 @@ class SparkCluster:
                 raise SparkClusterError(f"{name} did not come back within {timeout:g} s\n" + self.log_tails())
             time.sleep(0.25)
 
+    def heal(self, timeout: float = 60.0) -> List[str]:
+        """Restart the workers a test left dead or decommissioned, so that
+        one failed test does not fail every later one for lack of
+        executors. A worker whose process exited is restarted; when the
+        master still counts fewer than n_workers ALIVE, worker 1 (the one
+        tests take away, by convention) is. Returns what it restarted."""
+        if not self._procs:
+            return []   # attached: not ours to restart
+        healed = []
+        for i in range(self.n_workers):
+            if self._procs[f"worker{i}"].poll() is not None:
+                self.restart_worker(i, timeout)
+                healed.append(f"worker{i} (exited)")
+        if len(self.alive_workers()) < self.n_workers:
+            self.restart_worker(self.n_workers - 1, timeout)
+            healed.append(f"worker{self.n_workers - 1} (not ALIVE at the master)")
+        return healed
+
     @classmethod
     def attach(cls, master_url: str, tmp_dir: Optional[str] = None, n_workers: int = 2,
                worker_cores: int = 1) -> "SparkCluster":
