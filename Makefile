@@ -197,22 +197,24 @@ test-slurm: install
 check: install test-c
 	TFOS_CLI=$(CURDIR)/$(BUILD)/tfos $(VPY) -m pytest -q -rs -m "not heavy" tests/python --ignore=tests/python/test_pip_install.py
 
-# make test runs in two lanes after the C tests: lane B, the suites of the
-# daemon clusters (YARN + HDFS, Slurm) and the wheel's install check, runs
-# beside lane A, half the Python suite and the Spark suite. Lane B's time is
-# mostly waiting on daemons, containers and job steps, so on 2 cores the two
-# lanes together take about the longer one's time (docs/TESTING.md); the
-# Python suite's other half rides in lane B, the short ASan and Spark 3.5
-# passes in lane A (lane B was the longer by 6 min). Lane B's output is kept in
+# make test runs in two lanes after the C unit tests: lane B, the C suites
+# under the sanitizers, the suites of the daemon clusters (YARN + HDFS,
+# Slurm) and the wheel's install check, runs beside lane A, half the Python
+# suite and the Spark suite. Lane B's time is mostly waiting on daemons,
+# containers and job steps, so on 2 cores the two lanes together take about
+# the longer one's time (docs/TESTING.md); the Python suite's other half
+# rides in lane B, the short ASan and Spark 3.5 passes in lane A, and the
+# sanitizers' builds and runs (before the lanes until 2026-11-29) start
+# lane B, which was the shorter by several minutes. Lane B's output is kept in
 # $(BUILD)/test-lane-b.log and printed when both lanes are done; make test
 # fails when either lane failed; each lane goes on past a failed suite
 # (make -k), so one run shows every failure. Each lane is also a target of
 # its own.
 LANE_A := test-py-a test-spark test-py-asan test-spark-compat
-LANE_B := test-dist test-yarn test-slurm test-py-b
+LANE_B := test-asan test-tsan test-dist test-yarn test-slurm test-py-b
 test-lane-a: $(LANE_A)
 test-lane-b: $(LANE_B)
-test: install $(VENV_MLFLOW)/.deps test-c test-asan test-tsan
+test: install $(VENV_MLFLOW)/.deps test-c
 	@rm -f $(BUILD)/test-lane-b.rc; \
 	 ( $(MAKE) -k --no-print-directory test-lane-b >$(BUILD)/test-lane-b.log 2>&1; echo $$? >$(BUILD)/test-lane-b.rc ) & \
 	 $(MAKE) -k --no-print-directory test-lane-a; a=$$?; \
