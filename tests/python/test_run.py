@@ -198,7 +198,11 @@ def _start_and_wait_for_pids(tmp_path, marker, n, extra=()):
     proc = subprocess.Popen([tfos_cli(), "run", "--workers", str(n), "--grace", "2", "--max-restarts", "0", "--log-dir",
                              str(tmp_path / "logs"), "--", PY, prog("behave.py"), marker, str(pids)] + list(extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert wait_for(lambda: len(list(pids.iterdir())) == n, 30), "programs did not start"
+    # a file is there before its pid is written in it (behave.py writes it in place): wait for n pids
+    def written():
+        texts = [p.read_text() for p in pids.iterdir()]
+        return len(texts) == n and all(t.strip().isdigit() for t in texts)
+    assert wait_for(written, 30), "programs did not start"
     prog_pids = [int(p.read_text()) for p in pids.iterdir()]
     return proc, prog_pids
 
