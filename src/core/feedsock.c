@@ -117,7 +117,8 @@ void tfos__feed_server_close(tfos__feed_server *s)
 /* ---- the producer's side ------------------------------------------------- */
 
 int tfos__feed_connect(const char *cluster_id, int executor_id, const char *secret, int timeout_ms,
-                       int *in_fd, int *out_fd, char *node, size_t nodelen, char *err, size_t errlen)
+                       _Atomic int *stop, int *in_fd, int *out_fd, char *node, size_t nodelen, char *err,
+                       size_t errlen)
 {
     char addr[160], who[200];
     feed_addr(addr, sizeof addr, cluster_id, executor_id);
@@ -132,6 +133,8 @@ int tfos__feed_connect(const char *cluster_id, int executor_id, const char *secr
             break;
         int e = errno;
         int refused = rc == TFOS_ESYS && (e == ECONNREFUSED || e == ENOENT);
+        if (stop && *stop) /* the run is ending: its agents are going, not starting */
+            return tfos__errf(err, errlen, TFOS_ESTOPPED, "the feed was stopped");
         if ((refused || rc == TFOS_ETIMEDOUT) && tfos__now_ms() < deadline) {
             struct timespec ts = {0, 50 * 1000 * 1000}; /* the agent may not listen yet */
             nanosleep(&ts, NULL);

@@ -27,10 +27,12 @@ void tfos__feed_server_close(tfos__feed_server *s);
 
 /* Connect to node `executor_id`'s feed socket and receive its ring fds.
  * `node` (may be NULL) receives the node's name. Retries a refused connection
- * until timeout_ms (the agent may not listen yet). The caller owns both fds.
+ * until timeout_ms (the agent may not listen yet), or until `stop` (may be
+ * NULL; set by another thread) is set: TFOS_ESTOPPED. The caller owns both fds.
  * `err` gets a one-line reason on failure: TFOS_ECLOSED when nothing
  * listens there, TFOS_EAUTH when the agent refused the secret. */
 int tfos__feed_connect(const char *cluster_id, int executor_id, const char *secret, int timeout_ms,
-                       int *in_fd, int *out_fd, char *node, size_t nodelen, char *err, size_t errlen);
+                       _Atomic int *stop, int *in_fd, int *out_fd, char *node, size_t nodelen, char *err,
+                       size_t errlen);
 
 #endif

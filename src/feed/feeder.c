@@ -201,8 +201,8 @@ int tfos__feed_files(const tfos__feeder_opts *o, tfos__feeder_stats *st, char *e
         t[i].pn = o->progress && i < o->progress->nnodes ? &o->progress->nodes[i] : NULL;
         int in_fd, out_fd;
         char cerr[512];
-        rc = tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 30000, &in_fd, &out_fd, t[i].node,
-                                sizeof t[i].node, cerr, sizeof cerr);
+        rc = tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 30000, o->stop, &in_fd, &out_fd,
+                                t[i].node, sizeof t[i].node, cerr, sizeof cerr);
         if (rc) {
             tfos__errf(err, errlen, rc, "%s", cerr);
             goto out;
@@ -401,8 +401,8 @@ void tfos__feed_observe(const tfos__feeder_opts *o)
             return;
         int in_fd, out_fd;
         char err[512];
-        if (tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 5000, &in_fd, &out_fd, NULL, 0, err,
-                               sizeof err)) {
+        if (tfos__feed_connect(o->cluster_id, o->executor_ids[i], o->secret, 5000, o->stop, &in_fd, &out_fd, NULL,
+                               0, err, sizeof err)) {
             TFOS_DEBUG("feed statistics: %s", err);
             continue;
         }

@@ -144,8 +144,8 @@ static PyObject *mod_feed_connect(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "sis|i", &cluster_id, &executor_id, &secret, &timeout))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = tfos__feed_connect(cluster_id, executor_id, secret, timeout, &in_fd, &out_fd, node, sizeof node, err,
-                            sizeof err);
+    rc = tfos__feed_connect(cluster_id, executor_id, secret, timeout, NULL, &in_fd, &out_fd, node, sizeof node,
+                            err, sizeof err);
     Py_END_ALLOW_THREADS
     if (rc) {
         module_state *st = get_state(m);

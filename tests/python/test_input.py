@@ -245,11 +245,8 @@ def test_sigterm_stops_a_run_whose_input_blocks(tmp_path, marker, case):
         try:
             rc = p.wait(30)
         except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGTERM)  # a second SIGTERM must not be needed, but must not hang either
-            try:
-                rc = p.wait(30)
-            except subprocess.TimeoutExpired:
-                rc = None
+            rc = "still running 30 s after SIGTERM"
+        # (the FIFO nobody opens once left the feeder retrying its connection to the stopped node for 30 s)
         assert rc == 128 + signal.SIGTERM, "tfos run did not end on SIGTERM (rc %r): %s" % (
             rc, (tmp_path / "stderr").read_text())
     finally:
