@@ -526,9 +526,10 @@ static void send_heartbeat(agent *a)
  * that its first train() does not share the cores with the programs' start
  * (docs/SPARK.md, "When run() returns"). A first read that took rows already
  * there is left to the heartbeats: tfos run's console takes the first count
- * after the feed's end for the whole feed. Looked at every READY_POLL_FAST_MS for the first
- * READY_FAST_FOR_MS of the program's life, then every READY_POLL_SLOW_MS
- * until READY_POLL_FOR_MS; after that the heartbeats carry it. */
+ * after the feed's end for the whole feed. Looked at every
+ * READY_POLL_FAST_MS for the first READY_FAST_FOR_MS of the program's life,
+ * then every READY_POLL_SLOW_MS until READY_POLL_FOR_MS; after that the
+ * heartbeats carry it. */
 enum { READY_POLL_FAST_MS = 10, READY_FAST_FOR_MS = 2000, READY_POLL_SLOW_MS = 200, READY_POLL_FOR_MS = 120000 };
 
 static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
