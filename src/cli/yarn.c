@@ -415,8 +415,11 @@ static int run_client(strv *args, const char *hadoop_cp_opt, const char *secret,
     if (jh && *jh)
         snprintf(java, sizeof java, "%s/bin/java", jh);
 
+    /* C1 only: the client lives for one submission and its monitoring, and
+     * C2's compiler threads would cost it more CPU than they save */
     strv argv = {0};
-    int bad = strv_add(&argv, java) || strv_add(&argv, "-Xmx256m") || strv_add(&argv, hcp_prop) ||
+    int bad = strv_add(&argv, java) || strv_add(&argv, "-Xmx256m") || strv_add(&argv, "-XX:TieredStopAtLevel=1") ||
+              strv_add(&argv, hcp_prop) ||
               krb_props(&argv, principal, keytab) || strv_add(&argv, "-cp") || strv_add(&argv, cp) ||
               strv_add(&argv, "io.tfos.yarn.Client");
     free(cp);

@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 
+from sparkcluster import write_jvm_defaults
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -30,6 +32,7 @@ def test_spark_submit_command_from_spark_md(spark_cluster, tmp_path):
     command = command.replace("HOST:7077", master).replace("/shared/digits-model", str(tmp_path / "model"))
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
+    write_jvm_defaults(conf_dir)   # the test clusters' JVM options (sparkcluster.JVM_OPTS)
     bindir = os.path.dirname(sys.executable)
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), JAVA_HOME=spark_cluster.java_home,
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(conf_dir),

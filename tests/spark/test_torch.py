@@ -20,6 +20,7 @@ import threading
 import pytest
 
 from tfoshelpers import tfos_processes, wait_for
+from sparkcluster import write_jvm_defaults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_EX = os.path.join(ROOT, "examples", "torch")
@@ -157,6 +158,7 @@ def test_spark_documentation_program_runs_with_one_import_changed(spark, spark_c
     bindir = os.path.dirname(sys.executable)
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
+    write_jvm_defaults(conf_dir)   # the test clusters' JVM options (sparkcluster.JVM_OPTS)
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), JAVA_HOME=spark_cluster.java_home,
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(conf_dir),
                SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")

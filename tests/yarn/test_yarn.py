@@ -20,6 +20,7 @@ import urllib.request
 import pytest
 
 from elasticids import each_id_once  # tests/support, on the path (conftest.py)
+from yarncluster import JVM_OPTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -517,6 +518,7 @@ def spark_on_yarn_env(cluster, renewal_ratio=0.5):
     os.makedirs(conf_dir, exist_ok=True)
     with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
         f.write("spark.ui.enabled false\n")
+        jvm_opts = JVM_OPTS   # the driver's, the ApplicationMaster's and the executors' JVMs
         if cluster.secure:
             # spark-submit --principal/--keytab, as a long job on a Kerberized cluster is run; and Java reads
             # no KRB5_CONFIG: every JVM of the application is told where krb5.conf is
@@ -524,9 +526,9 @@ def spark_on_yarn_env(cluster, renewal_ratio=0.5):
             f.write("spark.security.credentials.retryWait 5s\n")
             if renewal_ratio is not None:
                 f.write("spark.security.credentials.renewalRatio %s\n" % renewal_ratio)
-            krb = "-Djava.security.krb5.conf=" + os.path.join(cluster.conf_dir, "krb5.conf")
-            for jvm in ("driver", "yarn.am", "executor"):
-                f.write("spark.%s.extraJavaOptions %s\n" % (jvm, krb))
+            jvm_opts += " -Djava.security.krb5.conf=" + os.path.join(cluster.conf_dir, "krb5.conf")
+        for jvm in ("driver", "yarn.am", "executor"):
+            f.write("spark.%s.extraJavaOptions %s\n" % (jvm, jvm_opts))
     env = cluster.env()
     env.update({"YARN_CONF_DIR": cluster.conf_dir, "PYSPARK_PYTHON": sys.executable,
                 "SPARK_LOCAL_IP": "127.0.0.1", "TF_CPP_MIN_LOG_LEVEL": "2", "SPARK_CONF_DIR": conf_dir})

@@ -42,6 +42,12 @@ def classpath() -> str:
     return os.path.join(TARGET, "tfos-minicluster.jar") + ":" + deps
 
 
+# The minicluster's JVM and the Spark-on-YARN tests' JVMs compile with C1
+# only (as tests/spark/sparkcluster.py's): a test's JVMs live seconds to
+# minutes, and C2's compiler threads cost more CPU than they save.
+JVM_OPTS = "-XX:TieredStopAtLevel=1"
+
+
 class YarnCluster:
     def __init__(self, plain: bool = False, secure: bool = False, token_renew_s: float = 60,
                  token_max_s: float = 120):
@@ -65,7 +71,7 @@ class YarnCluster:
         os.makedirs(self.conf_dir, exist_ok=True)  # --secure: on the JVM's classpath
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [java, "-Xmx1g"] + self.token_props
+            [java, "-Xmx1g", JVM_OPTS] + self.token_props
             + ["-cp", (self.conf_dir + ":" if self.secure else "") + classpath(), "tfos.test.MiniCluster",
              os.path.join(self.tmp_dir, "base"), self.conf_dir] + (["--plain"] if self.plain else [])
             + (["--secure"] if self.secure else []),

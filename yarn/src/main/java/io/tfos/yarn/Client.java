@@ -532,6 +532,9 @@ public final class Client {
         // kill's SIGTERM would end (and the NodeManager would take the container for gone)
         StringBuilder cmd = new StringBuilder("exec " + ApplicationConstants.Environment.JAVA_HOME.$$() + "/bin/java");
         cmd.append(" -Xmx").append(Math.max(128, amMemory * 3 / 5)).append('m');
+        // C1 only: the ApplicationMaster mostly waits on RPCs and its nodes, and C2's compiler threads would
+        // take more of its container's CPU than they save
+        cmd.append(" -XX:TieredStopAtLevel=1");
         String krb5 = System.getProperty("java.security.krb5.conf");
         if (krb5 != null) {
             cmd.append(" -Djava.security.krb5.conf=").append(Shipped.quote(krb5)); // as the client has it
