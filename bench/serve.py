@@ -2,7 +2,11 @@
 
 The model is the digits classifier of tests/python/progs/serving_model.py
 (a Keras SavedModel: 64 -> 32 -> 10), served by `tfos serve --replicas 1
---max-batch 256` on 127.0.0.1 (requests of 64 rows, batched together).
+--max-batch 256` on 127.0.0.1 (requests of 64 rows, batched together). With
+--hidden, an untrained MLP of --features inputs, those hidden layers (ReLU)
+and 10 softmax outputs instead (seeded weights: the model's size is what is
+measured, not what it learned), e.g. --features 784 --hidden 1024,1024 (an
+MLP of 1.9 M parameters); --replicas sets tfos serve's.
 
   inprocess     the SavedModel's signature called in this process on batches
                 of 64 rows, one after the other: the ceiling of any server
@@ -33,7 +37,7 @@ predict_udf_vs_predict_batch_udf_first_job (the first job's time, theirs
 over ours). Progress goes to stderr.
 
 Usage: .venv/bin/python bench/serve.py [--rows N] [--clients K] [--max-batch B] [--seconds S] [--rounds R]
-       [--http-only]
+       [--http-only] [--features F --hidden W1,W2,...] [--replicas R]
 """
 import argparse
 import json
@@ -55,6 +59,27 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "spark"))
 from sparkcluster import SparkCluster  # noqa: E402
 
 BATCH = 64
+
+# --hidden: an MLP made in a fresh Python, exported as the digits model is
+MLP = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import keras
+out, features, hidden = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split(",")]
+keras.utils.set_random_seed(1)
+layers = [keras.Input((features,), name="pixels")] + [keras.layers.Dense(w, activation="relu") for w in hidden]
+m = keras.Sequential(layers + [keras.layers.Dense(10, activation="softmax")])
+m.export(os.path.join(out, "digits", "1"), verbose=False)
+print(m.count_params())
+"""
+
+
+def pixel_rows(start, stop, features):
+    """Rows start..stop-1 of pixels_df's data: pixel i of row j is
+    ((j * (i + 7)) % 17) / 16."""
+    import numpy as np
+    j = np.arange(start, stop, dtype=np.int64)[:, None]
+    return (((j * (np.arange(features) + 7)) % 17) / 16.0).astype(np.float32)
 
 
 def log(msg):
@@ -145,33 +170,31 @@ def make_predict_fn_for(model_dir):
     return make_predict_fn
 
 
-def pixels_df(spark, n, partitions):
-    """n rows of 64 floats made by Spark SQL (the driver holds no rows):
-    pixel i of row j is ((j * (i + 7)) % 17) / 16, as in spark_rounds."""
-    pixels = "array(%s)" % ", ".join("CAST(((id * %d) %% 17) / 16.0 AS FLOAT)" % (i + 7) for i in range(64))
+def pixels_df(spark, n, partitions, features):
+    """n rows of `features` floats made by Spark SQL (the driver holds no
+    rows): pixel_rows' formula."""
+    pixels = "array(%s)" % ", ".join("CAST(((id * %d) %% 17) / 16.0 AS FLOAT)" % (i + 7) for i in range(features))
     return spark.range(0, n, 1, partitions).selectExpr(pixels + " AS pixels")
 
 
 def spark_rounds(opts, url, model_dir, expect_fn, results):
-    import numpy as np
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, FloatType
     from tfos.serve import predict_udf
 
     with SparkCluster(n_workers=2, worker_cores=1, worker_memory="2g") as cluster:
-        spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory="1g")
+        # the cached rows: 0.6 GB at 784 features and 200k rows, in two executors
+        memory = "1g" if opts.features <= 64 else "1800m"
+        spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory=memory)
         try:
             n = opts.rows
-            # the expected sum, from pixels_df's formula
-            j = np.arange(n, dtype=np.int64)[:, None]
-            data = (((j * (np.arange(64) + 7)) % 17) / 16.0).astype(np.float32)
-            expect = expect_fn(data)
-            df = pixels_df(spark, n, opts.partitions).cache()
+            expect = expect_fn(n)   # the expected sum, from pixels_df's formula
+            df = pixels_df(spark, n, opts.partitions, opts.features).cache()
             assert df.count() == n
             ours = predict_udf("digits", url=url, batch_rows=opts.batch_rows)
             theirs = predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
-                                       batch_size=opts.batch_rows, input_tensor_shapes=[[64]])
+                                       batch_size=opts.batch_rows, input_tensor_shapes=[[opts.features]])
 
             def run(udf):
                 return df.select(udf(F.col("pixels")).getItem(0).alias("p0")).agg(F.sum("p0")).collect()[0][0]
@@ -195,10 +218,10 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
             for name in ("predict_udf", "predict_batch_udf"):
                 spark = cluster.spark_session("tfos-bench-serve-cold-%s-%d" % (name, rnd), spark_executor_memory="1g")
                 try:
-                    df = pixels_df(spark, opts.rows, opts.partitions)
+                    df = pixels_df(spark, opts.rows, opts.partitions, opts.features)
                     udf = predict_udf("digits", url=url, batch_rows=opts.batch_rows) if name == "predict_udf" else \
                         predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
-                                          batch_size=opts.batch_rows, input_tensor_shapes=[[64]])
+                                          batch_size=opts.batch_rows, input_tensor_shapes=[[opts.features]])
                     t0 = time.perf_counter()
                     got = df.select(udf(F.col("pixels")).getItem(0).alias("p0")).agg(F.sum("p0")).collect()[0][0]
                     secs = time.perf_counter() - t0
@@ -220,6 +243,9 @@ def main():
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--http-only", action="store_true", help="the in-process and HTTP parts only (no Spark)")
+    p.add_argument("--features", type=int, default=64, help="--hidden's model: its inputs")
+    p.add_argument("--hidden", default="", help="an MLP of these hidden widths (e.g. 1024,1024), not the digits model")
+    p.add_argument("--replicas", type=int, default=1, help="tfos serve's --replicas")
     opts = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
@@ -227,14 +253,20 @@ def main():
     from pyspark import cloudpickle
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+    if not opts.hidden and opts.features != 64:
+        sys.exit("--features is --hidden's: the digits model has 64")
     with tempfile.TemporaryDirectory(prefix="tfos-bench-serve-") as tmp:
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "python", "progs", "serving_model.py"), tmp],
-                           capture_output=True, text=True, timeout=600)
+        if opts.hidden:
+            made = [sys.executable, "-c", MLP, tmp, str(opts.features), opts.hidden]
+        else:
+            made = [sys.executable, os.path.join(ROOT, "tests", "python", "progs", "serving_model.py"), tmp]
+        r = subprocess.run(made, capture_output=True, text=True, timeout=600)
         if r.returncode:
             sys.exit("the model could not be made:\n" + r.stderr[-3000:])
         model_dir = os.path.join(tmp, "digits", "1")
-        x = np.load(os.path.join(tmp, "x.npy"))
-        log("model ready; in-process ceiling")
+        x = pixel_rows(0, 2048, opts.features) if opts.hidden else np.load(os.path.join(tmp, "x.npy"))
+        params = int(r.stdout.split()[-1]) if opts.hidden else 64 * 32 + 32 + 32 * 10 + 10
+        log("model ready (%d parameters); in-process ceiling" % params)
         results = {}
         for _ in range(opts.rounds):
             rps, lat = inprocess(model_dir, x, opts.seconds / 2)
@@ -244,12 +276,12 @@ def main():
         import tensorflow as tf
         sig = tf.saved_model.load(model_dir).signatures["serving_default"]
 
-        def expect_fn(data):
-            return float(sum(sig(pixels=tf.constant(data[i:i + 4096]))["output_0"].numpy()[:, 0].sum(dtype=np.float64)
-                             for i in range(0, len(data), 4096)))
+        def expect_fn(n):
+            return float(sum(sig(pixels=tf.constant(pixel_rows(i, min(n, i + 4096), opts.features)))["output_0"]
+                             .numpy()[:, 0].sum(dtype=np.float64) for i in range(0, n, 4096)))
 
         proc = subprocess.Popen([tfos.agent_path(), "serve", "--model", "digits=%s" % os.path.join(tmp, "digits"),
-                                 "--port", "0", "--replicas", "1", "--max-batch", str(opts.max_batch),
+                                 "--port", "0", "--replicas", str(opts.replicas), "--max-batch", str(opts.max_batch),
                                  "--max-delay-ms", "2",
                                  "--python", sys.executable, "--log-dir", os.path.join(tmp, "logs")],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -280,6 +312,9 @@ def main():
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
     med = {k: statistics.median(v) for k, v in results.items()}
+    print("model: %s, %d parameters; tfos serve replicas: %d" % (
+        "MLP %d-%s-10" % (opts.features, opts.hidden.replace(",", "-")) if opts.hidden else "digits 64-32-10",
+        params, opts.replicas))
     print("rows: %d, partitions: %d, batch rows: %d, http clients: %d, rounds: %d"
           % (opts.rows, opts.partitions, opts.batch_rows, opts.clients, opts.rounds))
     print("inprocess_rows_per_s: %.0f" % med["inprocess"])
