@@ -136,7 +136,7 @@ def http_client(port, body, seconds, out):
 
 
 def http_load(port, x, clients, seconds):
-    body = json.dumps({"inputs": [{"name": "pixels", "shape": [BATCH, 64], "datatype": "FP32",
+    body = json.dumps({"inputs": [{"name": "pixels", "shape": [BATCH, x.shape[1]], "datatype": "FP32",
                                    "data": x[:BATCH].ravel().tolist()}]}).encode()
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
@@ -186,7 +186,7 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
     with SparkCluster(n_workers=2, worker_cores=1, worker_memory="2g") as cluster:
         # the cached rows: 0.6 GB at 784 features and 200k rows, in two executors
         memory = "1g" if opts.features <= 64 else "1800m"
-        spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory=memory)
+        spark = cluster.spark_session("tfos-bench-serve", spark_executor_memory=memory, spark_driver_memory=memory)
         try:
             n = opts.rows
             expect = expect_fn(n)   # the expected sum, from pixels_df's formula
