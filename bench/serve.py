@@ -26,9 +26,10 @@ MLP of 1.9 M parameters); --replicas sets tfos serve's.
 Then, with rounds alternating, the first job of a fresh application
 (SparkSession) with each UDF: fresh executors and Python workers, as a
 scheduled scoring job has; predict_batch_udf's tasks import TensorFlow and
-load the model there, predict_udf's only connect. Every Spark run checks the sum of the predicted probabilities of class 0
-against the in-process model's, so a lost or wrong row fails the run. Each
-figure is the median of --rounds rounds.
+load the model there, predict_udf's only connect. Every Spark run checks
+the sum of the predicted probabilities of class 0 against the in-process
+model's, so a lost or wrong row fails the run. Each figure is the median
+of --rounds rounds.
 
 Prints `name: value` lines: rows/s, latencies, seconds, and the ratios
 http_vs_inprocess (target >= 0.5), predict_udf_vs_predict_batch_udf
