@@ -30,6 +30,8 @@ import time
 # the process-tree helpers the Spark tests use
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark"))
 from tfoshelpers import _read, live_processes, processes_under  # noqa: E402
+# the JVMs' options (C1 only), the minicluster's and the Spark-on-YARN tests' as the Spark cluster's
+from sparkcluster import JVM_OPTS  # noqa: E402,F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "minicluster", "target")
@@ -40,12 +42,6 @@ def classpath() -> str:
     with open(os.path.join(TARGET, "classpath.txt")) as f:
         deps = f.read().strip()
     return os.path.join(TARGET, "tfos-minicluster.jar") + ":" + deps
-
-
-# The minicluster's JVM and the Spark-on-YARN tests' JVMs compile with C1
-# only (as tests/spark/sparkcluster.py's): a test's JVMs live seconds to
-# minutes, and C2's compiler threads cost more CPU than they save.
-JVM_OPTS = "-XX:TieredStopAtLevel=1"
 
 
 class YarnCluster:
