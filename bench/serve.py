@@ -159,6 +159,14 @@ def pct(sorted_vals, q):
     return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
 
 
+def batch_udf(opts, model_dir):
+    """Spark's predict_batch_udf over the SavedModel, loaded in the tasks."""
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import ArrayType, FloatType
+    return predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
+                             batch_size=opts.batch_rows, input_tensor_shapes=[[opts.features]])
+
+
 def make_predict_fn_for(model_dir):
     def make_predict_fn():
         import numpy as np
@@ -179,9 +187,7 @@ def pixels_df(spark, n, partitions, features):
 
 
 def spark_rounds(opts, url, model_dir, expect_fn, results):
-    from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, FloatType
     from tfos.serve import predict_udf
 
     with SparkCluster(n_workers=2, worker_cores=1, worker_memory="2g") as cluster:
@@ -194,8 +200,7 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
             df = pixels_df(spark, n, opts.partitions, opts.features).cache()
             assert df.count() == n
             ours = predict_udf("digits", url=url, batch_rows=opts.batch_rows)
-            theirs = predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
-                                       batch_size=opts.batch_rows, input_tensor_shapes=[[opts.features]])
+            theirs = batch_udf(opts, model_dir)
 
             def run(udf):
                 return df.select(udf(F.col("pixels")).getItem(0).alias("p0")).agg(F.sum("p0")).collect()[0][0]
@@ -221,8 +226,7 @@ def spark_rounds(opts, url, model_dir, expect_fn, results):
                 try:
                     df = pixels_df(spark, opts.rows, opts.partitions, opts.features)
                     udf = predict_udf("digits", url=url, batch_rows=opts.batch_rows) if name == "predict_udf" else \
-                        predict_batch_udf(make_predict_fn_for(model_dir), return_type=ArrayType(FloatType()),
-                                          batch_size=opts.batch_rows, input_tensor_shapes=[[opts.features]])
+                        batch_udf(opts, model_dir)
                     t0 = time.perf_counter()
                     got = df.select(udf(F.col("pixels")).getItem(0).alias("p0")).agg(F.sum("p0")).collect()[0][0]
                     secs = time.perf_counter() - t0
