@@ -439,6 +439,8 @@ typedef struct tfos_agent_opts {
                               * least TFOS_RESPAWN_MIN_UPTIME_MS is started again here, alone, up to this
                               * many times, instead of failing the node (tfos serve's model servers); one
                               * that fails sooner, or past that, fails the node as always. 0: off */
+    bool join;               /* register into the slot of a worker that left a running cluster (an in-place
+                              * grow: tfos run --grow-in-place starts it; tfos node --join) */
 } tfos_agent_opts;
 
 /* Reserve a port, register, run the program with its cluster environment,
@@ -554,6 +556,13 @@ typedef struct tfos_run_opts {
      * (tfos_coord_opts.inplace_min), their programs re-forming their
      * process group (tfos.torch.ElasticGroup), instead of a restart. */
     bool resize_in_place;
+    /* With resize_in_place: a worker lost in place is replaced in place.
+     * While the cluster is smaller, the launcher starts a worker (`tfos
+     * node --join`) where its capacity is; it joins the running cluster
+     * into the lost one's slot and the members re-form their group with it
+     * at their next step boundary (ElasticGroup.resized()), nothing
+     * restarted. Without it the cluster grows back at a drain step. */
+    bool grow_in_place;
     double hang_timeout;        /* > 0: the agents' hang watchdog (see tfos_agent_opts); 0: off */
     const char *checkpoint_dir; /* NULL: <log_dir>/checkpoints; TFOS_CHECKPOINT_DIR */
     /* the status page: GET /status (JSON, with feed statistics), /metrics

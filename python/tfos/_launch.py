@@ -42,7 +42,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
         heartbeat_timeout=_DEFAULTS["heartbeat_timeout"], ps_runs_program=False, python=None, check=True,
         max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, input=None, epochs=1, status_port=0,
         quiet=False, keras="env", mlflow=None, mlflow_experiment=None, mlflow_run_name=None, framework="tf",
-        min_nodes=None, elastic_wait=30.0, resize_in_place=False):
+        min_nodes=None, elastic_wait=30.0, resize_in_place=False, grow_in_place=False):
     """Run ``argv`` on a cluster of local nodes and wait for it to end.
 
     Same semantics as ``tfos run --workers N --ps M [--chief] [--evaluator]
@@ -73,8 +73,9 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
     "Tracking"). A server that cannot be reached does not fail the job.
 
     ``min_nodes`` (``--min-nodes``), ``elastic_wait`` (``--elastic-wait``)
-    and ``resize_in_place`` (``--resize-in-place``): an elastic size
-    (docs/RELIABILITY.md, "Elastic size").
+    ``resize_in_place`` (``--resize-in-place``) and ``grow_in_place``
+    (``--grow-in-place``): an elastic size (docs/RELIABILITY.md, "Elastic
+    size").
 
     Must be called from a thread that outlives the run: agents are tied to the
     launching thread and end with it (they get a parent-death signal).
@@ -92,7 +93,7 @@ def run(argv, workers=1, ps=0, chief=False, evaluator=False, log_dir=None,
                                  mlflow=None if mlflow is None else str(mlflow),
                                  mlflow_experiment=mlflow_experiment, mlflow_run_name=mlflow_run_name, framework=framework,
                                  min_nodes=int(min_nodes or 0), elastic_wait=float(elastic_wait),
-                                 resize_in_place=bool(resize_in_place))
+                                 resize_in_place=bool(resize_in_place), grow_in_place=bool(grow_in_place))
     interrupted = None
     try:
         while True:

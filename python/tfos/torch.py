@@ -458,6 +458,20 @@ class ElasticGroup(object):
                 continue
             step += 1
 
+    With ``--grow-in-place`` a worker started in a lost one's place joins
+    the running cluster: its ``ElasticGroup()`` forms the group at the
+    generation it joined (``joined`` is then True), and the members must
+    re-form with it at a step boundary and hand it the state::
+
+        group = ElasticGroup()
+        if group.joined:                          # started in a lost worker's place
+            state = take_state(group)             # dist.broadcast from rank 0, as after rejoin()
+        while step < steps:
+            if group.resized():                   # a worker joined (or was lost)
+                group.rejoin()
+                state = take_state(group)
+            ...
+
     ``rank`` and ``world`` are the node's place now; ``generation`` counts
     the resizes it went through. The group's store is a ``TCPStore`` at rank
     0's reserved port, kept while rank 0 lives; each generation's group is
@@ -489,7 +503,29 @@ class ElasticGroup(object):
         self._file = os.environ.get("TFOS_RESIZE_FILE", "")
         self._store = None
         self._store_at = None
-        self._form(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+        info = self._read()
+        #: this process joined a running cluster in a lost worker's place
+        #: (tfos run --grow-in-place): it takes its state from rank 0
+        self.joined = bool(info)
+        if not info:
+            self._form(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+            return
+        # the membership it joined (its agent wrote it before the program
+        # started): the members re-form with it once they see resized()
+        self.generation, self.rank, self.world = info["generation"], info["rank"], info["world"]
+        host, _, port = info["master"].rpartition(":")
+        # ready to form: the agent tells the coordinator, which only now has
+        # the others re-form with this process (they went on meanwhile)
+        with open(self._file + ".ready", "w"):
+            pass
+        try:
+            self._form(host.strip("[]"), int(port))
+        except self.errors as e:
+            raise TimeoutError("ElasticGroup: joined the cluster in place as rank %d of %d (generation %d), but "
+                               "the other workers did not re-form the group with it (within %.0f s, or they "
+                               "ended: %s): their programs must call group.resized() at each step and rejoin() "
+                               "when it is True (tfos run --grow-in-place, docs/RELIABILITY.md)"
+                               % (self.rank, self.world, self.generation, self.timeout.total_seconds(), e)) from e
 
     def _form(self, addr, port):
         dist = self._dist

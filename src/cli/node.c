@@ -54,12 +54,14 @@ const char tfos__node_help[] =
     "  --respawn N              start the program again here, alone, up to N times when it fails after\n"
     "                           running 5 s or more (tfos serve's model servers; default 0)\n"
     "  --standby                run no program: tell the coordinator that capacity for one more node\n"
-    "                           is here (an elastic run grows onto it), then wait until it hangs up\n";
+    "                           is here (an elastic run grows onto it), then wait until it hangs up\n"
+    "  --join                   join a running cluster in the slot of the worker of --executor-id that\n"
+    "                           it went on without (tfos run --grow-in-place starts it)\n";
 
 typedef struct node_cli {
     const char *coord, *host, *log_dir, *ps_python, *cluster_id, *checkpoint_dir, *keras, *tensorboard_logdir;
     int executor_id, feed_mb, max_restarts, watch_pid, tensorboard_port, respawn;
-    int tensorboard, hand_port, quiet, forward_logs, standby;
+    int tensorboard, hand_port, quiet, forward_logs, standby, join;
     double hang_timeout;
     char **argv;
 } node_cli;
@@ -113,6 +115,7 @@ static int node_option(node_cli *n, tfos__args *it, const char *a)
                 : !strcmp(a, "--quiet")        ? &n->quiet
                 : !strcmp(a, "--forward-logs") ? &n->forward_logs
                 : !strcmp(a, "--standby")      ? &n->standby
+                : !strcmp(a, "--join")         ? &n->join
                                                : NULL;
     if (!flag)
         return 0;
@@ -220,7 +223,8 @@ int tfos__cmd_node(int argc, char **argv)
                          .checkpoint_dir = n.checkpoint_dir, .watch_pid = n.watch_pid,
                          .tensorboard_port = n.tensorboard_port, .tensorboard = n.tensorboard,
                          .tensorboard_logdir = n.tensorboard_logdir, .hang_timeout = n.hang_timeout,
-                         .hand_port = n.hand_port, .keras = n.keras, .max_restarts = n.max_restarts};
+                         .hand_port = n.hand_port, .keras = n.keras, .max_restarts = n.max_restarts,
+                         .join = n.join};
     signal(SIGPIPE, SIG_IGN);
     int code = 1;
     rc = tfos_agent_run(&o, &code);

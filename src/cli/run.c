@@ -73,6 +73,9 @@ const char tfos__run_help[] =
     "                           the cluster runs leaves the others running: they get their new rank and\n"
     "                           world size and re-form their process group (tfos.torch.ElasticGroup)\n"
     "                           instead of a restart of every node\n"
+    "  --grow-in-place          (with --resize-in-place) start a worker in a lost one's place where its\n"
+    "                           capacity is, which joins the running cluster: the others re-form their\n"
+    "                           group with it at their next step (ElasticGroup.resized()), not restarted\n"
     "  --feed-mb N              size of each node's input feed ring in MiB (power of two; default "
     TFOS__STR(TFOS_DEFAULT_FEED_MB) ",\n"
     "                           or, for .npy inputs, 8 records' worth from 4 MiB up: see docs/FEED.md)\n"
@@ -205,6 +208,7 @@ static int run_option(tfos__run_cli *r, tfos__args *it, const char *a)
     /* flags */
     int *flag = !strcmp(a, "--ps-runs-program") ? &r->ps_runs_program
                 : !strcmp(a, "--resize-in-place") ? &r->resize_in_place
+                : !strcmp(a, "--grow-in-place") ? &r->grow_in_place
                 : !strcmp(a, "--tensorboard")   ? &r->tensorboard
                 : !strcmp(a, "--quiet")         ? &r->quiet
                 : !strcmp(a, "--csv-header") || !strcmp(a, "--no-csv-header") ? &r->csv_header
@@ -264,6 +268,9 @@ int tfos__run_check(const tfos__run_cli *r)
                  lay->chief ? "the chief" : "one worker", total);
         return tfos__usage_error("%s", why);
     }
+    if (r->grow_in_place && !r->resize_in_place)
+        return tfos__usage_error("%s", "--grow-in-place replaces a worker lost in place: give --resize-in-place "
+                                       "too");
     if (r->resize_in_place && (!r->min_nodes || r->min_nodes >= total || !r->framework ||
                                strcmp(r->framework, "torch") || lay->num_ps || lay->chief || lay->evaluator))
         return tfos__usage_error("%s", "--resize-in-place keeps the survivors of an elastic torch cluster of "
@@ -294,6 +301,7 @@ void tfos__run_opts(const tfos__run_cli *r, const char *exe, tfos_run_opts *o)
                          .keras = r->keras, .tensorboard = r->tensorboard, .drain_grace = r->drain_grace,
                          .drain_force = r->drain_force, .min_nodes = r->min_nodes,
                          .elastic_wait = r->elastic_wait, .resize_in_place = r->resize_in_place,
+                         .grow_in_place = r->grow_in_place,
                          .spec_form = tfos_framework_spec_form(r->framework),
                          .tensorboard_logdir = r->tensorboard_logdir, .mlflow = r->mlflow,
                          .mlflow_experiment = r->mlflow_experiment, .mlflow_run_name = r->mlflow_run_name};

@@ -21,6 +21,7 @@ typedef struct tfos__run_cli {
     int min_nodes;              /* --min-nodes: 0 not elastic */
     double elastic_wait;        /* --elastic-wait: 0 the default */
     int resize_in_place;        /* --resize-in-place */
+    int grow_in_place;          /* --grow-in-place */
     const char *mlflow, *mlflow_experiment, *mlflow_run_name; /* --mlflow* */
     char **argv;             /* the program: after --, or from the first argument that is not an option */
 } tfos__run_cli;

@@ -50,6 +50,9 @@ extern char **environ;
 /* An elastic run grows when its standbys have stopped coming for this long
  * (or all are back): one resize for capacity that returns in a burst. */
 #define STANDBY_SETTLE_MS 3000
+/* --grow-in-place: the workers started in one lost worker's place in an
+ * attempt, at most (one whose program cannot join fails again: bounded) */
+#define JOIN_TRIES 3
 
 struct tfos_local {
     tfos_run_opts opts;
@@ -70,7 +73,13 @@ struct tfos_local {
     tfos_layout full;        /* their layout; opts.layout is this attempt's (fewer workers) */
     int elastic;             /* 0 < min_nodes < full_n (tfos_run_opts.min_nodes) */
     int64_t attempt_at;      /* when this attempt began: its elastic wait counts from then */
-    int standbys;            /* standby nodes started this attempt: ids n..n+standbys-1 */
+    int standbys;            /* standby nodes started this attempt */
+    int extra_ids;           /* backend ids past n used this attempt (standbys, joiners): n..n+extra_ids-1 */
+    /* --grow-in-place (tfos_run_opts.grow_in_place), per executor id: */
+    int *backend_of;         /* the backend id of the agent that holds its slot now (its own, or a joiner's) */
+    int *vacant;             /* it left the cluster in place, and no worker has joined into its slot since */
+    int *joiner;             /* the backend id of the worker started to join into it; -1: none */
+    int *join_tries;         /* workers started to join into it this attempt */
     int growing;             /* the drain under way grows the cluster by this many (standbys with capacity) */
     int lost;                /* the drain's notice takes this many workers away (tfos__launch_lost) */
     int standbys_back;       /* standbys connected when last looked at, and since when (a grow waits */
@@ -210,7 +219,10 @@ static void agent_ended(void *user, int id, int status)
 {
     tfos_local *l = user;
     l->ended[id] = 1;
-    if (id >= l->n) { /* a standby: its end is nobody's failure */
+    for (int e = 0; l->joiner && id >= l->n && e < l->full_n; e++)
+        if (l->joiner[e] == id) /* it ended before it joined: the slot may be tried again */
+            l->joiner[e] = -1;
+    if (id >= l->n) { /* a standby, or a worker that joined in place: the coordinator has its end */
         char desc[96];
         tfos__describe_status(status, desc, sizeof desc);
         TFOS_DEBUG("standby node %d ended (%s)", id, desc);
@@ -230,8 +242,10 @@ static void agent_ended(void *user, int id, int status)
     }
 }
 
-/* The agent's command for node id: `AGENT node --coord ... -- PROGRAM...`. */
-static int spawn_agent(tfos_local *l, int id, char **env)
+/* The agent's command for node id: `AGENT node --coord ... -- PROGRAM...`,
+ * started as the backend's node `bid` (id itself, or past n for a worker
+ * that joins in place: `--join`). */
+static int spawn_node(tfos_local *l, int id, int bid, int join, char **env)
 {
     const tfos_run_opts *o = &l->opts;
     size_t argc = 0;
@@ -281,6 +295,8 @@ static int spawn_agent(tfos_local *l, int id, char **env)
         argv[k++] = "--hang-timeout";
         argv[k++] = hangbuf;
     }
+    if (join)
+        argv[k++] = "--join";
     if (o->keras && strcmp(o->keras, "env")) {
         argv[k++] = "--keras";
         argv[k++] = (char *)o->keras;
@@ -302,7 +318,7 @@ static int spawn_agent(tfos_local *l, int id, char **env)
     for (size_t i = 0; i < argc; i++)
         argv[k++] = o->argv[i];
     argv[k] = NULL;
-    tfos__node_launch node = {.id = id, .job = job, .index = idx, .argv = argv, .envp = env};
+    tfos__node_launch node = {.id = bid, .job = job, .index = idx, .argv = argv, .envp = env};
     int rc = l->ops->start(l->backend, &node);
     free(argv);
     if (rc)
@@ -385,7 +401,12 @@ static void end_attempt(tfos_local *l)
         l->ops->close(l->backend);
     l->backend = NULL;
     memset(l->ended, 0, (size_t)l->slots * sizeof *l->ended);
-    l->standbys = l->growing = l->grow_refused = l->standbys_back = 0;
+    l->standbys = l->extra_ids = l->growing = l->grow_refused = l->standbys_back = 0;
+    for (int e = 0; l->backend_of && e < l->full_n; e++) {
+        l->backend_of[e] = e;
+        l->vacant[e] = l->join_tries[e] = 0;
+        l->joiner[e] = -1;
+    }
     if (l->coord)
         tfos_coord_close(l->coord);
     l->coord = NULL;
@@ -415,11 +436,22 @@ static void on_report(void *user, int node, const char *report, long long age_ms
  * (elastic_step). What is left of the lost node is ended now: an agent
  * that hangs (no heartbeat) and its program would otherwise hold the
  * survivors' collective until it times out, and the capacity it holds. */
-static void on_resize_in_place(void *user, int lost, int from, int to, const char *summary)
+static void on_resize_in_place(void *user, int node, int from, int to, const char *summary)
 {
     tfos_local *l = user;
-    if (lost >= 0 && lost < l->n && l->backend && l->ops->observe(l->backend, lost, NULL) == TFOS_NODE_RUNNING)
-        l->ops->stop(l->backend, lost, 1);
+    int known = node >= 0 && node < l->n, bid = !known ? -1 : l->backend_of ? l->backend_of[node] : node;
+    if (to < from && bid >= 0 && l->backend && l->ops->observe(l->backend, bid, NULL) == TFOS_NODE_RUNNING)
+        l->ops->stop(l->backend, bid, 1);
+    if (!l->opts.grow_in_place || !known) {
+        /* the slots are not filled again in place */
+    } else if (to < from) {
+        l->vacant[node] = 1;
+    } else { /* a worker joined into its slot */
+        l->vacant[node] = 0;
+        if (l->joiner[node] >= 0)
+            l->backend_of[node] = l->joiner[node];
+        l->joiner[node] = -1;
+    }
     l->live -= from - to;
     render_history(l);
     TFOS_WARN("elastic: %s (no process restarted, no restart spent)", summary);
@@ -462,7 +494,7 @@ static int start_attempt(tfos_local *l)
         return env ? rc : TFOS_ENOMEM;
     }
     for (int i = 0; i < l->n; i++) {
-        rc = spawn_agent(l, i, env);
+        rc = spawn_node(l, i, i, 0, env);
         if (rc) {
             free(env);
             end_attempt(l);
@@ -556,6 +588,51 @@ static int spawn_standby(tfos_local *l, int id, char **env)
     return rc;
 }
 
+/* Does backend node bid hold a slot of the cluster (a worker that joined
+ * in place)? */
+static int joined_in_place(const tfos_local *l, int bid)
+{
+    for (int e = 0; l->backend_of && e < l->full_n; e++)
+        if (l->backend_of[e] == bid && e != bid)
+            return 1;
+    return 0;
+}
+
+/* --grow-in-place: a worker for each slot a lost worker left, once the
+ * lost one's agent has ended, started where the cluster manager has
+ * capacity for it (at once on one machine; a container or a step when
+ * granted): it joins the running cluster (`tfos node --join`). JOIN_TRIES
+ * per slot and attempt. */
+static void start_joiners(tfos_local *l)
+{
+    char **env = NULL;
+    for (int e = 0; e < l->n; e++) {
+        if (!l->vacant[e] || l->joiner[e] >= 0 || l->join_tries[e] >= JOIN_TRIES)
+            continue;
+        /* once the lost one's agent has ended: its capacity is free, and
+         * its node's names (feed socket, files) with it */
+        if (l->ops->observe(l->backend, l->backend_of[e], NULL) == TFOS_NODE_RUNNING)
+            continue;
+        if (l->n + l->extra_ids >= l->slots)
+            break;
+        if (!env && !(env = child_env(l)))
+            return;
+        int bid = l->n + l->extra_ids++;
+        l->join_tries[e]++;
+        const char *job;
+        int idx;
+        tfos_layout_role(&l->opts.layout, e, &job, &idx);
+        if (spawn_node(l, e, bid, 1, env) == 0) {
+            l->joiner[e] = bid;
+            TFOS_INFO("elastic: running %d of %d nodes; a worker starts in the place of %s:%d (executor %d) to "
+                      "join in place (try %d of %d)", l->live, l->full_n, job, idx, e, l->join_tries[e], JOIN_TRIES);
+        } else {
+            l->join_tries[e] = JOIN_TRIES; /* said by spawn_node */
+        }
+    }
+    free(env);
+}
+
 /* How many of this attempt's nodes have registered: all of them, and
  * those of its fixed part (ps, chief, evaluator) and its workers. */
 static void count_registered(const tfos_local *l, int *fixed, int *workers)
@@ -598,14 +675,20 @@ static int elastic_step(tfos_local *l, int st)
     if (st != TFOS_COORD_RUNNING || l->live >= l->full_n || l->draining)
         return 0;
     /* the missing nodes' capacity asked for (after an in-place resize too) */
-    if (l->standbys < l->full_n - l->live && !l->grow_refused) {
+    if (l->opts.grow_in_place)
+        start_joiners(l);
+    /* standbys for the capacity of the nodes this attempt lacks (with
+     * --grow-in-place, those it formed without: joiners take lost ones') */
+    int missing = l->opts.grow_in_place ? l->full_n - l->n : l->full_n - l->live;
+    if (l->standbys < missing && !l->grow_refused) {
         char **env = child_env(l);
         if (!env)
             return 0;
-        int more = l->full_n - l->live - l->standbys;
-        for (int k = 0; k < more && l->n + l->standbys < l->slots; k++)
-            if (spawn_standby(l, l->n + l->standbys, env) == 0) {
+        int more = missing - l->standbys;
+        for (int k = 0; k < more && l->n + l->extra_ids < l->slots; k++)
+            if (spawn_standby(l, l->n + l->extra_ids, env) == 0) {
                 l->standbys++;
+                l->extra_ids++;
             } else {
                 l->grow_refused = 1; /* said by spawn_standby; no more tries this attempt */
                 break;
@@ -844,7 +927,7 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
                       l->opts.feed_mb);
     }
     l->n = l->full_n = l->live = n;
-    l->slots = 2 * n;
+    l->slots = opts->grow_in_place ? (2 + JOIN_TRIES) * n : 2 * n;
     l->full = opts->layout;
     if (opts->min_nodes < 0 || opts->min_nodes > n ||
         (opts->min_nodes > 0 && opts->min_nodes < elastic_least(&l->full))) {
@@ -855,6 +938,11 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
         return TFOS_EINVAL;
     }
     l->elastic = opts->min_nodes > 0 && opts->min_nodes < n;
+    if (opts->grow_in_place && !opts->resize_in_place) {
+        TFOS_ERROR("grow_in_place replaces a worker lost in place: give resize_in_place too");
+        free(l);
+        return TFOS_EINVAL;
+    }
     if (opts->resize_in_place && (!l->elastic || opts->spec_form != TFOS_SPEC_RANKS || opts->layout.num_ps ||
                                   opts->layout.chief || opts->layout.evaluator || opts->ninputs)) {
         TFOS_ERROR("resize_in_place: an elastic torch cluster of workers only (min_nodes below the node count, the "
@@ -877,6 +965,18 @@ int tfos__launch_open(tfos_local **out, const tfos_run_opts *opts, const tfos__l
     l->ended = calloc((size_t)l->slots, sizeof *l->ended);
     if (!l->ended)
         goto fail;
+    if (opts->grow_in_place) {
+        l->backend_of = calloc((size_t)n, sizeof *l->backend_of);
+        l->vacant = calloc((size_t)n, sizeof *l->vacant);
+        l->joiner = calloc((size_t)n, sizeof *l->joiner);
+        l->join_tries = calloc((size_t)n, sizeof *l->join_tries);
+        if (!l->backend_of || !l->vacant || !l->joiner || !l->join_tries)
+            goto fail;
+        for (int e = 0; e < n; e++) {
+            l->backend_of[e] = e;
+            l->joiner[e] = -1;
+        }
+    }
     if (opts->log_dir) {
         snprintf(l->log_dir, sizeof l->log_dir, "%s", opts->log_dir);
     } else {
@@ -948,6 +1048,10 @@ fail:
     tfos__loop_close(l->loop);
     free(l->history);
     free(l->ended);
+    free(l->backend_of);
+    free(l->vacant);
+    free(l->joiner);
+    free(l->join_tries);
     free(l);
     return rc;
 }
@@ -1226,8 +1330,9 @@ static void stop_unregistered(tfos_local *l)
     if (!l->backend)
         return;
     tfos__coord_release_standbys(l->coord); /* they end when it hangs up */
-    for (int id = l->n; id < l->n + l->standbys; id++) /* those still asking for capacity: withdrawn */
-        if (l->ops->observe(l->backend, id, NULL) == TFOS_NODE_RUNNING && !tfos__coord_standby_seen(l->coord, id))
+    for (int id = l->n; id < l->n + l->extra_ids; id++) /* those still asking for capacity: withdrawn */
+        if (l->ops->observe(l->backend, id, NULL) == TFOS_NODE_RUNNING && !tfos__coord_standby_seen(l->coord, id) &&
+            !joined_in_place(l, id))
             l->ops->stop(l->backend, id, 0);
     for (int i = 0; i < tfos_coord_node_count(l->coord); i++)
         if (!tfos_coord_node(l->coord, i, &nd) && !strcmp(nd.state, "waiting") && nd.executor_id >= 0 &&
@@ -1357,6 +1462,10 @@ void tfos_local_close(tfos_local *l)
         free(l->env_extra[i]);
     free(l->history);
     free(l->ended);
+    free(l->backend_of);
+    free(l->vacant);
+    free(l->joiner);
+    free(l->join_tries);
     free(l);
 }
 

@@ -30,7 +30,7 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                              "reservation_timeout", "grace", "heartbeat_timeout", "ps_runs_program", "python",
                              "max_restarts", "checkpoint_dir", "inputs", "epochs", "status_port", "quiet",
                              "keras", "caller_reports", "mlflow", "mlflow_experiment", "mlflow_run_name", "framework",
-                             "min_nodes", "elastic_wait", "resize_in_place", NULL};
+                             "min_nodes", "elastic_wait", "resize_in_place", "grow_in_place", NULL};
     PyObject *argv_obj;
     const char *agent_path, *log_dir = NULL, *python = NULL;
     int workers = 1, ps = 0, chief = 0, evaluator = 0, ps_runs = 0, max_restarts = TFOS_DEFAULT_MAX_RESTARTS;
@@ -38,18 +38,18 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
            hb = TFOS_DEFAULT_HEARTBEAT_TIMEOUT;
     const char *ckpt = NULL, *keras = NULL, *framework = NULL;
     PyObject *inputs_obj = NULL;
-    int epochs = 0, status_port = 0, quiet = 0, caller_reports = 0, min_nodes = 0, in_place = 0;
+    int epochs = 0, status_port = 0, quiet = 0, caller_reports = 0, min_nodes = 0, in_place = 0, grow = 0;
     double elastic_wait = 0;
     const char *mlflow = NULL, *mlflow_exp = NULL, *mlflow_name = NULL; /* read during tfos_local_open only */
     if (self->local) {
         PyErr_SetString(PyExc_RuntimeError, "LocalCluster is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipzpzzzzidp", kwlist, &argv_obj, &agent_path,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|iipp$zdddpzizOiipzpzzzzidpp", kwlist, &argv_obj, &agent_path,
                                      &workers, &ps, &chief, &evaluator, &log_dir, &rt, &grace, &hb, &ps_runs, &python,
                                      &max_restarts, &ckpt, &inputs_obj, &epochs, &status_port, &quiet, &keras,
                                      &caller_reports, &mlflow, &mlflow_exp, &mlflow_name, &framework, &min_nodes,
-                                     &elastic_wait, &in_place))
+                                     &elastic_wait, &in_place, &grow))
         return -1;
     if (keras && tfos__keras_mode_valid(keras)) {
         PyErr_Format(PyExc_ValueError, "keras='%s': use 'env', 'auto', 'legacy' or '3'", keras);
@@ -84,7 +84,8 @@ static int Local_init(LocalObject *self, PyObject *args, PyObject *kw)
                        .csv_header = -1, .epochs = epochs, .status_port = status_port, .quiet = quiet, .keras = self->keras,
                        .caller_reports = caller_reports, .mlflow = mlflow, .mlflow_experiment = mlflow_exp,
                        .mlflow_run_name = mlflow_name, .spec_form = spec_form, .min_nodes = min_nodes,
-                       .elastic_wait = elastic_wait, .resize_in_place = in_place};
+                       .elastic_wait = elastic_wait, .resize_in_place = in_place,
+                       .grow_in_place = grow};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = tfos_local_open(&self->local, &o);

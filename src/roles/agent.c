@@ -191,6 +191,10 @@ struct agent {
     int64_t drain_until;          /* ms: the end of the drain's grace told to the program; 0: none */
     tfos__timer owner_timer;      /* the executor left during a drain: the stop at drain_until */
     char resize_path[4200];       /* its TFOS_RESIZE_FILE: the membership an in-place resize gave it */
+    char joined[600];             /* it joined a running cluster in place: its first membership, for
+                                   * TFOS_RESIZE_FILE before the program starts ("" none) */
+    char join_ready_path[4300];   /* ... and where its program says it is ready to form its group */
+    tfos__timer join_timer;       /* looks for that (on_join_poll) */
     char error_path[4200];        /* its TFOS_ERROR_FILE: when it caught its own failure */
     double ended_at;              /* when the program's end was seen (wall clock; 0: not yet) */
 };
@@ -551,6 +555,32 @@ static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
                         on_ready_poll, a);
 }
 
+/* A program that joined a running cluster in place (tfos run
+ * --grow-in-place) writes TFOS_RESIZE_FILE + ".ready" when it is about to
+ * form its group (tfos.torch.ElasticGroup): told to the coordinator at
+ * once (a heartbeat with join_ready), which then has the others re-form
+ * with it, so they do not wait out its start. Looked at every
+ * JOIN_POLL_MS while the program runs. */
+enum { JOIN_POLL_MS = 10 };
+
+static void on_join_poll(tfos__loop *l, tfos__timer *t, void *user)
+{
+    agent *a = user;
+    if (!a->child || a->child_done)
+        return;
+    if (access(a->join_ready_path, F_OK) == 0) {
+        if (a->connected) {
+            tfos__msg m;
+            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+            tfos__msg_add(&m, "join_ready", "1");
+            add_progress(a, &m);
+            send_msg(a, &m);
+        }
+        return;
+    }
+    tfos__timer_arm(l, t, tfos__now_ms() + JOIN_POLL_MS, on_join_poll, a);
+}
+
 /* The time in the program's TFOS_ERROR_FILE (seconds since the epoch, as
  * its catcher wrote it: tfos's Python wrapper does), or 0: none, or one not
  * within this program's life (a clock's jump, a stray file). */
@@ -816,6 +846,15 @@ static void start_program(agent *a)
     node_file(a, me, "drain", a->drain_path, sizeof a->drain_path);
     node_file(a, me, "error", a->error_path, sizeof a->error_path);
     node_file(a, me, "resize", a->resize_path, sizeof a->resize_path);
+    snprintf(a->join_ready_path, sizeof a->join_ready_path, "%s.ready", a->resize_path);
+    unlink(a->join_ready_path);
+    if (a->joined[0] && tfos__write_file_whole(a->resize_path, a->joined)) {
+        char why[400];
+        snprintf(why, sizeof why, "cannot write the membership it joined to %.250s: %.100s", a->resize_path,
+                 strerror(errno));
+        start_fails(a, START_SETUP, 1, why);
+        return;
+    }
     setenv("TFOS_DRAIN_FILE", a->drain_path, 1);
     setenv("TFOS_RESIZE_FILE", a->resize_path, 1);
     setenv("TFOS_ERROR_FILE", a->error_path, 1);
@@ -872,6 +911,8 @@ static void start_program(agent *a)
     send_msg(a, &m);
     if (a->in_ring)
         tfos__timer_arm(a->loop, &a->ready_timer, a->child_started_ms + READY_POLL_FAST_MS, on_ready_poll, a);
+    if (a->joined[0])
+        tfos__timer_arm(a->loop, &a->join_timer, a->child_started_ms + JOIN_POLL_MS, on_join_poll, a);
     TFOS_DEBUG("agent %s: started %s (pid %d)", a->label, argv[0], (int)a->child);
     if (tb_argv) {
         char line[TFOS_HOST_MAX + PATH_MAX + 64];
@@ -1062,6 +1103,16 @@ static int handle_frame(agent *a, const tfos__frame *f)
             a->compact = 1;
             a->ranks = (tfos__spec_ranks){.nodes = (int)nn, .world = (int)world, .rank = (int)rank,
                                           .local_rank = (int)lr, .local_world = (int)lw, .master = (int)master};
+            long long gen = 0;
+            if (!tfos__kv_int(f->payload, f->len, "generation", 1, INT32_MAX, &gen) && master >= 0 && rank >= 0) {
+                /* it joins a running cluster in place: the program forms its
+                 * group in that generation (tfos.torch.ElasticGroup reads it) */
+                const tfos__node_addr *m = &a->nodes[master];
+                char at[TFOS_HOST_MAX + 16];
+                snprintf(at, sizeof at, strchr(m->host, ':') ? "[%s]:%d" : "%s:%d", m->host, m->port);
+                snprintf(a->joined, sizeof a->joined, "generation=%lld\nrank=%lld\nworld=%lld\nmaster=%s\n"
+                         "reason=joined in place\n", gen, rank, world, at);
+            }
         } else if (form[0]) {
             TFOS_ERROR("agent %d: the cluster spec's form '%s' is not known to this agent (an older tfos?)",
                        a->o->executor_id, form);
@@ -1201,6 +1252,8 @@ static int connect_and_register(agent *a)
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
     if (a->tb_port > 0)
         tfos__msg_add(&m, "tb_port", "%d", a->tb_port);
+    if (o->join)
+        tfos__msg_add(&m, "join", "1");
     tfos__msg_add(&m, "t_register", "%lld", (long long)(tfos__now_ms() - a->born_ms));
     return send_msg(a, &m);
 }
@@ -1571,6 +1624,8 @@ out:
         unlink(a.drain_path);
     if (a.resize_path[0])
         unlink(a.resize_path);
+    if (a.join_ready_path[0])
+        unlink(a.join_ready_path);
     if (a.error_path[0])
         unlink(a.error_path);
     for (int i = 0; i < 2; i++)

@@ -80,6 +80,9 @@
 #define WARN_WINDOW_MS 10000
 #define WARN_PER_WINDOW 10
 #define TAIL_MAX 4096
+/* The others finished, but workers that joined in place run on: how long
+ * their own end is waited for before they are stopped (check_done) */
+#define JOINERS_WAIT_MS 3000
 
 enum { N_EMPTY, N_REGISTERED, N_RUNNING, N_EXITED };
 static const char *const node_state_names[] = {"waiting", "registered", "running", "exited"};
@@ -93,6 +96,11 @@ typedef struct cnode {
     int agent_pid;
     int prog_pid;
     int left;       /* lost, and the others went on without it (resize_in_place) */
+    int joined;     /* it joined the running cluster in a lost worker's slot (join_in_place) */
+    int join_pending; /* ... and the others are told once its program is ready to form the group */
+    char join_why[320]; /* what they are told then */
+    int local_rank, local_world; /* its place among the trainers on its host (the ranks spec form): a
+                                  * worker that joins into its slot in place takes them */
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
     char exit_desc[400]; /* the agent's one line: "exit code 1", or why the program could not start */
@@ -161,6 +169,7 @@ struct tfos_coord {
     unsigned long long spec_bytes; /* the cluster spec frames' bytes, all nodes together */
     int done_scan;                 /* check_done's cursor: nodes before it have finished */
     int64_t hb_check_at;           /* when the heartbeats are checked next (hb_period) */
+    int64_t joiners_deadline;      /* only workers that joined in place run on: when they are stopped (0: no) */
     int64_t opened_at, spec_at;    /* tfos__now_ms when it opened, when it sent the spec (0: not yet) */
     peer *graveyard;
     tfos__turns *turns;    /* the feed jobs' fair turns (core/turns.h); NULL until a feed task asks */
@@ -196,6 +205,8 @@ struct tfos_coord {
 static void schedule(tfos_coord *c);
 static void check_done(tfos_coord *c);
 static int resize_in_place(tfos_coord *c, cnode *nd, const char *why);
+static int join_in_place(tfos_coord *c, peer *p, cnode *nd, const char *host, int port, int pid, char *msg,
+                         size_t len);
 static void check_probe(tfos_coord *c, int timed_out);
 static int64_t hb_period(const tfos_coord *c);
 
@@ -439,7 +450,9 @@ int tfos_framework_spec_form(const char *framework)
 
 /* The compact spec (TFOS_SPEC_RANKS): the node itself, rank 0's node and
  * the counts, computed here once for all in O(N log N). */
-static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk)
+/* Node i's spec in the ranks form. generation > 0: it joins a running
+ * cluster in place (resize_in_place's generation it forms its group in). */
+static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk, int generation)
 {
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_SPEC);
@@ -447,6 +460,8 @@ static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk)
     tfos__msg_add(&m, "attempt", "%d", c->opts.attempt);
     tfos__msg_add(&m, "coord", "%s", c->address);
     tfos__msg_add(&m, "form", "%s", "ranks");
+    if (generation > 0)
+        tfos__msg_add(&m, "generation", "%d", generation);
     tfos__msg_add(&m, "nodes", "%d", rk->nodes);
     tfos__msg_add(&m, "world", "%d", rk->world);
     tfos__msg_add(&m, "rank", "%d", rk->rank);
@@ -485,7 +500,9 @@ static void publish_spec(tfos_coord *c)
     for (int i = 0; i < c->n; i++) {
         if (ranks) {
             c->nodes[i].last_heartbeat = now;
-            send_rank_spec(c, i, &ranks[i]);
+            c->nodes[i].local_rank = ranks[i].local_rank;
+            c->nodes[i].local_world = ranks[i].local_world;
+            send_rank_spec(c, i, &ranks[i], 0);
             continue;
         }
         cnode *nd = &c->nodes[i];
@@ -536,6 +553,26 @@ static void refuse(tfos_coord *c, peer *p, int code, const char *msg)
     send_error(c, p, code, msg);
 }
 
+/* The agent's own times in its REGISTER, ms since it started (optional:
+ * older agents send none), put on this clock as if the frame took no time
+ * to arrive: a network adds its one-way latency to "register". */
+static void take_start_times(const tfos_coord *c, cnode *nd, const tfos__frame *f)
+{
+    long long t_hello = -1, t_reg = -1;
+    int64_t now = tfos__now_ms();
+    nd->at_registered = now;
+    if (!tfos__kv_int(f->payload, f->len, "t_register", 0, 1LL << 40, &t_reg)) {
+        if (tfos__kv_int(f->payload, f->len, "t_hello", 0, t_reg, &t_hello))
+            t_hello = t_reg;
+        nd->at_agent = now - t_reg;
+        nd->at_connected = now - (t_reg - t_hello);
+        if (nd->at_agent < c->opened_at) /* an agent started before this coordinator (a restart's redial) */
+            nd->at_agent = c->opened_at;
+        if (nd->at_connected < nd->at_agent)
+            nd->at_connected = nd->at_agent;
+    }
+}
+
 static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (!peer_authed(c, p, f, "registration"))
@@ -573,6 +610,16 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
         return;
     }
     char msg[512];
+    long long join = 0;
+    if (!tfos__kv_int(f->payload, f->len, "join", 0, 1, &join) && join) {
+        /* a worker taking the place of a lost one in a running cluster */
+        if (id >= c->n)
+            snprintf(msg, sizeof msg, "executor %lld cannot join: this cluster has %d nodes (executors 0..%d)", id,
+                     c->n, c->n - 1);
+        if (id >= c->n || join_in_place(c, p, &c->nodes[id], host, (int)port, (int)pid, msg, sizeof msg))
+            refuse(c, p, TFOS_EINVAL, msg);
+        return;
+    }
     if (c->state != TFOS_COORD_RESERVING) {
         snprintf(msg, sizeof msg, "executor %lld registered after the cluster was formed", id);
         refuse(c, p, TFOS_EINVAL, msg);
@@ -598,22 +645,7 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
     nd->agent_pid = (int)pid;
     nd->tb_port = (int)tb_port;
     nd->state = N_REGISTERED;
-    /* the agent's own times, ms since it started (optional: older agents
-     * send none), put on this clock as if the REGISTER took no time to
-     * arrive: a network adds its one-way latency to "register" */
-    long long t_hello = -1, t_reg = -1;
-    int64_t now = tfos__now_ms();
-    nd->at_registered = now;
-    if (!tfos__kv_int(f->payload, f->len, "t_register", 0, 1LL << 40, &t_reg)) {
-        if (tfos__kv_int(f->payload, f->len, "t_hello", 0, t_reg, &t_hello))
-            t_hello = t_reg;
-        nd->at_agent = now - t_reg;
-        nd->at_connected = now - (t_reg - t_hello);
-        if (nd->at_agent < c->opened_at) /* an agent started before this coordinator (a restart's redial) */
-            nd->at_agent = c->opened_at;
-        if (nd->at_connected < nd->at_agent)
-            nd->at_connected = nd->at_agent;
-    }
+    take_start_times(c, nd, f);
     nd->peer = p;
     p->node = (int)id;
     c->registered++;
@@ -621,6 +653,29 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
               c->n);
     if (c->registered == c->n)
         publish_spec(c);
+}
+
+/* Is the cluster's work done but for workers that joined in place (tfos
+ * run --grow-in-place) too late? Every tracked node that has not left
+ * joined in place or exited 0, and one exited 0: the others ended without
+ * re-forming their group with the joiners (whose group waits for them to
+ * its timeout, or fails when rank 0's store goes). The joiners still
+ * running; -1: not so. */
+static int done_but_joiners(const tfos_coord *c)
+{
+    int running = 0, finished = 0;
+    for (int i = 0; i < c->n; i++) {
+        const cnode *nd = &c->nodes[i];
+        if (!is_tracked(nd) || nd->left)
+            continue;
+        if (nd->state == N_EXITED && nd->exit_code == 0)
+            finished++;
+        else if (nd->joined)
+            running += nd->state != N_EXITED;
+        else
+            return -1;
+    }
+    return finished ? running : -1;
 }
 
 static void check_done(tfos_coord *c)
@@ -631,10 +686,23 @@ static void check_done(tfos_coord *c)
      * stays so): each exit moves the cursor, not a scan of every node, so a
      * cluster's exits cost O(N) in all, not O(N^2) (16,384 simulated nodes
      * spent seconds here) */
+    int joiners = 0;
     while (c->done_scan < c->n) {
         const cnode *nd = &c->nodes[c->done_scan];
-        if (is_tracked(nd) && !nd->left && (nd->state != N_EXITED || nd->exit_code != 0))
-            return;
+        if (is_tracked(nd) && !nd->left && (nd->state != N_EXITED || nd->exit_code != 0)) {
+            if (!nd->joined || nd->state == N_EXITED || (joiners = done_but_joiners(c)) <= 0) {
+                c->joiners_deadline = 0;
+                return;
+            }
+            /* they may be ending too, a moment behind the others: their
+             * own end is waited for, JOINERS_WAIT_MS */
+            int64_t now = tfos__now_ms();
+            if (!c->joiners_deadline)
+                c->joiners_deadline = now + JOINERS_WAIT_MS;
+            if (now < c->joiners_deadline)
+                return;
+            break;
+        }
         c->done_scan++;
     }
     if (c->draining && !c->drain_sent) {
@@ -654,6 +722,10 @@ static void check_done(tfos_coord *c)
         TFOS_INFO("coordinator: drained: every chief/worker/evaluator ended after its checkpoint%s, %.1f s after "
                   "the notice; stopping the rest", c->drain_step >= 0 ? " at the drain step" : "",
                   (double)(tfos__now_ms() - c->drain_at) / 1000.0);
+    } else if (joiners) {
+        TFOS_INFO("coordinator: every chief/worker/evaluator finished but %d that joined in place, whose group the "
+                  "others had not re-formed with (their last ElasticGroup.resized() came before it joined); "
+                  "stopping the rest", joiners);
     } else {
         TFOS_INFO("coordinator: every chief/worker/evaluator finished; stopping the rest");
     }
@@ -776,15 +848,77 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
     }
 }
 
+/* Is node o part of an in-place cluster's membership now (not left, not
+ * ended, connected)? */
+static int in_membership(const cnode *o)
+{
+    return is_tracked(o) && !o->left && o->state != N_EXITED && o->peer;
+}
+
+/* The membership of an in-place cluster after a resize (its generation
+ * c->generation, why): rank 0 is c->master (its host and reserved port are
+ * MASTER_ADDR/PORT), the others in executor order. `joiner` (a worker that
+ * joined into a left slot; -1: none) is sent its cluster spec, with the
+ * generation, and starts its program in it; with `members`, each of the
+ * others is sent RESIZE with its new rank. The world size. */
+static int send_membership(tfos_coord *c, const char *why, int joiner, int members)
+{
+    const cnode *m = &c->nodes[c->master];
+    char master[TFOS_HOST_MAX + 16];
+    snprintf(master, sizeof master, strchr(m->addr.host, ':') ? "[%s]:%d" : "%s:%d", m->addr.host, m->addr.port);
+    int live = 0, rank = 1;
+    for (int i = 0; i < c->n; i++)
+        live += in_membership(&c->nodes[i]);
+    for (int i = 0; i < c->n; i++) {
+        cnode *o = &c->nodes[i];
+        if (!in_membership(o))
+            continue;
+        int r = i == c->master ? 0 : rank++;
+        if (i == joiner) {
+            tfos__spec_ranks rk = {.nodes = c->n, .world = live, .rank = r, .local_rank = o->local_rank,
+                                   .local_world = o->local_world, .master = c->master};
+            send_rank_spec(c, i, &rk, c->generation);
+            continue;
+        }
+        if (!members)
+            continue;
+        o->join_pending = 0; /* a joiner told to wait is told this membership instead */
+        tfos__msg msg;
+        tfos__msg_begin(&msg, TFOS_MSG_RESIZE);
+        tfos__msg_add(&msg, "generation", "%d", c->generation);
+        tfos__msg_add(&msg, "rank", "%d", r);
+        tfos__msg_add(&msg, "world", "%d", live);
+        tfos__msg_add(&msg, "master", "%s", master);
+        tfos__msg_add(&msg, "reason", "%.250s", why);
+        send_msg(c, o->peer, &msg);
+    }
+    if (members)
+        TFOS_WARN("coordinator: %s: %d worker%s go on in place at world size %d (generation %d, rank 0 at %s)", why,
+                  live, live == 1 ? "" : "s", live, c->generation, master);
+    return live;
+}
+
+/* The restart policy's history: an in-place resize from `from` to `to`
+ * nodes (no restart spent), and the launcher told (node: the one lost or
+ * joined). */
+static void record_resize(tfos_coord *c, int node, int from, int to, const char *why)
+{
+    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
+    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, to, why);
+    if (c->opts.policy)
+        tfos_policy_resize(c->opts.policy, &f);
+    if (c->on_resize)
+        c->on_resize(c->resize_user, node, from, to, f.summary);
+}
+
 /* An elastic torch cluster (opts.inplace_min > 0: workers only, the ranks
  * spec form): worker nd is lost (why). When at least inplace_min workers
  * are left, the cluster goes on without it, in place: nd has left, the
- * others are renumbered in executor order (rank 0's host and reserved port
- * are the new MASTER_ADDR/PORT, the old ones while rank 0 stays) and each
- * is sent RESIZE with the new generation; their programs re-form their
- * process group from memory (tfos.torch.ElasticGroup). Nothing is failed
- * and nothing restarted: the policy's history has a resize. 1 when it
- * went on so; 0: a failure as ever. */
+ * others are renumbered (send_membership; rank 0 stays rank 0 while it
+ * lives) and their programs re-form their process group from memory
+ * (tfos.torch.ElasticGroup). Nothing is failed and nothing restarted: the
+ * policy's history has a resize. 1 when it went on so; 0: a failure as
+ * ever. */
 static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
 {
     if (c->opts.inplace_min <= 0 || c->state != TFOS_COORD_RUNNING || c->draining || nd->left ||
@@ -793,7 +927,7 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     int live = 0, first = -1;
     for (int i = 0; i < c->n; i++) {
         const cnode *o = &c->nodes[i];
-        if (o != nd && is_tracked(o) && !o->left && o->state != N_EXITED && o->peer) {
+        if (o != nd && in_membership(o)) {
             live++;
             if (first < 0)
                 first = i;
@@ -807,34 +941,65 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     c->generation++;
     if (c->master < 0 || c->nodes[c->master].left || c->nodes[c->master].state == N_EXITED)
         c->master = first;
-    /* rank 0 first: the master stays rank 0 while it lives */
-    const cnode *m = &c->nodes[c->master];
-    char master[TFOS_HOST_MAX + 16];
-    snprintf(master, sizeof master, strchr(m->addr.host, ':') ? "[%s]:%d" : "%s:%d", m->addr.host, m->addr.port);
-    int rank = 1;
-    for (int i = 0; i < c->n; i++) {
-        cnode *o = &c->nodes[i];
-        if (o == nd || !is_tracked(o) || o->left || o->state == N_EXITED || !o->peer)
-            continue;
-        tfos__msg msg;
-        tfos__msg_begin(&msg, TFOS_MSG_RESIZE);
-        tfos__msg_add(&msg, "generation", "%d", c->generation);
-        tfos__msg_add(&msg, "rank", "%d", i == c->master ? 0 : rank++);
-        tfos__msg_add(&msg, "world", "%d", live);
-        tfos__msg_add(&msg, "master", "%s", master);
-        tfos__msg_add(&msg, "reason", "%.250s", why);
-        send_msg(c, o->peer, &msg);
-    }
-    TFOS_WARN("coordinator: %s: the other %d worker%s go on in place at world size %d (generation %d, rank 0 "
-              "at %s)", why, live, live == 1 ? "" : "s", live, c->generation, master);
-    /* the restart policy's history: a resize, no restart spent */
-    tfos_failure f = {.cause = TFOS_CAUSE_STOPPED, .executor_id = -1, .exit_code = -1, .time = (double)time(NULL)};
-    snprintf(f.summary, sizeof f.summary, "resized in place from %d to %d nodes: %.400s", from, live, why);
-    if (c->opts.policy)
-        tfos_policy_resize(c->opts.policy, &f);
-    if (c->on_resize)
-        c->on_resize(c->resize_user, nd->addr.executor_id, from, live, f.summary);
+    send_membership(c, why, -1, 1); /* nd has left: not in it */
+    record_resize(c, nd->addr.executor_id, from, live, why);
     return 1;
+}
+
+/* A worker registers into the slot of one that left (tfos run
+ * --grow-in-place: the launcher started it with `tfos node --join` where
+ * the lost one's capacity came back): the cluster grows in place. The
+ * joiner gets its spec at the next generation (its program forms the
+ * group there: tfos.torch.ElasticGroup), the members RESIZE to the larger
+ * world, and their programs re-form at their next step boundary
+ * (group.resized()), taking their state from rank 0 as after a loss. 0,
+ * or a refusal's message in msg. */
+static int join_in_place(tfos_coord *c, peer *p, cnode *nd, const char *host, int port, int pid, char *msg,
+                         size_t len)
+{
+    char label[48];
+    node_label(nd, label, sizeof label);
+    if (c->opts.inplace_min <= 0 || c->state != TFOS_COORD_RUNNING || c->draining || !nd->left) {
+        snprintf(msg, len, "executor %d (%s) cannot join in place: %s", nd->addr.executor_id, label,
+                 c->opts.inplace_min <= 0 ? "this cluster does not resize in place"
+                 : c->state != TFOS_COORD_RUNNING ? "the cluster is not running"
+                 : c->draining ? "the cluster is draining"
+                               : "that node has not left the cluster");
+        return 1;
+    }
+    if (nd->peer) { /* the lost agent's connection, not yet ended: it has no slot any more */
+        nd->peer->node = -1;
+        finish_peer(nd->peer);
+    }
+    int from = c->n - c->left_count;
+    snprintf(nd->addr.host, sizeof nd->addr.host, "%s", host);
+    nd->addr.port = port;
+    nd->agent_pid = pid;
+    nd->prog_pid = 0;
+    nd->left = 0;
+    nd->joined = 1;
+    nd->state = N_REGISTERED;
+    nd->exit_code = -1;
+    nd->exit_desc[0] = nd->tail[0] = nd->report[0] = nd->log_error[0] = '\0';
+    nd->stop_sent = nd->has_step = nd->has_feed = nd->feed_ended = 0;
+    nd->raised_at = nd->ended_at = 0;
+    nd->last_heartbeat = tfos__now_ms(); /* its start stamps stay the cluster's formation's (start telemetry) */
+    nd->peer = p;
+    p->node = nd->addr.executor_id;
+    c->left_count--;
+    c->generation++;
+    if (c->done_scan > nd->addr.executor_id) /* check_done's cursor had passed the left slot */
+        c->done_scan = nd->addr.executor_id;
+    snprintf(nd->join_why, sizeof nd->join_why, "%s (executor %d, host %.180s) joined where the capacity of a lost "
+             "worker came back", label, nd->addr.executor_id, host);
+    /* the others go on until its program is ready to form the group
+     * (join_ready): they do not wait out its start */
+    int live = send_membership(c, nd->join_why, nd->addr.executor_id, 0);
+    nd->join_pending = 1;
+    TFOS_INFO("coordinator: %s: its program starts in a world of %d (generation %d); the others re-form with it "
+              "once it is ready", nd->join_why, live, c->generation);
+    record_resize(c, nd->addr.executor_id, from, live, nd->join_why);
+    return 0;
 }
 
 /* nd's program failed by itself (cause): the failure, with its last lines. */
@@ -935,6 +1100,15 @@ static void handle_exited(tfos_coord *c, peer *p, const tfos__frame *f)
         char why[1024];
         snprintf(why, sizeof why, "%s (executor %d, host %s) failed: %s", label, nd->addr.executor_id,
                  nd->addr.host, nd->exit_desc);
+        if (code != 0 && nd->joined && done_but_joiners(c) >= 0) {
+            /* it joined too late: the others finished the work without it */
+            nd->left = 1;
+            TFOS_WARN("coordinator: %s, which joined in place, ended (%s) after the others finished without "
+                      "re-forming their group with it (their last ElasticGroup.resized() came before it joined): "
+                      "not a failure", label, nd->exit_desc);
+            check_done(c);
+            return;
+        }
         if (code != 0 && resize_in_place(c, nd, why)) {
             if (nd->tail[0])
                 TFOS_WARN("coordinator: last lines of %s:\n%s", label, nd->tail);
@@ -1160,12 +1334,21 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
                           : "unexpected message from a status client";
     cnode *nd = &c->nodes[p->node];
     switch (f->type) {
-    case TFOS_MSG_HEARTBEAT:
+    case TFOS_MSG_HEARTBEAT: {
         nd->last_heartbeat = tfos__now_ms();
+        long long ready = 0;
+        if (nd->join_pending && c->state == TFOS_COORD_RUNNING &&
+            !tfos__kv_int(f->payload, f->len, "join_ready", 0, 1, &ready) && ready) {
+            /* the joiner's program is about to form its group: the others
+             * re-form with it at their next step */
+            nd->join_pending = 0;
+            send_membership(c, nd->join_why, -1, 1);
+        }
         take_progress(c, p->node, f);
         if (c->probing)
             check_probe(c, 0);
         return NULL;
+    }
     case TFOS_MSG_STARTED: {
         long long pid = 0;
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid);
@@ -1307,6 +1490,8 @@ static void check_timers(tfos_coord *c)
         TFOS_WARN("coordinator: stopping: %s", c->failure);
         stop_cluster(c, TFOS_ESTOPPED, c->failure);
     }
+    if (c->state == TFOS_COORD_RUNNING && c->joiners_deadline && now >= c->joiners_deadline)
+        check_done(c);
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && now >= c->hb_check_at) {
         c->hb_check_at = now + hb_period(c);
         for (int i = 0; i < c->n; i++) {
@@ -1421,6 +1606,8 @@ static void schedule(tfos_coord *c)
         at = lease_deadline(c);
     if (c->state == TFOS_COORD_RUNNING && c->opts.heartbeat_timeout > 0 && c->hb_check_at < at)
         at = c->hb_check_at;
+    if (c->state == TFOS_COORD_RUNNING && c->joiners_deadline && c->joiners_deadline < at)
+        at = c->joiners_deadline;
     if (at == INT64_MAX)
         tfos__timer_disarm(c->loop, &c->timer);
     else

@@ -21,10 +21,11 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
 typedef void (*tfos__coord_report_fn)(void *user, int node, const char *report, long long age_ms);
 void tfos__coord_on_report(tfos_coord *c, tfos__coord_report_fn fn, void *user);
 /* An in-place resize (tfos_coord_opts.inplace_min): the cluster went on
- * from `from` to `to` workers without the one of executor `lost`; summary
- * is the record the coordinator added to its policy's history. On the
- * coordinator's loop. */
-typedef void (*tfos__coord_resize_fn)(void *user, int lost, int from, int to, const char *summary);
+ * from `from` to `to` workers, without the one of executor `node` (to <
+ * from: it was lost) or with it (to > from: it joined into a lost one's
+ * slot); summary is the record the coordinator added to its policy's
+ * history. On the coordinator's loop. */
+typedef void (*tfos__coord_resize_fn)(void *user, int node, int from, int to, const char *summary);
 void tfos__coord_on_resize(tfos_coord *c, tfos__coord_resize_fn fn, void *user);
 
 /* One line on how the nodes started (docs/DESIGN.md, "Start telemetry"):

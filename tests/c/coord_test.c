@@ -1132,6 +1132,94 @@ static void standby(void)
     tfos_coord_close(c);
 }
 
+static void send_exited(tfos__link *conn, int code, const char *desc)
+{
+    char cbuf[16];
+    snprintf(cbuf, sizeof cbuf, "%d", code);
+    send_kv(conn, TFOS_MSG_EXITED, 3, "code", cbuf, "desc", desc, "stopped", "0");
+}
+
+/* A frame of `type` on conn: its key's integer value (-1: no such key). */
+static long long expect_kv(tfos_coord *c, tfos__link *conn, int type, const char *key)
+{
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, conn, &f, 2000), 0);
+    CHECK_EQ(f.type, type);
+    long long v = -1;
+    tfos__kv_int(f.payload, f.len, key, -1, 1 << 30, &v);
+    tfos__link_consume(conn);
+    return v;
+}
+
+static void register_join(tfos_coord *c, tfos__link **conn, const char *id)
+{
+    char mac[TFOS_MAC_HEX_LEN + 1];
+    greet(c, conn, SECRET, mac);
+    send_kv(*conn, TFOS_MSG_REGISTER, 6, "mac", mac, "executor_id", id, "host", "127.0.0.1", "port", "6000", "pid",
+            "4343", "join", "1");
+}
+
+/* --grow-in-place at the coordinator: a worker registers with "join" into
+ * the slot of one that left a running in-place cluster. It gets its spec
+ * at the next generation; the members get their RESIZE only once it says
+ * its program is ready (join_ready). Joins anywhere else are refused,
+ * naming why; a joiner that ends after the others finished is no failure. */
+static void join_in_place(void)
+{
+    tfos_coord_opts o = {.layout = {.num_workers = 3}, .secret = SECRET, .reservation_timeout = 10,
+                         .stop_grace = 1, .heartbeat_timeout = 30, .spec_form = TFOS_SPEC_RANKS, .inplace_min = 2};
+    tfos_coord *c;
+    CHECK_EQ(tfos_coord_open(&c, &o), 0);
+    tfos__link *a[3], *j, *x;
+    form_cluster(c, a, 3, -1);
+    register_join(c, &x, "0");
+    expect_error(c, x, "executor 0 (worker:0) cannot join in place: that node has not left the cluster");
+    tfos__link_close(x);
+    send_exited(a[0], 137, "signal 9 (Killed)");
+    for (int i = 1; i < 3; i++)
+        CHECK_EQ(expect_kv(c, a[i], TFOS_MSG_RESIZE, "world"), 2);
+    register_join(c, &x, "7");
+    expect_error(c, x, "executor 7 cannot join: this cluster has 3 nodes");
+    tfos__link_close(x);
+    register_join(c, &j, "0");
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, j, &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_SPEC);
+    long long gen = 0, world = 0, rank = -1;
+    CHECK_EQ(tfos__kv_int(f.payload, f.len, "generation", 1, 100, &gen), 0);
+    CHECK_EQ(tfos__kv_int(f.payload, f.len, "world", 1, 100, &world), 0);
+    CHECK_EQ(tfos__kv_int(f.payload, f.len, "rank", 0, 100, &rank), 0);
+    CHECK(gen == 2 && world == 3 && rank == 1); /* executor 1 stays rank 0; executor order after it */
+    tfos__link_consume(j);
+    send_kv(j, TFOS_MSG_STARTED, 1, "pid", "999");
+    /* the members go on untold until the joiner's program is ready */
+    CHECK_EQ(wait_frame(c, a[1], &f, 150), TFOS_ETIMEDOUT);
+    send_kv(j, TFOS_MSG_HEARTBEAT, 1, "join_ready", "1");
+    CHECK_EQ(expect_kv(c, a[1], TFOS_MSG_RESIZE, "rank"), 0);
+    CHECK_EQ(expect_kv(c, a[2], TFOS_MSG_RESIZE, "rank"), 2);
+    char *js = tfos_coord_status_json(c);
+    CHECK(strstr(js, "\"size\": 3"));
+    free(js);
+    /* the members finish; the joiner then fails: it came too late, no failure */
+    send_exited(a[1], 0, "exit code 0");
+    send_exited(a[2], 0, "exit code 0");
+    steps(c, 30);
+    CHECK_EQ(tfos_coord_state(c), TFOS_COORD_RUNNING);
+    send_exited(j, 1, "exit code 1");
+    for (int i = 0; i < 3; i++)
+        tfos__link_close(a[i]);
+    tfos__link_close(j);
+    CHECK(wait_state(c, TFOS_COORD_DONE, 3000));
+    CHECK(strstr(logbuf, "which joined in place, ended (exit code 1) after the others finished"));
+    tfos_coord_close(c);
+    /* a cluster that does not resize in place takes no joiner */
+    tfos_coord *c0 = open_coord(1, 0, 10, 30);
+    register_join(c0, &x, "0");
+    expect_error(c0, x, "cannot join in place: this cluster does not resize in place");
+    tfos__link_close(x);
+    tfos_coord_close(c0);
+}
+
 int main(void)
 {
     tfos_set_logger(capture, NULL);
@@ -1155,5 +1243,6 @@ int main(void)
     RUN(drain);
     RUN(spec_bytes);
     RUN(standby);
+    RUN(join_in_place);
     return 0;
 }
