@@ -152,20 +152,24 @@ def test_an_elastic_run_forms_on_the_cpus_there_are_and_grows_when_they_are_free
 INPLACE = os.path.join(REPO, "tests", "support", "inplace_prog.py")
 
 
-def test_torch_survivors_go_on_in_place_in_job_steps(slurm_cluster, tmp_path):
-    """tfos run --backend slurm --framework torch --resize-in-place: 3
-    workers in job steps, gloo all_reduce every step through ElasticGroup;
-    worker 0's program (rank 0, the store's host) is SIGKILLed. Workers 1
-    and 2 go on as ranks 0 and 1 of 2 in the same processes, each step's
-    ids summed once, and the job ends with exit 0, no restart spent."""
+def test_torch_survivors_go_on_in_place_in_job_steps_and_a_worker_joins(slurm_cluster, tmp_path):
+    """tfos run --backend slurm --framework torch --resize-in-place
+    --grow-in-place: 3 workers in job steps, gloo all_reduce every step
+    through ElasticGroup; worker 0's program (rank 0, the store's host) is
+    SIGKILLed. Workers 1 and 2 go on as ranks 0 and 1 of 2 in the same
+    processes; once worker 0's step has ended, the launcher starts a new
+    step in its place, which joins the running cluster (rank 1 of 3), and
+    the three finish together, each step's ids summed once; the job ends
+    with exit 0, no restart spent."""
     log = tmp_path / "job.out"
     script = tmp_path / "inplace.sbatch"
-    steps = 400
+    steps = 200
     script.write_text(
         "#!/bin/bash\n"
         "#SBATCH --nodes=2 --ntasks=3\n"
         "exec tfos run --backend slurm --framework torch --workers 3 --min-nodes 2 --resize-in-place "
-        "--max-restarts 0 --log-dir %s -- python %s slurm %d\n" % (tmp_path / "logs", INPLACE, steps))
+        "--grow-in-place --max-restarts 0 --log-dir %s -- python %s slurm %d 3\n" % (tmp_path / "logs", INPLACE,
+                                                                                      steps))
     job = submit(slurm_cluster, script, log, tmp_path)
     wait_for(lambda: read(log).count("stepping at 3") == 3, 90, "all three ranks stepping (%s)" % log)
     pids = {int(w): int(p) for w, p in re.findall(r"\[worker:(\d)\] pid (\d+) rank \d of 3", read(log))}
@@ -175,10 +179,16 @@ def test_torch_survivors_go_on_in_place_in_job_steps(slurm_cluster, tmp_path):
     text = read(log)
     assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host [^)]*\) failed: signal 9",
                      text), text[-4000:]
+    assert re.search(r"resized in place from 2 to 3 nodes: worker:0 \(executor 0, host [^)]*\) joined", text), \
+        text[-4000:]
     assert "restarting" not in text and "all nodes finished successfully" in text, text[-4000:]
-    for w, rank in ((1, 0), (2, 1)):
-        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, rank), text), text[-4000:]
-        assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], sum(range(steps * 8))) in text, \
-            text[-4000:]
+    joined = re.search(r"\[worker:0\] pid (\d+) joined as rank 1 of 3 \(generation 2\)", text)
+    assert joined and int(joined.group(1)) != pids[0], text[-4000:]
+    done = {int(w): (int(p), int(last), int(total)) for w, p, last, total in
+            re.findall(r"\[worker:(\d)\] pid (\d+) done at world 3 after step (\d+): total (\d+)", text)}
+    assert sorted(done) == [0, 1, 2], text[-4000:]
+    for w, (pid, last, total) in done.items():
+        assert pid == (int(joined.group(1)) if w == 0 else pids[w]) and last >= steps, (w, pid, last)
+        assert total == sum(range(last * 8)), (w, last, total)
     r = slurm_cluster.run(["scontrol", "show", "job", job])
     assert "ExitCode=0:0" in r.stdout, r.stdout
