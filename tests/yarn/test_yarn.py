@@ -305,19 +305,23 @@ def test_preemption_for_another_queue_resizes_an_elastic_application(yarn_cluste
 INPLACE = os.path.join(REPO, "tests", "support", "inplace_prog.py")
 
 
-def test_torch_survivors_go_on_in_place_in_containers(yarn_cluster, tmp_path):
-    """tfos yarn --framework torch --resize-in-place (issue 41): the
-    ApplicationMaster's launcher takes the option of tfos run. 3 workers in
-    containers, gloo all_reduce every step through ElasticGroup; worker 0's
-    program (rank 0, the store's host) is SIGKILLed. Workers 1 and 2 go on
-    as ranks 0 and 1 of 2 in the same processes, each step's ids summed
-    once, and the application succeeds, no restart spent."""
+def test_torch_survivors_go_on_in_place_in_containers_and_a_worker_joins(yarn_cluster, tmp_path):
+    """tfos yarn --framework torch --resize-in-place --grow-in-place (issue
+    41): the ApplicationMaster's launcher takes the options of tfos run. 3
+    workers in containers, gloo all_reduce every step through
+    ElasticGroup; worker 0's program (rank 0, the store's host) is
+    SIGKILLed. Workers 1 and 2 go on as ranks 0 and 1 of 2 in the same
+    processes; once worker 0's container has ended, a container YARN
+    grants in its place joins the running cluster (rank 1 of 3), and the
+    three finish together, each step's ids summed once; the application
+    succeeds, no restart spent."""
     out_path = tmp_path / "yarn.out"
-    steps = 400
+    steps = 200
     with open(out_path, "wb") as out:
         p = subprocess.Popen([TFOS, "yarn", "--framework", "torch", "--workers", "3", "--worker-memory", "640m",
-                              "--am-memory", "384m", "--min-nodes", "2", "--resize-in-place", "--max-restarts", "0",
-                              "--file", INPLACE, "--", sys.executable, "inplace_prog.py", "yarn", str(steps)],
+                              "--am-memory", "384m", "--min-nodes", "2", "--resize-in-place", "--grow-in-place",
+                              "--max-restarts", "0", "--file", INPLACE, "--", sys.executable, "inplace_prog.py",
+                              "yarn", str(steps), "3"],
                              env=yarn_cluster.env(), cwd=yarn_cluster.tmp_dir, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 150
@@ -338,10 +342,17 @@ def test_torch_survivors_go_on_in_place_in_containers(yarn_cluster, tmp_path):
     assert code == 0, text
     assert re.search(r"resized in place from 3 to 2 nodes: worker:0 \(executor 0, host [^)]*\) failed: signal 9",
                      text), text
+    assert re.search(r"resized in place from 2 to 3 nodes: worker:0 \(executor 0, host [^)]*\) joined", text), text
     assert "restarting" not in text and "all nodes finished successfully" in text, text
-    for w, rank in ((1, 0), (2, 1)):
-        assert re.search(r"\[worker:%d\] rejoined as rank %d of 2 \(generation 1\)" % (w, rank), text), text
-        assert "[worker:%d] pid %d done at world 2: total %d" % (w, pids[w], sum(range(steps * 8))) in text, text
+    joined = re.search(r"\[worker:0\] pid (\d+) joined as rank 1 of 3 \(generation 2\)", text)
+    assert joined, text
+    done = {int(w): (int(last), int(total)) for w, _, last, total in
+            re.findall(r"\[worker:(\d)\] pid (\d+) done at world 3 after step (\d+): total (\d+)", text)}
+    assert sorted(done) == [0, 1, 2], text
+    for w, (last, total) in done.items():
+        assert last >= steps and total == sum(range(last * 8)), (w, last, total)
+    for w in (1, 2):
+        assert "[worker:%d] pid %d done at world 3" % (w, pids[w]) in text, text
 
 
 def test_mlflow_tracks_the_application_as_one_run(yarn_cluster, mlflow_server):
