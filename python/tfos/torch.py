@@ -156,7 +156,10 @@ class TorchDistributor(object):
     "Elastic size"), ``resize_in_place`` (with ``min_nodes``, for ``run``
     without a DataFrame: a lost rank's survivors go on in their processes,
     their group re-formed by :class:`ElasticGroup`; docs/RELIABILITY.md,
-    "Torch survivors in place"). ``local_mode=False``
+    "Torch survivors in place"), ``grow_in_place`` (with it: a rank
+    started again in a lost one's place, where Spark has a free task slot,
+    joins the running ranks, which look for it with
+    ``ElasticGroup.resized()``). ``local_mode=False``
     runs on a classic session (TFCluster: the coordinator in this driver)
     and on a Spark Connect session (tfos.spark.Cluster: the coordinator on
     an executor, every step a Spark job; no status page, ``status_port``
@@ -166,7 +169,7 @@ class TorchDistributor(object):
     def __init__(self, num_processes=1, local_mode=True, use_gpu=True, _ssl_conf=None, *,
                  max_restarts=_DEFAULTS["max_restarts"], checkpoint_dir=None, log_dir=None, status_port=0,
                  quiet=False, spark=None, mlflow=None, mlflow_experiment=None, min_nodes=None, elastic_wait=30.0,
-                 resize_in_place=False):
+                 resize_in_place=False, grow_in_place=False):
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
             raise ValueError("TorchDistributor: num_processes must be a positive int, got %r" % (num_processes,))
         self.num_processes = num_processes
@@ -188,6 +191,11 @@ class TorchDistributor(object):
                 raise ValueError("TorchDistributor: resize_in_place=True needs min_nodes below num_processes=%d"
                                  % num_processes)
             self.elastic["resize_in_place"] = True
+        if grow_in_place:
+            if not resize_in_place:
+                raise ValueError("TorchDistributor: grow_in_place=True replaces a rank lost in place: give "
+                                 "resize_in_place=True too")
+            self.elastic["grow_in_place"] = True
         self.cluster = None  # the last Spark run's TFCluster, or tfos.spark.Cluster over Connect (status, history)
 
     # -- checks

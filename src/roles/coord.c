@@ -2256,7 +2256,7 @@ char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
             fprintf(f, ", \"report_age_s\": null");
         fprintf(f, ", \"start\": ");
         node_start_json(f, c, nd);
-        fputc('}', f);
+        fprintf(f, ", \"left\": %s}", nd->left ? "true" : "false"); /* an in-place cluster went on without it */
     }
     fprintf(f, "], \"start\": ");
     start_json(f, c);

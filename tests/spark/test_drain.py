@@ -268,67 +268,95 @@ def test_a_torchdistributor_rank_lost_in_place_leaves_the_survivor_running(spark
     while both step, rank 1's program is SIGKILLed ("program"), or worker
     1 is, with its executor, node agent and rank, for good ("executor":
     Spark's task of that node is lost and may be tried again). The
-    survivor's process goes on: it rejoins as rank 0 of 1, keeps its
-    in-memory state (the sum of every row id, each read once) and returns;
-    the history holds one resize and no restart, and nothing is left."""
+    survivor's process goes on: it rejoins as rank 0 of 1 and keeps its
+    in-memory state (the sum of every row id, each read once).
+
+    "program" runs with grow_in_place=True, the ranks looking for a resize
+    at each step: the lost rank's executor is still there, so a node task
+    started in its place there joins the running cluster (generation 2,
+    world 2) and takes the survivor's step and total; the two finish at
+    world 2. "executor" stays at world 1 to its end (no capacity comes
+    back while it runs). The history holds the resizes and no restart,
+    and nothing is left."""
     from tfos.torch import TorchDistributor
     out = tmp_path / "out"
     out.mkdir()
+    grow = lost == "program"
 
-    def train(out, steps):
+    def train(out, steps, full):
         import os
         import time
         import torch
         import torch.distributed as dist
         from tfos.torch import ElasticGroup
         g = ElasticGroup()
-        with open(os.path.join(out, "pid-%d" % g.rank), "w") as f:
-            f.write(str(os.getpid()))
         step, total = 1, torch.zeros(1, dtype=torch.float64)
-        while step <= steps:
+
+        def take_state():
+            state = torch.tensor([float(step), total.item()], dtype=torch.float64)
+            dist.broadcast(state, 0)
+            return int(state[0].item()), state[1:].clone()
+
+        if g.joined:
+            step, total = take_state()
+        with open(os.path.join(out, "pid-%d-%d" % (g.generation, g.rank)), "w") as f:
+            f.write(str(os.getpid()))
+        while step <= steps or (full and g.world < full):
+            if full and g.resized():
+                g.rejoin(timeout=60)
+                step, total = take_state()
+                continue
             ids = [i for i in range((step - 1) * 8, step * 8) if i % g.world == g.rank]
             t = torch.tensor([float(sum(ids))], dtype=torch.float64)
             try:
                 dist.all_reduce(t)
             except g.errors:
                 g.rejoin(timeout=60)
-                state = torch.tensor([float(step), total.item()], dtype=torch.float64)
-                dist.broadcast(state, 0)
-                step, total = int(state[0].item()), state[1:].clone()
+                step, total = take_state()
                 continue
             total += t
             if step == 30:
                 open(os.path.join(out, "stepping-%d" % g.rank), "w").close()
             time.sleep(0.02)
             step += 1
-        return {"pid": os.getpid(), "world": g.world, "generation": g.generation, "total": int(total.item())}
+        return {"pid": os.getpid(), "world": g.world, "generation": g.generation, "total": int(total.item()),
+                "last": step - 1}
 
     def kill_rank_1():
         if wait_for(lambda: all((out / ("stepping-%d" % r)).exists() for r in (0, 1)), 120):
             if lost == "program":
-                os.kill(int((out / "pid-1").read_text()), signal.SIGKILL)
+                os.kill(int((out / "pid-0-1").read_text()), signal.SIGKILL)
             else:
                 os.killpg(spark_cluster.worker_pid(1), signal.SIGKILL)   # whichever rank it runs
 
     spark = spark_cluster.spark_session("tfos-test-inplace-torch")
-    steps = 400
+    steps = 400 if not grow else 150
     try:
         killer = threading.Thread(target=kill_rank_1, daemon=True)
         killer.start()
         dist = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False, max_restarts=0, spark=spark,
-                                min_nodes=1, resize_in_place=True)
-        got = dist.run(train, str(out), steps)
+                                min_nodes=1, resize_in_place=True, grow_in_place=grow)
+        got = dist.run(train, str(out), steps, 2 if grow else 0)
         killer.join(10)
     finally:
         spark.stop()
         if lost == "executor":
             spark_cluster.restart_worker(1)
-    pids = [int((out / ("pid-%d" % r)).read_text()) for r in (0, 1)]
+    pids = [int((out / ("pid-0-%d" % r)).read_text()) for r in (0, 1)]
     survivor = pids[0] if lost == "program" else got["pid"]
     assert survivor in pids, (got, pids)
-    assert got == {"pid": survivor, "world": 1, "generation": 1, "total": sum(range(steps * 8))}, got
     history = dist.cluster.policy.history
-    assert [h["decision"] for h in history] == ["resize"], history
     assert "resized in place from 2 to 1 nodes: worker:%s" % ("1" if lost == "program" else "") in \
         history[0]["summary"], history
+    if grow:
+        assert got["pid"] == survivor and got["world"] == 2 and got["generation"] == 2, got
+        assert got["last"] >= steps and got["total"] == sum(range(got["last"] * 8)), got
+        joiner = int((out / "pid-2-1").read_text())   # its first line: it joined at generation 2 as rank 1
+        assert joiner not in pids, (joiner, pids)
+        assert [h["decision"] for h in history] == ["resize", "resize"], history
+        assert "resized in place from 1 to 2 nodes: worker:1" in history[1]["summary"], history
+    else:
+        assert got == {"pid": survivor, "world": 1, "generation": 1, "total": sum(range(steps * 8)),
+                       "last": steps}, got
+        assert [h["decision"] for h in history] == ["resize"], history
     assert wait_no_tfos_processes(60) == []

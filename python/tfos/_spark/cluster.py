@@ -391,7 +391,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
         grace=_DEFAULTS["stop_grace"], failure_grace=_DEFAULTS["failure_grace"], hang_timeout=0.0,
         drain_grace=None, min_nodes=None, max_nodes=None, elastic_wait=30.0, node_log_dir="tfos-logs",
         status_port=0, keras="auto", quiet=False, mlflow=None, mlflow_experiment=None, mlflow_run_name=None,
-        framework="tf", resize_in_place=False, ready_timeout=30.0):
+        framework="tf", resize_in_place=False, ready_timeout=30.0, grow_in_place=False):
     """Start a cluster of ``num_executors`` nodes (``num_ps`` of them parameter
     servers) running ``map_fun(tf_args, ctx)``, one per Spark executor, and
     return a :class:`TFCluster` once every node has registered; with
@@ -433,7 +433,10 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     only and InputMode.TENSORFLOW: a lost worker's survivors go on in their
     processes at the smaller world size, their programs' process group
     re-formed by ``tfos.torch.ElasticGroup``; see docs/RELIABILITY.md,
-    "Torch survivors in place"), ``node_log_dir`` (per-node logs, relative
+    "Torch survivors in place"), ``grow_in_place`` (with ``resize_in_place``:
+    a node task started again in a lost worker's place, where Spark has a
+    free task slot, joins the running cluster; the programs look for it
+    with ``ElasticGroup.resized()``), ``node_log_dir`` (per-node logs, relative
     to each executor's working directory) and ``status_port`` (the driver's
     status page on 127.0.0.1, see :meth:`TFCluster.status_url`; 0: any free
     port, -1: none) and ``keras``: which Keras ``tf.keras`` is in ``map_fun``. ``"auto"`` (the
@@ -488,6 +491,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
                                  "workers only (no ps, master_node or eval_node) and InputMode.TENSORFLOW (a fed "
                                  "node's partitions would not be read again)")
         inplace = elastic["min_nodes"]
+    if grow_in_place and not inplace:
+        raise TFClusterError("grow_in_place=True replaces a worker lost in place: give resize_in_place=True too")
     if elastic is None:
         _check_executors(sc, len(spark_ids), min(60.0, float(reservation_timeout)), local,
                          int(input_mode) == InputMode.SPARK)
@@ -532,6 +537,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
     spec.env = tracker_env(tracker)
     spec.elastic = elastic is not None
     spec.resize_in_place = bool(inplace)
+    spec.grow_in_place = bool(grow_in_place)
     publisher = None
     if husr is not None and webhdfs is not None:
         # Kerberos: the tokens Spark renews reach the nodes through HDFS (tfos._spark.tokens)
@@ -555,7 +561,7 @@ def run(sc, map_fun, tf_args, num_executors, num_ps=0, tensorboard=False, input_
             # None: libtfos's default (0.0 to tfos_coord_drain); 0: never drain (-1)
             "drain_grace": 0.0 if drain_grace is None else float(drain_grace) if drain_grace > 0 else -1.0,
             "elastic": elastic, "all_spark_ids": list(spark_ids), "layout": dict(layout), "resize_in_place": inplace,
-            "ready_timeout": float(ready_timeout or 0)}
+            "grow_in_place": bool(grow_in_place), "ready_timeout": float(ready_timeout or 0)}
     cluster = TFCluster(sc, spec, conf)
     cluster._attempts.start()
     cluster.cluster_meta["server_addr"] = spec.coord_addr

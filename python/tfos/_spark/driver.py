@@ -15,7 +15,8 @@ from .. import _tfos
 from .._launch import ClusterError
 from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import Engine, Snapshot, cause_code, elastic_size, failure_text  # noqa: F401 (failure_text: its old home)
-from .nodes import TASK_JOBS_BLOCKING, executors_python, local_cluster_shape, guarded, missing_in_spark_error, missing_module_text, missing_of_row, node_task
+from .nodes import (TASK_JOBS_BLOCKING, executors_python, guarded, join_task, local_cluster_shape,
+                    missing_in_spark_error, missing_module_text, missing_of_row, node_task)
 from .wait import JOB, LOCAL, WaitTimeout, wait_until
 
 
@@ -405,6 +406,8 @@ class DriverEngine(Engine):
         # the attempt watches for decommissioned executors
         threading.Thread(target=self._watch_decommission, args=(self.driver,), name="tfos-decommission",
                          daemon=True).start()
+        if conf.get("grow_in_place"):
+            threading.Thread(target=self._watch_joins, args=(self.driver,), name="tfos-joins", daemon=True).start()
 
     def snapshot(self):
         d = self.driver
@@ -464,6 +467,32 @@ class DriverEngine(Engine):
             except TFClusterError:  # shut down meanwhile
                 return
 
+    def _watch_joins(self, d):
+        """TFCluster.run(grow_in_place=True): a worker lost in place is
+        started again where Spark has a free task slot. A job of one task
+        (in its own job group, which stop() and release() cancel) runs a
+        node that joins the running cluster in the lost one's slot
+        (docs/RELIABILITY.md, "Growing back in place"); while no slot is
+        free the job waits, as a standby waits for capacity. JOIN_TRIES per
+        slot and attempt; looked at twice a second while the attempt runs."""
+        tries, jobs = {}, {}
+        while True:
+            time.sleep(0.5)
+            try:
+                if d.closed or d.state() != _tfos.STATE_RUNNING:
+                    return
+                nodes = d.status()["nodes"]
+            except TFClusterError:  # shut down meanwhile
+                return
+            for n in nodes:
+                eid = n["executor_id"]
+                if not n.get("left") or (eid in jobs and jobs[eid].is_alive()) or tries.get(eid, 0) >= JOIN_TRIES:
+                    continue
+                tries[eid] = tries.get(eid, 0) + 1
+                logger.info("%s:%d left the cluster in place: a node task starts in its place to join it, where "
+                            "Spark has a free task slot (try %d of %d)", n["job"], n["index"], tries[eid], JOIN_TRIES)
+                jobs[eid] = _start_join_job(self.sc, self.spec, eid)
+
     def end_feed(self):
         self.driver.call(self.driver.coord.end_feed)
 
@@ -476,10 +505,14 @@ class DriverEngine(Engine):
         except TFClusterError:
             pass
         self.sc.cancelJobGroup(node_group(self.spec))  # node tasks not started yet never start
+        if self.conf.get("grow_in_place"):
+            self.sc.cancelJobGroup(join_group(self.spec))
 
     def release(self):
         if self.driver is not None:
             self.driver.close()  # agents still connected lose their coordinator and stop
+        if self.conf.get("grow_in_place"):
+            self.sc.cancelJobGroup(join_group(self.spec))  # a join job still waiting for a task slot
         for p in self.driver_agents:
             try:
                 p.wait(30)
@@ -521,6 +554,33 @@ def decommissioned_executors(sc):
         return sorted(e for e in ids if sched.getExecutorDecommissionState(e).isDefined())
     except Exception:  # noqa: BLE001 -- py4j's errors, a scheduler without the method
         return []
+
+
+#: node tasks started in one lost worker's place in an attempt, at most
+#: (one whose program cannot join fails again: bounded)
+JOIN_TRIES = 3
+
+
+def _start_join_job(sc, spec, executor_id):
+    """A join job (DriverEngine._watch_joins) in a background thread: one
+    task, a node for ``executor_id`` that joins the running cluster. What
+    goes wrong is logged: the cluster goes on without it."""
+    rdd = sc.parallelize([executor_id], 1)
+    fn = guarded(join_task(spec))
+
+    def job():
+        sc.setJobGroup(join_group(spec), "tfos node joining cluster %s" % spec.cluster_id, interruptOnCancel=True)
+        try:
+            for r in rdd.mapPartitions(fn).collect():
+                if r.get("error"):
+                    logger.warning("the node task started in %s's place could not join: %s",
+                                   spec.label(executor_id), short(str(r["error"]), 500))
+        except Exception as exc:  # noqa: BLE001 -- cancelled at the attempt's end, or the executor lost
+            logger.info("the node task started in %s's place ended: %s", spec.label(executor_id), short(exc, 300))
+
+    t = threading.Thread(target=job, name="tfos-join-%d" % executor_id, daemon=True)
+    t.start()
+    return t
 
 
 def _start_node_job(sc, spec, spark_ids, errors):
@@ -582,6 +642,11 @@ def setup_errors_first(errors):
 def node_group(spec):
     """The Spark job group of a cluster's node stage."""
     return "tfos-nodes-%s" % spec.cluster_id
+
+
+def join_group(spec):
+    """The Spark job group of a cluster's join jobs (grow_in_place)."""
+    return "tfos-joins-%s" % spec.cluster_id
 
 
 def _wait_reading(driver, timeout):

@@ -430,9 +430,11 @@ def _claim(spec, key, wait=10.0):
         return None
 
 
-def start_node(spec, executor_id):
+def start_node(spec, executor_id, join=False):
     """Start the node agent for ``executor_id`` on this executor. Returns
-    (agent pid, None) or (None, error dict)."""
+    (agent pid, None) or (None, error dict). ``join``: it joins the running
+    cluster in the slot of a worker lost in place (``tfos node --join``);
+    what stops it is this task's failure, not the cluster's."""
     key = executor_key()
     job, _ = spec.role(executor_id)
     keep = []
@@ -440,6 +442,8 @@ def start_node(spec, executor_id):
     try:
         if not spec.local_master:
             claim = _claim(spec, key)
+            if claim is None and join:
+                return None, {"executor_id": executor_id, "error": _collision_message(spec, executor_id, key)}
             if claim is None:
                 return None, _abort(spec, executor_id, _collision_message(spec, executor_id, key))
             keep.append(claim.fileno())
@@ -506,6 +510,8 @@ def start_node(spec, executor_id):
             env["TFOS_TENSORBOARD_PORT"] = str(port)
             if spec.tb_logdir:
                 env["TFOS_TENSORBOARD_LOGDIR"] = spec.tb_logdir
+        if join:
+            argv += ["--join"]
         argv += ["--", sys.executable, "-m", "tfos._sparkprog"]
         try:
             # detached (own session, not our child), and a failed exec is an
@@ -562,6 +568,26 @@ def start_registered(spec, executor_id):
         return None, err
     why = _wait_registered(spec, executor_id, pid)
     return (None, _abort(spec, executor_id, why)) if why else (pid, None)
+
+
+def join_task(spec):
+    """The function of a join job (TFCluster.run(grow_in_place=True)): a
+    node started again, on whichever executor Spark gives the task, in the
+    slot of the worker of the one executor id in its partition, which left
+    the running cluster; the task lasts as long as the node."""
+
+    def run(iterator):
+        out = []
+        for executor_id in iterator:
+            pid, err = start_node(spec, executor_id, join=True)
+            if err:
+                out.append(err)
+                continue
+            _wait_pid_gone(pid)
+            out.append({"executor_id": executor_id, "agent_pid": pid, "host": socket.gethostname()})
+        return iter(out)
+
+    return run
 
 
 def node_task(spec):
