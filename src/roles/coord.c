@@ -98,7 +98,6 @@ typedef struct cnode {
     int left;       /* lost, and the others went on without it (resize_in_place) */
     int joined;     /* it joined the running cluster in a lost worker's slot (join_in_place) */
     int join_pending; /* ... and the others are told once its program is ready to form the group */
-    char join_why[320]; /* what they are told then */
     int local_rank, local_world; /* its place among the trainers on its host (the ranks spec form): a
                                   * worker that joins into its slot in place takes them */
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
@@ -449,9 +448,9 @@ int tfos_framework_spec_form(const char *framework)
 }
 
 /* The compact spec (TFOS_SPEC_RANKS): the node itself, rank 0's node and
- * the counts, computed here once for all in O(N log N). */
-/* Node i's spec in the ranks form. generation > 0: it joins a running
- * cluster in place (resize_in_place's generation it forms its group in). */
+ * the counts, computed here once for all in O(N log N). generation > 0:
+ * node i joins a running cluster in place, in that generation (its
+ * program forms its group there). */
 static void send_rank_spec(tfos_coord *c, int i, const tfos__spec_ranks *rk, int generation)
 {
     tfos__msg m;
@@ -946,14 +945,24 @@ static int resize_in_place(tfos_coord *c, cnode *nd, const char *why)
     return 1;
 }
 
+/* Why the cluster grew in place with node nd, in buf. */
+static const char *join_reason(const cnode *nd, char *buf, size_t len)
+{
+    char label[48];
+    snprintf(buf, len, "%s (executor %d, host %.200s) joined where the capacity of a lost worker came back",
+             node_label(nd, label, sizeof label), nd->addr.executor_id, nd->addr.host);
+    return buf;
+}
+
 /* A worker registers into the slot of one that left (tfos run
  * --grow-in-place: the launcher started it with `tfos node --join` where
  * the lost one's capacity came back): the cluster grows in place. The
  * joiner gets its spec at the next generation (its program forms the
- * group there: tfos.torch.ElasticGroup), the members RESIZE to the larger
- * world, and their programs re-form at their next step boundary
- * (group.resized()), taking their state from rank 0 as after a loss. 0,
- * or a refusal's message in msg. */
+ * group there: tfos.torch.ElasticGroup); once its program is ready to form
+ * (join_ready) the members get RESIZE to the larger world, and their
+ * programs re-form at their next step boundary (group.resized()), taking
+ * their state from rank 0 as after a loss. 0, or a refusal's message in
+ * msg. */
 static int join_in_place(tfos_coord *c, peer *p, cnode *nd, const char *host, int port, int pid, char *msg,
                          size_t len)
 {
@@ -990,15 +999,15 @@ static int join_in_place(tfos_coord *c, peer *p, cnode *nd, const char *host, in
     c->generation++;
     if (c->done_scan > nd->addr.executor_id) /* check_done's cursor had passed the left slot */
         c->done_scan = nd->addr.executor_id;
-    snprintf(nd->join_why, sizeof nd->join_why, "%s (executor %d, host %.180s) joined where the capacity of a lost "
-             "worker came back", label, nd->addr.executor_id, host);
+    char why[400];
+    join_reason(nd, why, sizeof why);
     /* the others go on until its program is ready to form the group
      * (join_ready): they do not wait out its start */
-    int live = send_membership(c, nd->join_why, nd->addr.executor_id, 0);
+    int live = send_membership(c, why, nd->addr.executor_id, 0);
     nd->join_pending = 1;
     TFOS_INFO("coordinator: %s: its program starts in a world of %d (generation %d); the others re-form with it "
-              "once it is ready", nd->join_why, live, c->generation);
-    record_resize(c, nd->addr.executor_id, from, live, nd->join_why);
+              "once it is ready", why, live, c->generation);
+    record_resize(c, nd->addr.executor_id, from, live, why);
     return 0;
 }
 
@@ -1341,8 +1350,9 @@ static const char *handle_frame(tfos_coord *c, peer *p, const tfos__frame *f)
             !tfos__kv_int(f->payload, f->len, "join_ready", 0, 1, &ready) && ready) {
             /* the joiner's program is about to form its group: the others
              * re-form with it at their next step */
+            char why[400];
             nd->join_pending = 0;
-            send_membership(c, nd->join_why, -1, 1);
+            send_membership(c, join_reason(nd, why, sizeof why), -1, 1);
         }
         take_progress(c, p->node, f);
         if (c->probing)
