@@ -560,8 +560,10 @@ static void on_ready_poll(tfos__loop *l, tfos__timer *t, void *user)
  * form its group (tfos.torch.ElasticGroup): told to the coordinator at
  * once (a heartbeat with join_ready), which then has the others re-form
  * with it, so they do not wait out its start. Looked at every
- * JOIN_POLL_MS while the program runs. */
-enum { JOIN_POLL_MS = 10 };
+ * JOIN_POLL_FAST_MS for the first JOIN_FAST_FOR_MS of the program's life
+ * (a Python that imports torch is ready within seconds), then every
+ * JOIN_POLL_SLOW_MS while it runs (a program that never says so). */
+enum { JOIN_POLL_FAST_MS = 10, JOIN_FAST_FOR_MS = 30000, JOIN_POLL_SLOW_MS = 200 };
 
 static void on_join_poll(tfos__loop *l, tfos__timer *t, void *user)
 {
@@ -578,7 +580,9 @@ static void on_join_poll(tfos__loop *l, tfos__timer *t, void *user)
         }
         return;
     }
-    tfos__timer_arm(l, t, tfos__now_ms() + JOIN_POLL_MS, on_join_poll, a);
+    int64_t now = tfos__now_ms();
+    tfos__timer_arm(l, t, now + (now - a->child_started_ms < JOIN_FAST_FOR_MS ? JOIN_POLL_FAST_MS : JOIN_POLL_SLOW_MS),
+                    on_join_poll, a);
 }
 
 /* The time in the program's TFOS_ERROR_FILE (seconds since the epoch, as
@@ -912,7 +916,7 @@ static void start_program(agent *a)
     if (a->in_ring)
         tfos__timer_arm(a->loop, &a->ready_timer, a->child_started_ms + READY_POLL_FAST_MS, on_ready_poll, a);
     if (a->joined[0])
-        tfos__timer_arm(a->loop, &a->join_timer, a->child_started_ms + JOIN_POLL_MS, on_join_poll, a);
+        tfos__timer_arm(a->loop, &a->join_timer, a->child_started_ms + JOIN_POLL_FAST_MS, on_join_poll, a);
     TFOS_DEBUG("agent %s: started %s (pid %d)", a->label, argv[0], (int)a->child);
     if (tb_argv) {
         char line[TFOS_HOST_MAX + PATH_MAX + 64];
