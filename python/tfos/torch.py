@@ -450,6 +450,11 @@ def _await_listener(addr, port, timeout):
             time.sleep(0.01)
 
 
+#: the reason in the membership file of a worker that joined in place
+#: (its agent writes it: src/roles/agent.c, the SPEC with a generation)
+_JOINED = "joined in place"
+
+
 class ElasticGroup(object):
     """The default ``torch.distributed`` process group of a node of
     ``tfos run --framework torch --min-nodes M --resize-in-place``, kept
@@ -514,21 +519,27 @@ class ElasticGroup(object):
         info = self._read()
         #: this process joined a running cluster in a lost worker's place
         #: (tfos run --grow-in-place): it takes its state from rank 0
-        self.joined = bool(info)
+        self.joined = bool(info) and info["reason"] == _JOINED
         if not info:
             self._form(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
             return
-        # the membership it joined (its agent wrote it before the program
-        # started): the members re-form with it once they see resized()
+        # a membership given before the program formed its group: the one it
+        # joined (its agent wrote it before the program started), or a
+        # resize since its start; the environment follows it, as in rejoin()
         self.generation, self.rank, self.world = info["generation"], info["rank"], info["world"]
         host, _, port = info["master"].rpartition(":")
-        # ready to form: the agent tells the coordinator, which only now has
-        # the others re-form with this process (they went on meanwhile)
-        with open(self._file + ".ready", "w"):
-            pass
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), MASTER_ADDR=host.strip("[]"),
+                          MASTER_PORT=port)
+        if self.joined:
+            # ready to form: the agent tells the coordinator, which only now
+            # has the others re-form with this process (they went on meanwhile)
+            with open(self._file + ".ready", "w"):
+                pass
         try:
             self._form(host.strip("[]"), int(port))
         except self.errors as e:
+            if not self.joined:
+                raise
             raise TimeoutError("ElasticGroup: joined the cluster in place as rank %d of %d (generation %d), but "
                                "the other workers did not re-form the group with it (within %.0f s, or they "
                                "ended: %s): their programs must call group.resized() at each step and rejoin() "
