@@ -130,7 +130,7 @@ static int tcp_listen(const char *addr, int backlog, int *fd, char *bound, size_
         return TFOS_EINVAL;
     int rc = tfos__tcp_listen(host, port, backlog, fd, &got);
     if (rc == 0)
-        snprintf(bound, boundlen, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, got);
+        tfos__format_hostport(bound, boundlen, host, got);
     return rc;
 }
 

@@ -18,6 +18,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+const char *tfos__format_hostport(char *buf, size_t len, const char *host, int port)
+{
+    snprintf(buf, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    return buf;
+}
+
 int tfos__parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 {
     if (!s || !*s)

@@ -7,6 +7,9 @@
 /* Split "host:port" (host may be "[v6]"). host receives a NUL-terminated copy.
  * Returns TFOS_EINVAL naming nothing: the caller knows which option it was. */
 int tfos__parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+/* The other way: "host:port", "[host]:port" for an IPv6 address, in buf.
+ * Returns buf. */
+const char *tfos__format_hostport(char *buf, size_t len, const char *host, int port);
 
 /* Listen on host:port (port 0: any). Writes the fd and the bound port. */
 int tfos__tcp_listen(const char *host, int port, int backlog, int *fd, int *bound_port);

@@ -513,15 +513,32 @@ static void add_progress(agent *a, tfos__msg *m)
     }
 }
 
-/* A HEARTBEAT with the progress, when the coordinator is there. */
-static void send_heartbeat(agent *a)
+/* A HEARTBEAT with the progress, when the coordinator is there; `flag`
+ * (a key sent as 1, e.g. join_ready) when not NULL. */
+static void send_heartbeat_flag(agent *a, const char *flag)
 {
     if (a->connected) {
         tfos__msg m;
         tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
+        if (flag)
+            tfos__msg_add(&m, flag, "1");
         add_progress(a, &m);
         send_msg(a, &m);
     }
+}
+
+static void send_heartbeat(agent *a)
+{
+    send_heartbeat_flag(a, NULL);
+}
+
+/* The membership an in-place resize gives the program, as its
+ * TFOS_RESIZE_FILE holds it (tfos.torch.ElasticGroup reads it). */
+static void membership_text(char *buf, size_t len, long long gen, long long rank, long long world,
+                            const char *master, const char *reason)
+{
+    snprintf(buf, len, "generation=%lld\nrank=%lld\nworld=%lld\nmaster=%s\nreason=%s\n", gen, rank, world, master,
+             reason);
 }
 
 /* The program's first wait on its empty input ring, told to the coordinator
@@ -571,13 +588,7 @@ static void on_join_poll(tfos__loop *l, tfos__timer *t, void *user)
     if (!a->child || a->child_done)
         return;
     if (access(a->join_ready_path, F_OK) == 0) {
-        if (a->connected) {
-            tfos__msg m;
-            tfos__msg_begin(&m, TFOS_MSG_HEARTBEAT);
-            tfos__msg_add(&m, "join_ready", "1");
-            add_progress(a, &m);
-            send_msg(a, &m);
-        }
+        send_heartbeat_flag(a, "join_ready");
         return;
     }
     int64_t now = tfos__now_ms();
@@ -1113,9 +1124,8 @@ static int handle_frame(agent *a, const tfos__frame *f)
                  * group in that generation (tfos.torch.ElasticGroup reads it) */
                 const tfos__node_addr *m = &a->nodes[master];
                 char at[TFOS_HOST_MAX + 16];
-                snprintf(at, sizeof at, strchr(m->host, ':') ? "[%s]:%d" : "%s:%d", m->host, m->port);
-                snprintf(a->joined, sizeof a->joined, "generation=%lld\nrank=%lld\nworld=%lld\nmaster=%s\n"
-                         "reason=joined in place\n", gen, rank, world, at);
+                membership_text(a->joined, sizeof a->joined, gen, rank, world,
+                                tfos__format_hostport(at, sizeof at, m->host, m->port), "joined in place");
             }
         } else if (form[0]) {
             TFOS_ERROR("agent %d: the cluster spec's form '%s' is not known to this agent (an older tfos?)",
@@ -1185,8 +1195,7 @@ static int handle_frame(agent *a, const tfos__frame *f)
         tfos__kv_str(f->payload, f->len, "reason", reason, sizeof reason);
         if (!a->resize_path[0] || a->child_done || gen < 1 || rank < 0 || rank >= world || !master[0])
             return 0;
-        snprintf(text, sizeof text, "generation=%lld\nrank=%lld\nworld=%lld\nmaster=%s\nreason=%s\n", gen, rank,
-                 world, master, reason);
+        membership_text(text, sizeof text, gen, rank, world, master, reason);
         if (tfos__write_file_whole(a->resize_path, text))
             TFOS_ERROR("agent %s: cannot write the new membership to %s: %s", a->label, a->resize_path,
                        strerror(errno));

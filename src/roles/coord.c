@@ -864,7 +864,7 @@ static int send_membership(tfos_coord *c, const char *why, int joiner, int membe
 {
     const cnode *m = &c->nodes[c->master];
     char master[TFOS_HOST_MAX + 16];
-    snprintf(master, sizeof master, strchr(m->addr.host, ':') ? "[%s]:%d" : "%s:%d", m->addr.host, m->addr.port);
+    tfos__format_hostport(master, sizeof master, m->addr.host, m->addr.port);
     int live = 0, rank = 1;
     for (int i = 0; i < c->n; i++)
         live += in_membership(&c->nodes[i]);
@@ -1682,7 +1682,7 @@ int tfos__coord_open_on(tfos_coord **out, const tfos_coord_opts *opts, tfos__loo
         c->own_loop = 1;
     }
     char addr[TFOS_HOST_MAX + 16], err[300];
-    snprintf(addr, sizeof addr, strchr(c->opts.bind_host, ':') ? "[%s]:%d" : "%s:%d", c->opts.bind_host, opts->port);
+    tfos__format_hostport(addr, sizeof addr, c->opts.bind_host, opts->port);
     tfos__listen_opts lo = {.addr = addr, .backlog = BACKLOG, .max_pending = UNAUTH_MAX,
                             .grace_ms = TFOS_AUTH_GRACE_MS,
                             .cb = {on_peer_frame, on_peer_close}, .user = c};
