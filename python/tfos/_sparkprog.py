@@ -94,6 +94,13 @@ def main():
         from . import fs
         fs.keep_tokens_fresh()  # its token must not die while map_fun computes without HDFS
     ctx = TFNode.get_context()
+    if os.environ.get("TFOS_INPUT_MODE") == "1" and ctx.job_name != "ps":
+        # The feed's decoder needs numpy (about 0.1 s to import). Importing
+        # it here, before map_fun reads and so before run() returns, keeps
+        # it out of the first train()/inference(): else the node read its
+        # first rows only after the import, while Spark's tasks had fed a
+        # whole partition (docs/BENCHMARKS.md, first runs).
+        import numpy  # noqa: F401
     tb = None
     try:
         if ctx.job_name in ("chief", "worker"):

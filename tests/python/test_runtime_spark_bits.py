@@ -349,3 +349,33 @@ def test_an_agent_whose_program_failed_at_once_had_registered(marker):
     finally:
         finish([agent])
         coord.close()
+
+
+# Builds a Spark node's payload (a map_fun that only looks whether numpy is
+# imported, and pickles by value: its module is __main__) and runs
+# `python -m tfos._sparkprog` on it, as a node agent does.
+_SPARKPROG = r"""
+import os, subprocess, sys
+from tfos import _payload
+
+def map_fun(args, ctx):
+    with open(args, "w") as f:
+        f.write(str("numpy" in sys.modules))
+
+r = os.memfd_create("payload", 0)  # the agent's TFOS_PAYLOAD_FD is a memfd too
+os.write(r, _payload.dumps((map_fun, sys.argv[2])))
+env = dict(os.environ, TFOS_PAYLOAD_FD=str(r), TFOS_INPUT_MODE=sys.argv[1], TFOS_JOB_NAME="worker",
+           TFOS_TASK_INDEX="0", TFOS_EXECUTOR_ID="0")
+sys.exit(subprocess.run([sys.executable, "-m", "tfos._sparkprog"], env=env, pass_fds=(r,), timeout=120).returncode)
+"""
+
+
+@pytest.mark.parametrize("input_mode,imported", [("1", "True"), ("0", "False")])
+def test_a_spark_fed_node_imports_numpy_before_map_fun(tmp_path, input_mode, imported):
+    """InputMode.SPARK: the feed's decoder needs numpy, imported before
+    map_fun reads (so before run() returns), not at the first rows of the
+    first train(); InputMode.TENSORFLOW programs are left as they are."""
+    out = tmp_path / "seen"
+    done = subprocess.run([PY, "-c", _SPARKPROG, input_mode, str(out)], capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.read_text() == imported
