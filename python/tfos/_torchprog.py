@@ -24,4 +24,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 0:
+        from ._exit import exit_now
+        exit_now(0)  # without the interpreter's teardown of torch (tfos._exit)
+    sys.exit(code)

@@ -379,3 +379,39 @@ def test_a_spark_fed_node_imports_numpy_before_map_fun(tmp_path, input_mode, imp
     done = subprocess.run([PY, "-c", _SPARKPROG, input_mode, str(out)], capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.read_text() == imported
+
+
+# A map_fun leaving what a normal exit finishes: a non-daemon thread still
+# writing, an atexit function, and a file left open with its data buffered.
+_ENDINGS = r"""
+import atexit, os, subprocess, sys, threading, time
+from tfos import _payload
+
+def map_fun(out, ctx):
+    def late():
+        time.sleep(0.5)
+        with open(os.path.join(out, "thread"), "w") as f:
+            f.write("done")
+    threading.Thread(target=late).start()
+    atexit.register(lambda: open(os.path.join(out, "atexit"), "w").write("ran"))
+    f = open(os.path.join(out, "left-open"), "w")
+    f.write("buffered")
+    sys.tfos_test_left_open = f  # alive until the teardown, as a module-level file is
+
+r = os.memfd_create("payload", 0)
+os.write(r, _payload.dumps((map_fun, sys.argv[1])))
+env = dict(os.environ, TFOS_PAYLOAD_FD=str(r), TFOS_INPUT_MODE="0", TFOS_JOB_NAME="worker", TFOS_TASK_INDEX="0",
+           TFOS_EXECUTOR_ID="0")
+sys.exit(subprocess.run([sys.executable, "-m", "tfos._sparkprog"], env=env, pass_fds=(r,), timeout=120).returncode)
+"""
+
+
+def test_a_node_program_ends_as_a_normal_exit_would(tmp_path):
+    """After map_fun returns, the program skips the interpreter's teardown
+    (tfos._exit) but not what a program sees of an exit: its non-daemon
+    threads finish, its atexit functions run, open files are flushed."""
+    done = subprocess.run([PY, "-c", _ENDINGS, str(tmp_path)], capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "left-open").read_text() == "buffered"
