@@ -212,7 +212,8 @@ def main():
                 (first if r < a.warmup else results)[p].append(res)
         for p in paths:
             for i, x in enumerate(first[p]):
-                out("first_%s_total_rows_per_s%s" % (p, "" if i == 0 else "_%d" % (i + 1)), "%.0f" % (a.rows / x["total_s"]))
+                name = "first_%s_total_rows_per_s%s" % (p, "" if i == 0 else "_%d" % (i + 1))
+                out(name, "%.0f" % (a.rows / x["total_s"]))
         med = {}
         for p in paths:
             rs = results[p]
