@@ -229,6 +229,36 @@ def test_train_rdd_every_row_once_per_epoch(spark, tmp_path):
     assert wait_no_tfos_processes(30) == []
 
 
+def take_one_then_end(args, ctx):
+    """TFoS's early end: read a batch, terminate() the feed, return at once."""
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    feed.next_batch(10)
+    feed.terminate()
+
+
+def _late(row):
+    import time
+    if row[0] >= 20:  # these partitions come after the programs ended
+        time.sleep(0.3)
+    return row
+
+
+def test_partitions_fed_after_a_node_ended_are_not_wanted(spark, tmp_path):
+    """A program that called terminate() and returned takes its agent, and
+    the tag feed tasks look for, with it: the partitions its executor feeds
+    after that are not wanted ("terminated", as TFoS skips them), not an
+    executor without a node (FeedTaskError, four times, then the job)."""
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i, float(i)) for i in range(40)], 40).map(_late)
+    cluster = TFCluster.run(sc, take_one_then_end, {}, num_executors=2, num_ps=0,
+                            input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster.train(rdd, num_epochs=1, feed_timeout=60)
+    nodes = cluster.driver.status()["nodes"]
+    cluster.shutdown(timeout=60)
+    assert [(n["state"], n["exit_code"]) for n in nodes] == [("exited", 0)] * 2, nodes
+    assert wait_no_tfos_processes(30) == []
+
+
 @pytest.mark.parametrize("kind", ["rdd", "dataframe"])
 def test_a_node_slow_to_start_still_gets_its_share(spark, tmp_path, kind):
     """Issue 34, item 2: chief:0's program starts 2 s late, so its executor

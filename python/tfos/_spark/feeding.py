@@ -12,7 +12,7 @@ import time
 from .. import _tfos
 from .. import feed as _feed
 from ..feed.producer import skip_arrow_rows
-from .nodes import _bind_name, _task_context, executor_key, local_nodes
+from .nodes import _bind_name, _task_context, executor_key, host_address, local_nodes
 from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,35 @@ class NodeLost(Exception):
     """The node this partition was going to failed (or its cluster did)."""
 
 
+class NodeEnded(Exception):
+    """The node on this executor has ended well (its program returned, as
+    after ``terminate()``) and its agent with it: the partition is not
+    wanted, as when the node's ring says so."""
+
+
+def _ended_here(spec, wait=2.0):
+    """Whether a feed node of this cluster on this host has ended with exit
+    code 0 (a node's agent, and the tag a feed task looks for, go with its
+    program). Host-wide: the coordinator knows nodes by host, not by
+    executor. Waits (bounded) for the agent's last report, which can reach
+    the coordinator after its tag is gone."""
+    feed = set(spec.feed_ids())
+
+    def ended():
+        try:
+            nodes = _coord_status(spec).get("nodes", [])
+            here = host_address(spec.coord_addr)
+        except Exception:  # noqa: BLE001 -- unknown: the caller's error stands
+            return False
+        return any(n.get("executor_id") in feed and n.get("host") == here and n.get("state") == "exited"
+                   and n.get("exit_code") == 0 for n in nodes)
+
+    try:
+        return wait_until(ended, wait, "a node on this host to have ended", NODE)
+    except WaitTimeout:
+        return False
+
+
 def _pick_node(spec, partition):
     key = executor_key()
     ids = local_nodes(spec, key)
@@ -93,6 +122,10 @@ def _pick_node(spec, partition):
                 _ask_to_grow(spec, partition, key)
             raise NodeLost("partition %d: no node on this executor yet (the elastic cluster grows onto it at its "
                            "next drain)" % partition)
+        if _ended_here(spec):
+            if _cluster_drain(spec) is not None:  # it ended at a drain: the next attempt reads the partition
+                raise NodeLost("partition %d: its node ended at a drain" % partition)
+            raise NodeEnded(partition)
         raise FeedTaskError(
             "partition %d: the Spark task feeding it runs on an executor (host %s, JVM pid %s) that has no tfos "
             "node of this cluster. Every executor of the application must run one node: give it exactly "
@@ -357,6 +390,9 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
     except NodeLost as exc:
         outcomes.add({partition: ("skipped", str(exc))})
         return rows
+    except NodeEnded:
+        outcomes.add({partition: ("terminated", None)})
+        return rows
     try:
         if arrow:
             # streamed: each record batch goes into the ring as Spark hands
@@ -474,7 +510,12 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
     partition; ``abort``: see FeedClient.collect_results)."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
-    executor_id = _pick_node(spec, partition)
+    try:
+        executor_id = _pick_node(spec, partition)
+    except NodeEnded:
+        raise FeedTaskError("partition %d: the node on this executor (host %s) has ended (its program returned), so "
+                            "nothing would answer its rows: an inference map_fun reads until the feed ends"
+                            % (partition, socket.gethostname())) from None
     with _NodeLock(spec, executor_id, feed_timeout):
         client = _open_client(spec, executor_id, partition, feed_timeout)
         try:
