@@ -163,3 +163,30 @@ def test_the_connect_slices_leave_the_clients_own_timeout_whole(monkeypatch):
     spec.cluster_id = "c"
     feeding._open_client(spec, 0, 0, 300)
     assert seen == [(300, feeding.CONNECT_SLICE_S)]
+
+
+def test_no_node_here_after_one_on_this_host_ended_is_not_wanted(monkeypatch):
+    """No node's tag on this executor: when the coordinator says a feed node
+    on this host ended with exit code 0 (its agent went with it), the
+    partition is not wanted (NodeEnded: "terminated"); a node that ended on
+    another host, or failed, leaves the executor-without-a-node error."""
+    spec = _Spec()
+    spec.cluster_id = "nosuchcluster"
+    spec.feed_ids = lambda: [0, 1]
+    spec.total = lambda: 2
+    here = feeding.host_address(spec.coord_addr)
+
+    def status(host, code):
+        return {"failure": None, "nodes": [
+            {"executor_id": 0, "host": host, "state": "exited", "exit_code": code},
+            {"executor_id": 1, "host": host, "state": "running", "exit_code": -1}]}
+
+    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: status(here, 0))
+    with pytest.raises(feeding.NodeEnded):
+        feeding._pick_node(spec, 5)
+    for other in (status("192.0.2.1", 0), status(here, 1)):
+        monkeypatch.setattr(feeding, "_coord_status", lambda spec, st=other: st)
+        with pytest.raises(feeding.FeedTaskError) as ei:
+            feeding._pick_node(spec, 5)  # after 2 s of asking
+        assert "that has no tfos node of this cluster" in str(ei.value)

@@ -25,7 +25,9 @@ def progress_lines(sc, caplog, monkeypatch, **kw):
                             status_port=-1, **kw)
     try:
         t0 = time.monotonic()
-        cluster.train(sc.parallelize(range(800), 4))  # 200 rows a partition: ~0.4 s each
+        # 300 rows a partition: ~0.6 s each, 1.2 s a node at the least (the
+        # progress lines come every 0.5 s; 800 rows once took 0.99 s)
+        cluster.train(sc.parallelize(range(1200), 4))
         took = time.monotonic() - t0
     finally:
         cluster.shutdown()
