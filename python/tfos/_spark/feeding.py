@@ -92,11 +92,14 @@ def _ended_here(spec, wait=2.0):
     executor. Waits (bounded) for the agent's last report, which can reach
     the coordinator after its tag is gone."""
     feed = set(spec.feed_ids())
+    try:
+        here = host_address(spec.coord_addr)
+    except OSError:  # unknown: the caller's error stands
+        return False
 
     def ended():
         try:
             nodes = _coord_status(spec).get("nodes", [])
-            here = host_address(spec.coord_addr)
         except Exception:  # noqa: BLE001 -- unknown: the caller's error stands
             return False
         return any(n.get("executor_id") in feed and n.get("host") == here and n.get("state") == "exited"
