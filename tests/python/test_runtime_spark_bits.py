@@ -351,22 +351,33 @@ def test_an_agent_whose_program_failed_at_once_had_registered(marker):
         coord.close()
 
 
-# Builds a Spark node's payload (a map_fun that only looks whether numpy is
-# imported, and pickles by value: its module is __main__) and runs
-# `python -m tfos._sparkprog` on it, as a node agent does.
-_SPARKPROG = r"""
+# Runs `python -m tfos._sparkprog` on the payload (map_fun, argv[2]) as a node
+# agent does: map_fun is defined in the script given before this tail, so it
+# pickles by value (its module is __main__); argv[1] is TFOS_INPUT_MODE.
+_RUN_SPARKPROG = r"""
 import os, subprocess, sys
 from tfos import _payload
-
-def map_fun(args, ctx):
-    with open(args, "w") as f:
-        f.write(str("numpy" in sys.modules))
-
 r = os.memfd_create("payload", 0)  # the agent's TFOS_PAYLOAD_FD is a memfd too
 os.write(r, _payload.dumps((map_fun, sys.argv[2])))
 env = dict(os.environ, TFOS_PAYLOAD_FD=str(r), TFOS_INPUT_MODE=sys.argv[1], TFOS_JOB_NAME="worker",
            TFOS_TASK_INDEX="0", TFOS_EXECUTOR_ID="0")
 sys.exit(subprocess.run([sys.executable, "-m", "tfos._sparkprog"], env=env, pass_fds=(r,), timeout=120).returncode)
+"""
+
+
+def run_sparkprog(map_fun_source, input_mode, arg):
+    done = subprocess.run([PY, "-c", map_fun_source + _RUN_SPARKPROG, input_mode, arg], capture_output=True,
+                          text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+# A map_fun that only looks whether numpy is imported.
+_SEES_NUMPY = r"""
+import sys
+
+def map_fun(args, ctx):
+    with open(args, "w") as f:
+        f.write(str("numpy" in sys.modules))
 """
 
 
@@ -376,16 +387,14 @@ def test_a_spark_fed_node_imports_numpy_before_map_fun(tmp_path, input_mode, imp
     map_fun reads (so before run() returns), not at the first rows of the
     first train(); InputMode.TENSORFLOW programs are left as they are."""
     out = tmp_path / "seen"
-    done = subprocess.run([PY, "-c", _SPARKPROG, input_mode, str(out)], capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_sparkprog(_SEES_NUMPY, input_mode, str(out))
     assert out.read_text() == imported
 
 
 # A map_fun leaving what a normal exit finishes: a non-daemon thread still
 # writing, an atexit function, and a file left open with its data buffered.
 _ENDINGS = r"""
-import atexit, os, subprocess, sys, threading, time
-from tfos import _payload
+import atexit, os, sys, threading, time
 
 def map_fun(out, ctx):
     def late():
@@ -397,12 +406,6 @@ def map_fun(out, ctx):
     f = open(os.path.join(out, "left-open"), "w")
     f.write("buffered")
     sys.tfos_test_left_open = f  # alive until the teardown, as a module-level file is
-
-r = os.memfd_create("payload", 0)
-os.write(r, _payload.dumps((map_fun, sys.argv[1])))
-env = dict(os.environ, TFOS_PAYLOAD_FD=str(r), TFOS_INPUT_MODE="0", TFOS_JOB_NAME="worker", TFOS_TASK_INDEX="0",
-           TFOS_EXECUTOR_ID="0")
-sys.exit(subprocess.run([sys.executable, "-m", "tfos._sparkprog"], env=env, pass_fds=(r,), timeout=120).returncode)
 """
 
 
@@ -410,8 +413,7 @@ def test_a_node_program_ends_as_a_normal_exit_would(tmp_path):
     """After map_fun returns, the program skips the interpreter's teardown
     (tfos._exit) but not what a program sees of an exit: its non-daemon
     threads finish, its atexit functions run, open files are flushed."""
-    done = subprocess.run([PY, "-c", _ENDINGS, str(tmp_path)], capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_sparkprog(_ENDINGS, "0", str(tmp_path))
     assert (tmp_path / "thread").read_text() == "done"
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "left-open").read_text() == "buffered"
