@@ -129,10 +129,10 @@ int tfos__turns_ask(tfos__turns *t, const char *stage_name, int nparts, int nfed
     int k = s->begun[me];
     out->begun = k;
     out->unbegun = s->nfed > s->given ? s->nfed - s->given : 0;
-    if (k <= 1 || out->unbegun == 0)
+    if (k <= 1 || out->unbegun == 0 || (info && info[me].gone))
         return 0;
     for (int i = 0; i < s->nnodes; i++) {
-        if (i == me)
+        if (i == me || (info && info[i].gone))
             continue;
         int r = reads(s, info, i);
         int holds = r ? s->begun[i] < k - 1 && !stalled(s, info, i) : s->begun[i] < k;

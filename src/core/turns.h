@@ -17,6 +17,10 @@
  *     it in a collective and it for them), unless that node has stopped
  *     reading with rows unread for TFOS_TURNS_STALL_MS (it may be waiting
  *     for this one: partitions of unequal rows).
+ * A node whose program reads no more (it ended, or called terminate()) is
+ * never waited for: its executor's tasks may never ask again (a task that
+ * finds the node ended does not feed), and a task of its own goes at once
+ * (its feed says the partition is not wanted).
  * Once no partition of the job is left unasked for, every node goes. The
  * node with the fewest never waits, so turns never deadlock among
  * themselves; the task bounds its own wait.
@@ -39,6 +43,8 @@ typedef struct tfos__turn_node {
     unsigned long long rows_out; /* rows its program has taken, every job together */
     int unread;                  /* its feed holds rows not taken */
     long long idle_ms;           /* since rows_out last grew; -1: it never has */
+    int gone;                    /* its program reads no more (it ended, terminated or closed its feed, or
+                                  * its node left): never waited for, and a task of its own goes at once */
 } tfos__turn_node;
 
 typedef struct tfos__turns tfos__turns;

@@ -505,6 +505,7 @@ static void add_progress(agent *a, tfos__msg *m)
     tfos__msg_add(m, "wait_data_ns", "%llu", (unsigned long long)in.consumer_wait_ns);
     tfos__msg_add(m, "wait_room_ns", "%llu", (unsigned long long)in.producer_wait_ns);
     tfos__msg_add(m, "feed_ended", "%d", in.feed_ended ? 1 : 0);
+    tfos__msg_add(m, "reader_gone", "%d", in.consumer_closed ? 1 : 0); /* terminate(), close, or dead */
     char text[TFOS_RING_REPORT_MAX + 1];
     int64_t age = 0;
     if (tfos__ring_report_get(a->in_ring, text, sizeof text, &age) == 0) {

@@ -109,6 +109,7 @@ typedef struct cnode {
     int stop_sent;
     /* what the agent last said of the node's input ring and report */
     int has_feed, feed_ended;
+    int reader_gone; /* its program reads its feed no more (terminate(), close, or dead) */
     uint64_t ring_cap, ring_used, rows_in, rows_out, wait_data_ns, wait_room_ns;
     int64_t progress_at;                     /* when those came */
     int64_t rows_out_at;                     /* when rows_out last grew (0: never) */
@@ -812,6 +813,8 @@ static void take_progress(tfos_coord *c, int node, const tfos__frame *f)
         nd->ring_used = (uint64_t)v;
     if (!tfos__kv_int(p, n, "feed_ended", 0, 1, &v))
         nd->feed_ended = (int)v;
+    if (!tfos__kv_int(p, n, "reader_gone", 0, 1, &v))
+        nd->reader_gone = (int)v;
     if (!tfos__kv_int(p, n, "wait_data_ns", 0, INT64_MAX, &v))
         nd->wait_data_ns = (uint64_t)v;
     if (!tfos__kv_int(p, n, "wait_room_ns", 0, INT64_MAX, &v))
@@ -990,7 +993,7 @@ static int join_in_place(tfos_coord *c, peer *p, cnode *nd, const char *host, in
     nd->state = N_REGISTERED;
     nd->exit_code = -1;
     nd->exit_desc[0] = nd->tail[0] = nd->report[0] = nd->log_error[0] = '\0';
-    nd->stop_sent = nd->has_step = nd->has_feed = nd->feed_ended = 0;
+    nd->stop_sent = nd->has_step = nd->has_feed = nd->feed_ended = nd->reader_gone = 0;
     nd->raised_at = nd->ended_at = 0;
     nd->last_heartbeat = tfos__now_ms(); /* its start stamps stay the cluster's formation's (start telemetry) */
     nd->peer = p;
@@ -1264,6 +1267,7 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
         info[i].rows_out = x->rows_out;
         info[i].unread = x->rows_in > x->rows_out;
         info[i].idle_ms = x->rows_out_at ? now - x->rows_out_at : -1;
+        info[i].gone = x->state == N_EXITED || x->left || x->reader_gone;
     }
     tfos__turn t = {.go = 1, .behind_node = -1};
     if (!c->turns)

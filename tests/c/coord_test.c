@@ -843,6 +843,69 @@ static int child_turns(const char *addr, int wfd)
     return 0;
 }
 
+/* The coordinator hears from heartbeats that a node's program reads no
+ * more (reader_gone: terminate(), close, or its end): it is not waited
+ * for. Both nodes have begun a partition and read it whole; node 0 asks
+ * for two more. */
+static int child_turn_first(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1, go2 = -1;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 0, 0, 5000, &go, NULL), 0);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 1, 1, 5000, &go2, NULL), 0);
+    CHECK(write(wfd, go && go2 ? "both" : "held", 4) == 4);
+    return 0;
+}
+
+static int child_turn_two_more(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1;
+    char *json = NULL;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 2, 0, 5000, &go, NULL), 0);
+    CHECK_EQ(go, 1); /* one ahead of a node that reads */
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 3, 0, 5000, &go, &json), 0);
+    CHECK(strstr(json, "\"behind_reads\": true"));
+    free(json);
+    CHECK(write(wfd, go == 1 ? "goes" : "held", 4) == 4);
+    return 0;
+}
+
+static int child_turn_again(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 3, 0, 5000, &go, NULL), 0);
+    CHECK(write(wfd, go == 1 ? "goes" : "held", 4) == 4);
+    return 0;
+}
+
+static void a_node_whose_reader_is_gone_is_not_waited_for(void)
+{
+    static char out[256];
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__link *a, *b;
+    do_register(c, &a, 0, SECRET, 5000);
+    do_register(c, &b, 1, SECRET, 5001);
+    send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    steps(c, 50);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_first, out, sizeof out), 0);
+    CHECK_STR(out, "both"); /* the job's first asks take the counts above as its start */
+    send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "100", "rows_out", "100");
+    send_kv(b, TFOS_MSG_HEARTBEAT, 3, "rows_in", "100", "rows_out", "100", "reader_gone", "0");
+    steps(c, 50);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_two_more, out, sizeof out), 0);
+    CHECK_STR(out, "held"); /* node 1 reads, nothing unread: it will ask for its next */
+    send_kv(b, TFOS_MSG_HEARTBEAT, 3, "rows_in", "100", "rows_out", "100", "reader_gone", "1");
+    steps(c, 50);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_again, out, sizeof out), 0);
+    CHECK_STR(out, "goes"); /* its program reads no more: its executor's tasks may never ask again */
+    tfos__link_close(a);
+    tfos__link_close(b);
+    tfos_coord_close(c);
+}
+
 static void feed_turns(void)
 {
     static char out[256];
@@ -1240,6 +1303,7 @@ int main(void)
     RUN(start_kinds);
     RUN(clients);
     RUN(feed_turns);
+    RUN(a_node_whose_reader_is_gone_is_not_waited_for);
     RUN(drain);
     RUN(spec_bytes);
     RUN(standby);

@@ -104,6 +104,38 @@ static void the_last_partitions_go_at_once(void)
     tfos__turns_free(t);
 }
 
+/* The hang CI met: node 1's program called terminate() and returned, so
+ * its executor's tasks find it ended and never ask again; node 0's task
+ * waited for it until feed_timeout (600 s). A node whose program reads no
+ * more is not waited for, and a task of a node that reads no more goes. */
+static void a_node_that_reads_no_more_is_not_waited_for(void)
+{
+    tfos__turns *t = tfos__turns_new();
+    tfos__turn r;
+    tfos__turn_node info[2] = {heard(0, 0, -1), heard(0, 0, -1)};
+    CHECK(ask(t, "end", 20, info, 0, 0, &r));
+    CHECK(ask(t, "end", 20, info, 1, 1, &r));
+    info[0] = heard(100, 0, 0);
+    info[1] = heard(100, 0, 0);
+    CHECK(ask(t, "end", 20, info, 2, 0, &r));
+    CHECK(!ask(t, "end", 20, info, 3, 0, &r)); /* two ahead of a node that reads: waits */
+    CHECK_EQ(r.behind_node, 1);
+    info[1].gone = 1;                          /* its program ended */
+    CHECK(ask(t, "end", 20, info, 3, 0, &r));
+    CHECK(ask(t, "end", 20, info, 4, 0, &r));
+    CHECK_EQ(r.begun, 4);
+    /* node 1 reads again, and gets ahead: two ahead of node 0 it waits ... */
+    info[1].gone = 0;
+    for (int part = 5; part <= 9; part++)
+        CHECK(ask(t, "end", 20, info, part, 1, &r) || part == 9);
+    CHECK(!r.go);
+    CHECK_EQ(r.begun, 6);
+    info[1].gone = 1; /* ... unless its own program reads no more: then it goes (its feed says not wanted) */
+    CHECK(ask(t, "end", 20, info, 9, 1, &r));
+    CHECK_EQ(r.begun, 6);
+    tfos__turns_free(t);
+}
+
 /* Spark runs a task again on another executor: the partition moves. */
 static void a_partition_run_again_elsewhere_moves(void)
 {
@@ -228,6 +260,7 @@ int main(void)
 {
     RUN(a_node_that_starts_late_gets_its_share);
     RUN(readers_in_step_never_wait_for_each_other);
+    RUN(a_node_that_reads_no_more_is_not_waited_for);
     RUN(the_last_partitions_go_at_once);
     RUN(a_partition_run_again_elsewhere_moves);
     RUN(shares_stay_even_when_a_node_starts_late);

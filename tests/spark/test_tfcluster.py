@@ -53,6 +53,10 @@ def count_rows(args, ctx):
         deadline = time.monotonic() + 120
         while not os.path.exists(args["go"]) and time.monotonic() < deadline:
             time.sleep(0.05)
+    if ctx.executor_id == args.get("end_after_one"):  # one batch, then terminate() and return at once
+        feed.next_batch(args.get("batch", 100))
+        feed.terminate()
+        return
     while not feed.should_stop():
         batch = feed.next_batch(args.get("batch", 100))
         n += len(batch)
@@ -256,6 +260,26 @@ def test_partitions_fed_after_a_node_ended_are_not_wanted(spark, tmp_path):
     nodes = cluster.driver.status()["nodes"]
     cluster.shutdown(timeout=60)
     assert [(n["state"], n["exit_code"]) for n in nodes] == [("exited", 0)] * 2, nodes
+    assert wait_no_tfos_processes(30) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_node_that_ended_early_does_not_hold_the_others_feed(spark, tmp_path):
+    """The hang CI met (a Connect digits run, 600 s): one node's program took
+    a partition, called terminate() and returned, so its executor's feed
+    tasks found it ended and never asked for a turn again; the other node,
+    reading on, was two partitions ahead and its next task waited for the
+    ended one until feed_timeout. A node that reads no more is not waited
+    for (the coordinator hears it in heartbeats and from the agent's exit).
+    Before the fix this test ran into its pytest timeout."""
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i, float(i)) for i in range(600)], 12)
+    cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path), "batch": 50, "slow": 0.1, "end_after_one": 1},
+                            num_executors=2, num_ps=0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+    cluster.train(rdd, num_epochs=1, feed_timeout=600)
+    cluster.shutdown(timeout=120)
+    count = json.load(open(tmp_path / "count-0.json"))
+    assert 300 <= count["rows"] <= 550, count  # most of the job, once the other had ended
     assert wait_no_tfos_processes(30) == []
 
 
