@@ -190,3 +190,44 @@ def test_no_node_here_after_one_on_this_host_ended_is_not_wanted(monkeypatch):
         with pytest.raises(feeding.FeedTaskError) as ei:
             feeding._pick_node(spec, 5)  # after 2 s of asking
         assert "that has no tfos node of this cluster" in str(ei.value)
+
+
+class _NoFeedSpec(_Spec):
+    cluster_id = "no-such-cluster-feed"   # no agent listens: FeedClient finds no feed socket
+
+
+@pytest.mark.parametrize("node, raised", [
+    ({"executor_id": 0, "state": "exited", "exit_code": 0}, feeding.NodeEnded),
+    ({"executor_id": 0, "state": "exited", "exit_code": 1, "exit": "exit code 1"}, feeding.NodeLost),
+])
+def test_a_feed_socket_gone_with_its_ended_node_is_not_waited_for(monkeypatch, node, raised):
+    """The CI hang (600 s, the whole feed_timeout): a node's agent closes its
+    feed socket a moment before the tag that led a feed task to it goes;
+    the task tried the socket again until feed_timeout, since the cluster
+    neither failed nor drained. The coordinator's word that the node
+    exited ends the wait at its first look."""
+    looks = []
+
+    def status(spec):
+        looks.append(1)
+        return {"failure": None, "drain": None, "nodes": [node]}
+
+    monkeypatch.setattr(feeding, "_coord_status", status)
+    monkeypatch.setattr(feeding, "CONNECT_SLICE_S", 0.05)
+    with pytest.raises(raised) as ei:
+        feeding._open_client(_NoFeedSpec(), 0, 7, 600)
+    assert len(looks) == 1
+    if raised is feeding.NodeLost:
+        assert "partition 7: the node on executor 0 has exited (exit code 1)" in str(ei.value)
+
+
+def test_a_feed_socket_of_a_running_node_is_waited_for_until_the_timeout(monkeypatch):
+    """A node still starting (no feed socket yet): tried again until the
+    timeout, then an error naming the node and partition."""
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: {
+        "failure": None, "drain": None, "nodes": [{"executor_id": 0, "state": "registered", "exit_code": -1}]})
+    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
+    monkeypatch.setattr(feeding, "CONNECT_SLICE_S", 0.05)
+    with pytest.raises(feeding.FeedTaskError) as ei:
+        feeding._open_client(_NoFeedSpec(), 0, 7, 0.5)
+    assert "feeding partition 7 to chief:0 (executor 0) failed" in str(ei.value)

@@ -254,7 +254,10 @@ def _open_client(spec, executor_id, partition, timeout):
     tries (every CONNECT_SLICE_S) the coordinator is asked whether the
     cluster failed or drained meanwhile: then the node's agent has gone,
     or is going, and the partition is the next attempt's (NodeLost), not a
-    wait of the whole ``timeout``."""
+    wait of the whole ``timeout``. Nor is a node that has ended waited
+    for: its agent closes the feed socket a moment before the tag that
+    led here goes (NodeEnded when its program returned, as after
+    ``terminate()``; else NodeLost)."""
     deadline = time.monotonic() + timeout
     whole = False  # a socket that answered, but not in a slice (a slow greeting): then the rest at once
     while True:
@@ -273,6 +276,12 @@ def _open_client(spec, executor_id, partition, timeout):
                     raise NodeLost("partition %d: the node on executor %d is gone: %s" % (
                         partition, executor_id, "the cluster failed: %s" % failure if failure else
                         "the cluster drained at step %s" % drain.get("step"))) from None
+                node = next((n for n in st.get("nodes", []) if n.get("executor_id") == executor_id), {})
+                if node.get("state") == "exited":
+                    if node.get("exit_code") == 0:
+                        raise NodeEnded(partition) from None
+                    raise NodeLost("partition %d: the node on executor %d has exited (%s)" % (
+                        partition, executor_id, node.get("exit") or "exit code %s" % node.get("exit_code"))) from None
                 continue
             last = exc
         except (_feed.FeedError, OSError) as exc:
@@ -513,14 +522,17 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
     partition; ``abort``: see FeedClient.collect_results)."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
+    ended = ("partition %d: the node on this executor (host %s) has ended (its program returned), so nothing would "
+             "answer its rows: an inference map_fun reads until the feed ends" % (partition, socket.gethostname()))
     try:
         executor_id = _pick_node(spec, partition)
     except NodeEnded:
-        raise FeedTaskError("partition %d: the node on this executor (host %s) has ended (its program returned), so "
-                            "nothing would answer its rows: an inference map_fun reads until the feed ends"
-                            % (partition, socket.gethostname())) from None
+        raise FeedTaskError(ended) from None
     with _NodeLock(spec, executor_id, feed_timeout):
-        client = _open_client(spec, executor_id, partition, feed_timeout)
+        try:
+            client = _open_client(spec, executor_id, partition, feed_timeout)
+        except NodeEnded:
+            raise FeedTaskError(ended) from None
         try:
             # key=None: a retry feeds the whole partition again (its results
             # are collected anew; the dead task's results went with it)
