@@ -15,6 +15,7 @@
 #include "core/spec.h"
 #include "core/turns.h"
 #include "encode.h"
+#include "rows.h"
 #include "feed/position.h"
 #include "platform/proc.h"
 #include "platform/webhdfs.h"
@@ -624,6 +625,9 @@ static PyMethodDef module_methods[] = {
      "encode_rows(rows) -> bytes: a columnar batch; TypeError/ValueError naming the row and field when the rows "
      "have no columnar layout."},
     {"encode_columns", mod_encode_columns, METH_O, "encode_columns([(name, array), ...]) -> bytes: a columnar batch."},
+    {"rows_from_columns", tfos_rows_from_columns, METH_VARARGS,
+     "rows_from_columns(columns, lo, hi, lists=False) -> [row, ...]: rows lo..hi of 1-D numeric or bool columns as "
+     "tuples (lists), the values numpy's tolist gives; NotImplemented where a column is not one of those."},
     {"decode_columns", mod_decode_columns, METH_O,
      "decode_columns(buffer) -> (flags, [(name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)]), "
      "after validating every field and range (FeedError if corrupt)."},

@@ -88,6 +88,11 @@ class _Chunk(object):
         self.pos = hi
         if self.rows is not None:
             return self.rows[lo:hi]
+        if not self.flat and not self.nulls:
+            # 1-D columns of numbers: the rows made in C, in one pass
+            rows = _tfos.rows_from_columns(self.columns, lo, hi, self.lists)
+            if rows is not NotImplemented:
+                return rows
         cols = [c[lo:hi] for c in self.columns]
         if self.flat:
             col = cols[0]
