@@ -20,6 +20,18 @@ static int ask(tfos__turns *t, const char *stage, int nparts, const tfos__turn_n
     return out->go;
 }
 
+/* A new table where nodes 0 and 1, having read nothing, begin partitions
+ * 0 and 1 of job `stage` (a first partition always goes). */
+static tfos__turns *both_begin(const char *stage, int nparts, tfos__turn_node info[2])
+{
+    tfos__turns *t = tfos__turns_new();
+    tfos__turn r;
+    info[0] = info[1] = heard(0, 0, -1);
+    CHECK(ask(t, stage, nparts, info, 0, 0, &r));
+    CHECK(ask(t, stage, nparts, info, 1, 1, &r));
+    return t;
+}
+
 /* The case the issue met: chief:0 (node 0) slow to start. Without turns
  * worker:1 took three of four partitions. */
 static void a_node_that_starts_late_gets_its_share(void)
@@ -63,11 +75,9 @@ static void a_node_that_starts_late_gets_its_share(void)
  * reading with rows unread, it may be waiting for this node, which goes. */
 static void readers_in_step_never_wait_for_each_other(void)
 {
-    tfos__turns *t = tfos__turns_new();
+    tfos__turn_node info[2];
     tfos__turn r;
-    tfos__turn_node info[2] = {heard(0, 0, -1), heard(0, 0, -1)};
-    CHECK(ask(t, "sync", 10, info, 0, 0, &r));
-    CHECK(ask(t, "sync", 10, info, 1, 1, &r));
+    tfos__turns *t = both_begin("sync", 10, info);
     info[0] = heard(100, 0, 0); /* node 0 read its first whole, node 1 half of its own */
     info[1] = heard(50, 1, 0);
     CHECK(ask(t, "sync", 10, info, 2, 0, &r)); /* one ahead: goes */
@@ -104,17 +114,15 @@ static void the_last_partitions_go_at_once(void)
     tfos__turns_free(t);
 }
 
-/* The hang CI met: node 1's program called terminate() and returned, so
- * its executor's tasks find it ended and never ask again; node 0's task
- * waited for it until feed_timeout (600 s). A node whose program reads no
- * more is not waited for, and a task of a node that reads no more goes. */
+/* Node 1's program called terminate() and returned, so its executor's
+ * tasks find it ended and never ask again; node 0's task waited for it
+ * until feed_timeout (600 s). A node whose program reads no more is not
+ * waited for, and a task of a node that reads no more goes. */
 static void a_node_that_reads_no_more_is_not_waited_for(void)
 {
-    tfos__turns *t = tfos__turns_new();
+    tfos__turn_node info[2];
     tfos__turn r;
-    tfos__turn_node info[2] = {heard(0, 0, -1), heard(0, 0, -1)};
-    CHECK(ask(t, "end", 20, info, 0, 0, &r));
-    CHECK(ask(t, "end", 20, info, 1, 1, &r));
+    tfos__turns *t = both_begin("end", 20, info);
     info[0] = heard(100, 0, 0);
     info[1] = heard(100, 0, 0);
     CHECK(ask(t, "end", 20, info, 2, 0, &r));

@@ -201,11 +201,11 @@ class _NoFeedSpec(_Spec):
     ({"executor_id": 0, "state": "exited", "exit_code": 1, "exit": "exit code 1"}, feeding.NodeLost),
 ])
 def test_a_feed_socket_gone_with_its_ended_node_is_not_waited_for(monkeypatch, node, raised):
-    """The CI hang (600 s, the whole feed_timeout): a node's agent closes its
-    feed socket a moment before the tag that led a feed task to it goes;
-    the task tried the socket again until feed_timeout, since the cluster
-    neither failed nor drained. The coordinator's word that the node
-    exited ends the wait at its first look."""
+    """A node's agent closes its feed socket a moment before the tag that
+    led a feed task to it goes; a task in between tried the socket again
+    until feed_timeout (600 s), since the cluster neither failed nor
+    drained. The coordinator's word that the node exited ends the wait at
+    its first look."""
     looks = []
 
     def status(spec):

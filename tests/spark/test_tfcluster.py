@@ -265,13 +265,13 @@ def test_partitions_fed_after_a_node_ended_are_not_wanted(spark, tmp_path):
 
 @pytest.mark.timeout(240)
 def test_a_node_that_ended_early_does_not_hold_the_others_feed(spark, tmp_path):
-    """The hang CI met (a Connect digits run, 600 s): one node's program took
-    a partition, called terminate() and returned, so its executor's feed
-    tasks found it ended and never asked for a turn again; the other node,
-    reading on, was two partitions ahead and its next task waited for the
-    ended one until feed_timeout. A node that reads no more is not waited
-    for (the coordinator hears it in heartbeats and from the agent's exit).
-    Before the fix this test ran into its pytest timeout."""
+    """One node's program took a partition, called terminate() and
+    returned, so its executor's feed tasks found it ended and never asked
+    for a turn again; the other node, reading on, was two partitions ahead
+    and its next task waited for the ended one until feed_timeout (600 s).
+    A node that reads no more is not waited for (the coordinator hears it
+    in heartbeats and from the agent's exit). Before the fix this test ran
+    past 600 s (stopped from outside); with it, 25 s."""
     sc = spark.sparkContext
     rdd = sc.parallelize([(i, float(i)) for i in range(600)], 12)
     cluster = TFCluster.run(sc, count_rows, {"out": str(tmp_path), "batch": 50, "slow": 0.1, "end_after_one": 1},
