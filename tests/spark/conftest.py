@@ -19,6 +19,10 @@ Scopes:
                  ``spark_cluster.spark_session(name, **conf)`` in its own
                  module without requesting ``spark``.
 
+A failed or timed-out test's report ends with the last lines of the
+executor logs it wrote to (executor_log_tails): the feed tasks' warnings
+are there and nowhere else once the session's temp dir is gone.
+
 Environment knobs:
   TFOS_SPARK_KEEP_TMP=1      keep the cluster's temp dir (logs) after the session.
   TFOS_SPARK_START_TIMEOUT   seconds start() may take (default 120).
@@ -81,3 +85,36 @@ def no_tfos_leftovers(spark_cluster):
         warnings.warn("an earlier test left the Spark cluster short; restarted " + ", ".join(healed))
     yield
     tfoshelpers.check_no_leftovers(tfoshelpers.tfos_processes, 30)
+
+
+def executor_log_tails(cluster, since, lines=25, most=4):
+    """The last lines of the executors' stderr logs written since ``since``
+    (the feed tasks' warnings and errors are there, and nowhere else on a
+    failed run: the cluster's temp dir goes with the session)."""
+    import glob
+    work = os.path.join(cluster.tmp_dir or "", "work")
+    logs = [p for p in glob.glob(os.path.join(work, "worker*", "app-*", "*", "stderr"))
+            if os.path.getmtime(p) >= since]
+    out = []
+    for path in sorted(logs, key=os.path.getmtime)[-most:]:
+        with open(path, errors="replace") as f:  # without the JVM's stack frames
+            tail = [ln for ln in f if not ln.startswith(("\tat ", "\t... "))][-lines:]
+        out.append("==> %s <==\n%s" % (os.path.relpath(path, work), "".join(tail)))
+    return "\n".join(out)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed (or timed-out) Spark test's report ends with the tails of
+    the executor logs it wrote to: what the feed tasks waited for."""
+    outcome = yield
+    rep = outcome.get_result()
+    cluster = item.funcargs.get("spark_cluster") if hasattr(item, "funcargs") else None
+    if rep.when != "call" or not rep.failed or cluster is None:
+        return
+    try:
+        text = executor_log_tails(cluster, call.start)
+    except OSError as exc:
+        text = "(could not read them: %s)" % exc
+    if text:
+        rep.sections.append(("executor logs, last lines", text))
