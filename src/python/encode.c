@@ -17,7 +17,7 @@ enum { F_BOOL, F_INT, F_FLOAT, F_STR, F_BYTES, F_LIST_INT, F_LIST_FLOAT, F_BUFFE
  * item size; the code is the one of core/batch.c's table (the one dtype
  * table) whose numpy name has that kind and size ("<f4": kind 'f', 4
  * bytes). 0 for a format or size the table has no code for. */
-static int dtype_from_format(const char *fmt, Py_ssize_t itemsize)
+int tfos_dtype_from_format(const char *fmt, Py_ssize_t itemsize)
 {
     if (!fmt)
         fmt = "B"; /* PEP 3118: no format means unsigned bytes */
@@ -113,7 +113,7 @@ static int field_describe(PyObject *o, tfos__col *c, Py_ssize_t row, int idx)
             PyErr_Clear();
             goto bad;
         }
-        int dt = dtype_from_format(b.format, b.itemsize);
+        int dt = tfos_dtype_from_format(b.format, b.itemsize);
         int ok = dt && b.ndim <= TFOS_BATCH_MAX_DIMS;
         c->dtype = (uint8_t)dt;
         c->ndim = (uint8_t)b.ndim;
@@ -300,7 +300,7 @@ int tfos_plan_columns(tfos_plan *p, PyObject *columns)
         c->name = nm;
         c->name_len = (uint16_t)name_len;
         c->kind = TFOS_COL_FIXED;
-        c->dtype = (uint8_t)dtype_from_format(b->format, b->itemsize);
+        c->dtype = (uint8_t)tfos_dtype_from_format(b->format, b->itemsize);
         if (!c->dtype || b->ndim < 1 || b->ndim > TFOS_BATCH_MAX_DIMS + 1) {
             PyErr_Format(PyExc_TypeError, "column %zd ('%s'): dtype '%s' with %d dimensions has no columnar "
                          "encoding (numbers, rows along the first axis)", j, nm, b->format ? b->format : "B",

@@ -18,6 +18,10 @@ typedef struct tfos_plan {
     uint64_t total;
 } tfos_plan;
 
+/* The dtype code (core/batch.c's one table) of a buffer's PEP 3118 format
+ * and item size: bool, signed or unsigned integer, float; 0 for any other. */
+int tfos_dtype_from_format(const char *fmt, Py_ssize_t itemsize);
+
 /* Build a plan for a list of rows. Raises TypeError/ValueError (naming the
  * row and field) when the rows do not fit one columnar layout. */
 int tfos_plan_rows(tfos_plan *p, PyObject *rows);

@@ -12,6 +12,8 @@
 
 #include <string.h>
 
+#include "encode.h"
+
 enum { K_BOOL, K_INT, K_UINT, K_FLOAT };
 
 typedef struct col_view {
@@ -19,23 +21,26 @@ typedef struct col_view {
     int kind;
 } col_view;
 
-/* The kind of a 1-D buffer's PEP 3118 format, or -1 (not ours). */
+/* The kind of a 1-D buffer's values (its format read as the encoder reads
+ * it), or -1: not ours (float16 and wider floats included). */
 static int kind_of(const Py_buffer *b)
 {
-    const char *f = b->format ? b->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@')
-        f++;
-    if (!f[0] || f[1] || b->ndim != 1)
+    int dt = b->ndim == 1 ? tfos_dtype_from_format(b->format, b->itemsize) : 0;
+    const char *np = dt ? tfos__dtype_numpy(dt) : NULL;
+    if (!np)
         return -1;
-    if (*f == '?' && b->itemsize == 1)
+    switch (np[1]) {
+    case 'b':
         return K_BOOL;
-    if (strchr("bhilq", *f) && (b->itemsize == 1 || b->itemsize == 2 || b->itemsize == 4 || b->itemsize == 8))
+    case 'i':
         return K_INT;
-    if (strchr("BHILQ", *f) && (b->itemsize == 1 || b->itemsize == 2 || b->itemsize == 4 || b->itemsize == 8))
+    case 'u':
         return K_UINT;
-    if ((*f == 'f' && b->itemsize == 4) || (*f == 'd' && b->itemsize == 8))
-        return K_FLOAT;
-    return -1;
+    case 'f':
+        return b->itemsize == 4 || b->itemsize == 8 ? K_FLOAT : -1;
+    default:
+        return -1;
+    }
 }
 
 static PyObject *value_at(const col_view *c, Py_ssize_t i)
