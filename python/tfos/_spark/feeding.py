@@ -12,7 +12,7 @@ import time
 from .. import _tfos
 from .. import feed as _feed
 from ..feed.producer import skip_arrow_rows
-from .nodes import _bind_name, _task_context, executor_key, host_address, local_nodes
+from .nodes import _bind_name, _task_context, executor_key, host_address, local_nodes, status_node
 from .wait import LOCAL, NODE, WaitTimeout, wait_until
 
 logger = logging.getLogger(__name__)
@@ -201,13 +201,13 @@ def _node_words(spec, executor_id):
         st = _coord_status(spec)
     except Exception:
         return None
-    for nd in st.get("nodes", []):
-        if nd.get("executor_id") == executor_id:
-            words = "state %s" % nd.get("state")
-            if nd.get("exit"):
-                words += ", " + nd["exit"]
-            return words
-    return None
+    nd = status_node(st, executor_id)
+    if nd is None:
+        return None
+    words = "state %s" % nd.get("state")
+    if nd.get("exit"):
+        words += ", " + nd["exit"]
+    return words
 
 
 def _program_gone(client):
@@ -276,7 +276,7 @@ def _open_client(spec, executor_id, partition, timeout):
                     raise NodeLost("partition %d: the node on executor %d is gone: %s" % (
                         partition, executor_id, "the cluster failed: %s" % failure if failure else
                         "the cluster drained at step %s" % drain.get("step"))) from None
-                node = next((n for n in st.get("nodes", []) if n.get("executor_id") == executor_id), {})
+                node = status_node(st, executor_id) or {}
                 if node.get("state") == "exited":
                     if node.get("exit_code") == 0:
                         raise NodeEnded(partition) from None

@@ -380,12 +380,14 @@ def _wait_pid_gone(pid, timeout=None):
         os.close(fd)
 
 
+def status_node(st, executor_id):
+    """Node ``executor_id`` of a coordinator status document, or None."""
+    return next((nd for nd in st.get("nodes", []) if nd.get("executor_id") == executor_id), None)
+
+
 def _node_state(spec, executor_id):
     st = json.loads(_tfos.query_status(spec.coord_addr, spec.secret, 5000))
-    for nd in st.get("nodes", []):
-        if nd.get("executor_id") == executor_id:
-            return st, nd
-    return st, None
+    return st, status_node(st, executor_id)
 
 
 def _abort(spec, executor_id, message):
