@@ -326,6 +326,48 @@ def interleaved(n, seconds, plain_rates):
     return statistics.median((n / s) / p for s, p in zip(seconds, plain_rates))
 
 
+CPU_KINDS = ("workers", "programs", "jvms", "agents")
+
+
+def cpu_seconds():
+    """CPU seconds so far of this host's processes, by kind: ``workers``
+    (Spark's Python workers and their daemon), ``programs`` (tfos's node
+    programs), ``jvms`` (the executors, this driver's JVM) and ``agents``
+    (tfos's agents and coordinator); anything else on the host is left out.
+    Linux /proc: the benchmark's cluster runs on this host. A process that
+    ends between two readings takes its time with it (none does within a
+    warm run)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys(CPU_KINDS, 0.0)
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cmd = b" ".join(argv)
+        if b"tfos._sparkprog" in cmd:
+            kind = "programs"
+        elif b"pyspark.daemon" in cmd or b"pyspark/worker" in cmd:
+            kind = "workers"
+        elif argv[0].endswith(b"java"):
+            kind = "jvms"
+        elif argv[0].endswith(b"/bin/tfos"):
+            kind = "agents"
+        else:
+            continue
+        out[kind] += (int(fields[11]) + int(fields[12])) / hz  # utime + stime
+    return out
+
+
+def cpu_delta(before, after):
+    return {k: max(0.0, after[k] - before[k]) for k in CPU_KINDS}
+
+
 def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     """cluster.train(rdd or DataFrame) of n rows, once right after run() and
     then warm_trains() more times on the same cluster; ``ceiling`` measures
@@ -342,12 +384,18 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
     w1 = time.time()
     cluster.train(rdd, num_epochs=1)
     t2 = time.monotonic()
-    warm, paired = [], []
+    warm, paired, cpu_plain, cpu_tfos = [], [], [], []
     for _ in range(warm_trains()):
+        # the host's CPU seconds by kind over each run: on a host whose
+        # cores both jobs keep busy, rate ratios follow CPU ratios
+        c0 = cpu_seconds()
         paired.append(ceiling())  # the plain job right before each warm run
+        c1 = cpu_seconds()
         tw = time.monotonic()
         cluster.train(rdd, num_epochs=1)
         warm.append(time.monotonic() - tw)
+        cpu_plain.append(cpu_delta(c0, c1))
+        cpu_tfos.append(cpu_delta(c1, cpu_seconds()))
     t2w = time.monotonic()
     cluster.shutdown()
     t3 = time.monotonic()
@@ -377,6 +425,7 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
         out["last_row_after_warm_s"] = last - (w1 + t2w - t1)
         out["interleaved_plain_rows_per_s"] = paired
         out["interleaved_vs_ceiling"] = interleaved(n, warm, paired)
+        out["cpu_plain_s"], out["cpu_tfos_s"] = cpu_plain, cpu_tfos
     log("%s: %d rows in %.2f s: %.0f rows/s (train() returned after %.2f s, last row read after %.2f s; "
         "start %.2f s, shutdown %.2f s; rows per node %s; plain Spark job over the same data: %.0f rows/s)%s"
         % (name, n, feed_s, out["rows_per_s"], out["train_s"], out["consumed_s"], out["start_s"], out["shutdown_s"],
@@ -489,9 +538,9 @@ def main():
     p.add_argument("--out", required=True, help="JSON file for the measurements")
     p.add_argument("--round", type=int, default=0)
     p.add_argument("--workloads", default="feed,inference,digits")
-    p.add_argument("--feed-rows", type=int, default=300000)
-    p.add_argument("--inference-rows", type=int, default=150000)
-    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--feed-rows", type=int, default=1000000)
+    p.add_argument("--inference-rows", type=int, default=1000000)
+    p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--digits-npz", default=None)
     p.add_argument("--digits-epochs", type=int, default=10)
     p.add_argument("--digits-batch", type=int, default=32)
