@@ -447,8 +447,9 @@ class DataFeed(object):
         """One result per row of the last ``next_batch`` (or
         ``next_batch_arrays``), in order: a sequence, or a numpy array whose
         first axis is the rows (``model.predict``'s output as it is). An
-        array goes back whole, with no per-row work here; its rows reach
-        Spark as Python values, as ``ndarray.tolist()`` gives them."""
+        array goes back whole, with no per-row work here; Spark gets its
+        items as TensorFlowOnSpark gives them: a 1-D array's items numpy
+        scalars, a 2-D array's rows 1-D arrays (docs/FEED.md)."""
         if not _is_ndarray(results) or results.ndim == 0:
             results = list(results)
         expected = sum(k for _, k in self._last_batch)
