@@ -1266,6 +1266,13 @@ static int connect_and_register(agent *a)
     tfos__msg_add(&m, "pid", "%d", (int)getpid());
     if (a->tb_port > 0)
         tfos__msg_add(&m, "tb_port", "%d", a->tb_port);
+    /* the Spark executor this node runs for (tfos.TFCluster sets it): a
+     * feed task there that finds no node asks the coordinator whether its
+     * own node ended, not any node of its host */
+    const char *key = getenv("TFOS_EXECUTOR_KEY");
+    if (key && *key && strlen(key) < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789.-:_") == strlen(key))
+        tfos__msg_add(&m, "executor_key", "%s", key); /* else none: the coordinator refuses other names */
     if (o->join)
         tfos__msg_add(&m, "join", "1");
     tfos__msg_add(&m, "t_register", "%lld", (long long)(tfos__now_ms() - a->born_ms));

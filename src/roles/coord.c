@@ -101,6 +101,7 @@ typedef struct cnode {
     int local_rank, local_world; /* its place among the trainers on its host (the ranks spec form): a
                                   * worker that joins into its slot in place takes them */
     int tb_port;    /* TensorBoard port the agent announced, 0: none */
+    char executor_key[64]; /* the Spark executor its agent runs for (its JVM's pid there), "" none */
     int exit_code;  /* shell-style: code or 128+signal; -1 unknown */
     char exit_desc[400]; /* the agent's one line: "exit code 1", or why the program could not start */
     char log_error[300]; /* the agent could not write the node's log ("" fine) */
@@ -598,15 +599,21 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
         return;
     }
     /* tb_port is optional (agents before it was added do not send it), but
-     * when present it must be a port */
+     * when present it must be a port; executor_key (a Spark node's
+     * executor, status JSON's "executor_key") is optional too, a name of
+     * host_valid's letters under 64 bytes */
+    char ekey[sizeof c->nodes[0].executor_key] = "";
     int has_tb = tfos__kv_str(f->payload, f->len, "tb_port", tb, sizeof tb) != TFOS_EINVAL;
+    int kr = tfos__kv_str(f->payload, f->len, "executor_key", ekey, sizeof ekey);
     if (tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &id) ||
         tfos__kv_int(f->payload, f->len, "port", 1, 65535, &port) ||
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid) ||
         tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !host_valid(host) ||
-        (has_tb && tfos__kv_int(f->payload, f->len, "tb_port", 0, 65535, &tb_port))) {
+        (has_tb && tfos__kv_int(f->payload, f->len, "tb_port", 0, 65535, &tb_port)) ||
+        (kr != TFOS_EINVAL && (kr || !host_valid(ekey)))) {
         refuse(c, p, TFOS_EPROTO,
-               "invalid registration (executor_id, host, port and pid are required; tb_port must be a port)");
+               "invalid registration (executor_id, host, port and pid are required; tb_port must be a port; "
+               "executor_key a name under 64 bytes)");
         return;
     }
     char msg[512];
@@ -618,6 +625,8 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
                      c->n, c->n - 1);
         if (id >= c->n || join_in_place(c, p, &c->nodes[id], host, (int)port, (int)pid, msg, sizeof msg))
             refuse(c, p, TFOS_EINVAL, msg);
+        else
+            snprintf(c->nodes[id].executor_key, sizeof c->nodes[id].executor_key, "%s", ekey);
         return;
     }
     if (c->state != TFOS_COORD_RESERVING) {
@@ -644,6 +653,7 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
     nd->addr.port = (int)port;
     nd->agent_pid = (int)pid;
     nd->tb_port = (int)tb_port;
+    snprintf(nd->executor_key, sizeof nd->executor_key, "%s", ekey);
     nd->state = N_REGISTERED;
     take_start_times(c, nd, f);
     nd->peer = p;
@@ -2254,6 +2264,8 @@ char *tfos__coord_status_json_page(const tfos_coord *c, int first, int last)
         fprintf(f, "%s{\"executor_id\": %d, \"job\": \"%s\", \"index\": %d, \"host\": ", i > first ? ", " : "",
                 nd->addr.executor_id, nd->addr.job, nd->addr.index);
         tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->addr.host);
+        fprintf(f, ", \"executor_key\": ");
+        tfos__json_str(f, nd->state == N_EMPTY ? "" : nd->executor_key);
         fprintf(f, ", \"log_error\": ");
         tfos__json_str(f, nd->log_error);
         fprintf(f, ", \"port\": %d, \"state\": \"%s\", \"agent_pid\": %d, \"pid\": %d, \"exit_code\": %d, \"exit\": ",

@@ -427,6 +427,43 @@ static void end_feed(void)
     tfos_coord_close(c);
 }
 
+/* Connect and register as executor `id` with an executor_key line. */
+static void do_register_key(tfos_coord *c, tfos__link **conn, int id, int port, const char *key)
+{
+    char mac[TFOS_MAC_HEX_LEN + 1], idbuf[16], portbuf[16];
+    greet(c, conn, SECRET, mac);
+    snprintf(idbuf, sizeof idbuf, "%d", id);
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    send_kv(*conn, TFOS_MSG_REGISTER, 6, "mac", mac, "executor_id", idbuf, "host", "127.0.0.1", "port", portbuf,
+            "pid", "4242", "executor_key", key);
+}
+
+/* A Spark node's agent registers its executor's key; the status JSON
+ * gives it (a feed task on an executor without a node asks whether its
+ * own node ended, not any node of its host); an agent without one shows
+ * "", and a key that is not a plain name is refused. */
+static void executor_key_in_status(void)
+{
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__link *a, *b, *bad;
+    do_register_key(c, &bad, 0, 5000, "12 34\"");
+    expect_error(c, bad, "executor_key");
+    tfos__link_close(bad);
+    do_register_key(c, &a, 0, 5000, "31337");
+    do_register(c, &b, 1, SECRET, 5001);
+    tfos__frame f;
+    CHECK_EQ(wait_frame(c, a, &f, 2000), 0);
+    CHECK_EQ(f.type, TFOS_MSG_SPEC);
+    char *js = tfos_coord_status_json(c);
+    CHECK(strstr(js, "\"executor_id\": 0, \"job\": \"worker\", \"index\": 0, \"host\": \"127.0.0.1\", "
+                     "\"executor_key\": \"31337\", "));
+    CHECK(strstr(js, "\"index\": 1, \"host\": \"127.0.0.1\", \"executor_key\": \"\", "));
+    free(js);
+    tfos__link_close(a);
+    tfos__link_close(b);
+    tfos_coord_close(c);
+}
+
 static void tensorboard_port(void)
 {
     tfos_coord *c = open_coord(2, 0, 10, 30);
@@ -1296,6 +1333,7 @@ int main(void)
     RUN(status_query);
     RUN(end_feed);
     RUN(tensorboard_port);
+    RUN(executor_key_in_status);
     RUN(abort_report);
     RUN(failure_while_stopping);
     RUN(first_failure_is_reported);

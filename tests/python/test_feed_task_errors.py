@@ -192,6 +192,34 @@ def test_no_node_here_after_one_on_this_host_ended_is_not_wanted(monkeypatch):
         assert "that has no tfos node of this cluster" in str(ei.value)
 
 
+def test_a_node_that_ended_on_another_executor_of_the_host_leaves_the_error(monkeypatch):
+    """Nodes register their executor's key: an executor that never had a
+    node (one more than num_executors) gets the configuration error even
+    when another executor's node on the same host ended with exit code 0,
+    and does not drop its partitions as not wanted; its own node's end is
+    still NodeEnded."""
+    spec = _Spec()
+    spec.cluster_id = "nosuchcluster"
+    spec.feed_ids = lambda: [0, 1]
+    spec.total = lambda: 2
+    here = feeding.host_address(spec.coord_addr)
+    mine = feeding.executor_key()
+
+    def status(key):
+        return {"failure": None, "nodes": [
+            {"executor_id": 0, "host": here, "executor_key": key, "state": "exited", "exit_code": 0},
+            {"executor_id": 1, "host": here, "executor_key": "other", "state": "running", "exit_code": -1}]}
+
+    monkeypatch.setattr(feeding, "_cluster_failure", lambda spec, wait=0: None)
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: status(mine))
+    with pytest.raises(feeding.NodeEnded):
+        feeding._pick_node(spec, 5)
+    monkeypatch.setattr(feeding, "_coord_status", lambda spec: status(mine + "0"))
+    with pytest.raises(feeding.FeedTaskError) as ei:
+        feeding._pick_node(spec, 5)  # after 2 s of asking
+    assert "that has no tfos node of this cluster" in str(ei.value)
+
+
 class _NoFeedSpec(_Spec):
     cluster_id = "no-such-cluster-feed"   # no agent listens: FeedClient finds no feed socket
 

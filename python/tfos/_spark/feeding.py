@@ -86,23 +86,30 @@ class NodeEnded(Exception):
 
 
 def _ended_here(spec, wait=2.0):
-    """Whether a feed node of this cluster on this host has ended with exit
+    """Whether this executor's feed node of this cluster has ended with exit
     code 0 (a node's agent, and the tag a feed task looks for, go with its
-    program). Host-wide: the coordinator knows nodes by host, not by
-    executor. Waits (bounded) for the agent's last report, which can reach
-    the coordinator after its tag is gone."""
+    program). The coordinator knows each Spark node's executor (its agent
+    registers the executor's key): so an executor that never had a node
+    gets its error even where another executor's node on the host ended. A
+    node registered without a key is matched by host. Waits (bounded) for
+    the agent's last report, which can reach the coordinator after its tag
+    is gone."""
     feed = set(spec.feed_ids())
+    key = executor_key()
     try:
         here = host_address(spec.coord_addr)
     except OSError:  # unknown: the caller's error stands
         return False
+
+    def mine(n):
+        return n.get("executor_key") == key if n.get("executor_key") else n.get("host") == here
 
     def ended():
         try:
             nodes = _coord_status(spec).get("nodes", [])
         except Exception:  # noqa: BLE001 -- unknown: the caller's error stands
             return False
-        return any(n.get("executor_id") in feed and n.get("host") == here and n.get("state") == "exited"
+        return any(n.get("executor_id") in feed and mine(n) and n.get("state") == "exited"
                    and n.get("exit_code") == 0 for n in nodes)
 
     try:
