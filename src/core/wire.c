@@ -151,6 +151,17 @@ int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t out
     return 0;
 }
 
+int tfos__plain_name(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '.' ||
+              *s == '-' || *s == ':' || *s == '_'))
+            return 0;
+    return 1;
+}
+
 size_t tfos__utf8_cut(const char *s, size_t len, size_t max)
 {
     if (len <= max)

@@ -115,6 +115,10 @@ int tfos__kv_next(const char *p, size_t n, size_t *pos, const char **key, size_t
 /* First value of `key` copied NUL-terminated into out. TFOS_EINVAL if absent,
  * TFOS_ETOOBIG if it does not fit. */
 int tfos__kv_str(const char *p, size_t n, const char *key, char *out, size_t outlen);
+
+/* 1 when s is a name a peer may send as a plain value (a host, a Spark
+ * executor's key): not empty, and only letters, digits and . - : _. */
+int tfos__plain_name(const char *s);
 /* The longest prefix of s[0..len) that is at most max bytes and does not end
  * inside a UTF-8 sequence: where text is cut to fit a frame or a buffer. */
 size_t tfos__utf8_cut(const char *s, size_t len, size_t max);

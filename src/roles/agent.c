@@ -1270,8 +1270,7 @@ static int connect_and_register(agent *a)
      * feed task there that finds no node asks the coordinator whether its
      * own node ended, not any node of its host */
     const char *key = getenv("TFOS_EXECUTOR_KEY");
-    if (key && *key && strlen(key) < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                       "0123456789.-:_") == strlen(key))
+    if (key && strlen(key) < 64 && tfos__plain_name(key))
         tfos__msg_add(&m, "executor_key", "%s", key); /* else none: the coordinator refuses other names */
     if (o->join)
         tfos__msg_add(&m, "join", "1");

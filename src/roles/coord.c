@@ -523,17 +523,6 @@ static void publish_spec(tfos_coord *c)
     free(ranks);
 }
 
-static int host_valid(const char *h)
-{
-    if (!*h)
-        return 0;
-    for (; *h; h++)
-        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') || *h == '.' ||
-              *h == '-' || *h == ':' || *h == '_'))
-            return 0;
-    return 1;
-}
-
 /* Check the mac of a peer's first frame; on failure answer with an ERROR
  * (the peer is then dropped) and return 0. `what` names the request in the log. */
 static int peer_authed(tfos_coord *c, peer *p, const tfos__frame *f, const char *what)
@@ -601,16 +590,16 @@ static void handle_register(tfos_coord *c, peer *p, const tfos__frame *f)
     /* tb_port is optional (agents before it was added do not send it), but
      * when present it must be a port; executor_key (a Spark node's
      * executor, status JSON's "executor_key") is optional too, a name of
-     * host_valid's letters under 64 bytes */
+     * tfos__plain_name's letters under 64 bytes */
     char ekey[sizeof c->nodes[0].executor_key] = "";
     int has_tb = tfos__kv_str(f->payload, f->len, "tb_port", tb, sizeof tb) != TFOS_EINVAL;
     int kr = tfos__kv_str(f->payload, f->len, "executor_key", ekey, sizeof ekey);
     if (tfos__kv_int(f->payload, f->len, "executor_id", 0, 1 << 20, &id) ||
         tfos__kv_int(f->payload, f->len, "port", 1, 65535, &port) ||
         tfos__kv_int(f->payload, f->len, "pid", 1, 1LL << 31, &pid) ||
-        tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !host_valid(host) ||
+        tfos__kv_str(f->payload, f->len, "host", host, sizeof host) || !tfos__plain_name(host) ||
         (has_tb && tfos__kv_int(f->payload, f->len, "tb_port", 0, 65535, &tb_port)) ||
-        (kr != TFOS_EINVAL && (kr || !host_valid(ekey)))) {
+        (kr != TFOS_EINVAL && (kr || !tfos__plain_name(ekey)))) {
         refuse(c, p, TFOS_EPROTO,
                "invalid registration (executor_id, host, port and pid are required; tb_port must be a port; "
                "executor_key a name under 64 bytes)");

@@ -102,6 +102,20 @@ static void bad_payloads(void)
 
 /* A frame arriving one byte at a time is assembled; two frames in one read
  * are both returned (core/link.h buffers them). */
+/* Values a peer may send as plain names (hosts, a Spark executor's key):
+ * the coordinator refuses a registration with any other. */
+static void plain_names(void)
+{
+    CHECK(tfos__plain_name("127.0.0.1"));
+    CHECK(tfos__plain_name("node-1.example_x:2"));
+    CHECK(tfos__plain_name("31337"));
+    CHECK(!tfos__plain_name(""));
+    CHECK(!tfos__plain_name("a b"));
+    CHECK(!tfos__plain_name("x\""));
+    CHECK(!tfos__plain_name("a\nb"));
+    CHECK(!tfos__plain_name("caf\xc3\xa9"));
+}
+
 static void conn_partial(void)
 {
     int sv[2];
@@ -275,6 +289,7 @@ int main(void)
     RUN(data_frames);
     RUN(bad_headers);
     RUN(bad_payloads);
+    RUN(plain_names);
     RUN(conn_partial);
     RUN(conn_oversized);
     RUN(fuzz_parser);
