@@ -24,6 +24,7 @@ seconds while nothing else runs): when the client is gone, the cluster
 stops itself within ``lease_timeout`` seconds. See docs/SPARK.md, "Spark
 Connect".
 """
+import json
 import os
 import threading
 import uuid
@@ -295,15 +296,22 @@ class Cluster(object):
 
         def run_round(delivered, offsets):
             """One feed stage: every task returns its partition's outcome."""
-            stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout, delivered, offsets)
+            stage = _session.feed_stage(self.spec, float(feed_timeout), self.lease_timeout, delivered, offsets,
+                                        self._engine.log_paths())
             job = JobProgress(self.spark)
+            sizes = None  # a failed job or partition: the nodes' last lines are read whatever the sizes
             try:
                 with job, Ticker(self._feed_line(job, len(delivered)), first=5.0, every=5.0, quiet=self.quiet):
                     rows = data.mapInArrow(stage, _session.ddl(_session.FEED_FIELDS)).collect()
+                if all(r["state"] in ("done", "before") for r in rows):
+                    sizes = {}
+                    for r in rows:
+                        for eid, size in json.loads(r["log_sizes"] or "{}").items():
+                            sizes[int(eid)] = max(size, sizes.get(int(eid), 0))
             except Exception as exc:
                 return FeedRound({}, exc)
             finally:
-                self._engine.read_output(force=True)
+                self._engine.read_output(force=True, sizes=sizes)
             return FeedRound({r["partition"]: (r["state"], r["info"], r["rows"]) for r in rows}, None)
 
         try:

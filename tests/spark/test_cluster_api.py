@@ -353,7 +353,8 @@ def test_torch_rank_failure_over_connect_raises_its_traceback(session):
 
 def slow_starter(args, ctx):
     """Prints, takes a few seconds before its first read (a framework's
-    import), reads its feed, and prints a last line just before it returns."""
+    import), reads its feed, printing once it has its first rows, and prints
+    a last line just before it returns."""
     import time
     from tfos import TFNode
     print("hello from %s:%d" % (ctx.job_name, ctx.task_index), flush=True)
@@ -363,7 +364,11 @@ def slow_starter(args, ctx):
     feed = TFNode.DataFeed(ctx.mgr)
     rows = 0
     while not feed.should_stop():
-        rows += len(feed.next_batch(100))
+        got = len(feed.next_batch(100))
+        if got and not rows:
+            print("%s:%d has its first rows" % (ctx.job_name, ctx.task_index), flush=True)
+            time.sleep(0.5)  # its agent writes the line to the log before the feed task ends
+        rows += got
     print("last line of %s:%d after %d rows" % (ctx.job_name, ctx.task_index, rows), flush=True)
 
 
@@ -380,7 +385,12 @@ def test_connect_client_sees_the_nodes_output_and_what_it_waits_for(session, cap
     df = spark.range(0, 2000, 1, 4)
     with Cluster(spark, slow_starter, 12, 2) as cluster:
         assert cluster.train(df) == 2000
-    out = capsys.readouterr().out
+        # a line the program printed during the feed comes before train() returns
+        # (the feed tasks saw its log grow: the client read it)
+        during = capsys.readouterr().out
+        assert "[worker:0] worker:0 has its first rows" in during or \
+            "[worker:1] worker:1 has its first rows" in during, during
+    out = during + capsys.readouterr().out
     for node in ("worker:0", "worker:1"):
         assert "[%s] hello from %s" % (node, node) in out, out
         assert "[%s] last line of %s after " % (node, node) in out, out

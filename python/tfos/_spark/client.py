@@ -220,15 +220,31 @@ class SessionEngine(Engine):
         return st if st.get("state") in states else None
 
     # -- the nodes' output, brought to the client
-    def read_output(self, force=False, looked=False):
+    def log_paths(self):
+        """{executor key: [(executor_id, log path)]}: what a feed stage's
+        tasks stat (session.feed_stage), when the output is shown."""
+        paths = {}
+        if self.output:
+            for eid, (key, path, _, _) in self.logs.items():
+                paths.setdefault(key, []).append((eid, path))
+        return paths
+
+    def read_output(self, force=False, looked=False, sizes=None):
         """Show the nodes' output written since the last read (``[worker:0]
         line`` on this client's stdout): at most every OUTPUT_EVERY seconds,
         or now with ``force``. A barrier job of one task per executor reads
         each node's log file on its executor (session.logs_stage); the lines
         are whole and in order, each node's after the last shown. Not
         after a node was lost with its executor or host (that job would
-        wait for the lost slot); ``looked``: the status was just asked."""
+        wait for the lost slot); ``looked``: the status was just asked.
+        ``sizes`` ({executor_id: size}, what a feed job's tasks saw of the
+        logs as they ended): a forced read runs its job only if one of them
+        is past what was shown (a feed whose nodes printed nothing costs no
+        second job)."""
         if not self.output or not self.logs:
+            return
+        if sizes is not None and not any(size > self.logs[eid][2] for eid, size in sizes.items()
+                                         if eid in self.logs):
             return
         if force and not looked and not self.released:
             try:  # how the attempt stands now (a feed's end may be a node's loss)

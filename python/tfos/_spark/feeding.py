@@ -521,10 +521,11 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=
     return run
 
 
-def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None):
+def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None, chunks=False):
     """Feed this task's partition (rows, or an iterable of Arrow record
     batches, fed as they come) to the node on this executor and return its
-    results, one per row, in order (a node that read the whole partition and sends no result for
+    results, one per row, in order (``chunks``: as the program's
+    ``batch_results`` calls gave them, see FeedClient.collect_results; a node that read the whole partition and sends no result for
     ``results_timeout`` seconds fails the task, naming itself and the
     partition; ``abort``: see FeedClient.collect_results)."""
     tc = _task_context()
@@ -547,8 +548,8 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
                 count = client.feed_arrow(rows, partition, key=None)
             else:
                 count = client.feed_partition(rows, partition, key=None)
-            return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort) \
-                if count else []
+            return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort,
+                                          chunks=chunks) if count else []
         except (_feed.FeedError, TimeoutError) as exc:
             raise _explain(spec, executor_id, partition, exc, client)
         finally:

@@ -38,7 +38,8 @@ NODE_FIELDS = (("executor_id", "long"), ("host", "string"), ("coord", "string"),
                ("error", "string"), ("key", "string"), ("log", "string"), ("log_offset", "long"),
                ("missing", "string"))  # key: the executor's (JVM pid); log: the node's log file; missing: guarded's
 LOG_FIELDS = (("executor_id", "long"), ("offset", "long"), ("end", "long"), ("lines", "string"))
-FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"))
+FEED_FIELDS = (("partition", "long"), ("state", "string"), ("info", "string"), ("rows", "long"),
+               ("log_sizes", "string"))
 QUERY_FIELDS = (("status", "string"), ("error", "string"))
 PROBE_FIELDS = (("host", "string"), ("key", "string"))
 
@@ -185,12 +186,27 @@ class _Recorder(object):
         self.value.update(outcome)
 
 
-def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None):
+def _log_sizes(logs):
+    """{executor_id: size} of the log files of this executor's nodes, of
+    ``logs`` {executor key: [(executor_id, path)]}, as JSON (a stat each)."""
+    sizes = {}
+    for eid, path in (logs or {}).get(executor_key(), ()):
+        try:
+            sizes[eid] = os.stat(path).st_size
+        except OSError:
+            pass
+    return json.dumps(sizes)
+
+
+def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None, logs=None):
     """The train stage: each task feeds its partition (Arrow record batches
     as Spark hands them over) to the node on its executor and returns one
     row: partition, state (done, terminated, aborted, skipped; 'before' for
-    a partition in ``skip``, delivered before), info, rows. Of a partition
-    in ``offsets``, the first rows are in a checkpoint and are not fed."""
+    a partition in ``skip``, delivered before), info, rows, and the sizes
+    its executor's node logs had when it ended (``logs``: see _log_sizes;
+    the client reads the nodes' output after the job only if one grew). Of
+    a partition in ``offsets``, the first rows are in a checkpoint and are
+    not fed."""
     skip = frozenset(skip)
     offsets = dict(offsets or {})
 
@@ -198,7 +214,8 @@ def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None):
         tc = _task_context()
         part = tc.partitionId() if tc is not None else 0
         if part in skip:
-            yield _batch(FEED_FIELDS, [{"partition": part, "state": "before", "info": None, "rows": 0}])
+            yield _batch(FEED_FIELDS, [{"partition": part, "state": "before", "info": None, "rows": 0,
+                                        "log_sizes": "{}"}])
             return
         rec = _Recorder()
         with Renewer(spec, lease / 4.0) as renewer:
@@ -206,7 +223,7 @@ def feed_stage(spec, feed_timeout, lease, skip=(), offsets=None):
                              renewer.reason)
         state, info = rec.value.get(part, ("done", rows))
         yield _batch(FEED_FIELDS, [{"partition": part, "state": state, "info": None if state == "done" else
-                                    str(info), "rows": rows or 0}])
+                                    str(info), "rows": rows or 0, "log_sizes": _log_sizes(logs)}])
 
     return run
 
@@ -215,25 +232,35 @@ def _pyval(v):
     return v.tolist() if hasattr(v, "tolist") else v
 
 
-def _result_columns(results, fields):
+def _result_columns(chunks, fields):
     """Arrow arrays, one per (name, arrow type) in fields, from the node's
-    results (one per row: a value with one field, else a tuple/list or a
-    dict by name)."""
+    results (chunks, as its batch_results calls sent them; one result per
+    row: a value with one field, else a tuple/list or a dict by name)."""
     import numpy as np
     import pyarrow as pa
     if len(fields) == 1:
         t = fields[0][1]
         try:  # the fast path: results numpy can hold as one flat array, cast to the column's type
-            arr = np.asarray(results)
+            arr = np.concatenate([c if isinstance(c, np.ndarray) else np.asarray(c) for c in chunks])
             if arr.ndim == 1 and arr.dtype != object:
                 return [pa.array(arr).cast(t)]
         except (ValueError, TypeError, NotImplementedError, pa.ArrowException):
             pass  # ragged, nested or not castable as a whole: value by value below, which names the bad one
-        return [pa.array([_pyval(r) for r in results], type=t)]
+    results = [r for c in chunks for r in c]
+    if len(fields) == 1:
+        return [pa.array([_pyval(r) for r in results], type=fields[0][1])]
     cols = []
     for i, (name, t) in enumerate(fields):
         cols.append(pa.array([_pyval(r[name] if isinstance(r, dict) else r[i]) for r in results], type=t))
     return cols
+
+
+def _first(chunks):
+    """The first result of a partition's chunks (None if there is none)."""
+    for c in chunks:
+        if len(c):
+            return c[0]
+    return None
 
 
 def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
@@ -250,7 +277,7 @@ def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
             return
         with Renewer(spec, lease / 4.0) as renewer:
             results = infer_partition(spec, batches, feed_timeout, results_timeout, arrow=True,
-                                      abort=renewer.reason)
+                                      abort=renewer.reason, chunks=True)
         table = pa.Table.from_batches(batches)
         try:
             cols = _result_columns(results, fields)
@@ -259,7 +286,7 @@ def predict_stage(spec, feed_timeout, results_timeout, out_fields, lease):
             raise ValueError("partition %d: the node's results do not fit the output columns %s: %s (first "
                              "result: %r)" % (tc.partitionId() if tc else 0,
                                               ", ".join("%s %s" % (n, t) for n, t in fields), exc,
-                                              results[0] if results else None)) from exc
+                                              _first(results))) from exc
         for (name, _), col in zip(fields, cols):
             table = table.append_column(name, col)
         for rb in table.to_batches():

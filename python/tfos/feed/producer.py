@@ -10,7 +10,7 @@ import pickle
 import time
 
 from .. import _tfos
-from .codec import TAG_ARROW, TAG_COLUMNS, TAG_RESULTS, _is_ndarray, _np, arrow_ipc, write_rows
+from .codec import TAG_ARROW, TAG_COLUMNS, TAG_RESULTS, _np, arrow_ipc, write_rows
 
 FeedError = _tfos.FeedError
 
@@ -156,9 +156,12 @@ class FeedClient(object):
         its producer's death."""
         self.input.write(tag, payload, self.timeout_ms if timeout is None else int(timeout * 1000))
 
-    def collect_results(self, partition_id, count, timeout=None, results_timeout=None, abort=None):
+    def collect_results(self, partition_id, count, timeout=None, results_timeout=None, abort=None,
+                        chunks=False):
         """The ``count`` inference results of partition ``partition_id``, in
-        order. Raises FeedError naming the partition if more arrive than rows
+        order. ``chunks``: instead, the results as the program sent them, a
+        list of its ``batch_results`` arguments (lists, or numpy arrays kept
+        whole: no Python object per row). Raises FeedError naming the partition if more arrive than rows
         were fed. With ``results_timeout`` (seconds), once the node has read
         every row written so far (its DataFeed acknowledged our partition's
         end) and no result came for that long, raises FeedError asking whether
@@ -170,27 +173,28 @@ class FeedClient(object):
             os.close(self._out_fd)
             self._out_fd = None
         t = self.timeout_ms if timeout is None else int(timeout * 1000)
-        got = self._results.pop(partition_id, [])
+        got = self._results.pop(partition_id, [])  # chunks, as batch_results sent them
+        have = sum(len(c) for c in got)
         deadline = time.monotonic() + t / 1000.0 if t >= 0 else None
         st = self.input.stats()
         read_target = st["partitions_completed"] + st["partitions_aborted"]  # our END is at or before this
         quiet_since = None  # when the node had read our whole partition, or sent its last result since
-        while len(got) < count:
+        while have < count:
             now = time.monotonic()
             why = abort() if abort is not None else None
             if why:
                 raise FeedError("stopped waiting for the results of partition %d (%d of %d): %s"
-                                % (partition_id, len(got), count, why))
+                                % (partition_id, have, count, why))
             if deadline is not None and now >= deadline:
                 raise TimeoutError("timed out after %g s waiting for inference results of partition %d "
-                                   "(%d of %d)" % (t / 1000.0, partition_id, len(got), count))
+                                   "(%d of %d)" % (t / 1000.0, partition_id, have, count))
             if results_timeout is not None and quiet_since is None and self._read_all(read_target):
                 quiet_since = now
             if quiet_since is not None and now - quiet_since >= results_timeout:
                 raise ResultsMissing("returned %s for partition %d in %g s after reading all of its rows (%d "
                                      "results of %d) -- does map_fun call feed.batch_results() for every batch it "
-                                     "reads?" % ("no results" if not got else "no more results", partition_id,
-                                                 results_timeout, len(got), count))
+                                     "reads?" % ("no results" if not have else "no more results", partition_id,
+                                                 results_timeout, have, count))
             slice_ms = 1000 if results_timeout is not None or abort is not None else t
             if deadline is not None:
                 slice_ms = max(1, min(slice_ms, int((deadline - now) * 1000)))
@@ -202,17 +206,21 @@ class FeedClient(object):
                 if tag != TAG_RESULTS:
                     continue
                 part, results = pickle.loads(payload)
-                if _is_ndarray(results):  # batch_results(array): its items, as TFoS gives them
-                    results = list(results)
                 if part == partition_id:
-                    got.extend(results)
+                    got.append(results)
+                    have += len(results)
                     if quiet_since is not None:
                         quiet_since = time.monotonic()
                 else:
-                    self._results[part].extend(results)
-        if len(got) > count:
-            raise FeedError("partition %d: %d inference results for %d input rows" % (partition_id, len(got), count))
-        return got
+                    self._results[part].append(results)
+        if have > count:
+            raise FeedError("partition %d: %d inference results for %d input rows" % (partition_id, have, count))
+        if chunks:
+            return got
+        out = []
+        for c in got:  # batch_results(array): its items (numpy scalars), as TFoS gives them
+            out.extend(c)
+        return out
 
     def _read_all(self, target):
         """Whether the node's program has read past partition end ``target``."""

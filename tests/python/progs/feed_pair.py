@@ -2,7 +2,8 @@
 feed socket); worker 1 reads with TFoS's DataFeed. MODE: train | infer |
 infer_arrays (worker 1 reads numpy views and answers with one 2-D array per
 batch: each row comes back as that array's row, a float64 array
-[2 * id, id / 2], as TensorFlowOnSpark gives it).
+[2 * id, id / 2], as TensorFlowOnSpark gives it; every other partition's
+results are collected as chunks, the program's arrays kept whole).
     feed_pair.py MARKER MODE NPART ROWS_PER_PART BATCH"""
 import sys
 
@@ -20,6 +21,12 @@ if ctx.task_index == 0:
             res = client.collect_results(p, per, timeout=60)
             assert res == [r[0] * 2 for r in rows], (p, res[:5])
             print("partition %d: %d results in order" % (p, len(res)), flush=True)
+        elif mode == "infer_arrays" and p % 2 == 0:
+            import numpy as np
+            chunks = client.collect_results(p, per, timeout=60, chunks=True)
+            assert all(isinstance(c, np.ndarray) and c.shape[1:] == (2,) for c in chunks), (p, chunks[:1])
+            assert np.concatenate(chunks).tolist() == [[r[0] * 2.0, r[0] / 2.0] for r in rows], p
+            print("partition %d: %d results in order" % (p, per), flush=True)
         elif mode == "infer_arrays":
             res = client.collect_results(p, per, timeout=60)
             import numpy as np
