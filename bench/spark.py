@@ -75,6 +75,10 @@ plain job has run before): a job of a new plan pays Spark's start of it
 (code generation, its Python workers) on either side, which the warm
 ceilings leave out.
 
+*_cpu_us_per_row and *_cpu_bound (the rdd, rdd arrays, DataFrame and, over
+their count() runs, inference workloads): the host's CPU by process kind over
+each warm run and the plain run before it (see print_cpu).
+
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
 so above 1 means tfos is faster everywhere); progress on stderr.
@@ -313,6 +317,7 @@ def print_inference_ceiling(name, rounds, w):
     print_first_vs_plain_first(name, rounds, w)
     print_interleaved(name, rounds, w, "interleaved_vs_ceiling")
     print_interleaved(name, rounds, w, "interleaved_collect_vs_ceiling")
+    print_cpu(name, rounds, w)  # the counts
     print("%s_target_vs_ceiling: >= %g" % (name, TARGET_CEILING))
 
 

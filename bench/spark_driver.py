@@ -278,14 +278,18 @@ def _label(row):
     return row[-1]
 
 
-def plain_inference_rates(rdd, n):
+def plain_inference_rates(rdd, n, cpu=None):
     """Rows/s of the plain Spark jobs that inference() stands in for:
     rdd.map(identity).count() (the issue's ceiling) and rdd.map(label)
     .collect() (the same answers delivered to the driver, as inference()
-    does)."""
+    does). ``cpu``: a list to which the host's CPU seconds by kind over the
+    count go."""
+    c0 = cpu_seconds() if cpu is not None else None
     t0 = time.monotonic()
     got = rdd.map(lambda r: r).count()
     t1 = time.monotonic()
+    if cpu is not None:
+        cpu.append(cpu_delta(c0, cpu_seconds()))
     labels = rdd.map(_label).collect()
     t2 = time.monotonic()
     if got != n or len(labels) != n:
@@ -449,12 +453,14 @@ def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
     # driver), collect() what rdd.map(label).collect() does. Each pair
     # follows the plain pair, in the same order: each count comes after a
     # collect, as the plain count does.
-    warm, warm_count, paired = [], [], []
+    warm, warm_count, paired, cpu_plain, cpu_tfos = [], [], [], [], []
     for _ in range(warm_trains()):
-        paired.append(plain_inference_rates(rdd, n))
+        paired.append(plain_inference_rates(rdd, n, cpu_plain))
+        c0 = cpu_seconds()
         tw = time.monotonic()
         counted = cluster.inference(rdd).count()
         warm_count.append(time.monotonic() - tw)
+        cpu_tfos.append(cpu_delta(c0, cpu_seconds()))
         if counted != n:
             raise RuntimeError(name + ": count() of the results gave %d for %d rows" % (counted, n))
         tw = time.monotonic()
@@ -491,6 +497,7 @@ def workload_inference(sc, rdd, n, opts, fun=None, name="inference"):
         out["interleaved_plain_rows_per_s"] = paired
         out["interleaved_vs_ceiling"] = interleaved(n, warm_count, [p[0] for p in paired])
         out["interleaved_collect_vs_ceiling"] = interleaved(n, warm, [p[1] for p in paired])
+        out["cpu_plain_s"], out["cpu_tfos_s"] = cpu_plain, cpu_tfos  # the counts
     log(name + ": %d rows in %.2f s: %.0f rows/s (start %.2f s, shutdown %.2f s; plain Spark jobs over the same "
         "RDD: map+count %.0f rows/s, map+collect %.0f rows/s)%s"
         % (n, out["inference_s"], out["rows_per_s"], out["start_s"], out["shutdown_s"], ceilings[0], ceilings[1],
