@@ -373,7 +373,15 @@ def test_inference_one_result_per_row_in_order(spark):
         return cluster.inference(sc.parallelize([(i, k) for i in range(n)], 3))
     two_d, one_d_sum = kind("2d").collect(), kind("1d").sum()
     one_d, arrays, dicts, scalars = (kind(k).collect() for k in ("1d", "arrays", "dicts", "scalars"))
+    # numpy results travel as arrays (results.py); a cached RDD's readers get them back as items too
+    cached = kind("1d").cache()
+    read_back = cached.map(lambda v: (type(v).__name__, int(v))).collect()
+    cached.unpersist()
     cluster.shutdown(timeout=120)
+    assert read_back == [("int64", 2 * i) for i in range(50)], read_back[:3]
+    two_d[0][0] = -1  # a row is writable, and only itself
+    assert two_d[0].tolist() == [-1, 0] and two_d[1].tolist() == [1, 2]
+    two_d[0][0] = 0
     assert results == [(i, 2 * i) for i in range(1000)]
     assert all(isinstance(r, np.ndarray) and r.shape == (2,) for r in two_d), two_d[:3]
     assert [r.tolist() for r in two_d] == [[i, 2 * i] for i in range(50)]

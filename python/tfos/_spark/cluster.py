@@ -251,12 +251,13 @@ class TFCluster(object):
         self._check_spark_mode("inference")
         spec = self.spec
         rt = None if results_timeout is None else float(results_timeout)
+        from .results import with_results_serializer  # numpy results go as arrays (results.py)
         if _is_dataframe(dataRDD):
             import pickle
             fn = inference_task(spec, feed_timeout, arrow=True, results_timeout=rt)
             packed = dataRDD.mapInArrow(fn, "results binary").rdd
-            return packed.flatMap(lambda row: pickle.loads(row[0]))
-        return dataRDD.mapPartitions(inference_task(spec, feed_timeout, results_timeout=rt))
+            return with_results_serializer(packed.flatMap(lambda row: pickle.loads(row[0])))
+        return with_results_serializer(dataRDD.mapPartitions(inference_task(spec, feed_timeout, results_timeout=rt)))
 
     # -- end
     def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
