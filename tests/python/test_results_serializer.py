@@ -3,6 +3,7 @@ through the stream format Spark's workers write and the driver reads, as
 TensorFlowOnSpark gives them (numpy scalars, 1-D arrays), with runs of numpy
 values sent as one array. Spark's own use of it: tests/spark/test_tfcluster.py."""
 import io
+import struct
 
 import numpy as np
 
@@ -40,6 +41,24 @@ def test_rows_of_a_2d_array_come_back_as_writable_1d_arrays():
     assert np.array_equal(np.stack(got), arr)
     got[0][0] = -1.0  # each row is writable and its own
     assert got[0][0] == -1.0 and got[1][0] == 3.0
+
+
+def test_frames_grow_to_a_mebibyte_and_large_rows_go_a_few_at_a_time():
+    def frames(items):
+        buf = io.BytesIO()
+        ResultsSerializer().dump_stream(iter(items), buf)
+        data, pos, sizes = buf.getvalue(), 0, []
+        while pos < len(data):
+            (n,) = struct.unpack(">i", data[pos:pos + 4])
+            sizes.append(n)
+            pos += 4 + n
+        return sizes
+
+    small = frames(list(np.arange(100000)))       # 8-byte scalars: 16, then as many as BATCH
+    assert len(small) <= 8 and max(small) < (1 << 20), small
+    big = frames(list(np.zeros((600, 8192))))     # 64 KiB rows: 16 a frame, about 1 MiB
+    assert len(big) >= 600 // 17 and max(big) <= 16 * 65536 + 4096, big
+    assert len(round_trip(list(np.zeros((600, 8192))))) == 600
 
 
 def test_anything_else_goes_pickled_as_it_is():

@@ -13,7 +13,7 @@ writable 1-D arrays. Anything else goes as a pickled list, as Spark sends it.
 import itertools
 import pickle
 
-from pyspark.serializers import FramedSerializer
+from pyspark.serializers import FramedSerializer, write_int
 
 #: numpy kinds sent as one array: bool, signed and unsigned ints, floats
 _KINDS = frozenset("biuf")
@@ -52,17 +52,29 @@ def unpack(frame):
 
 
 class ResultsSerializer(FramedSerializer):
-    """Frames of up to BATCH results each (see the module)."""
+    """Frames of results (see the module): the first of FIRST items, each
+    next one as many as fit FRAME_BYTES at the last one's size per item,
+    BATCH at most (a frame is one byte array in the JVM: large rows, such
+    as embeddings, go a few at a time)."""
 
-    BATCH = 4096
+    FIRST = 16
+    BATCH = 16384
+    FRAME_BYTES = 1 << 20
 
     def dump_stream(self, iterator, stream):
         it = iter(iterator)
+        n = min(self.FIRST, self.BATCH)
         while True:
-            items = list(itertools.islice(it, self.BATCH))
+            items = list(itertools.islice(it, n))
             if not items:
                 return
-            self._write_with_length(items, stream)
+            data = self.dumps(items)
+            if len(data) > (1 << 31):
+                raise ValueError("inference results of over 2 GB in one frame (%d of them) cannot go to Spark" %
+                                 len(items))
+            write_int(len(data), stream)
+            stream.write(data)
+            n = max(1, min(self.BATCH, len(items) * self.FRAME_BYTES // max(1, len(data))))
 
     def load_stream(self, stream):
         for items in FramedSerializer.load_stream(self, stream):
