@@ -525,9 +525,10 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
     """Feed this task's partition (rows, or an iterable of Arrow record
     batches, fed as they come) to the node on this executor and return its
     results, one per row, in order (``chunks``: as the program's
-    ``batch_results`` calls gave them, see FeedClient.collect_results; a node that read the whole partition and sends no result for
+    ``batch_results`` calls gave them, see FeedClient.collect_results). A
+    node that read the whole partition and sends no result for
     ``results_timeout`` seconds fails the task, naming itself and the
-    partition; ``abort``: see FeedClient.collect_results)."""
+    partition; ``abort``: see FeedClient.collect_results."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     ended = ("partition %d: the node on this executor (host %s) has ended (its program returned), so nothing would "

@@ -70,7 +70,7 @@ class FeedClient(object):
         self.batch_rows = batch_rows
         self.timeout_ms = int(timeout * 1000)
         self.skipped = 0  # rows of the last partition the node had already (a resumed re-feed)
-        self._results = collections.defaultdict(list)
+        self._results = collections.defaultdict(list)  # partition -> result chunks read before it was asked for
 
     @contextlib.contextmanager
     def _partition(self, partition_id, timeout, key):
@@ -161,8 +161,8 @@ class FeedClient(object):
         """The ``count`` inference results of partition ``partition_id``, in
         order. ``chunks``: instead, the results as the program sent them, a
         list of its ``batch_results`` arguments (lists, or numpy arrays kept
-        whole: no Python object per row). Raises FeedError naming the partition if more arrive than rows
-        were fed. With ``results_timeout`` (seconds), once the node has read
+        whole: no Python object per row). Raises FeedError naming the
+        partition if more arrive than rows were fed. With ``results_timeout`` (seconds), once the node has read
         every row written so far (its DataFeed acknowledged our partition's
         end) and no result came for that long, raises FeedError asking whether
         the program returns results (``feed.batch_results``), instead of
