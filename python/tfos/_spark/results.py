@@ -19,11 +19,6 @@ from pyspark.serializers import FramedSerializer, write_int
 _KINDS = frozenset("biuf")
 
 
-def _np():
-    import numpy
-    return numpy
-
-
 def pack(items):
     """A picklable frame for a list of results: ("a", array) for numpy
     scalars of one type, ("s", array) for 1-D arrays of one dtype and
@@ -33,7 +28,7 @@ def pack(items):
         t = type(first)
         kind = getattr(getattr(first, "dtype", None), "kind", None)
         if kind in _KINDS and all(type(x) is t for x in items):
-            np = _np()
+            import numpy as np  # already loaded: the items are its
             if isinstance(first, np.generic):
                 arr = np.fromiter(items, dtype=first.dtype, count=len(items))
                 return ("a", arr)
