@@ -109,6 +109,12 @@ def make_predict_fn():
     return predict
 
 
+def model_series(*cols):
+    """The model in a scalar pandas_udf: a Series a column."""
+    import pandas as pd
+    return pd.Series(make_predict_fn()(*[c.to_numpy() for c in cols]))
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -129,8 +135,7 @@ def measure(kind, spark, opts, results):
     expect = df.select((sum(F.col("f%d" % i) * W[i] for i in range(FEATURES)) + B).alias("y")) \
         .agg(F.sum("y")).collect()[0][0]
     udf = predict_batch_udf(make_predict_fn, return_type=DoubleType(), batch_size=BATCH)
-    model = make_predict_fn()
-    pudf = pandas_udf(lambda *c: __import__("pandas").Series(model(*[x.to_numpy() for x in c])), DoubleType())
+    pudf = pandas_udf(model_series, DoubleType())
     out_schema = ", ".join(["%s %s" % nt for nt in df.dtypes] + ["y double"])
     features = ["f%d" % i for i in range(FEATURES)]
 
