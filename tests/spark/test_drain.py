@@ -188,6 +188,15 @@ def checkpointing_stepper(args, ctx):
     step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
     record("start-%d-%s" % (ctx.attempt, node), {"step": step, "world": ctx.num_workers,
                                                  "tf_config": json.loads(os.environ.get("TF_CONFIG", "{}"))})
+    if ctx.task_index == 0:
+        # every rank reads the checkpoint before rank 0 writes the next one (a
+        # framework's start barrier): on a loaded host a rank that started
+        # 0.12 s late read rank 0's step 100, not the drain step 96
+        started = "start-%d-" % ctx.attempt
+        deadline = time.monotonic() + 60
+        while (sum(1 for f in os.listdir(out) if f.startswith(started) and not f.endswith(".tmp")) < ctx.num_workers
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
     while step < args["steps"]:
         step += 1
         ctx.report(step=step)
