@@ -241,7 +241,7 @@ def _result_columns(chunks, fields):
     if len(fields) == 1:
         t = fields[0][1]
         try:  # the fast path: results numpy can hold as one flat array, cast to the column's type
-            arr = np.concatenate([c if isinstance(c, np.ndarray) else np.asarray(c) for c in chunks])
+            arr = np.concatenate([np.asarray(c) for c in chunks])  # an array chunk is itself, not copied
             if arr.ndim == 1 and arr.dtype != object:
                 return [pa.array(arr).cast(t)]
         except (ValueError, TypeError, NotImplementedError, pa.ArrowException):
