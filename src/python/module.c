@@ -15,6 +15,7 @@
 #include "core/spec.h"
 #include "core/turns.h"
 #include "encode.h"
+#include "pickled.h"
 #include "rows.h"
 #include "feed/position.h"
 #include "platform/proc.h"
@@ -628,6 +629,9 @@ static PyMethodDef module_methods[] = {
     {"rows_from_columns", tfos_rows_from_columns, METH_VARARGS,
      "rows_from_columns(columns, lo, hi, lists=False) -> [row, ...]: rows lo..hi of 1-D numeric or bool columns as "
      "tuples (lists), the values numpy's tolist gives; NotImplemented where a column is not one of those."},
+    {"pickled_list_len", tfos_pickled_list_len, METH_O,
+     "pickled_list_len(buffer) -> int: the number of items of the list a pickle makes, read from its opcodes "
+     "without unpickling it; -1 where that cannot be told for certain (not a list, malformed, ...)."},
     {"decode_columns", mod_decode_columns, METH_O,
      "decode_columns(buffer) -> (flags, [(name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)]), "
      "after validating every field and range (FeedError if corrupt)."},
