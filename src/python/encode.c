@@ -150,7 +150,10 @@ enum { ROW_FLAT, ROW_TUPLE, ROW_LIST };
 static int row_mode(PyObject *row)
 {
     Py_ssize_t n;
-    if (PyTuple_Check(row))
+    /* tuples, not their subclasses: a pyspark Row or a namedtuple goes
+     * pickled, so the program gets it as it was (as under TensorFlowOnSpark,
+     * and as an RDD's pickled batches passed on whole give it) */
+    if (PyTuple_CheckExact(row))
         return ROW_TUPLE;
     if (PyList_Check(row) && list_kind(row, &n) < 0 && PyList_GET_SIZE(row) > 0)
         return ROW_LIST; /* e.g. [label, [features]]: a list of fields */

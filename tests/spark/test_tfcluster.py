@@ -85,7 +85,8 @@ def count_arrays(args, ctx):
 def double_it(args, ctx):
     """Inference: one result per row, in order, in the form the rows ask
     for: rows (id,) get tuples; rows (id, kind) get, per batch, a 2-D array
-    ("2d"), a 1-D array ("1d"), a list of arrays, of dicts or of scalars."""
+    ("2d"), a 1-D array ("1d"), a list of arrays, of dicts or of scalars;
+    pyspark Rows (id, "row") get (the row's type, id)."""
     import numpy as np
     feed = TFNode.DataFeed(ctx.mgr, False)
     while not feed.should_stop():
@@ -104,6 +105,8 @@ def double_it(args, ctx):
             feed.batch_results([{"id": int(i), "twice": int(2 * i)} for i in ids])
         elif kind == "scalars":
             feed.batch_results([int(2 * i) for i in ids])
+        elif kind == "row":  # what the program was handed
+            feed.batch_results([(type(r).__name__, r.id) for r in batch])
         else:
             feed.batch_results([(int(r[0]), int(r[0]) * 2) for r in batch])
 
@@ -377,8 +380,20 @@ def test_inference_one_result_per_row_in_order(spark):
     cached = kind("1d").cache()
     read_back = cached.map(lambda v: (type(v).__name__, int(v))).collect()
     cached.unpersist()
+    # an RDD Spark holds pickled goes to the nodes as its pickled batches
+    # (feeding.pickled_batches): the program gets the objects it holds, as
+    # under TensorFlowOnSpark (Rows, not tuples); rows made by Python code in
+    # the feed task itself (an uncached map) are fed as rows
+    from pyspark.sql import Row
+    from tfos._spark.feeding import pickled_batches
+    held = sc.parallelize([Row(id=i, kind="row") for i in range(50)], 3)
+    assert pickled_batches(held) is not None and pickled_batches(held.map(lambda r: r).cache()) is not None
+    assert pickled_batches(held.map(lambda r: r)) is None
+    typed = cluster.inference(held).collect()
+    mapped = cluster.inference(held.map(lambda r: r)).collect()
     cluster.shutdown(timeout=120)
     assert read_back == [("int64", 2 * i) for i in range(50)], read_back[:3]
+    assert typed == [("Row", i) for i in range(50)] and mapped == typed, (typed[:3], mapped[:3])
     two_d[0][0] = -1  # a row is writable, and only itself
     assert two_d[0].tolist() == [-1, 0] and two_d[1].tolist() == [1, 2]
     two_d[0][0] = 0

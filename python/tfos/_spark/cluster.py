@@ -12,7 +12,7 @@ from .._log import log as logger  # the "tfos" logger; see tfos/_log.py
 from .attempts import (AttemptController, FeedRound, State, elastic_bounds, feed_until_delivered, failure_text,
                        open_tracker, tracker_env)
 from .driver import (DriverEngine, TFClusterError, _bind_host, _check_executors, _Outcomes, _Progress, short)
-from .feeding import feed_task, feed_task_arrow, inference_task
+from .feeding import feed_task, feed_task_arrow, inference_task, pickled_batches
 from .nodes import NodeSpec, master_kind
 from .wait import LOCAL, WaitTimeout, wait_until
 
@@ -178,7 +178,9 @@ class TFCluster(object):
                     return
                 outcomes = self.sc.accumulator({}, _Outcomes())
                 try:
-                    rdd.mapPartitionsWithIndex(feed_task(spec, feed_timeout, outcomes)).count()
+                    batches = pickled_batches(rdd)
+                    (rdd if batches is None else batches).mapPartitionsWithIndex(
+                        feed_task(spec, feed_timeout, outcomes, pickled=batches is not None)).count()
                 except Exception:
                     # a node finished while this batch was being fed: its
                     # partitions found no node there; not an error
@@ -203,6 +205,7 @@ class TFCluster(object):
         else:
             data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
             total = data.getNumPartitions()
+        batches = None if _is_dataframe(data) else pickled_batches(data)
 
         def run_round(delivered, offsets):
             """One feeding job (the attempt loop's round): partitions in
@@ -216,6 +219,9 @@ class TFCluster(object):
                 if _is_dataframe(data):
                     fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered, offsets, total)
                     self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
+                elif batches is not None:  # Spark's pickled batches passed on whole (feeding.pickled_batches)
+                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total, pickled=True)
+                    self._run_job("train", lambda: batches.mapPartitionsWithIndex(fn).count())
                 else:
                     fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total)
                     self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
@@ -257,6 +263,10 @@ class TFCluster(object):
             fn = inference_task(spec, feed_timeout, arrow=True, results_timeout=rt)
             packed = dataRDD.mapInArrow(fn, "results binary").rdd
             return with_results_serializer(packed.flatMap(lambda row: pickle.loads(row[0])))
+        batches = pickled_batches(dataRDD)
+        if batches is not None:  # Spark's pickled batches passed on whole
+            return with_results_serializer(batches.mapPartitions(
+                inference_task(spec, feed_timeout, results_timeout=rt, pickled=True)))
         return with_results_serializer(dataRDD.mapPartitions(inference_task(spec, feed_timeout, results_timeout=rt)))
 
     # -- end

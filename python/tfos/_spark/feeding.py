@@ -386,14 +386,35 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
         pause = min(pause * 2, 0.25)
 
 
-def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=None):
+def pickled_batches(rdd):
+    """``rdd`` read as its pickled batches (an RDD whose partitions give
+    bytes, one pickled list of rows each), or None when its rows are not
+    held that way: its data come from Python code pipelined into the same
+    task (an uncached map: there is nothing pickled to pass on), or Spark
+    holds them in another format (text, marshal, Arrow). A feed task over
+    it hands the batches to FeedClient.feed_pickled."""
+    from pyspark.rdd import RDD, PipelinedRDD
+    from pyspark.serializers import (AutoBatchedSerializer, BatchedSerializer, CloudPickleSerializer,
+                                     NoOpSerializer, PickleSerializer)
+    if isinstance(rdd, PipelinedRDD) and rdd._is_pipelinable():
+        return None
+    ser = rdd._jrdd_deserializer
+    if type(ser) not in (AutoBatchedSerializer, BatchedSerializer) or \
+            type(ser.serializer) not in (PickleSerializer, CloudPickleSerializer):
+        return None
+    return RDD(rdd._jrdd, rdd.ctx, NoOpSerializer())
+
+
+def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=None, pickled=False, skip=0):
     """Feed this task's partition to the node on this executor and wait until
     it is consumed. Records the outcome in ``outcomes`` (an accumulator of
     {partition: (state, message)}): 'done', 'terminated' (the node did not
     want more data), 'aborted' (its node failed while it was being fed) or
     'skipped' (the cluster had failed before it began). Returns the rows fed
     (Arrow) or None. Errors that are not a node failure are raised.
-    ``failed``: see _wait_consumed; ``turn``: see _await_turn."""
+    ``failed``: see _wait_consumed; ``turn``: see _await_turn; ``pickled``:
+    the iterator gives pickled batches (pickled_batches), of which the
+    first ``skip`` rows are not fed."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     # Spark's retry of this task (its Python worker died in the middle of
@@ -417,6 +438,8 @@ def _feed_one(spec, iterator, feed_timeout, outcomes, arrow, failed=None, turn=N
             # streamed: each record batch goes into the ring as Spark hands
             # it over, so the node reads while the rest is converted
             rows = client.feed_arrow(iterator, partition, key=key)
+        elif pickled:
+            rows = client.feed_pickled(iterator, partition, key=key, skip=skip)
         else:
             rows = client.feed_partition(iterator, partition, key=key)
         ended = _wait_consumed(client, feed_timeout, failed)
@@ -482,17 +505,22 @@ def _failed(spec):
     return lambda: _cluster_failure(spec, wait=0)
 
 
-def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=None):
+def feed_task(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=None, pickled=False):
     """The function of a train() stage on an RDD (foreachPartition over
     mapPartitionsWithIndex): partitions in ``skip`` were delivered before
     (or are in the checkpoint); of those in ``offsets``, the first rows are.
-    With ``nparts`` (the RDD's partitions), nodes take turns (_await_turn)."""
+    With ``nparts`` (the RDD's partitions), nodes take turns (_await_turn).
+    ``pickled``: the stage runs over pickled_batches(rdd)."""
     skip = frozenset(skip)
     offsets = dict(offsets or {})
     turn = (nparts, nparts - len(skip)) if nparts else None
 
     def run(index, iterator):
-        if index not in skip:
+        if index in skip:
+            pass
+        elif pickled:
+            _feed_one(spec, iterator, feed_timeout, outcomes, False, _failed(spec), turn, True, offsets.get(index, 0))
+        else:
             _feed_one(spec, _skip_rows(iterator, offsets.get(index, 0)), feed_timeout, outcomes, False,
                       _failed(spec), turn)
         return iter(())
@@ -521,14 +549,16 @@ def feed_task_arrow(spec, feed_timeout, outcomes, skip=(), offsets=None, nparts=
     return run
 
 
-def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None, chunks=False):
+def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False, abort=None, chunks=False,
+                    pickled=False):
     """Feed this task's partition (rows, or an iterable of Arrow record
     batches, fed as they come) to the node on this executor and return its
     results, one per row, in order (``chunks``: as the program's
     ``batch_results`` calls gave them, see FeedClient.collect_results). A
     node that read the whole partition and sends no result for
     ``results_timeout`` seconds fails the task, naming itself and the
-    partition; ``abort``: see FeedClient.collect_results."""
+    partition; ``abort``: see FeedClient.collect_results; ``pickled``: rows
+    are pickled batches (pickled_batches)."""
     tc = _task_context()
     partition = tc.partitionId() if tc is not None else 0
     ended = ("partition %d: the node on this executor (host %s) has ended (its program returned), so nothing would "
@@ -547,6 +577,8 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
             # are collected anew; the dead task's results went with it)
             if arrow:
                 count = client.feed_arrow(rows, partition, key=None)
+            elif pickled:  # rows: pickled batches (pickled_batches)
+                count = client.feed_pickled(rows, partition, key=None)
             else:
                 count = client.feed_partition(rows, partition, key=None)
             return client.collect_results(partition, count, results_timeout=results_timeout, abort=abort,
@@ -557,12 +589,13 @@ def infer_partition(spec, rows, feed_timeout, results_timeout=None, arrow=False,
             client.close(detach_output=True)
 
 
-def inference_task(spec, feed_timeout, arrow=False, results_timeout=None):
+def inference_task(spec, feed_timeout, arrow=False, results_timeout=None, pickled=False):
     """The function of an inference() stage: the results of
-    :func:`infer_partition`, one per row (Arrow: pickled in one row)."""
+    :func:`infer_partition`, one per row (Arrow: pickled in one row).
+    ``pickled``: the stage runs over pickled_batches(rdd)."""
 
     def run(iterator):
-        results = infer_partition(spec, iterator, feed_timeout, results_timeout, arrow)
+        results = infer_partition(spec, iterator, feed_timeout, results_timeout, arrow, pickled=pickled)
         if arrow:
             import pyarrow as pa
             # mapInArrow wants an iterator

@@ -107,8 +107,15 @@ class _Chunk(object):
         lo, hi = self.pos, min(self.n, self.pos + k)
         self.pos = hi
         if self.rows is not None:
-            np = _np()
             part = self.rows[lo:hi]
+            try:
+                # the columns the producer's encoder makes of rows (what a
+                # columnar record of the same rows gives), in C
+                _, names, cols = _decode_columns(bytearray(_tfos.encode_rows(part)))
+                return cols, names
+            except (TypeError, ValueError, OverflowError):
+                pass
+            np = _np()
             if part and isinstance(part[0], (list, tuple)):
                 return [np.asarray(c) for c in zip(*part)], None
             return [np.asarray(part)], None
@@ -156,7 +163,9 @@ def _is_ndarray(v):
 
 def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
-        return _Chunk(partition, rows=pickle.loads(memoryview(payload)))
+        # encoding: a batch of an RDD passed through as Spark pickled it
+        # (FeedClient.feed_pickled) reads as PySpark's PickleSerializer reads it
+        return _Chunk(partition, rows=pickle.loads(memoryview(payload), encoding="bytes"))
     if tag == TAG_COLUMNS:
         flags, names, columns = _decode_columns(payload)
         return _Chunk(partition, columns=columns, names=names, flat=bool(flags & _tfos.BATCH_FLAT_ROWS),

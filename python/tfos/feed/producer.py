@@ -10,7 +10,7 @@ import pickle
 import time
 
 from .. import _tfos
-from .codec import TAG_ARROW, TAG_COLUMNS, TAG_RESULTS, _np, arrow_ipc, write_rows
+from .codec import TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _np, arrow_ipc, write_rows
 
 FeedError = _tfos.FeedError
 
@@ -104,6 +104,40 @@ class FeedClient(object):
                     break
                 write_rows(self.input, batch, t)
                 n += len(batch)
+        return n
+
+    def feed_pickled(self, batches, partition_id, timeout=None, key=0, skip=0):
+        """Write a partition given as PySpark's pickled batches (bytes, each
+        the pickle of a list of rows, as a batched pickle serializer writes
+        an RDD that Spark holds), the rows after its first ``skip``. A batch
+        whose rows its opcodes count (``_tfos.pickled_list_len``) goes into
+        the ring as it is: not unpickled and encoded again here, the node
+        unpickles it once (its rows are the objects the RDD holds). Any other
+        batch, and those holding rows to skip (``skip``, a re-feed's), is
+        unpickled here and written as :meth:`feed_partition` writes rows.
+        Returns the number of rows written, as feed_partition."""
+        n = 0
+        cap = self.input.max_record
+        with self._partition(partition_id, timeout, key) as (t, first):
+            drop = skip + first
+            for b in batches:
+                k = -1 if drop or len(b) > cap else _tfos.pickled_list_len(b)
+                if k >= 0:
+                    if k:
+                        self.input.write(TAG_PICKLE, b, t, k)
+                        n += k
+                    continue
+                rows = pickle.loads(b, encoding="bytes")  # as PySpark's PickleSerializer reads it
+                if not isinstance(rows, list):
+                    rows = list(rows)  # a batch of another sequence: its items, as PySpark iterates it
+                if drop:
+                    d = min(drop, len(rows))
+                    drop -= d
+                    rows = rows[d:]
+                for lo in range(0, len(rows), self.batch_rows):
+                    part = rows[lo:lo + self.batch_rows]
+                    write_rows(self.input, part, t)
+                    n += len(part)
         return n
 
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None, key=0):
