@@ -88,6 +88,7 @@ enum {
     FLAG_CONSUMER_CLOSED = 2u,
     FLAG_CONSUMER_TERMINATED = 4u, /* closed on purpose */
     FLAG_SHUT = 8u,                /* tfos__ring_shut: no producer will write again */
+    FLAG_READS_COLUMNS = 16u,      /* tfos__ring_set_reads_columns: a hint, never a state */
 };
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared futex words must be lock-free");
@@ -869,6 +870,21 @@ void tfos__ring_beat(tfos__ring *r)
 {
     if (r)
         atomic_fetch_add_explicit(&r->shm->progress, 1, memory_order_relaxed);
+}
+
+void tfos__ring_set_reads_columns(tfos__ring *r, bool on)
+{
+    if (!r || r->role != TFOS_RING_CONSUMER)
+        return;
+    if (on)
+        atomic_fetch_or(&r->shm->flags, FLAG_READS_COLUMNS);
+    else
+        atomic_fetch_and(&r->shm->flags, ~(uint32_t)FLAG_READS_COLUMNS);
+}
+
+bool tfos__ring_reads_columns(const tfos__ring *r)
+{
+    return r && (atomic_load_explicit(&r->shm->flags, memory_order_relaxed) & FLAG_READS_COLUMNS) != 0;
 }
 
 void tfos__ring_count_rows(tfos__ring *r, uint64_t n)

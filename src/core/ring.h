@@ -310,6 +310,16 @@ int tfos__ring_wait_acked(tfos__ring *r, uint32_t target, int timeout_ms);
  * the timeout, while not waiting on an empty ring, is hung. */
 void tfos__ring_beat(tfos__ring *r);
 
+/* Consumer: how the application reads its rows, as columns (`on`) or as
+ * row objects (off, the start). A hint for producers that hold rows in two
+ * forms and can hand over the cheaper one to read (FeedClient.feed_pickled:
+ * a batch as Spark pickled it for row readers, encoded columns for column
+ * readers); no one checks records against it. */
+void tfos__ring_set_reads_columns(tfos__ring *r, bool on);
+
+/* Any handle: the consumer's last tfos__ring_set_reads_columns. */
+bool tfos__ring_reads_columns(const tfos__ring *r);
+
 /* ---- what the status page shows ---------------------------------------- */
 
 /* Producer: `n` more rows went into records it committed (the ring does

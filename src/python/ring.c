@@ -406,6 +406,18 @@ static PyObject *Ring_count_taken(RingObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* reads_columns([on]) -> bool: the consumer's hint to producers (set by
+ * the consumer when `on` is given), then what it says. */
+static PyObject *Ring_reads_columns(RingObject *self, PyObject *args)
+{
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p", &on) || !ring_ready(self))
+        return NULL;
+    if (on >= 0)
+        tfos__ring_set_reads_columns(self->ring, on != 0);
+    return PyBool_FromLong(tfos__ring_reads_columns(self->ring));
+}
+
 int tfos__py_report_text(PyObject *pairs, char *text, size_t cap)
 {
     PyObject *seq = PySequence_Fast(pairs, "report() takes a sequence of (name, number) pairs");
@@ -550,6 +562,9 @@ static PyMethodDef Ring_methods[] = {
      "count_taken(n): the application took n more rows (the status page's rows consumed)."},
     {"report", (PyCFunction)Ring_report, METH_VARARGS,
      "report(pairs): publish (name, number) pairs as the program's progress (ctx.report)."},
+    {"reads_columns", (PyCFunction)Ring_reads_columns, METH_VARARGS,
+     "reads_columns([on]) -> bool: whether the consumer's application reads columns (next_batch_arrays) rather "
+     "than rows; a consumer sets it with `on`. A hint for producers holding rows in two forms (feed_pickled)."},
     {"beat", (PyCFunction)Ring_beat, METH_NOARGS,
      "beat(): the application made progress (what the agent's hang watchdog counts; TFNode's ctx.heartbeat())."},
     {"ack", (PyCFunction)Ring_ack, METH_VARARGS,

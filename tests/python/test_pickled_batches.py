@@ -218,3 +218,31 @@ def test_a_refeed_of_passed_batches_resumes_at_the_row_the_ring_counted():
         got += [r[0] for r in df.next_batch(100)]
     assert join_child(p) == 0
     assert got == ids[13:]
+
+
+def test_a_node_reading_columns_gets_its_batches_encoded_by_the_producer():
+    """The consumer's reads_columns hint (set by next_batch_arrays, cleared
+    by next_batch): while it is on, feed_pickled encodes the rows (what the
+    node reads as numpy columns), else it passes the batches on."""
+    rows = [(float(i), i) for i in range(30)]
+    fd = t.ring_create(1 << 20)
+    reader = t.Ring(fd, t.ROLE_CONSUMER)
+    client = _client(fd)
+    assert reader.reads_columns() is False and client.input.reads_columns() is False
+    assert reader.reads_columns(True) is True and client.input.reads_columns() is True
+    client.feed_pickled(iter([pickle.dumps(rows, 5)]), 2)
+    reader.reads_columns(False)
+    client.feed_pickled(iter([pickle.dumps(rows, 5)]), 3)
+    tags = [tag for tag, _, _ in reader.read(1000, 64) if tag >= t.TAG_USER]
+    assert tags == [feed.TAG_COLUMNS, feed.TAG_PICKLE]
+    reader.close()
+
+    fd_in, fd_out = t.ring_create(1 << 20), t.ring_create(1 << 20)
+    client = _client(fd_in)
+    client.feed_pickled(iter([pickle.dumps(rows, 5)] * 3), 1)
+    client.input.end_feed(10000)
+    df = feed.DataFeed(feed.FeedManager(fd_in, fd_out), True, timeout=20)
+    df.next_batch_arrays(5)
+    assert df.mgr.input.reads_columns() is True
+    df.next_batch(5)
+    assert df.mgr.input.reads_columns() is False

@@ -170,6 +170,7 @@ class DataFeed(object):
         self.input_mapping = input_mapping
         self.timeout_ms = -1 if timeout is None else int(timeout * 1000)
         self._chunks = collections.deque()
+        self._reads_columns = False  # what the ring's hint to producers says (Ring.reads_columns)
         self._last_batch = []                # [(partition, rows)] of the last next_batch
         self._partition = 0                  # partition of the records being read
         self._closed = None                  # FeedClosed: the feed is over for good (raised by every read)
@@ -284,6 +285,11 @@ class DataFeed(object):
                    "" if rows is None else " after %d rows" % rows, self.refeed_timeout))
 
     def _take(self, batch_size, columns, copy=True):
+        if columns != self._reads_columns:
+            # producers holding Spark's pickled batches pass them on to a
+            # reader of rows, and encode columns for a reader of arrays
+            self.mgr.input.reads_columns(columns)
+            self._reads_columns = columns
         out, got = [], 0
         self._last_batch = []
         while got < batch_size:

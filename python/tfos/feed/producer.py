@@ -114,14 +114,18 @@ class FeedClient(object):
         the ring as it is: not unpickled and encoded again here, the node
         unpickles it once (its rows are the objects the RDD holds). Any other
         batch, and those holding rows to skip (``skip``, a re-feed's), is
-        unpickled here and written as :meth:`feed_partition` writes rows.
+        unpickled here and written as :meth:`feed_partition` writes rows;
+        so is every batch while the node's program reads columns
+        (``next_batch_arrays``: the ring's ``reads_columns`` hint): the
+        columns are then encoded here, as for any rows (measured: unpickled
+        and encoded in the node instead, they cost the host more CPU).
         Returns the number of rows written, as feed_partition."""
         n = 0
         cap = self.input.max_record
         with self._partition(partition_id, timeout, key) as (t, first):
             drop = skip + first
             for b in batches:
-                k = -1 if drop or len(b) > cap else _tfos.pickled_list_len(b)
+                k = -1 if drop or len(b) > cap or self.input.reads_columns() else _tfos.pickled_list_len(b)
                 if k >= 0:
                     if k:
                         self.input.write(TAG_PICKLE, b, t, k)
