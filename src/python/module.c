@@ -632,6 +632,9 @@ static PyMethodDef module_methods[] = {
     {"pickled_list_len", tfos_pickled_list_len, METH_O,
      "pickled_list_len(buffer) -> int: the number of items of the list a pickle makes, read from its opcodes "
      "without unpickling it; -1 where that cannot be told for certain (not a list, malformed, ...)."},
+    {"pickled_columns", tfos_pickled_columns, METH_O,
+     "pickled_columns(buffer) -> (nrows, batch) or None: a pickled list of tuples of floats, ints and bools as the "
+     "columnar batch encode_rows makes of those rows, read from the opcodes (no Python object); None otherwise."},
     {"decode_columns", mod_decode_columns, METH_O,
      "decode_columns(buffer) -> (flags, [(name, kind, dtype, shape, nrows, data_off, data_len, offsets_off)]), "
      "after validating every field and range (FeedError if corrupt)."},
@@ -789,6 +792,8 @@ static int module_clear(PyObject *m)
         free(st->pool_mem[i]);
     st->pool_n = 0;
     st->pool_bytes = 0;
+    tfos__pickled_free(st->pickle_build);
+    st->pickle_build = NULL;
     Py_CLEAR(st->feed_error);
     Py_CLEAR(st->feed_closed);
     Py_CLEAR(st->feed_ended);

@@ -21,7 +21,11 @@
 #include "pickled.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/batchbuild.h"
+#include "tfosmod.h"
 
 #define MAX_MARKS 256
 
@@ -323,4 +327,235 @@ PyObject *tfos_pickled_list_len(PyObject *Py_UNUSED(m), PyObject *arg)
     Py_ssize_t k = tfos__pickled_list_len(b.buf, (size_t)b.len);
     PyBuffer_Release(&b);
     return PyLong_FromSsize_t(k);
+}
+
+/* ---- rows of numbers straight to columns ----------------------------------
+ *
+ * For a node that reads columns (the ring's reads_columns hint), a feed task
+ * used to unpickle each batch and encode its rows: 0.35 µs a row of 11
+ * numbers, most of it making and freeing the rows' Python objects. A batch
+ * of tuples of floats, ints and bools is read here from its opcodes into
+ * the columnar batch the encoder would make (same names, dtypes, values),
+ * with no Python object. Anything else (another value, a nested tuple, a
+ * memo reference, types that change from row to row, an int beyond int64)
+ * is None: the caller unpickles and encodes as before. */
+
+enum { V_BOOL, V_INT, V_FLOAT };
+
+typedef struct colwalk {
+    walk w;                        /* bounds and position (the stack model above is not used) */
+    tfos__batch_build *b;
+    int ncols;                     /* fields a row, from row 0 (0: no row yet) */
+    uint8_t types[TFOS__BUILD_MAX_COLS];
+    int nv;                        /* values of the row being read */
+    int marks;                     /* open marks: at most 2, APPENDS's and a row's */
+    uint32_t mark_rows[2];         /* rows finished when each opened */
+    uint32_t pending;              /* rows finished and not yet appended to the list */
+} colwalk;
+
+static int next_op(colwalk *c)
+{
+    for (;;) {
+        if (c->w.i >= c->w.n)
+            return -1;
+        int op = c->w.p[c->w.i++];
+        if (op != 0x95) /* FRAME: only groups the opcodes */
+            return op;
+        if (c->w.n - c->w.i < 8)
+            return -1;
+        c->w.i += 8;
+    }
+}
+
+/* One value into field c->nv of the current row: its column gets it when
+ * the types agree with row 0's. */
+static int push_value(colwalk *c, int type, const void *v)
+{
+    int j = c->nv;
+    if (j >= TFOS__BUILD_MAX_COLS || (c->ncols && (j >= c->ncols || c->types[j] != type)))
+        return -1;
+    if (!c->ncols) {
+        /* row 0: the columns are made as its values come */
+        tfos__build_col *col = &c->b->cols[j];
+        col->name[0] = '\0';
+        col->kind = TFOS_COL_FIXED;
+        col->dtype = type == V_BOOL ? TFOS_DT_BOOL : type == V_INT ? TFOS_DT_I64 : TFOS_DT_F64;
+        col->ndim = 0;
+        col->len = 1;
+        c->types[j] = (uint8_t)type;
+        c->b->ncols = j + 1;
+    }
+    if (tfos__batch_build_push_fixed(&c->b->cols[j], v, type == V_BOOL ? 1 : 8) < 0)
+        return -1;
+    c->nv++;
+    return 0;
+}
+
+/* The values since the top mark (or all, with none open: TUPLE1-3) made a
+ * tuple of k fields: a row, when nothing else lies in it. */
+static int end_row(colwalk *c, int k, int marked)
+{
+    if (marked) {
+        if (!c->marks || c->mark_rows[c->marks - 1] != c->pending)
+            return -1;
+        c->marks--;
+    }
+    if (c->nv != k || k == 0 || (c->ncols && k != c->ncols))
+        return -1;
+    c->ncols = k;
+    c->nv = 0;
+    c->b->nrows++;
+    c->pending++;
+    return 0;
+}
+
+static int read_value(colwalk *c, int op)
+{
+    const unsigned char *b;
+    int64_t i;
+    switch (op) {
+    case 'G': { /* BINFLOAT: big-endian */
+        if (take(&c->w, 8, &b) < 0)
+            return -1;
+        uint64_t bits = 0;
+        for (int k = 0; k < 8; k++)
+            bits = bits << 8 | b[k];
+        double d;
+        memcpy(&d, &bits, 8);
+        return push_value(c, V_FLOAT, &d);
+    }
+    case 'K':
+        if (take(&c->w, 1, &b) < 0)
+            return -1;
+        i = b[0];
+        return push_value(c, V_INT, &i);
+    case 'M':
+        if (take(&c->w, 2, &b) < 0)
+            return -1;
+        i = (int64_t)le(b, 2);
+        return push_value(c, V_INT, &i);
+    case 'J':
+        if (take(&c->w, 4, &b) < 0)
+            return -1;
+        i = (int32_t)(uint32_t)le(b, 4);
+        return push_value(c, V_INT, &i);
+    case 0x8a: { /* LONG1: little-endian two's complement, up to 8 bytes for int64 */
+        if (take(&c->w, 1, &b) < 0)
+            return -1;
+        int n = b[0];
+        if (n > 8 || take(&c->w, (size_t)n, &b) < 0)
+            return -1;
+        uint64_t u = n ? le(b, n) : 0;
+        if (n && n < 8 && (b[n - 1] & 0x80))
+            u |= ~(uint64_t)0 << (8 * n);
+        i = (int64_t)u;
+        return push_value(c, V_INT, &i);
+    }
+    case 0x88: case 0x89: { /* NEWTRUE, NEWFALSE */
+        uint8_t v = op == 0x88;
+        return push_value(c, V_BOOL, &v);
+    }
+    default:
+        return -1;
+    }
+}
+
+static int walk_columns(colwalk *c)
+{
+    const unsigned char *b;
+    int op = next_op(c);
+    if (op == 0x80) {
+        if (take(&c->w, 1, &b) < 0)
+            return -1;
+        op = next_op(c);
+    }
+    if (op != ']')
+        return -1;
+    for (;;) {
+        op = next_op(c);
+        switch (op) {
+        case 0x94: /* MEMOIZE: of the list or a row; never fetched (GET is refused) */
+            break;
+        case 'q':
+            if (take(&c->w, 1, &b) < 0)
+                return -1;
+            break;
+        case 'r':
+            if (take(&c->w, 4, &b) < 0)
+                return -1;
+            break;
+        case '(':
+            if (c->marks == 2 || c->nv)
+                return -1;
+            c->mark_rows[c->marks++] = c->pending;
+            break;
+        case 't':
+            if (end_row(c, c->nv, 1) < 0)
+                return -1;
+            break;
+        case 0x85: case 0x86: case 0x87: /* TUPLE1-3 */
+            if (end_row(c, op - 0x84, 0) < 0)
+                return -1;
+            break;
+        case 'e': /* APPENDS: the rows since its mark, which lies right on the list */
+            if (c->marks != 1 || c->nv || c->mark_rows[0] != 0)
+                return -1;
+            c->marks = 0;
+            c->pending = 0;
+            break;
+        case 'a':
+            if (c->nv || c->pending != 1 || c->marks)
+                return -1;
+            c->pending = 0;
+            break;
+        case '.':
+            return c->w.i == c->w.n && !c->marks && !c->nv && !c->pending && c->b->nrows ? 0 : -1;
+        default:
+            if (read_value(c, op) < 0)
+                return -1;
+        }
+    }
+}
+
+PyObject *tfos_pickled_columns(PyObject *m, PyObject *arg)
+{
+    module_state *st = get_state(m);
+    if (!st->pickle_build) {
+        st->pickle_build = malloc(sizeof(tfos__batch_build));
+        if (!st->pickle_build)
+            return PyErr_NoMemory();
+        tfos__batch_build_init(st->pickle_build);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    colwalk c;
+    memset(&c.w, 0, sizeof c.w);
+    c.w.p = view.buf;
+    c.w.n = (size_t)view.len;
+    c.b = st->pickle_build;
+    c.b->ncols = 0;
+    c.b->nrows = 0;
+    c.ncols = c.nv = c.marks = 0;
+    c.pending = 0;
+    int ok = walk_columns(&c) == 0;
+    PyBuffer_Release(&view);
+    const void *batch = NULL;
+    size_t len = 0;
+    uint32_t nrows = c.b->nrows;
+    if (ok && tfos__batch_build_finish(c.b, 0, &batch, &len) == 0)
+        return Py_BuildValue("(Iy#)", nrows, (const char *)batch, (Py_ssize_t)len);
+    /* not ours: empty the columns for the next call */
+    for (int j = 0; j < TFOS__BUILD_MAX_COLS && j < c.b->ncols; j++)
+        c.b->cols[j].vlen = 0;
+    c.b->nrows = 0;
+    Py_RETURN_NONE;
+}
+
+void tfos__pickled_free(void *build)
+{
+    if (build) {
+        tfos__batch_build_fini(build);
+        free(build);
+    }
 }

@@ -19,4 +19,14 @@ Py_ssize_t tfos__pickled_list_len(const unsigned char *p, size_t n);
 /* pickled_list_len(buffer) -> int: the above, for a bytes-like object. */
 PyObject *tfos_pickled_list_len(PyObject *m, PyObject *arg);
 
+/* pickled_columns(buffer) -> (nrows, batch) or None: a pickled list of
+ * tuples of floats, ints and bools (the same types in every row) as the
+ * columnar batch encode_rows makes of those rows, read from its opcodes
+ * with no Python object; None for anything else. The builder it uses lives
+ * in module state (module_state.pickle_build). */
+PyObject *tfos_pickled_columns(PyObject *m, PyObject *arg);
+
+/* Free module_state.pickle_build (NULL: nothing). */
+void tfos__pickled_free(void *build);
+
 #endif

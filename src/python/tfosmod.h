@@ -34,6 +34,7 @@ typedef struct {
     size_t pool_cap[POOL_SLOTS];
     int pool_n;
     size_t pool_bytes;
+    void *pickle_build;     /* pickled.c's batch builder (tfos__batch_build), made on first use */
     PyObject *feed_error;   /* tfos._tfos.FeedError */
     PyObject *feed_closed;  /* FeedClosed(FeedError): the peer went away */
     PyObject *feed_ended;   /* FeedEnded(FeedError): end of feed */

@@ -246,3 +246,83 @@ def test_a_node_reading_columns_gets_its_batches_encoded_by_the_producer():
     assert df.mgr.input.reads_columns() is True
     df.next_batch(5)
     assert df.mgr.input.reads_columns() is False
+
+
+def _columns(batch):
+    flags, names, cols = feed._decode_columns(bytes(batch))
+    return flags, names, [(c.dtype.str, c.tolist()) for c in cols]
+
+
+def test_rows_of_numbers_go_from_the_pickle_to_the_encoders_columns_with_no_python_object():
+    """pickled_columns gives, for tuples of floats, ints and bools, the
+    columns encode_rows makes of the unpickled rows: 1-3 fields (TUPLE1-3)
+    and more, one row and thousands (APPENDS runs), ints to the ends of
+    int64, protocols 2-5."""
+    big = 2 ** 63 - 1
+    cases = [
+        [(float(i), i, i % 2 == 0) for i in range(2500)],
+        [(i * 0.5,) for i in range(7)],
+        [(-i, big, -big - 1, 2 ** 31, -2 ** 31 - 1, 255, 256, 65536, 0.25) for i in range(30)],
+        [(1.5, 2.5)],
+        [tuple(float(j) for j in range(40)) for _ in range(3)],
+    ]
+    for rows in cases:
+        want = _columns(t.encode_rows(rows))
+        for proto in (2, 3, 4, 5):
+            got = t.pickled_columns(pickle.dumps(rows, proto))
+            assert got is not None, (proto, rows[:1])
+            assert got[0] == len(rows) and _columns(got[1]) == want
+
+
+def test_what_the_encoder_would_not_take_alike_or_is_not_plain_numbers_is_none():
+    """None (the caller unpickles and encodes): strings, nested tuples,
+    lists as rows, types that change from row to row (an int where row 0
+    had a float, a bool where it had an int), ints beyond int64, numpy
+    scalars, rows of another length, the same tuple object twice (a memo
+    reference), an empty list, a truncated stream."""
+    same = (1.0, 2.0)
+    for rows in ([(1.0, "a")], [((1.0, 2.0), 3.0)], [[1.0, 2.0], [3.0, 4.0]], [(1.0,), (2,)], [(1,), (True,)],
+                 [(2 ** 63,)], [(np.float64(1.0),)], [(1.0, 2.0), (3.0,)], [same, same], [], [1.0, 2.0]):
+        assert t.pickled_columns(pickle.dumps(rows, 5)) is None, rows
+    data = pickle.dumps([(1.0, 2)] * 1 + [(3.0, 4)], 5)
+    assert t.pickled_columns(data) is not None
+    for cut in range(len(data)):
+        assert t.pickled_columns(data[:cut]) is None
+    # a call that gave None leaves nothing behind for the next one
+    assert _columns(t.pickled_columns(data)[1]) == _columns(t.encode_rows([(1.0, 2), (3.0, 4)]))
+
+
+def _column_mutations(seed, n, out_fd):
+    """In a child with its address space capped (as _mutations): where
+    pickled_columns gives columns for a mutated batch, unpickling the same
+    bytes must give rows whose encoding is those columns. Writes 'counted
+    wrong' to out_fd."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
+    rng = random.Random(seed)
+    base = [pickle.dumps([(float(i), i, i % 3 == 0) for i in range(k)], p) for p in (2, 4, 5) for k in (1, 4, 30)]
+    counted = wrong = 0
+    for _ in range(n):
+        b = bytearray(rng.choice(base))
+        b[rng.randrange(len(b))] = rng.randrange(256)
+        got = t.pickled_columns(bytes(b))
+        if got is None:
+            continue
+        try:
+            rows = pickle.loads(bytes(b))
+        except (Exception, MemoryError):
+            continue
+        counted += 1
+        wrong += got[0] != len(rows) or _columns(got[1]) != _columns(t.encode_rows(rows))
+    os.write(out_fd, b"%d %d" % (counted, wrong))
+    os._exit(0)
+
+
+def test_mutated_number_batches_give_the_encoders_columns_or_none():
+    r, w = os.pipe()
+    p = start_child(_column_mutations, 5, 20000, w)
+    os.close(w)
+    assert join_child(p) == 0
+    counted, wrong = map(int, os.read(r, 100).split())
+    os.close(r)
+    assert wrong == 0 and counted > 100

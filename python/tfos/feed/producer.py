@@ -116,21 +116,32 @@ class FeedClient(object):
         batch, and those holding rows to skip (``skip``, a re-feed's), is
         unpickled here and written as :meth:`feed_partition` writes rows;
         so is every batch while the node's program reads columns
-        (``next_batch_arrays``: the ring's ``reads_columns`` hint): the
-        columns are then encoded here, as for any rows (measured: unpickled
-        and encoded in the node instead, they cost the host more CPU).
+        (``next_batch_arrays``: the ring's ``reads_columns`` hint) is
+        encoded here (measured: unpickled and encoded in the node instead,
+        it cost the host more CPU); a batch of tuples of plain numbers goes
+        from its pickle to the columns in C (``_tfos.pickled_columns``).
         Returns the number of rows written, as feed_partition."""
         n = 0
         cap = self.input.max_record
         with self._partition(partition_id, timeout, key) as (t, first):
             drop = skip + first
             for b in batches:
-                k = -1 if drop or len(b) > cap or self.input.reads_columns() else _tfos.pickled_list_len(b)
-                if k >= 0:
-                    if k:
-                        self.input.write(TAG_PICKLE, b, t, k)
-                        n += k
-                    continue
+                if not drop and len(b) <= cap:
+                    if not self.input.reads_columns():
+                        k = _tfos.pickled_list_len(b)
+                        if k >= 0:
+                            if k:
+                                self.input.write(TAG_PICKLE, b, t, k)
+                                n += k
+                            continue
+                    else:
+                        # rows of plain numbers: read from the pickle into
+                        # the encoder's columns in C, with no row object
+                        enc = _tfos.pickled_columns(b)
+                        if enc is not None and len(enc[1]) <= cap:
+                            self.input.write(TAG_COLUMNS, enc[1], t, enc[0])
+                            n += enc[0]
+                            continue
                 rows = pickle.loads(b, encoding="bytes")  # as PySpark's PickleSerializer reads it
                 if not isinstance(rows, list):
                     rows = list(rows)  # a batch of another sequence: its items, as PySpark iterates it
