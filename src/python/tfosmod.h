@@ -5,7 +5,9 @@
  * hands module.c its spec: local.c (LocalCluster), coord.c (Coordinator),
  * ring.c (Ring), buffer.c (FeedBuffer, the pooled records Ring.read
  * returns) and link.c (Link, tfos serve's link); logsink.c hands libtfos's log lines to Python's logging.
- * encode.{c,h} plan and write columnar batches. Types and exceptions live
+ * encode.{c,h} plan and write columnar batches; rows.{c,h} make rows of
+ * columns; pickled.{c,h} read PySpark's pickled batches (their row counts,
+ * rows of numbers straight to a columnar batch). Types and exceptions live
  * in module state, never in statics (but for logsink.c's: libtfos's logger
  * is process-wide).
  */
