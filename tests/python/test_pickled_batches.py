@@ -86,42 +86,54 @@ def test_what_is_not_surely_a_list_of_items_is_minus_one():
     assert t.pickled_list_len(b"") == -1
 
 
-def _mutations(seed, n, out_fd):
+def _fuzz(check, base, seed, n, out_fd):
     """In a child with its address space capped (a mutated memo index makes
-    pickle.loads allocate what it names): mutate pickled lists byte by byte;
-    wherever a count is given and pickle.loads succeeds, it must be a list
-    of that length. Writes 'counted wrong' to out_fd."""
+    pickle.loads allocate what it names): mutate the pickles in ``base``
+    (1-3 bytes each); ``check(bytes)`` gives None (not taken) or a callable
+    judging what pickle.loads made of those bytes, run where they unpickle.
+    Writes 'taken wrong' to out_fd."""
     import resource
     resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
     rng = random.Random(seed)
-    base = [pickle.dumps([(1.5, i, "ab", b"x", None, [i, {"k": i}]) for i in range(k)], p)
-            for p in (2, 4, 5) for k in (0, 3, 40)]
-    counted = wrong = 0
+    taken = wrong = 0
     for _ in range(n):
         b = bytearray(rng.choice(base))
         for _ in range(rng.randrange(1, 4)):
             b[rng.randrange(len(b))] = rng.randrange(256)
-        k = t.pickled_list_len(bytes(b))
-        if k < 0:
+        judge = check(bytes(b))
+        if judge is None:
             continue
         try:
             obj = pickle.loads(bytes(b))
         except (Exception, MemoryError):
             continue
-        counted += 1
-        wrong += not isinstance(obj, list) or len(obj) != k
-    os.write(out_fd, b"%d %d" % (counted, wrong))
+        taken += 1
+        wrong += not judge(obj)
+    os.write(out_fd, b"%d %d" % (taken, wrong))
     os._exit(0)
 
 
-def test_mutated_streams_are_never_counted_wrong():
+def _run_fuzz(check, base, seed):
+    """(taken, wrong) of 20,000 mutations (_fuzz in a child)."""
     r, w = os.pipe()
-    p = start_child(_mutations, 3, 20000, w)
+    p = start_child(_fuzz, check, base, seed, 20000, w)
     os.close(w)
     assert join_child(p) == 0
-    counted, wrong = map(int, os.read(r, 100).split())
+    taken, wrong = map(int, os.read(r, 100).split())
     os.close(r)
-    assert wrong == 0 and counted > 100  # the mutations that stay valid pickles were counted, rightly
+    return taken, wrong
+
+
+def _counted(b):
+    k = t.pickled_list_len(b)
+    return None if k < 0 else (lambda obj: isinstance(obj, list) and len(obj) == k)
+
+
+def test_mutated_streams_are_never_counted_wrong():
+    base = [pickle.dumps([(1.5, i, "ab", b"x", None, [i, {"k": i}]) for i in range(k)], p)
+            for p in (2, 4, 5) for k in (0, 3, 40)]
+    taken, wrong = _run_fuzz(_counted, base, 3)
+    assert wrong == 0 and taken > 100  # the mutations that stay valid pickles were counted, rightly
 
 
 def _client(fd, batch_rows=1000):
@@ -292,37 +304,15 @@ def test_what_the_encoder_would_not_take_alike_or_is_not_plain_numbers_is_none()
     assert _columns(t.pickled_columns(data)[1]) == _columns(t.encode_rows([(1.0, 2), (3.0, 4)]))
 
 
-def _column_mutations(seed, n, out_fd):
-    """In a child with its address space capped (as _mutations): where
-    pickled_columns gives columns for a mutated batch, unpickling the same
-    bytes must give rows whose encoding is those columns. Writes 'counted
-    wrong' to out_fd."""
-    import resource
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
-    rng = random.Random(seed)
-    base = [pickle.dumps([(float(i), i, i % 3 == 0) for i in range(k)], p) for p in (2, 4, 5) for k in (1, 4, 30)]
-    counted = wrong = 0
-    for _ in range(n):
-        b = bytearray(rng.choice(base))
-        b[rng.randrange(len(b))] = rng.randrange(256)
-        got = t.pickled_columns(bytes(b))
-        if got is None:
-            continue
-        try:
-            rows = pickle.loads(bytes(b))
-        except (Exception, MemoryError):
-            continue
-        counted += 1
-        wrong += got[0] != len(rows) or _columns(got[1]) != _columns(t.encode_rows(rows))
-    os.write(out_fd, b"%d %d" % (counted, wrong))
-    os._exit(0)
+def _as_columns(b):
+    got = t.pickled_columns(b)
+    return None if got is None else (
+        lambda rows: got[0] == len(rows) and _columns(got[1]) == _columns(t.encode_rows(rows)))
 
 
 def test_mutated_number_batches_give_the_encoders_columns_or_none():
-    r, w = os.pipe()
-    p = start_child(_column_mutations, 5, 20000, w)
-    os.close(w)
-    assert join_child(p) == 0
-    counted, wrong = map(int, os.read(r, 100).split())
-    os.close(r)
-    assert wrong == 0 and counted > 100
+    """Where pickled_columns gives columns for a mutated batch, unpickling
+    the same bytes gives rows whose encoding is those columns."""
+    base = [pickle.dumps([(float(i), i, i % 3 == 0) for i in range(k)], p) for p in (2, 4, 5) for k in (1, 4, 30)]
+    taken, wrong = _run_fuzz(_as_columns, base, 5)
+    assert wrong == 0 and taken > 100
