@@ -69,38 +69,44 @@ def write_rows(ring, rows, timeout_ms):
 class _Chunk(object):
     """Rows of one decoded record, consumed front to back."""
 
-    __slots__ = ("partition", "columns", "names", "_rows", "pickled", "n", "pos", "flat", "lists", "viewed", "nulls")
+    __slots__ = ("partition", "columns", "names", "_rows", "pickled", "_n", "pos", "flat", "lists", "viewed",
+                 "nulls")
 
     def __init__(self, partition, columns=None, names=None, rows=None, flat=False, lists=False, nulls=None,
-                 pickled=None, n=None):
+                 pickled=None):
         self.viewed = False     # columns view the ring itself (read with views): copied unless asked not to
         self.partition = partition
         self.columns = columns  # list of numpy arrays (or lists), one per column
         self.names = names
         self._rows = rows       # a list of rows (pickle records)
-        self.pickled = pickled  # or: the pickled list of n rows, unpickled when first taken (rows)
+        self.pickled = pickled  # or: the pickled list of rows, unpickled when first asked for (rows, n)
         self.flat = flat        # rows were single values (not tuples of fields)
         self.lists = lists      # rows were lists of fields
         self.nulls = nulls      # Arrow: per column, the Arrow array where numpy shows its nulls as values (NaN)
-        self.n = n if n is not None else len(rows) if rows is not None else (len(columns[0]) if columns else 0)
+        self._n = -1 if pickled is not None else len(rows) if rows is not None else \
+            (len(columns[0]) if columns else 0)
         self.pos = 0
 
     @property
     def rows(self):
         """The rows of a pickle record (None for columns). Unpickled when
-        first asked for, not when read: a read of 64 records unpickled at
-        once held ~15 MB of new rows beyond the processor's cache until
-        taken, which cost 0.57 µs a row of 11 numbers against 0.24
-        unpickled one record at a time (issue 40)."""
+        first asked for (or its row count), not when read: a read of 64
+        records unpickled at once held ~15 MB of new rows beyond the
+        processor's cache until taken, which cost 0.57 µs a row of 11
+        numbers against 0.24 unpickled one record at a time (issue 40)."""
         if self.pickled is not None:
             # encoding: a batch of an RDD passed through as Spark pickled it
             # (FeedClient.feed_pickled) reads as PySpark's PickleSerializer reads it
-            self._rows = pickle.loads(self.pickled, encoding="bytes")
+            rows = pickle.loads(self.pickled, encoding="bytes")
+            self._rows = rows if isinstance(rows, list) else list(rows)
+            self._n = len(self._rows)
             self.pickled = None
-            if len(self._rows) != self.n:
-                raise FeedError("corrupt pickle record in the feed (partition %d): %d rows where its count said %d"
-                                % (self.partition, len(self._rows), self.n))
         return self._rows
+
+    @property
+    def n(self):
+        """The record's rows (a pickle record's unpickles it)."""
+        return self._n if self._n >= 0 else len(self.rows)
 
     def take_rows(self, k):
         lo, hi = self.pos, min(self.n, self.pos + k)
@@ -182,10 +188,9 @@ def _is_ndarray(v):
 
 def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
-        n = -1 if isinstance(payload, memoryview) else _tfos.pickled_list_len(payload)
-        if n >= 0:  # a copy of the record (not a view of the ring): unpickled when first taken
-            return _Chunk(partition, pickled=payload, n=n)
-        return _Chunk(partition, rows=pickle.loads(memoryview(payload), encoding="bytes"))
+        if not isinstance(payload, memoryview):  # a copy of the record (not a view of the ring)
+            return _Chunk(partition, pickled=payload)  # unpickled when first taken
+        return _Chunk(partition, rows=pickle.loads(payload, encoding="bytes"))
     if tag == TAG_COLUMNS:
         flags, names, columns = _decode_columns(payload)
         return _Chunk(partition, columns=columns, names=names, flat=bool(flags & _tfos.BATCH_FLAT_ROWS),

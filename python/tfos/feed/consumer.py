@@ -231,7 +231,7 @@ class DataFeed(object):
             else:
                 chunk = _decode(tag, self._partition, payload)
                 chunk.viewed = tag != TAG_PICKLE and isinstance(payload, memoryview)
-                if chunk.n:
+                if chunk.pickled is not None or chunk.n:  # a pickle record is counted when unpickled
                     self._chunks.append(chunk)
         return True
 
