@@ -112,15 +112,15 @@ class FeedClient(object):
         an RDD that Spark holds), the rows after its first ``skip``. A batch
         whose rows its opcodes count (``_tfos.pickled_list_len``) goes into
         the ring as it is: not unpickled and encoded again here, the node
-        unpickles it once (its rows are the objects the RDD holds). Any other
-        batch, and those holding rows to skip (``skip``, a re-feed's), is
-        unpickled here and written as :meth:`feed_partition` writes rows;
-        so is every batch while the node's program reads columns
-        (``next_batch_arrays``: the ring's ``reads_columns`` hint) is
-        encoded here (measured: unpickled and encoded in the node instead,
-        it cost the host more CPU); a batch of tuples of plain numbers goes
-        from its pickle to the columns in C (``_tfos.pickled_columns``).
-        Returns the number of rows written, as feed_partition."""
+        unpickles it once (its rows are the objects the RDD holds). While
+        the node's program reads columns (``next_batch_arrays``: the ring's
+        ``reads_columns`` hint), the columns are made here instead (measured:
+        made in the node, they cost the host more CPU): a batch of tuples of
+        plain numbers goes from its pickle to the encoder's columns in C
+        (``_tfos.pickled_columns``). Any other batch, and those holding rows
+        to skip (``skip``, a re-feed's), is unpickled here and written as
+        :meth:`feed_partition` writes rows. Returns the number of rows
+        written, as feed_partition."""
         n = 0
         cap = self.input.max_record
         with self._partition(partition_id, timeout, key) as (t, first):
