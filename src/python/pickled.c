@@ -157,6 +157,15 @@ static int to_mark(walk *w, int pushes, int target, int appends)
     return 0;
 }
 
+/* An op that read its argument (rc: the read's result) and pushes one object. */
+static int pushed(walk *w, int rc)
+{
+    if (rc < 0)
+        return -1;
+    w->depth++;
+    return 0;
+}
+
 static int step(walk *w, unsigned char op)
 {
     const unsigned char *b;
@@ -170,61 +179,26 @@ static int step(walk *w, unsigned char op)
     case 'N': case '}': case ')': case 0x88: case 0x89: case 0x8f:
         w->depth++;
         return 0;
-    case 'J': /* BININT */
-        if (take(w, 4, &b) < 0)
-            return -1;
-        w->depth++;
-        return 0;
     case 'K': case 0x82: /* BININT1, EXT1 */
-        if (take(w, 1, &b) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, take(w, 1, &b));
     case 'M': case 0x83: /* BININT2, EXT2 */
-        if (take(w, 2, &b) < 0)
-            return -1;
-        w->depth++;
-        return 0;
-    case 0x84: /* EXT4 */
-        if (take(w, 4, &b) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, take(w, 2, &b));
+    case 'J': case 0x84: /* BININT, EXT4 */
+        return pushed(w, take(w, 4, &b));
     case 'G': /* BINFLOAT */
-        if (take(w, 8, &b) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, take(w, 8, &b));
     case 'T': case 0x8b: /* BINSTRING, LONG4: signed 4-byte length */
-        if (skip_counted(w, 4, 1) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_counted(w, 4, 1));
     case 'X': case 'B': /* BINUNICODE, BINBYTES */
-        if (skip_counted(w, 4, 0) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_counted(w, 4, 0));
     case 'U': case 'C': case 0x8c: case 0x8a: /* SHORT_BINSTRING, SHORT_BINBYTES, SHORT_BINUNICODE, LONG1 */
-        if (skip_counted(w, 1, 0) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_counted(w, 1, 0));
     case 0x8d: case 0x8e: case 0x96: /* BINUNICODE8, BINBYTES8, BYTEARRAY8 */
-        if (skip_counted(w, 8, 0) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_counted(w, 8, 0));
     case 'I': case 'L': case 'S': case 'V': case 'F': /* protocol 0's values */
-        if (skip_line(w, NULL) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_line(w, NULL));
     case 'c': /* GLOBAL: module and name lines */
-        if (skip_line(w, NULL) < 0 || skip_line(w, NULL) < 0)
-            return -1;
-        w->depth++;
-        return 0;
+        return pushed(w, skip_line(w, NULL) < 0 ? -1 : skip_line(w, NULL));
     case 'h': /* BINGET */
         if (take(w, 1, &b) < 0)
             return -1;
