@@ -634,6 +634,36 @@ def test_arrays_as_views_into_the_ring_held_until_the_next_read():
     assert float(a.sum()) == float(data[0].sum())  # a second mapping of its own: still readable
 
 
+def test_views_of_a_batch_that_goes_on_in_the_next_read_are_copied_first():
+    """next_batch_arrays(copy=False) of a batch whose rows go on past the
+    records of one read: the read after lets producers write over those
+    records, so the rows taken from them are copied out before it (the batch
+    is joined from the copies and the new read's views); the batches are
+    the rows fed, in order."""
+    fd_in, fd_out = rings()
+    data = np.arange(3 * 512 * 40, dtype=np.float32).reshape(3, 512, 40)  # 80 KiB records
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    prod.partition_begin(1, 5000)
+    for i in range(2):
+        prod.write_columns(feed.TAG_COLUMNS, [("x", data[i])], 5000)
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, timeout=20)
+    (a,) = df.next_batch_arrays(700, copy=False)   # the first read: records 0 and 1
+    assert (a == data.reshape(-1, 40)[:700]).all()
+    prod.write_columns(feed.TAG_COLUMNS, [("x", data[2])], 5000)
+    prod.partition_end(5000)
+    prod.end_feed(5000)
+    prod.close()
+    parts, got = df._take(700, True, copy=False)   # record 1's last 324 rows, then a read: record 2's first 376
+    assert got == 700 and [len(p[0][0]) for p in parts] == [324, 376]
+    (before, _), (after, _) = parts
+    assert before[0].flags.writeable and not after[0].flags.writeable   # a copy; a view of the new read
+    assert (np.concatenate([before[0], after[0]]) == data.reshape(-1, 40)[700:1400]).all()
+    (c,) = df.next_batch_arrays(700, copy=False)
+    assert (c == data.reshape(-1, 40)[1400:]).all() and df.next_batch_arrays(700, copy=False) == ()
+    mgr.close()
+
+
 def test_feed_arrays_records_take_at_most_2_mib_unless_batch_rows_says():
     """FeedClient.feed_arrays without batch_rows: as many rows a record as
     fit in 2 MiB (_tfos.DEFAULTS["record_bytes"]), so that the records go

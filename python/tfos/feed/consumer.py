@@ -246,7 +246,7 @@ class DataFeed(object):
         while True:
             wait = left
             if pf is not None:
-                views = False
+                views = views and pf.views  # else batches read ahead must outlive the next read
                 wait = Prefetcher.SLICE_MS if left < 0 else min(left, Prefetcher.SLICE_MS)
             if self._refeed is not None:
                 wait = self.REFEED_SLICE_MS if wait < 0 else min(wait, self.REFEED_SLICE_MS)
@@ -284,16 +284,30 @@ class DataFeed(object):
                 % (part, " (pid %d)" % st["dead_pid"] if st["dead_pid"] else "",
                    "" if rows is None else " after %d rows" % rows, self.refeed_timeout))
 
-    def _take(self, batch_size, columns, copy=True):
+    def _take(self, batch_size, columns, copy=True, before_read=None):
+        """Up to batch_size rows as parts, one per record they come from: lists
+        of rows, or with ``columns`` (columns, names). With ``copy`` false the
+        parts of large records are views of the ring, valid until the next
+        read; a batch whose rows go on in the next read has its parts so far
+        copied out first (the read lets the producers write over them), or
+        handed to ``before_read(parts)``, which is done with them when it
+        returns."""
         if columns != self._reads_columns:
             # producers holding Spark's pickled batches pass them on to a
             # reader of rows, and encode columns for a reader of arrays
             self.mgr.input.reads_columns(columns)
             self._reads_columns = columns
         out, got = [], 0
+        viewed = 0  # out[:viewed] may view records of the last read
         self._last_batch = []
         while got < batch_size:
             if not self._chunks:
+                if not copy and got:
+                    if before_read is not None:
+                        before_read(out)
+                    else:
+                        out[:viewed] = [([c.copy() for c in p[0]], p[1]) for p in out[:viewed]]
+                    viewed = 0
                 try:
                     if not self._fill(not copy):
                         break
@@ -339,6 +353,8 @@ class DataFeed(object):
             k = min(batch_size - got, chunk.n - chunk.pos)
             part = chunk.take_columns(k, copy) if columns else chunk.take_rows(k)
             out.append(part)
+            if chunk.viewed and not copy:
+                viewed = len(out)
             got += k
             self._last_batch.append((chunk.partition, k))
             self.mgr.partial[chunk.partition] = self.mgr.partial.get(chunk.partition, 0) + k
