@@ -13,6 +13,7 @@
 #include "tfos/tfos.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -517,6 +518,23 @@ static PyObject *Ring_get_max_record(RingObject *self, void *Py_UNUSED(c))
     return PyLong_FromSize_t(tfos__ring_max_record(self->ring));
 }
 
+/* views_region -> (address, length) of the read-only mapping whose
+ * memoryviews read(views=True) hands out (a consumer's; None for other
+ * roles): what a device runtime registers so that copies from the views go
+ * by DMA (tfos.torch.FeedDataset(device=)). The mapping outlives close() as
+ * long as views of it do. */
+static PyObject *Ring_get_views_region(RingObject *self, void *Py_UNUSED(c))
+{
+    if (!self->mapping)
+        Py_RETURN_NONE;
+    Py_buffer v;
+    if (PyObject_GetBuffer(self->mapping, &v, PyBUF_SIMPLE))
+        return NULL;
+    PyObject *out = Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)v.buf, v.len);
+    PyBuffer_Release(&v);
+    return out;
+}
+
 static void Ring_dealloc(RingObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
@@ -579,6 +597,8 @@ static PyMethodDef Ring_methods[] = {
 
 static PyGetSetDef Ring_getset[] = {
     {"max_record", (getter)Ring_get_max_record, NULL, "largest record payload in bytes", NULL},
+    {"views_region", (getter)Ring_get_views_region, NULL,
+     "(address, length) of the read-only mapping read(views=True) slices (a consumer's), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -620,6 +620,10 @@ def test_arrays_as_views_into_the_ring_held_until_the_next_read():
     (a,) = df.next_batch_arrays(16, copy=False)
     assert (a == data[0]).all()
     assert not a.flags.writeable and type(root(a).obj).__name__ == "RingMapping"
+    # the mapping a device runtime registers (FeedDataset(device=)): the views lie in it
+    addr, length = mgr.input.views_region
+    assert length == os.fstat(fd_in).st_size and addr <= a.ctypes.data < a.ctypes.data + a.nbytes <= addr + length
+    assert prod.views_region is None  # only a consumer reads views
     held = mgr.input.stats()["used"]
     assert held >= 3 * data[0].nbytes  # all three records read, none released
     (b,) = df.next_batch_arrays(16)  # the same read's second record, copied
