@@ -1,4 +1,4 @@
-"""A feed-bound model on the GPU, fed four ways in one run (issue 40; the
+"""A feed-bound model on the GPU, fed in several ways in one run (issue 40; the
 ARCHITECTURE target "GPU busy, feed-bound model: >= 90 % of device-resident
 data"). For a machine with an NVIDIA GPU; never part of the tests or CI.
 
@@ -20,6 +20,10 @@ one by the GPU's arithmetic. For each width:
              batch_size=None) and copies each batch to the GPU
   tfos_prefetch  the same with FeedDataset(B, prefetch=2): a thread reads
              ahead from the ring (without the GIL) while the GPU steps
+  tfos_pinned  the same with FeedDataset(B, prefetch=2, device=DEVICE):
+             the ring's pinned mode (its mapping registered with CUDA), the
+             read-ahead thread copying each batch by DMA straight from the
+             ring's records into tensors on the GPU
   spark      a local Spark DataFrame of the same rows through
              TorchDistributor.train_on_dataframe (tfos's feed from Spark);
              skipped, saying so, where pyspark is not installed
@@ -139,7 +143,7 @@ def main():
     ap.add_argument("--workers", type=int, default=8, help="DataLoader workers of the loader side")
     ap.add_argument("--tfos", default=os.environ.get("TFOS_CLI") or os.path.join(ROOT, "build", "tfos"))
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--sides", default="resident,loader0,loader,tfos,tfos_prefetch,spark")
+    ap.add_argument("--sides", default="resident,loader0,loader,tfos,tfos_prefetch,tfos_pinned,spark")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tfos-gpu-bench-")
     args.data = os.path.join(tmp, "rows.npy")

@@ -1,6 +1,6 @@
 """The training program of bench/gpu_feed.py: one pass of an MLP over the
 rows of --data (float32 (N, F + 1): F features, then the label), on
---device, fed one of five ways (--mode):
+--device, fed one of these ways (--mode):
 
     resident  the whole file as one tensor on the device, sliced per batch
     loader0   DataLoader(TensorDataset(np.load(data)), batch_size=B,
@@ -10,6 +10,9 @@ rows of --data (float32 (N, F + 1): F features, then the label), on
               --input DATA --batch-rows B` (the rows come from the ring)
     tfos_prefetch  the same with FeedDataset(B, prefetch=2): a thread reads
               ahead from the ring while the GPU steps
+    tfos_pinned  FeedDataset(B, prefetch=2, device=--device): the ring
+              registered with CUDA, batches copied to the device by DMA
+              from the ring in the read-ahead thread
     spark     TorchDistributor.train_on_dataframe on a local Spark DataFrame
               of the same rows (one rank; tfos's feed from Spark)
 
@@ -31,7 +34,8 @@ import torch
 
 def parse():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", required=True, choices=("resident", "loader0", "loader", "tfos", "tfos_prefetch", "spark"))
+    ap.add_argument("--mode", required=True, choices=("resident", "loader0", "loader", "tfos", "tfos_prefetch", "tfos_pinned",
+                                                   "spark"))
     ap.add_argument("--data", required=True)
     ap.add_argument("--features", type=int, default=256)
     ap.add_argument("--width", type=int, default=1024)
@@ -107,11 +111,12 @@ def run(a):
         for (b,) in DataLoader(ds, batch_size=a.batch, num_workers=workers, pin_memory=pin,
                                persistent_workers=False):
             t.step(b)
-    elif a.mode in ("tfos", "tfos_prefetch"):
+    elif a.mode in ("tfos", "tfos_prefetch", "tfos_pinned"):
         from tfos.torch import FeedDataset
         t0 = time.perf_counter()
-        for (b,) in DataLoader(FeedDataset(a.batch, prefetch=2 if a.mode == "tfos_prefetch" else 0),
-                               batch_size=None):
+        ds = FeedDataset(a.batch, prefetch=0 if a.mode == "tfos" else 2,
+                         device=t.device if a.mode == "tfos_pinned" else None)
+        for (b,) in DataLoader(ds, batch_size=None):
             t.step(b)
     return t.result(a.mode, t0, wall0)
 

@@ -37,11 +37,13 @@ How it maps (docs/TORCH.md has the whole story):
   in ``CUDA_VISIBLE_DEVICES``; without any it fails at once, saying so, as
   Spark's does.
 """
+import contextlib
 import os
 import pickle
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 
 from ._extras import require, spark_extra
@@ -392,9 +394,21 @@ class FeedDataset(torch.utils.data.IterableDataset):
     cost more than it saved (docs/BENCHMARKS.md, 2 cores: 0.84-0.99 of
     training from memory with prefetch=2, 1.06-1.14 without); use it where
     cores are free, as beside a GPU.
+
+    ``device`` (a ``torch.device`` or its name): batches arrive as tensors
+    on it, copied straight from the ring's records into them (no tensor in
+    host memory between; string columns stay numpy). On a CUDA device the
+    ring's mapping is page-locked and registered with CUDA (the ring's
+    pinned mode, as ``DataLoader(pin_memory=True)`` gives pinned batches):
+    the copies are DMA on a stream of their own, issued by the read-ahead
+    thread with ``prefetch``, and each batch's tensors are ready on the
+    stream current when the loop takes it (it waits for their copy, not the
+    host). Where CUDA refuses the registration (say, a driver without
+    read-only host registration) the copies run from pageable memory, as
+    ``.to(device)`` would, and a line on stderr says so.
     """
 
-    def __init__(self, batch_size, as_dict=False, timeout=None, prefetch=0):
+    def __init__(self, batch_size, as_dict=False, timeout=None, prefetch=0, device=None):
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError("FeedDataset: batch_size must be at least 1, got %r" % (batch_size,))
@@ -404,8 +418,14 @@ class FeedDataset(torch.utils.data.IterableDataset):
         self.as_dict = bool(as_dict)
         self.timeout = timeout
         self.prefetch = int(prefetch)
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("FeedDataset(device=%r): torch sees no CUDA device on this host "
+                               "(torch.cuda.is_available() is False); pass device=None (or 'cpu') here"
+                               % str(self.device))
         self.feed = None
         self._prefetcher = None
+        self._to_device = None
 
     @staticmethod
     def _tensor(a):
@@ -418,19 +438,170 @@ class FeedDataset(torch.utils.data.IterableDataset):
         if self.feed is None:
             from .feed import DataFeed, Prefetcher
             self.feed = DataFeed(train_mode=True, timeout=self.timeout)
+            if self.device is not None:
+                self._to_device = _ToDevice(self.feed, self.batch_size, self.as_dict, self.device)
             if self.prefetch:
-                self._prefetcher = Prefetcher(self.feed, self.batch_size, self.as_dict, self.prefetch)
+                self._prefetcher = Prefetcher(self.feed, self.batch_size, self.as_dict, self.prefetch,
+                                              read=self._to_device, views=self._to_device is not None)
         while True:
             if self._prefetcher is not None:
                 batch = self._prefetcher.get()       # None at the end
+            elif self._to_device is not None:
+                batch = self._to_device()            # None at the end
             else:                                    # () or {} at the end
                 batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict) or None
             if batch is None:
+                if self._to_device is not None:
+                    self._to_device.close()
                 return
-            if self.as_dict:
+            if self._to_device is not None:
+                yield self._to_device.hand_out(batch)
+            elif self.as_dict:
                 yield {k: self._tensor(v) for k, v in batch.items()}
             else:
                 yield tuple(self._tensor(v) for v in batch)
+
+
+class _ToDevice(object):
+    """FeedDataset(device=)'s reads: each call takes one batch as views into
+    the ring's records (``feed._take(copy=False)``) and copies them, record
+    by record, into new tensors on ``device`` (a batch across records is
+    joined there). On CUDA the copies go on a stream of their own from the
+    ring's mapping, registered with CUDA (pinned): DMA, asynchronous. A read
+    of the ring lets producers write over the records read before, so the
+    copies from them are waited for (by the host; usually over by then)
+    before the next read: before the next call's, and before one in the
+    middle of a batch (``_take``'s ``before_read``). Returns a _Batch, or
+    None at the end of the feed."""
+
+    PORTABLE, READ_ONLY = 1, 8  # cudaHostRegisterPortable, cudaHostRegisterReadOnly
+    ALREADY = 712               # cudaErrorHostMemoryAlreadyRegistered
+
+    def __init__(self, feed, batch_size, as_dict, device):
+        self.feed, self.batch_size, self.as_dict = feed, int(batch_size), as_dict
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.copied = None     # CUDA event: the last batch's copies are done
+        self.region = None     # (address, length) registered with CUDA by this reader
+        self._cols = None      # the batch being copied: per column, a tensor of batch_size rows or numpy pieces
+        self._parts = 0        # its parts copied so far
+        self._rows = 0         # and their rows
+        if self.cuda:
+            self.region = self._register(feed.mgr.input.views_region)
+
+    def _register(self, region):
+        """Page-lock and register the ring's read-only mapping with CUDA; the
+        region registered, or None (said on stderr) where CUDA refused it.
+        Called on a thread of its own: a refusal leaves CUDA's last error on
+        the calling thread, where torch would take it for a later kernel's."""
+        if region is None:
+            return None
+        out = {}
+
+        def register():
+            with torch.cuda.device(self.device):
+                out["rc"] = int(torch.cuda.cudart().cudaHostRegister(region[0], region[1],
+                                                                      self.PORTABLE | self.READ_ONLY))
+        t = threading.Thread(target=register, name="tfos-feed-pin")
+        t.start()
+        t.join()
+        rc = out.get("rc", -1)
+        if rc == 0:
+            return region
+        if rc != self.ALREADY:  # registered by another reader of this ring: pinned, not ours to undo
+            sys.stderr.write("tfos: feed: CUDA did not register the ring's %d bytes as pinned memory (cudaError "
+                             "%d): its copies to %s go from pageable memory\n" % (region[1], rc, self.device))
+        return None
+
+    def close(self):
+        """The feed ended: wait for the last copies, then unregister the ring."""
+        self._wait()
+        if self.region is not None:
+            region, self.region = self.region, None
+            torch.cuda.cudart().cudaHostUnregister(region[0])
+
+    def _wait(self):
+        if self.copied is not None:
+            self.copied.synchronize()
+            self.copied = None
+
+    def _copy(self, parts):
+        """Issue the copies of the batch's parts not copied yet."""
+        parts = parts[self._parts:]
+        if not parts:
+            return
+        with warnings.catch_warnings():
+            # the views are read-only: torch warns of that once, and only reads them
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+                if self._cols is None:
+                    self._cols = []
+                    for a in parts[0][0]:
+                        if a.dtype == object:
+                            self._cols.append([])   # strings stay numpy
+                        else:
+                            t = torch.from_numpy(a)
+                            self._cols.append(torch.empty((self.batch_size,) + tuple(t.shape[1:]), dtype=t.dtype,
+                                                          device=self.device))
+                at = self._rows
+                for cols, _ in parts:
+                    n = len(cols[0])
+                    for dst, a in zip(self._cols, cols):
+                        if isinstance(dst, list):
+                            dst.append(a.copy())
+                        else:
+                            dst[at:at + n].copy_(torch.from_numpy(a), non_blocking=self.cuda)
+                    at += n
+                if self.cuda:
+                    self.copied = self.stream.record_event()
+        self._parts += len(parts)
+        self._rows = at
+
+    def _before_read(self, parts):
+        self._copy(parts)
+        self._wait()
+
+    def __call__(self):
+        self._wait()  # the records of the last batch may be written over once we read on
+        self._cols, self._parts, self._rows = None, 0, 0
+        parts, got = self.feed._take(self.batch_size, columns=True, copy=False, before_read=self._before_read)
+        if not parts:
+            return None
+        self._copy(parts)
+        names = parts[0][1] or ["c%d" % i for i in range(len(self._cols))]
+        cols = []
+        for c in self._cols:
+            if isinstance(c, list):
+                import numpy as np
+                cols.append(c[0] if len(c) == 1 else np.concatenate(c))
+            else:
+                cols.append(c if got == self.batch_size else c[:got])
+        self._cols = None
+        return _Batch(dict(zip(names, cols)) if self.as_dict else tuple(cols), self.copied)
+
+    def hand_out(self, batch):
+        """The batch's columns for the training loop: on CUDA its stream
+        waits for their copies, and they are marked as used on it (the
+        caching allocator then keeps their memory until its work is done)."""
+        if self.cuda:
+            current = torch.cuda.current_stream(self.device)
+            if batch.copied is not None:  # (None: waited for by the host already)
+                current.wait_event(batch.copied)
+            for c in (batch.cols.values() if self.as_dict else batch.cols):
+                if isinstance(c, torch.Tensor):
+                    c.record_stream(current)  # allocated on the copy stream
+        return batch.cols
+
+
+class _Batch(object):
+    __slots__ = ("cols", "copied")
+
+    def __init__(self, cols, copied):
+        self.cols, self.copied = cols, copied
+
+    def __len__(self):
+        return 1  # a batch (the Prefetcher's end test: None or empty)
 
 
 def _await_listener(addr, port, timeout):

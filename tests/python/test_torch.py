@@ -7,7 +7,8 @@ real processes under `tfos run`, and tfos.torch.TorchDistributor(local_mode=True
 - an exception in rank 1 comes back with its traceback (tfos run and
   TorchDistributor);
 - TorchDistributor returns rank 0's value; FeedDataset refuses DataLoader
-  worker processes;
+  worker processes; FeedDataset(device=) copies batches straight from the
+  ring's records (joined across records, their own memory);
 - nothing is left running.
 """
 import importlib.util
@@ -181,4 +182,95 @@ def test_feed_dataset_prefetch_gives_the_same_batches_and_position(tmp_path, mar
     rows = len(np.load(str(digits_npy), mmap_mode="r"))
     assert sum(got["sizes"]) == rows and got["sizes"][:-1] == [16] * (len(got["sizes"]) - 1)
     assert partitions == [] and partial == {"1": 160}   # the file is partition 1: its first 160 rows
+    assert wait_for(lambda: not pids_with(marker), 10)
+
+
+def test_feed_dataset_device_reader_joins_records_into_tensors_of_their_own():
+    """FeedDataset(device=)'s reader (_ToDevice; here the CPU, as no GPU is
+    at hand): batches across records of the ring, taken as views, come out
+    as one tensor per column equal to the rows fed, in memory of their own
+    (not the ring's mapping, which producers write over after the next
+    read); a column of strings stays numpy; the end of the feed is None."""
+    import numpy as np
+    import torch
+    import tfos._tfos as t
+    from tfos import feed
+    from tfos.torch import _ToDevice
+    fd_in, fd_out = t.ring_create(1 << 20), t.ring_create(1 << 16)
+    x = np.arange(6 * 512 * 40, dtype=np.float32).reshape(6, 512, 40)   # 80 KiB records: read as views
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    prod.partition_begin(1, 5000)
+    for i in range(6):
+        prod.write_columns(feed.TAG_COLUMNS, [("x", x[i]), ("i", np.arange(512 * i, 512 * (i + 1)))], 5000)
+    prod.partition_end(5000)
+    prod.end_feed(5000)
+    prod.close()
+    mgr = feed.FeedManager(fd_in, fd_out)
+    df = feed.DataFeed(mgr, True, timeout=20)
+    read = _ToDevice(df, 700, True, torch.device("cpu"))
+    lo, hi = mgr.input.views_region
+    got = []
+    while True:
+        b = read()
+        if b is None:
+            break
+        cols = read.hand_out(b)
+        assert set(cols) == {"x", "i"} and all(isinstance(c, torch.Tensor) for c in cols.values())
+        assert not lo <= cols["x"].data_ptr() < lo + hi
+        got.append(cols)
+    assert [len(c["x"]) for c in got] == [700, 700, 700, 700, 272]   # 4 of 5 across two records
+    assert torch.equal(torch.cat([c["x"] for c in got]), torch.from_numpy(x.reshape(-1, 40)))
+    assert torch.equal(torch.cat([c["i"] for c in got]), torch.arange(3072))
+    got[0]["x"].add_(1)   # writable: its own memory
+    read.close()
+    mgr.close()
+
+    fd_in, fd_out = t.ring_create(1 << 20), t.ring_create(1 << 16)
+    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
+    prod.partition_begin(1, 5000)
+    prod.write_rows(feed.TAG_COLUMNS, [("r%d" % k, 1.0) for k in range(2048)], 5000)
+    prod.partition_end(5000)
+    prod.end_feed(5000)
+    prod.close()
+    mgr = feed.FeedManager(fd_in, fd_out)
+    read = _ToDevice(feed.DataFeed(mgr, True, timeout=20), 1500, False, torch.device("cpu"))
+    s, v = read.hand_out(read())
+    assert isinstance(s, np.ndarray) and list(s[:2]) == ["r0", "r1"] and v.dtype == torch.float64
+    assert len(read.hand_out(read())[0]) == 548 and read() is None
+    mgr.close()
+
+
+DEVICE_READER = (
+    "import hashlib, json, sys, torch\n"
+    "from torch.utils.data import DataLoader\n"
+    "from tfos.torch import FeedDataset\n"
+    "prefetch, device = int(sys.argv[1]), (None if sys.argv[2] == 'none' else sys.argv[2])\n"
+    "kept = []\n"
+    "for (b,) in DataLoader(FeedDataset(1500, prefetch=prefetch, device=device), batch_size=None):\n"
+    "    kept.append(b)\n"
+    "# hashed once every batch was read: by then the ring went round twice\n"
+    "print('read', json.dumps([hashlib.sha1(b.numpy().tobytes()).hexdigest() for b in kept]), flush=True)\n")
+
+
+def test_feed_dataset_device_batches_are_the_rows_fed_in_order(tmp_path, marker):
+    """`tfos run --input` of an .npy file, 3 epochs through a ring of 4 MiB
+    (the ring goes round about twice): FeedDataset(1500, device='cpu'),
+    with and without prefetch, hands out the file's rows in order, in
+    batches across records (of 1000 rows), each its own memory (hashed
+    after the whole feed was read), as FeedDataset without a device does."""
+    import hashlib
+    import json
+    import numpy as np
+    rows = np.random.default_rng(5).standard_normal((21000, 33)).astype(np.float32)
+    path = tmp_path / "rows.npy"
+    np.save(str(path), rows)
+    stream = np.concatenate([rows] * 3)
+    want = [hashlib.sha1(stream[lo:lo + 1500].tobytes()).hexdigest() for lo in range(0, len(stream), 1500)]
+    for prefetch, device in ((0, "none"), (0, "cpu"), (2, "cpu")):
+        r = run_tfos(["run", "--workers", "1", "--input", str(path), "--epochs", "3", "--batch-rows", "1000",
+                      "--quiet", "--log-dir", str(tmp_path / ("logs%d%s" % (prefetch, device))), "--", PY, "-c",
+                      DEVICE_READER, str(prefetch), device, marker], timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        line = next(ln for ln in r.stdout.splitlines() if "] read " in ln)
+        assert json.loads(line.split("] read ", 1)[1]) == want, (prefetch, device)
     assert wait_for(lambda: not pids_with(marker), 10)

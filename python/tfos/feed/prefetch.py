@@ -21,16 +21,26 @@ class Prefetcher(object):
     thread call only ``feed.checkpoint()``, ``feed.save_position()`` and
     ``feed.terminate()`` (which stops the thread first). Stopping the
     iteration early keeps the batches read: the next iteration continues
-    with them."""
+    with them.
+
+    ``read``: what the thread calls for one batch instead (None or an empty
+    batch at the end), e.g. one that copies the batch to a device
+    (tfos.torch.FeedDataset(device=)). ``views``: ``read`` takes the rows as
+    views into the ring (``feed._take(..., copy=False)``) and is done with
+    them when it returns, or when its next call begins: else the thread's
+    reads copy every record out of the ring, as batches queued ahead must
+    outlive the next read."""
 
     SLICE_MS = 200   # a stop is seen within this, while the thread waits on the ring
 
-    def __init__(self, feed, batch_size, as_dict=False, depth=2):
+    def __init__(self, feed, batch_size, as_dict=False, depth=2, read=None, views=False):
         if int(depth) < 1:
             raise ValueError("Prefetcher: depth must be >= 1, not %r" % (depth,))
         if feed._prefetcher is not None:
             raise FeedError("this DataFeed is already read by a Prefetcher")
         self.feed, self.batch_size, self.as_dict = feed, int(batch_size), as_dict
+        self.read = read or (lambda: feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict))
+        self.views = bool(views and read)
         self.queue = queue.Queue(int(depth))
         self.stopping = threading.Event()
         self._done = False        # the end (or an error) was handed out
@@ -52,9 +62,9 @@ class Prefetcher(object):
         mgr = self.feed.mgr
         try:
             while True:
-                batch = self.feed.next_batch_arrays(self.batch_size, as_dict=self.as_dict)
+                batch = self.read()
                 position = (len(mgr.consumed), dict(mgr.partial))
-                if not len(batch):
+                if batch is None or not len(batch):
                     self._put(("end", None, position))
                     return
                 if not self._put(("batch", batch, position)):
