@@ -492,21 +492,10 @@ class _ToDevice(object):
 
     def _register(self, region):
         """Page-lock and register the ring's read-only mapping with CUDA; the
-        region registered, or None (said on stderr) where CUDA refused it.
-        Called on a thread of its own: a refusal leaves CUDA's last error on
-        the calling thread, where torch would take it for a later kernel's."""
+        region registered, or None (said on stderr) where CUDA refused it."""
         if region is None:
             return None
-        out = {}
-
-        def register():
-            with torch.cuda.device(self.device):
-                out["rc"] = int(torch.cuda.cudart().cudaHostRegister(region[0], region[1],
-                                                                      self.PORTABLE | self.READ_ONLY))
-        t = threading.Thread(target=register, name="tfos-feed-pin")
-        t.start()
-        t.join()
-        rc = out.get("rc", -1)
+        rc = self._cudart("cudaHostRegister", region[0], region[1], self.PORTABLE | self.READ_ONLY)
         if rc == 0:
             return region
         if rc != self.ALREADY:  # registered by another reader of this ring: pinned, not ours to undo
@@ -514,12 +503,26 @@ class _ToDevice(object):
                              "%d): its copies to %s go from pageable memory\n" % (region[1], rc, self.device))
         return None
 
+    def _cudart(self, name, *args):
+        """A CUDA runtime call's error code (0: success), the call made on a
+        thread of its own: an error stays CUDA's last error on the calling
+        thread, where torch would take it for a later kernel's."""
+        out = {}
+
+        def call():
+            with torch.cuda.device(self.device):
+                out["rc"] = int(getattr(torch.cuda.cudart(), name)(*args))
+        t = threading.Thread(target=call, name="tfos-feed-pin")
+        t.start()
+        t.join()
+        return out.get("rc", -1)
+
     def close(self):
         """The feed ended: wait for the last copies, then unregister the ring."""
         self._wait()
         if self.region is not None:
             region, self.region = self.region, None
-            torch.cuda.cudart().cudaHostUnregister(region[0])
+            self._cudart("cudaHostUnregister", region[0])
 
     def _wait(self):
         if self.copied is not None:
