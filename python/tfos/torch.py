@@ -484,6 +484,7 @@ class _ToDevice(object):
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.copied = None     # CUDA event: the last batch's copies are done
         self.region = None     # (address, length) registered with CUDA by this reader
+        self.pinned = False    # whether the ring's mapping is registered with CUDA (by this reader or another)
         self._cols = None      # the batch being copied: per column, a tensor of batch_size rows or numpy pieces
         self._parts = 0        # its parts copied so far
         self._rows = 0         # and their rows
@@ -496,6 +497,7 @@ class _ToDevice(object):
         if region is None:
             return None
         rc = self._cudart("cudaHostRegister", region[0], region[1], self.PORTABLE | self.READ_ONLY)
+        self.pinned = rc in (0, self.ALREADY)
         if rc == 0:
             return region
         if rc != self.ALREADY:  # registered by another reader of this ring: pinned, not ours to undo
