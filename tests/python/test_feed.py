@@ -595,6 +595,21 @@ def test_prefetcher_raises_the_threads_error_in_the_training_thread():
         feed.Prefetcher(df, 10, depth=0)
 
 
+def column_records(fd, arrays, end):
+    """A producer on ring ``fd`` that wrote partition 1 as one record per
+    array (column "x"); with ``end``, the partition's and the feed's end too,
+    and it let go of the ring."""
+    prod = t.Ring(fd, t.ROLE_PRODUCER)
+    prod.partition_begin(1, 5000)
+    for a in arrays:
+        prod.write_columns(feed.TAG_COLUMNS, [("x", a)], 5000)
+    if end:
+        prod.partition_end(5000)
+        prod.end_feed(5000)
+        prod.close()
+    return prod
+
+
 def test_arrays_as_views_into_the_ring_held_until_the_next_read():
     """next_batch_arrays(copy=False): a batch inside one large record is a
     read-only view of the ring (no copy), whose record stays in the ring
@@ -602,13 +617,7 @@ def test_arrays_as_views_into_the_ring_held_until_the_next_read():
     copies; the views stay readable after the feed is closed."""
     fd_in, fd_out = rings()
     data = np.arange(3 * 16 * 1024, dtype=np.float32).reshape(3, 16, 1024)  # 64 KiB records
-    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
-    prod.partition_begin(1, 5000)
-    for i in range(3):
-        prod.write_columns(feed.TAG_COLUMNS, [("x", data[i])], 5000)
-    prod.partition_end(5000)
-    prod.end_feed(5000)
-    prod.close()
+    prod = column_records(fd_in, data, end=True)
     mgr = feed.FeedManager(fd_in, fd_out)
     df = feed.DataFeed(mgr, True, timeout=20)
 
@@ -646,10 +655,7 @@ def test_views_of_a_batch_that_goes_on_in_the_next_read_are_copied_first():
     the rows fed, in order."""
     fd_in, fd_out = rings()
     data = np.arange(3 * 512 * 40, dtype=np.float32).reshape(3, 512, 40)  # 80 KiB records
-    prod = t.Ring(fd_in, t.ROLE_PRODUCER)
-    prod.partition_begin(1, 5000)
-    for i in range(2):
-        prod.write_columns(feed.TAG_COLUMNS, [("x", data[i])], 5000)
+    prod = column_records(fd_in, data[:2], end=False)
     mgr = feed.FeedManager(fd_in, fd_out)
     df = feed.DataFeed(mgr, True, timeout=20)
     (a,) = df.next_batch_arrays(700, copy=False)   # the first read: records 0 and 1
