@@ -405,7 +405,8 @@ class FeedDataset(torch.utils.data.IterableDataset):
     stream current when the loop takes it (it waits for their copy, not the
     host). Where CUDA refuses the registration (say, a driver without
     read-only host registration) the copies run from pageable memory, as
-    ``.to(device)`` would, and a line on stderr says so.
+    ``.to(device)`` would, and a line on stderr says so. Leave the
+    DataLoader's ``pin_memory`` off: the batches are on the device already.
     """
 
     def __init__(self, batch_size, as_dict=False, timeout=None, prefetch=0, device=None):
