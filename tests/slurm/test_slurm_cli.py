@@ -162,8 +162,13 @@ def test_scancel_the_time_limit_and_tfos_slurm_cancel_stop_the_run_through_sigte
             assert "interrupted by signal 15" in out, (name, text)
         workers = ["worker:0", "worker:1"] if name == "scancel" else ["worker:0"]
         for w in workers:
-            # the program saw SIGTERM once and saved: not killed, not signalled twice
-            assert out.count("[%s] SIGTERM: checkpoint saved" % w) == 1, (name, text)
+            # the program saw SIGTERM and saved, was not killed; signalled once
+            # where only the batch shell was; a plain scancel signals the
+            # step's processes (proctrack) as well as the batch shell, so the
+            # program may get Slurm's SIGTERM and its agent's in turn, both
+            # handled (docs/SLURM.md; seen on a loaded host)
+            saved = out.count("[%s] SIGTERM: checkpoint saved" % w)
+            assert saved in ((1, 2) if name == "scancel" else (1,)), (name, text)
         assert "sending SIGKILL" not in out, (name, text)
         # no restart: a stop is not a failure to retry
         assert "starting again" not in out, (name, text)
