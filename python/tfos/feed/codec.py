@@ -45,6 +45,14 @@ def arrow_ipc(record_batch):
     return sink.getvalue()
 
 
+def unpickle_rows(data):
+    """A pickled batch of rows as a list, read as PySpark's PickleSerializer
+    reads an RDD's batches (encoding "bytes"; a batch of another sequence
+    gives its items)."""
+    rows = pickle.loads(data, encoding="bytes")
+    return rows if isinstance(rows, list) else list(rows)
+
+
 def write_rows(ring, rows, timeout_ms):
     """Write one batch of rows as one record: columnar straight into the ring
     when the rows allow it, else pickled."""
@@ -95,10 +103,8 @@ class _Chunk(object):
         processor's cache until taken, which cost 0.57 µs a row of 11
         numbers against 0.24 unpickled one record at a time (issue 40)."""
         if self.pickled is not None:
-            # encoding: a batch of an RDD passed through as Spark pickled it
-            # (FeedClient.feed_pickled) reads as PySpark's PickleSerializer reads it
-            rows = pickle.loads(self.pickled, encoding="bytes")
-            self._rows = rows if isinstance(rows, list) else list(rows)
+            # a batch of an RDD passed through as Spark pickled it (FeedClient.feed_pickled)
+            self._rows = unpickle_rows(self.pickled)
             self._n = len(self._rows)
             self.pickled = None
         return self._rows
@@ -190,7 +196,7 @@ def _decode(tag, partition, payload):
     if tag == TAG_PICKLE:
         if not isinstance(payload, memoryview):  # a copy of the record (not a view of the ring)
             return _Chunk(partition, pickled=payload)  # unpickled when first taken
-        return _Chunk(partition, rows=pickle.loads(payload, encoding="bytes"))
+        return _Chunk(partition, rows=unpickle_rows(payload))
     if tag == TAG_COLUMNS:
         flags, names, columns = _decode_columns(payload)
         return _Chunk(partition, columns=columns, names=names, flat=bool(flags & _tfos.BATCH_FLAT_ROWS),

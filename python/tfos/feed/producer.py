@@ -10,7 +10,7 @@ import pickle
 import time
 
 from .. import _tfos
-from .codec import TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _np, arrow_ipc, write_rows
+from .codec import TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _np, arrow_ipc, unpickle_rows, write_rows
 
 FeedError = _tfos.FeedError
 
@@ -92,19 +92,23 @@ class FeedClient(object):
         """Write ``rows`` (an iterable) as partition ``partition_id``, whole
         (a re-feed: from where the node's copy stops; see the class). Returns
         the number of rows written (``self.skipped``: those skipped)."""
-        n = 0
         rows = iter(rows)
         with self._partition(partition_id, timeout, key) as (t, first):
             if first:
                 rows = itertools.islice(rows, first, None)
-            while True:
-                # batches are cut by islice in C: no Python bytecode per row
-                batch = list(itertools.islice(rows, self.batch_rows))
-                if not batch:
-                    break
-                write_rows(self.input, batch, t)
-                n += len(batch)
-        return n
+            return self._write_rows(rows, t)
+
+    def _write_rows(self, rows, t):
+        """Write the rows of an iterator in records of ``batch_rows``; the
+        number written."""
+        n = 0
+        while True:
+            # batches are cut by islice in C: no Python bytecode per row
+            batch = list(itertools.islice(rows, self.batch_rows))
+            if not batch:
+                return n
+            write_rows(self.input, batch, t)
+            n += len(batch)
 
     def feed_pickled(self, batches, partition_id, timeout=None, key=0, skip=0):
         """Write a partition given as PySpark's pickled batches (bytes, each
@@ -142,17 +146,10 @@ class FeedClient(object):
                             self.input.write(TAG_COLUMNS, enc[1], t, enc[0])
                             n += enc[0]
                             continue
-                rows = pickle.loads(b, encoding="bytes")  # as PySpark's PickleSerializer reads it
-                if not isinstance(rows, list):
-                    rows = list(rows)  # a batch of another sequence: its items, as PySpark iterates it
-                if drop:
-                    d = min(drop, len(rows))
-                    drop -= d
-                    rows = rows[d:]
-                for lo in range(0, len(rows), self.batch_rows):
-                    part = rows[lo:lo + self.batch_rows]
-                    write_rows(self.input, part, t)
-                    n += len(part)
+                rows = unpickle_rows(b)
+                d = min(drop, len(rows))
+                drop -= d
+                n += self._write_rows(itertools.islice(rows, d, None), t)
         return n
 
     def feed_arrays(self, columns, partition_id, names=None, batch_rows=None, timeout=None, key=0):
