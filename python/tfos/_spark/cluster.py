@@ -205,7 +205,8 @@ class TFCluster(object):
         else:
             data = dataRDD if epochs == 1 else self.sc.union([dataRDD] * epochs)
             total = data.getNumPartitions()
-        batches = None if _is_dataframe(data) else pickled_batches(data)
+        batches = None if _is_dataframe(data) else pickled_batches(data)  # where Spark holds the rows pickled
+        fed = data if batches is None else batches  # (the batches are passed on whole)
 
         def run_round(delivered, offsets):
             """One feeding job (the attempt loop's round): partitions in
@@ -219,12 +220,9 @@ class TFCluster(object):
                 if _is_dataframe(data):
                     fn = feed_task_arrow(spec, feed_timeout, outcomes, delivered, offsets, total)
                     self._run_job("train", lambda: data.mapInArrow(fn, "rows long").collect())
-                elif batches is not None:  # Spark's pickled batches passed on whole (feeding.pickled_batches)
-                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total, pickled=True)
-                    self._run_job("train", lambda: batches.mapPartitionsWithIndex(fn).count())
                 else:
-                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total)
-                    self._run_job("train", lambda: data.mapPartitionsWithIndex(fn).count())
+                    fn = feed_task(spec, feed_timeout, outcomes, delivered, offsets, total, pickled=batches is not None)
+                    self._run_job("train", lambda: fed.mapPartitionsWithIndex(fn).count())
             except TFClusterError as exc:  # the cluster failed (a node's failure, not the tasks' errors)
                 job_error = exc
             finally:
@@ -263,11 +261,9 @@ class TFCluster(object):
             fn = inference_task(spec, feed_timeout, arrow=True, results_timeout=rt)
             packed = dataRDD.mapInArrow(fn, "results binary").rdd
             return with_results_serializer(packed.flatMap(lambda row: pickle.loads(row[0])))
-        batches = pickled_batches(dataRDD)
-        if batches is not None:  # Spark's pickled batches passed on whole
-            return with_results_serializer(batches.mapPartitions(
-                inference_task(spec, feed_timeout, results_timeout=rt, pickled=True)))
-        return with_results_serializer(dataRDD.mapPartitions(inference_task(spec, feed_timeout, results_timeout=rt)))
+        batches = pickled_batches(dataRDD)  # Spark's pickled batches, passed on whole, where it holds them
+        return with_results_serializer((dataRDD if batches is None else batches).mapPartitions(
+            inference_task(spec, feed_timeout, results_timeout=rt, pickled=batches is not None)))
 
     # -- end
     def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
