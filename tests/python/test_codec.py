@@ -261,3 +261,39 @@ def test_numeric_rows_round_trip_with_their_types():
     assert [type(v) for v in got[1]] == [int, float, bool]
     lists = [[i, float(i)] for i in range(10)]
     assert roundtrip(lists) == lists
+
+
+def test_rows_unpickle_with_the_collector_paused():
+    """A pickle record's 20,000 rows of (int, float, list) are unpickled with
+    no collection (pickle.loads of the same bytes makes some: the check can
+    fail), and the collector is left as it was: on, or off."""
+    import gc
+    import pickle
+    from tfos.feed.codec import unpickle_rows
+    rows = [(i, i / 2, [float(i)] * 4) for i in range(20000)]
+    data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+    started = []
+
+    def count(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    was = gc.isenabled()
+    gc.callbacks.append(count)
+    try:
+        gc.enable()
+        gc.collect()
+        started.clear()
+        pickle.loads(data)
+        assert started, "pickle.loads of 40,000 containers started no collection: the test shows nothing"
+        started.clear()
+        got = unpickle_rows(data)
+        during = len(started)  # allocates nothing the collector tracks (a collection may follow)
+        assert during == 0 and gc.isenabled()
+        assert got == rows
+        gc.disable()
+        assert unpickle_rows(data) == rows and not gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)
+        if was:
+            gc.enable()

@@ -15,6 +15,8 @@ import pickle
 
 from pyspark.serializers import FramedSerializer, write_int
 
+from ..feed.codec import unpickle
+
 #: numpy kinds sent as one array: bool, signed and unsigned ints, floats
 _KINDS = frozenset("biuf")
 
@@ -79,7 +81,7 @@ class ResultsSerializer(FramedSerializer):
         return pickle.dumps(pack(items), protocol=pickle.HIGHEST_PROTOCOL)
 
     def loads(self, data):
-        return unpack(pickle.loads(data))
+        return unpack(unpickle(data))  # the collector paused: a frame holds many rows
 
     def __repr__(self):
         return "ResultsSerializer()"

@@ -9,6 +9,7 @@ batch). Producers encode here (:func:`encode_rows`, :func:`write_rows`,
 rows or numpy columns (:func:`_decode`). :func:`arrow_to_numpy` is tfos's one
 conversion of Arrow columns (lists of numbers included) to numpy arrays.
 """
+import gc
 import pickle
 import sys
 
@@ -45,11 +46,30 @@ def arrow_ipc(record_batch):
     return sink.getvalue()
 
 
+def unpickle(data, **kwargs):
+    """pickle.loads with Python's cyclic garbage collector paused: a batch's
+    thousands of new tuples and lists start a collection every 700, each
+    going over the rows made so far (and now and then the whole heap),
+    which cost 30 % of unpickling rows of a few numbers (issue 40). At most
+    one collection of the young objects follows, when the next container is
+    made while the rows are still held (the rows of an earlier batch freed
+    first count against it). The collector is turned on again unless it
+    was off (a program that turns it off in another thread while a record
+    is unpickled finds it on)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return pickle.loads(data, **kwargs)
+    finally:
+        if was:
+            gc.enable()
+
+
 def unpickle_rows(data):
     """A pickled batch of rows as a list, read as PySpark's PickleSerializer
     reads an RDD's batches (encoding "bytes"; a batch of another sequence
-    gives its items)."""
-    rows = pickle.loads(data, encoding="bytes")
+    gives its items), with the collector paused (:func:`unpickle`)."""
+    rows = unpickle(data, encoding="bytes")
     return rows if isinstance(rows, list) else list(rows)
 
 

@@ -6,11 +6,11 @@ import collections
 import contextlib
 import itertools
 import os
-import pickle
 import time
 
 from .. import _tfos
-from .codec import TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _np, arrow_ipc, unpickle_rows, write_rows
+from .codec import (TAG_ARROW, TAG_COLUMNS, TAG_PICKLE, TAG_RESULTS, _np, arrow_ipc, unpickle, unpickle_rows,
+                    write_rows)
 
 FeedError = _tfos.FeedError
 
@@ -251,7 +251,7 @@ class FeedClient(object):
             for tag, _, payload in records:
                 if tag != TAG_RESULTS:
                     continue
-                part, results = pickle.loads(payload)
+                part, results = unpickle(payload)
                 if part == partition_id:
                     got.append(results)
                     have += len(results)
