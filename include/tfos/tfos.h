@@ -24,9 +24,11 @@ extern "C" {
 #endif
 
 #define TFOS_VERSION TFOS_PROJECT_VERSION /* CMakeLists.txt project(VERSION): the one source */
-/* Version of the wire protocol every tfos link speaks (src/core/wire.h): 3
- * since DRAIN (drain on notice) took type 20 and data frames moved to 32. */
-#define TFOS_PROTOCOL_VERSION 3
+/* Version of the wire protocol every tfos link speaks (src/core/wire.h): 4
+ * since PROGRESS (type 22) took over DRAIN's probe=1 and feed turns send it
+ * too (an agent of 3 would take it for a broken peer; 3: DRAIN took type 20
+ * and data frames moved to 32). */
+#define TFOS_PROTOCOL_VERSION 4
 
 /* ---- errors ------------------------------------------------------------ */
 enum {

@@ -55,10 +55,13 @@ enum {
                                  * when there is no token: the Unix socket's peer uid is the check) */
     TFOS_MSG_SERVE_OK = 19,     /* front end -> either: the first frame was taken (no keys) */
     /* drain on notice (roles/coord.c tfos_coord_drain): checkpoint at one step, then end */
-    TFOS_MSG_DRAIN = 20,        /* coord -> agent: step (-1: at the program's next check), grace_ms, reason */
+    TFOS_MSG_DRAIN = 20,        /* coord -> agent: step (-1: at the program's next check), grace_ms, reason
+                                 * (its probe: PROGRESS) */
     /* an elastic torch cluster goes on in place without a lost worker (roles/coord.c, resize_in_place) */
     TFOS_MSG_RESIZE = 21,       /* coord -> agent: generation, rank, world, master (host:port), reason */
-    /* 22-31: control frames to come */
+    /* a drain's probe and a feed turn (roles/coord.c): a node's progress now, not at its next heartbeat */
+    TFOS_MSG_PROGRESS = 22,     /* coord -> agent: send a HEARTBEAT now (no keys) */
+    /* 23-31: control frames to come */
     TFOS_MSG_DATA_FIRST_ = 32,  /* types from here on are data frames */
     TFOS_MSG_SERVE_MODELS = 32, /* model server -> front end: body {"models": [...]} (JSON); id 0 */
     TFOS_MSG_SERVE_BATCH = 33,  /* front end -> model server: id batch; meta model, version; body the inputs */
@@ -71,10 +74,10 @@ enum {
     TFOS_MSG_MAX_ = 36,
 };
 
-/* Is `type` one of the frames above (22-31 are not, yet)? */
+/* Is `type` one of the frames above (23-31 are not, yet)? */
 static inline int tfos__wire_type_known(int type)
 {
-    return type >= 1 && type <= TFOS_MSG_MAX_ && (type <= TFOS_MSG_RESIZE || type >= TFOS_MSG_DATA_FIRST_);
+    return type >= 1 && type <= TFOS_MSG_MAX_ && (type <= TFOS_MSG_PROGRESS || type >= TFOS_MSG_DATA_FIRST_);
 }
 
 /* Is `type` a data frame's (binary payload after an id and meta)? */

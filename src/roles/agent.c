@@ -22,9 +22,9 @@
  * handle of the agent's own, without ever blocking the loop: a full ring or a
  * busy producer lock is retried on later ticks.
  *
- * DRAIN probe=1 from the coordinator is answered with a heartbeat at once
- * (the program's latest report, the drain step's basis); DRAIN step=D is
- * written to the program's
+ * PROGRESS from the coordinator is answered with a heartbeat at once (the
+ * program's latest report, a drain step's basis; the feed's rows taken, a
+ * feed turn's); DRAIN step=D is written to the program's
  * TFOS_DRAIN_FILE, "step=D\ngrace_ms=G\nreason=...\n", whole (a temporary
  * file, then a rename): the program checkpoints at step D and exits 0
  * (ctx.should_checkpoint in Python). The agent signals nothing: the
@@ -1162,12 +1162,6 @@ static int handle_frame(agent *a, const tfos__frame *f)
         return 0;
     }
     case TFOS_MSG_DRAIN: {
-        if (tfos__kv_str(f->payload, f->len, "probe", (char[4]){0}, 4) == 0) {
-            /* the coordinator chooses the drain step: the program's latest
-             * report now, not at the next beat */
-            send_heartbeat(a);
-            return 0;
-        }
         long long step = -1, grace = 0;
         char reason[256] = "", text[400];
         tfos__kv_int(f->payload, f->len, "step", -1, INT64_MAX, &step);
@@ -1204,6 +1198,13 @@ static int handle_frame(agent *a, const tfos__frame *f)
             TFOS_INFO("agent %s: the cluster goes on in place: rank %lld of %lld (%s)", a->label, rank, world, reason);
         return 0;
     }
+    case TFOS_MSG_PROGRESS:
+        /* the coordinator chooses a drain step from the program's latest
+         * report, or a feed task waits for its turn on whether this node
+         * reads: now, not at the next beat */
+        TFOS_DEBUG("agent %s: the coordinator asks for the node's progress now", a->label);
+        send_heartbeat(a);
+        return 0;
     case TFOS_MSG_END_FEED:
         if (a->in_fd < 0)
             TFOS_DEBUG("agent %s: asked to end the feed, but this node has no feed", a->label);

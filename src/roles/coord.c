@@ -29,7 +29,7 @@
  * checkpoint at one step and end. The coordinator chooses that step from
  * the steps the programs report (ctx.report(step=), in each heartbeat) and
  * the rate at which they climb. It first asks every agent for a fresh
- * report (DRAIN probe=1: the agent answers with a heartbeat at once; a
+ * report (PROGRESS: the agent answers with a heartbeat at once; a
  * heartbeat's report may be a second old, and a program makes many steps in
  * a second), waits for the answers (TFOS_DRAIN_PROBE_MS at most), then
  * sends the step: the highest estimated current step plus
@@ -114,6 +114,7 @@ typedef struct cnode {
     uint64_t ring_cap, ring_used, rows_in, rows_out, wait_data_ns, wait_room_ns;
     int64_t progress_at;                     /* when those came */
     int64_t rows_out_at;                     /* when rows_out last grew (0: never) */
+    int64_t progress_asked_at;               /* when it was last sent PROGRESS (handle_turn; 0: never) */
     uint64_t prev_wait_data_ns, prev_wait_room_ns;
     int64_t prev_at;                         /* the sample the waits are measured from */
     double wait_data, wait_room;             /* fractions of the last interval */
@@ -1223,9 +1224,11 @@ static void end_feed(tfos_coord *c);
  * lease. */
 /* A feed task asks whether its node's turn has come to begin a partition
  * (core/turns.h): stage, nparts, nfed, partition, node, nodes (comma
- * separated). The nodes' heartbeats say who reads. Answered with a STATUS
- * whose json says go, or whom it waits for. Not the client's lease: feed
- * tasks ask, not the driver. */
+ * separated). The nodes' heartbeats say who reads (and PROGRESS asks for
+ * one at once). Answered with a STATUS whose json says go, or whom it
+ * waits for. Not the client's lease: feed tasks ask, not the driver. */
+enum { TURN_PROGRESS_MS = 5 }; /* a node is sent PROGRESS at most this often */
+
 static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     char stage[TFOS_TURNS_STAGE_MAX + 1] = "", list[TFOS_WIRE_MAX_PAYLOAD / 2];
@@ -1274,10 +1277,28 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
     if (c->turns && info) /* out of memory: it goes */
         tfos__turns_ask(c->turns, stage, (int)nparts, (int)nfed, nodes, nn, info, (int)part, (int)node, &t);
     free(info);
-    char json[240];
+    /* Held for a node not heard to read this job: the heartbeats say so
+     * once a second, and a job over a cached RDD may be over within one.
+     * That node's agent is asked to say it now (at most every
+     * TURN_PROGRESS_MS); the task asks again soon after ("asked"), and goes
+     * if it now reads (one ahead of it is allowed). */
+    int asked = 0;
+    if (!t.go && !t.behind_reads && t.behind_node >= 0 && t.behind_node < c->n) {
+        cnode *x = &c->nodes[t.behind_node];
+        if (x->peer && x->state != N_EXITED) {
+            if (now - x->progress_asked_at >= TURN_PROGRESS_MS) {
+                tfos__msg pm;
+                tfos__msg_begin(&pm, TFOS_MSG_PROGRESS);
+                send_msg(c, peer_of(x), &pm);
+                x->progress_asked_at = now;
+            }
+            asked = 1;
+        }
+    }
+    char json[260];
     snprintf(json, sizeof json, "{\"go\": %s, \"begun\": %d, \"behind\": %d, \"behind_begun\": %d, "
-             "\"behind_reads\": %s, \"unbegun\": %d}", t.go ? "true" : "false", t.begun, t.behind_node,
-             t.behind_begun, t.behind_reads ? "true" : "false", t.unbegun);
+             "\"behind_reads\": %s, \"unbegun\": %d, \"asked\": %s}", t.go ? "true" : "false", t.begun,
+             t.behind_node, t.behind_begun, t.behind_reads ? "true" : "false", t.unbegun, asked ? "true" : "false");
     tfos__msg m;
     tfos__msg_begin(&m, TFOS_MSG_STATUS);
     tfos__msg_add(&m, "go", "%d", t.go); /* the decision as a field; the json says why, for people */
@@ -1783,9 +1804,9 @@ static long long drain_step(const tfos_coord *c, int64_t now)
     return best;
 }
 
-/* A DRAIN frame to every chief, worker and evaluator still running: the
- * probe (answer with a fresh report) or the drain step with what is left
- * of the grace. How many were sent. */
+/* To every chief, worker and evaluator still running: the probe (PROGRESS:
+ * answer with a fresh report) or DRAIN with the step and what is left of
+ * the grace. How many were sent. */
 static int send_drain(tfos_coord *c, int probe, int64_t now)
 {
     int sent = 0;
@@ -1794,10 +1815,8 @@ static int send_drain(tfos_coord *c, int probe, int64_t now)
         if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
             continue;
         tfos__msg m;
-        tfos__msg_begin(&m, TFOS_MSG_DRAIN);
-        if (probe) {
-            tfos__msg_add(&m, "probe", "1");
-        } else {
+        tfos__msg_begin(&m, probe ? TFOS_MSG_PROGRESS : TFOS_MSG_DRAIN);
+        if (!probe) {
             tfos__msg_add(&m, "step", "%lld", c->drain_step);
             tfos__msg_add(&m, "grace_ms", "%lld", (long long)(c->drain_deadline - now));
             tfos__msg_add(&m, "reason", "%s", c->drain_reason);

@@ -219,10 +219,10 @@ static void hostile_bytes(void)
         const char *log;
     } cases[] = {
         {"GET / HTTP/1.1\r\n\r\n", 18, "bad magic"},
-        {"TFOS\x03\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
-        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
-        {"TFOS\x03\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
-        {"TFOS\x03\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
+        {"TFOS\x04\x02\x00\x00\x7f\xff\xff\xff", 12, "oversized frame"},
+        {"TFOS\x04\x02\x00\x00\x00\x00\x00\x10" "abc", 15, "truncated"},
+        {"TFOS\x04\x06\x00\x00\x00\x00\x00\x04" "x=1\n", 16, "not an authenticated REGISTER"},
+        {"TFOS\x04\x02\x00\x00\x00\x00\x00\x03" "x\0\n", 15, "malformed frame"},
         {"TFOS\x09\x02\x00\x00\x00\x00\x00\x00", 12, "protocol version"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -943,6 +943,74 @@ static void a_node_whose_reader_is_gone_is_not_waited_for(void)
     tfos_coord_close(c);
 }
 
+/* Frames on conn until one of `type` (1) or none within timeout_ms (0). */
+static int saw_frame(tfos_coord *c, tfos__link *conn, int type, int timeout_ms)
+{
+    int64_t deadline = tfos__now_ms() + timeout_ms;
+    for (;;) {
+        tfos__frame f;
+        int left = (int)(deadline - tfos__now_ms());
+        if (left <= 0 || wait_frame(c, conn, &f, left) != 0)
+            return 0;
+        int t = f.type;
+        tfos__link_consume(conn);
+        if (t == type)
+            return 1;
+    }
+}
+
+static int child_turn_held(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1;
+    char *json = NULL;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 0, 0, 5000, &go, NULL), 0);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 1, 1, 5000, &go, NULL), 0);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 2, 0, 5000, &go, &json), 0);
+    CHECK_EQ(go, 0);
+    CHECK(strstr(json, "\"behind\": 1, \"behind_begun\": 1, \"behind_reads\": false, \"unbegun\": 7, "
+                       "\"asked\": true"));
+    free(json);
+    CHECK(write(wfd, "held", 4) == 4);
+    return 0;
+}
+
+static int child_turn_asks_again(const char *addr, int wfd)
+{
+    static const int nodes[] = {0, 1};
+    int go = -1;
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 2, 0, 5000, &go, NULL), 0);
+    CHECK(write(wfd, go == 1 ? "goes" : "held", 4) == 4);
+    return 0;
+}
+
+/* A node held for one that no heartbeat has said reads this job (they come
+ * once a second; a job may be over sooner) has that node's agent sent
+ * PROGRESS: its heartbeat, sent at once, says it reads, and the asking
+ * node goes one ahead of it. The asking node's agent is sent nothing. */
+static void a_node_not_heard_to_read_is_asked(void)
+{
+    static char out[256];
+    tfos_coord *c = open_coord(2, 0, 10, 30);
+    tfos__link *a, *b;
+    do_register(c, &a, 0, SECRET, 5000);
+    do_register(c, &b, 1, SECRET, 5001);
+    send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    steps(c, 50);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_held, out, sizeof out), 0);
+    CHECK_STR(out, "held");
+    CHECK(saw_frame(c, b, TFOS_MSG_PROGRESS, 2000));
+    CHECK(!saw_frame(c, a, TFOS_MSG_PROGRESS, 100));
+    send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "300", "rows_out", "100"); /* the agent's answer */
+    steps(c, 50);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_asks_again, out, sizeof out), 0);
+    CHECK_STR(out, "goes");
+    tfos__link_close(a);
+    tfos__link_close(b);
+    tfos_coord_close(c);
+}
+
 static void feed_turns(void)
 {
     static char out[256];
@@ -1002,15 +1070,15 @@ static void clients(void)
 }
 
 
-/* Expect a DRAIN frame on conn within timeout_ms; its step (LLONG_MIN for a probe). */
+/* Expect a DRAIN frame on conn within timeout_ms, or the drain's probe
+ * (PROGRESS); its step (LLONG_MIN for the probe). */
 static long long expect_drain(tfos_coord *c, tfos__link *conn, int timeout_ms)
 {
     tfos__frame f;
     CHECK_EQ(wait_frame(c, conn, &f, timeout_ms), 0);
-    CHECK_EQ(f.type, TFOS_MSG_DRAIN);
+    CHECK(f.type == TFOS_MSG_DRAIN || f.type == TFOS_MSG_PROGRESS);
     long long step = LLONG_MIN;
-    char probe[4];
-    if (tfos__kv_str(f.payload, f.len, "probe", probe, sizeof probe) != 0)
+    if (f.type == TFOS_MSG_DRAIN)
         CHECK_EQ(tfos__kv_int(f.payload, f.len, "step", -1, LLONG_MAX, &step), 0);
     tfos__link_consume(conn);
     return step;
@@ -1342,6 +1410,7 @@ int main(void)
     RUN(clients);
     RUN(feed_turns);
     RUN(a_node_whose_reader_is_gone_is_not_waited_for);
+    RUN(a_node_not_heard_to_read_is_asked);
     RUN(drain);
     RUN(spec_bytes);
     RUN(standby);

@@ -73,7 +73,10 @@ static void bad_headers(void)
     h[5] = TFOS_MSG_RESIZE;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), 0);
     CHECK(!tfos__wire_is_data(TFOS_MSG_RESIZE));
-    h[5] = TFOS_MSG_RESIZE + 1;
+    h[5] = TFOS_MSG_PROGRESS;
+    CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), 0);
+    CHECK(!tfos__wire_is_data(TFOS_MSG_PROGRESS));
+    h[5] = TFOS_MSG_PROGRESS + 1;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);
     h[5] = TFOS_MSG_DATA_FIRST_ - 1;
     CHECK_EQ(tfos__wire_header(h, 12, 100, &f, &why), TFOS_EPROTO);

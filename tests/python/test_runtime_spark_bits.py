@@ -26,9 +26,9 @@ READ_FEED = ("import sys\n"
              "print('consumed', n, flush=True)\n")
 
 
-def start_agent(coord, secret, executor_id, marker, code, *opts):
+def start_agent(coord, secret, executor_id, marker, code, *opts, env=None):
     """A detached-style `tfos node` for executor_id running `python -c code`."""
-    env = dict(os.environ, TFOS_SECRET=secret, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, TFOS_SECRET=secret, PYTHONUNBUFFERED="1", **(env or {}))
     argv = [tfos_cli(), "node", "--coord", coord.address, "--executor-id", str(executor_id)] + list(opts)
     argv += ["--", PY, "-c", code, marker]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -105,6 +105,51 @@ def test_end_feed_from_the_driver_ends_the_programs(marker):
     for eid, (rc, out, err) in enumerate(outs):
         assert rc == 0, err
         assert "[worker:%d] consumed %d" % (eid, 25 + eid) in out
+
+
+def test_a_turn_held_for_a_node_not_heard_to_read_asks_its_agent(marker):
+    """Feed turns (core/turns.h): worker:0 asks for its second partition of
+    a job while worker:1, which has read rows of it, has begun one; its
+    heartbeats (once a second) have not said so yet, so the answer holds
+    worker:0 and the coordinator asks worker:1's agent for its progress
+    at once (PROGRESS): the agent answers, and worker:0 goes, one ahead."""
+    secret, cid = t.random_secret(), "c" + uuid.uuid4().hex[:10]
+    coord = t.Coordinator(2, secret, reservation_timeout=60)
+    debug = {"TFOS_LOG_LEVEL": "debug"}
+    agents = [start_agent(coord, secret, eid, marker, READ_FEED, "--cluster-id", cid, env=debug) for eid in (0, 1)]
+    stepper = None
+    try:
+        assert step_until(coord, lambda: all(n["state"] == "running" for n in nodes(coord)), 30), coord.status()
+        stepper = Stepper(coord)
+        client = feed.FeedClient(1, cluster_id=cid, secret=secret, timeout=20)
+        held = None
+        for job in range(1, 4):  # a heartbeat between the asks shows nothing: another job
+            def ask(partition, node):
+                return json.loads(t.feed_turn(coord.address, secret, "stage-%d" % job, 10, 10, partition, node,
+                                              [0, 1], 5000))
+            assert ask(0, 0)["go"] and ask(1, 1)["go"]  # first partitions go; the job's start is what was heard
+            taken = client.input.stats()["rows_out"]
+            client.feed_partition([[i, 0.5] for i in range(30)], partition_id=job)  # read in 10s: all taken
+            assert wait_for(lambda: client.input.stats()["rows_out"] >= taken + 30, 20)
+            ans = ask(2, 0)
+            if not ans["go"]:
+                held = ans
+                break
+        assert held is not None, "every job's asks straddled a heartbeat"
+        assert held["behind"] == 1 and held["behind_reads"] is False and held["asked"] is True, held
+        assert wait_for(lambda: ask(2, 0)["go"], 10)
+        client.close()
+        stepper.stop()
+        stepper = None
+        coord.end_feed()
+        wait_done(coord)
+    finally:
+        if stepper is not None:
+            stepper.stop()
+        outs = finish(agents)
+        coord.close()
+    assert all(rc == 0 for rc, _, _ in outs), outs
+    assert "agent worker:1: the coordinator asks for the node's progress now" in outs[1][2], outs[1][2][-2000:]
 
 
 def test_end_feed_waits_for_room_in_a_full_ring(tmp_path, marker):

@@ -339,6 +339,9 @@ def _wait_consumed(client, timeout, failed=None):
                 raise TimeoutError("the node did not read the partition within %g s" % timeout)
 
 
+_TURN_ASKED_S = 0.005  # the coordinator's PROGRESS to an agent and its heartbeat back: well under this
+
+
 def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed):
     """Wait for this node's turn to begin the partition (core/turns.h, the
     coordinator's call). A feed task lasts until its node has read the
@@ -360,7 +363,7 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
         return  # one fed node, or several on this executor: nothing to even out here
     nparts, nfed = turn
     t0 = time.monotonic()
-    pause, asked_failed = 0.01, t0
+    pause, asked_failed, asked = 0.01, t0, False
     while True:
         try:
             ans = json.loads(_tfos.feed_turn(spec.coord_addr, spec.secret, "stage-%d" % stage, nparts, nfed,
@@ -382,6 +385,12 @@ def _await_turn(spec, turn, stage, partition, executor_id, feed_timeout, failed)
             asked_failed = now
             if failed():
                 return  # the cluster failed: the feed reports it
+        if ans.get("asked") and not asked:
+            # the node waited for was asked to say now whether it reads
+            # (its heartbeats say it once a second): ask again once it has
+            asked = True
+            time.sleep(_TURN_ASKED_S)
+            continue
         time.sleep(pause)
         pause = min(pause * 2, 0.25)
 
