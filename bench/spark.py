@@ -79,6 +79,12 @@ ceilings leave out.
 their count() runs, inference workloads): the host's CPU by process kind over
 each warm run and the plain run before it (see print_cpu).
 
+spark_feed_<side>_keeper_kib and spark_agent_vs_tfos_manager: the memory of
+the process that keeps a node's feed on its executor, read by the node
+program once its 4 feed runs are over: TensorFlowOnSpark's manager (forked
+by TFManager.start from the PySpark worker that ran the node's task), tfos's
+agent (`tfos node`); RSS and USS (private pages).
+
 Prints `name: value` lines on stdout (ratios: tfos over TensorFlowOnSpark for
 rows/s; TensorFlowOnSpark seconds over tfos seconds for the digits wall time,
 so above 1 means tfos is faster everywhere); progress on stderr.
@@ -335,7 +341,7 @@ def report(results, opts, sides):
 
     if "feed" in wl:
         print("spark_feed_rows: %d" % opts.feed_rows)
-        rate = {}
+        rate, rss, uss = {}, {}, {}
         for side in sides:
             rate[side] = med(series(side, "feed", "rows_per_s"))
             print("spark_feed_%s_rows_per_s: %s %s" % (side, fmt(rate[side]), spread(series(side, "feed", "rows_per_s"))))
@@ -347,6 +353,15 @@ def report(results, opts, sides):
             print("spark_feed_%s_total_s: %s" % (side, fmt(med(series(side, "feed", "total_s")))))
             print("spark_feed_%s_rows_per_node: %s" % (side, " ".join(
                 "/".join(str(x) for x in r["feed"]["per_node_rows"]) for r in results[side])))
+            keepers = [k for r in results[side] for k in r["feed"].get("keepers", []) if k]
+            if keepers:
+                # what keeps a node's feed, read on the executor after the
+                # feed's 4 runs: TFoS's manager, tfos's agent
+                rss[side] = med([k["rss_kib"] for k in keepers])
+                uss[side] = med([k["uss_kib"] for k in keepers])
+                print("spark_feed_%s_keeper_kib: %s RSS %d, USS %d (medians over nodes and rounds; RSS %d-%d)" % (
+                    side, "/".join(sorted({k["comm"] for k in keepers})), rss[side], uss[side],
+                    min(k["rss_kib"] for k in keepers), max(k["rss_kib"] for k in keepers)))
         plain = [r["feed"]["plain_spark_rows_per_s"] for side in sides for r in results[side]]
         print("spark_feed_plain_spark_job_rows_per_s: %s %s" % (fmt(med(plain)), spread(plain)))
         if "tfos" in sides:
@@ -358,6 +373,9 @@ def report(results, opts, sides):
             print_ceiling("spark_rdd_arrays", results["tfos"], "feed_arrays", "plain_spark_rows_per_s")
         if len(sides) == 2:
             print("spark_feed_vs_tfos: %s" % fmt(rate["tfos"] / rate["tensorflowonspark"]))
+            if len(rss) == 2:
+                print("spark_agent_vs_tfos_manager: RSS %.3f, USS %.3f (target RSS < 0.10)" % (
+                    rss["tfos"] / rss["tensorflowonspark"], uss["tfos"] / uss["tensorflowonspark"]))
             print("spark_feed_target_vs_tfos: >= %g" % TARGET_FEED)
     if "dataframe" in wl and "tfos" in sides:
         rs = results["tfos"]

@@ -75,6 +75,28 @@ def log(msg):
 
 # ---- map_funs (identical for both sides; shipped to the executors by value) ---
 
+def keeper_memory(ctx):
+    """The memory of the process that keeps this node's feed, read once the
+    feed is over: TensorFlowOnSpark's manager (ctx.mgr's server process,
+    which TFManager.start forks from the PySpark worker that ran the node's
+    task) or tfos's agent (the program's parent, `tfos node`). {"comm",
+    "rss_kib", "uss_kib"} (USS: its private pages), or None where /proc
+    cannot tell."""
+    import os
+    proc = getattr(getattr(ctx, "mgr", None), "_process", None)
+    pid = proc.pid if proc is not None and getattr(proc, "pid", None) else os.getppid()
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            comm = f.read().strip()
+        with open("/proc/%d/status" % pid) as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            uss = sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return {"comm": comm, "rss_kib": rss, "uss_kib": uss}
+
+
 def count_feed(args, ctx, arrays):
     """Count the rows of this node's feed, in batches of 1000: next_batch
     (TFoS's API, lists of rows) or, with ``arrays``, next_batch_arrays
@@ -96,7 +118,8 @@ def count_feed(args, ctx, arrays):
             last = time.time()
     path = os.path.join(args.out_dir, "feed-%d.json" % ctx.executor_id)
     with open(path + ".tmp", "w") as f:
-        json.dump({"executor_id": ctx.executor_id, "rows": rows, "last_rows_at": last}, f)
+        json.dump({"executor_id": ctx.executor_id, "rows": rows, "last_rows_at": last,
+                   "keeper": keeper_memory(ctx)}, f)
     os.rename(path + ".tmp", path)
 
 
@@ -422,7 +445,7 @@ def workload_feed(sc, rdd, n, opts, fun=None, name="feed", ceiling=None):
            "shutdown_s": t3 - t2w, "total_s": t3 - t0, "results_after_shutdown_s": t4 - t3,
            "rows_per_s": n / feed_s, "per_node_rows": sorted(r["rows"] for r in res),
            "plain_spark_rows_per_s": plain, "plain_spark_runs_rows_per_s": plain_runs,
-           "plain_first_rows_per_s": plain_first}
+           "plain_first_rows_per_s": plain_first, "keepers": [r.get("keeper") for r in res]}
     if warm:
         out["warm_train_s"] = warm
         out["warm_rows_per_s"] = n / statistics.median(warm)
