@@ -1219,16 +1219,13 @@ static void handle_abort(tfos_coord *c, peer *p, const tfos__frame *f)
 
 static void end_feed(tfos_coord *c);
 
-/* A status query, with the command it may carry (tfos_coord_command): done,
- * then answered with STATUS. Every authenticated query renews the client's
- * lease. */
+enum { TURN_PROGRESS_MS = 5 }; /* handle_turn: a node is sent PROGRESS at most this often */
+
 /* A feed task asks whether its node's turn has come to begin a partition
  * (core/turns.h): stage, nparts, nfed, partition, node, nodes (comma
  * separated). The nodes' heartbeats say who reads (and PROGRESS asks for
  * one at once). Answered with a STATUS whose json says go, or whom it
  * waits for. Not the client's lease: feed tasks ask, not the driver. */
-enum { TURN_PROGRESS_MS = 5 }; /* a node is sent PROGRESS at most this often */
-
 static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     char stage[TFOS_TURNS_STAGE_MAX + 1] = "", list[TFOS_WIRE_MAX_PAYLOAD / 2];
@@ -1307,6 +1304,9 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
     finish_peer(p);
 }
 
+/* A status query, with the command it may carry (tfos_coord_command): done,
+ * then answered with STATUS. Every authenticated query renews the client's
+ * lease (a feed turn's does not: handle_turn). */
 static void handle_query(tfos_coord *c, peer *p, const tfos__frame *f)
 {
     if (!peer_authed(c, p, f, "status query"))
