@@ -917,18 +917,28 @@ static int child_turn_again(const char *addr, int wfd)
     return 0;
 }
 
-static void a_node_whose_reader_is_gone_is_not_waited_for(void)
+/* A coordinator of two registered nodes (their agents: *a, *b) whose
+ * heartbeats said they have read nothing, and a job's first two asks:
+ * node 0's partition 0 and node 1's partition 1 (both go). */
+static tfos_coord *two_nodes_first_asks(tfos__link **a, tfos__link **b)
 {
     static char out[256];
     tfos_coord *c = open_coord(2, 0, 10, 30);
-    tfos__link *a, *b;
-    do_register(c, &a, 0, SECRET, 5000);
-    do_register(c, &b, 1, SECRET, 5001);
-    send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
-    send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    do_register(c, a, 0, SECRET, 5000);
+    do_register(c, b, 1, SECRET, 5001);
+    send_kv(*a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
+    send_kv(*b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
     steps(c, 50);
     CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_first, out, sizeof out), 0);
     CHECK_STR(out, "both"); /* the job's first asks take the counts above as its start */
+    return c;
+}
+
+static void a_node_whose_reader_is_gone_is_not_waited_for(void)
+{
+    static char out[256];
+    tfos__link *a, *b;
+    tfos_coord *c = two_nodes_first_asks(&a, &b);
     send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "100", "rows_out", "100");
     send_kv(b, TFOS_MSG_HEARTBEAT, 3, "rows_in", "100", "rows_out", "100", "reader_gone", "0");
     steps(c, 50);
@@ -964,23 +974,12 @@ static int child_turn_held(const char *addr, int wfd)
     static const int nodes[] = {0, 1};
     int go = -1;
     char *json = NULL;
-    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 0, 0, 5000, &go, NULL), 0);
-    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 1, 1, 5000, &go, NULL), 0);
-    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 2, 0, 5000, &go, &json), 0);
+    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-9", 10, 10, nodes, 2, 3, 0, 5000, &go, &json), 0);
     CHECK_EQ(go, 0);
     CHECK(strstr(json, "\"behind\": 1, \"behind_begun\": 1, \"behind_reads\": false, \"unbegun\": 7, "
                        "\"asked\": true"));
     free(json);
     CHECK(write(wfd, "held", 4) == 4);
-    return 0;
-}
-
-static int child_turn_asks_again(const char *addr, int wfd)
-{
-    static const int nodes[] = {0, 1};
-    int go = -1;
-    CHECK_EQ(tfos_feed_turn(addr, SECRET, "stage-4", 10, 10, nodes, 2, 2, 0, 5000, &go, NULL), 0);
-    CHECK(write(wfd, go == 1 ? "goes" : "held", 4) == 4);
     return 0;
 }
 
@@ -991,20 +990,15 @@ static int child_turn_asks_again(const char *addr, int wfd)
 static void a_node_not_heard_to_read_is_asked(void)
 {
     static char out[256];
-    tfos_coord *c = open_coord(2, 0, 10, 30);
     tfos__link *a, *b;
-    do_register(c, &a, 0, SECRET, 5000);
-    do_register(c, &b, 1, SECRET, 5001);
-    send_kv(a, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
-    send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "0", "rows_out", "0");
-    steps(c, 50);
+    tfos_coord *c = two_nodes_first_asks(&a, &b);
     CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_held, out, sizeof out), 0);
     CHECK_STR(out, "held");
     CHECK(saw_frame(c, b, TFOS_MSG_PROGRESS, 2000));
     CHECK(!saw_frame(c, a, TFOS_MSG_PROGRESS, 100));
     send_kv(b, TFOS_MSG_HEARTBEAT, 2, "rows_in", "300", "rows_out", "100"); /* the agent's answer */
     steps(c, 50);
-    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_asks_again, out, sizeof out), 0);
+    CHECK_EQ(in_child(c, tfos_coord_address(c), child_turn_again, out, sizeof out), 0);
     CHECK_STR(out, "goes");
     tfos__link_close(a);
     tfos__link_close(b);
