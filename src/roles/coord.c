@@ -114,7 +114,7 @@ typedef struct cnode {
     uint64_t ring_cap, ring_used, rows_in, rows_out, wait_data_ns, wait_room_ns;
     int64_t progress_at;                     /* when those came */
     int64_t rows_out_at;                     /* when rows_out last grew (0: never) */
-    int64_t progress_asked_at;               /* when it was last sent PROGRESS (handle_turn; 0: never) */
+    int64_t progress_asked_at;               /* when it was last sent PROGRESS (ask_progress; 0: never) */
     uint64_t prev_wait_data_ns, prev_wait_room_ns;
     int64_t prev_at;                         /* the sample the waits are measured from */
     double wait_data, wait_room;             /* fractions of the last interval */
@@ -1219,6 +1219,16 @@ static void handle_abort(tfos_coord *c, peer *p, const tfos__frame *f)
 
 static void end_feed(tfos_coord *c);
 
+/* PROGRESS to a node's agent: its heartbeat now, not at the next beat (a
+ * drain's probe, a feed turn's). The node must have a peer. */
+static void ask_progress(tfos_coord *c, cnode *nd, int64_t now)
+{
+    tfos__msg m;
+    tfos__msg_begin(&m, TFOS_MSG_PROGRESS);
+    send_msg(c, peer_of(nd), &m);
+    nd->progress_asked_at = now;
+}
+
 enum { TURN_PROGRESS_MS = 5 }; /* handle_turn: a node is sent PROGRESS at most this often */
 
 /* A feed task asks whether its node's turn has come to begin a partition
@@ -1283,12 +1293,8 @@ static void handle_turn(tfos_coord *c, peer *p, const tfos__frame *f)
     if (!t.go && !t.behind_reads && t.behind_node >= 0 && t.behind_node < c->n) {
         cnode *x = &c->nodes[t.behind_node];
         if (x->peer && x->state != N_EXITED) {
-            if (now - x->progress_asked_at >= TURN_PROGRESS_MS) {
-                tfos__msg pm;
-                tfos__msg_begin(&pm, TFOS_MSG_PROGRESS);
-                send_msg(c, peer_of(x), &pm);
-                x->progress_asked_at = now;
-            }
+            if (now - x->progress_asked_at >= TURN_PROGRESS_MS)
+                ask_progress(c, x, now);
             asked = 1;
         }
     }
@@ -1814,14 +1820,16 @@ static int send_drain(tfos_coord *c, int probe, int64_t now)
         cnode *nd = &c->nodes[i];
         if (!is_tracked(nd) || nd->state == N_EXITED || !nd->peer)
             continue;
-        tfos__msg m;
-        tfos__msg_begin(&m, probe ? TFOS_MSG_PROGRESS : TFOS_MSG_DRAIN);
-        if (!probe) {
+        if (probe) {
+            ask_progress(c, nd, now);
+        } else {
+            tfos__msg m;
+            tfos__msg_begin(&m, TFOS_MSG_DRAIN);
             tfos__msg_add(&m, "step", "%lld", c->drain_step);
             tfos__msg_add(&m, "grace_ms", "%lld", (long long)(c->drain_deadline - now));
             tfos__msg_add(&m, "reason", "%s", c->drain_reason);
+            send_msg(c, nd->peer, &m);
         }
-        send_msg(c, nd->peer, &m);
         sent++;
     }
     return sent;
